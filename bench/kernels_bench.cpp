@@ -1,0 +1,135 @@
+// Microbenchmarks of the CPU kernels: vec_dot and the activation quantisers per type and ISA
+// (4096 elements), and matmul at the default model's shapes: the 640 x 262144 Q8_0 output layer
+// times one row, and a 640 x 2048 Q5_0 projection at batch 1, 8 and 32.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/type_kernels.h"
+#include "tensor/quant_blocks.h"
+#include "util/fp16.h"
+
+namespace mnemo::kernels {
+namespace {
+
+constexpr int64_t kDotLength = 4096;
+
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                              DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (float& v : values) v = normal(rng);
+  return values;
+}
+
+void vec_dot_benchmark(benchmark::State& state, DType type, Isa isa) {
+  const TypeKernels* kernels = type_kernels(type, isa);
+  const TypeKernels* activation = type_kernels(kernels->vec_dot_type, isa);
+  const std::vector<float> w_floats = random_floats(kDotLength, 1);
+  const std::vector<float> a_floats = random_floats(kDotLength, 2);
+  std::vector<uint8_t> w(row_bytes(type, kDotLength)), a(row_bytes(kernels->vec_dot_type, kDotLength));
+  kernels->from_float(w_floats.data(), w.data(), kDotLength);
+  activation->quantize_activations(a_floats.data(), a.data(), kDotLength);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(kernels->vec_dot(kDotLength, w.data(), a.data()));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.size()));
+}
+
+void quantize_benchmark(benchmark::State& state, DType type, Isa isa) {
+  const TypeKernels* kernels = type_kernels(type, isa);
+  const std::vector<float> x = random_floats(kDotLength, 3);
+  std::vector<uint8_t> out(row_bytes(type, kDotLength));
+  for (auto _ : state) {
+    kernels->quantize_activations(x.data(), out.data(), kDotLength);
+    benchmark::ClobberMemory();
+  }
+}
+
+// Weights filled with cheap pseudo-random levels and a fixed scale: from_float over hundreds of
+// megabytes would dominate the start-up time, and the kernels' speed does not depend on values.
+std::vector<uint8_t> synthetic_weights(DType type, int64_t in, int64_t out) {
+  std::vector<uint8_t> bytes(row_bytes(type, in) * static_cast<size_t>(out));
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    std::memcpy(&bytes[i], &state, 8);
+  }
+  const size_t block_bytes = dtype_info(type).block_bytes;
+  const uint16_t scale = fp32_to_fp16(0.01f);
+  for (size_t offset = 0; offset < bytes.size(); offset += block_bytes) {
+    std::memcpy(&bytes[offset], &scale, sizeof(scale));  // d is the first field of Q8_0/Q5_0
+  }
+  return bytes;
+}
+
+void matmul_benchmark(benchmark::State& state, DType type, int64_t in, int64_t out) {
+  const int64_t rows = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const std::vector<uint8_t> weights = synthetic_weights(type, in, out);
+  const WeightMatrix w{type, in, out, weights.data()};
+  const std::vector<float> x = random_floats(in * rows, 4);
+  std::vector<float> y(static_cast<size_t>(out * rows));
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  for (auto _ : state) {
+    matmul(w, x.data(), rows, y.data(), pool, scratch);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(weights.size()));
+  state.counters["isa"] = static_cast<double>(detected_isa());
+}
+
+// "kind/TYPE/isa"
+std::string benchmark_name(std::string_view kind, DType type, Isa isa) {
+  std::string name(kind);
+  name.append("/").append(dtype_name(type)).append("/").append(isa_name(isa));
+  return name;
+}
+
+void register_benchmarks() {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    for (DType type : kWeightTypes) {
+      benchmark::RegisterBenchmark(benchmark_name("vec_dot", type, isa).c_str(), vec_dot_benchmark, type, isa);
+    }
+    for (DType type : {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16}) {
+      benchmark::RegisterBenchmark(benchmark_name("quantize_activations", type, isa).c_str(), quantize_benchmark,
+                                   type, isa);
+    }
+  }
+  // Output layer of the default model: 262144 rows of 640 Q8_0 elements (178 MB), one token.
+  benchmark::RegisterBenchmark("matmul/Q8_0_640x262144", matmul_benchmark, DType::Q8_0, 640, 262144)
+      ->ArgNames({"rows", "threads"})
+      ->Args({1, 1})
+      ->Args({1, 2})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("matmul/Q5_0_640x2048", matmul_benchmark, DType::Q5_0, 640, 2048)
+      ->ArgNames({"rows", "threads"})
+      ->ArgsProduct({{1, 8, 32}, {1, 2}})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+}
+
+}  // namespace
+}  // namespace mnemo::kernels
+
+int main(int argc, char** argv) {
+  mnemo::kernels::register_benchmarks();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

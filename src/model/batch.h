@@ -1,0 +1,57 @@
+// The ragged batch one forward pass runs (SPEC V1, V2, P5, P6, P7). There is no separate
+// prefill path: each sequence contributes the tokens it needs computed now, at their positions,
+// with the block table of its whole context.
+//
+//   positions of one sequence:  [ cached KV ............ | query range(s) run now ]
+//   decode step:                one range of 1 token at position = context length - 1
+//   prefill chunk:              one range of n tokens
+//   dropped prefix (P5):        two ranges, [0, p) recomputed and [c, c + n) new, over one block
+//                               table whose blocks for [p, c) still hold cached KV
+//
+// A query token at position t attends to every position <= t (within the sliding window on
+// local layers); the KV of this batch's tokens is written to the pool before attention runs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kv/kv_layout.h"
+
+namespace mnemo {
+
+using TokenId = int32_t;
+
+struct QueryRange {
+  int32_t start = 0;   // position of the first token
+  int32_t length = 0;  // number of consecutive positions
+  int32_t end() const { return start + length; }
+};
+
+enum class LogitsFor { kNone, kLast, kAll };
+
+struct SequenceInput {
+  std::vector<TokenId> tokens;      // the ranges' tokens, concatenated in range order
+  std::vector<QueryRange> ranges;   // ascending and disjoint
+  std::vector<BlockId> block_table;  // logical block i -> pool block; covers every position <= the last one run
+  LogitsFor logits = LogitsFor::kLast;
+};
+
+struct Batch {
+  std::vector<SequenceInput> sequences;
+};
+
+// Logits of the tokens that asked for them: rows in batch order (sequence, then token).
+struct ForwardOutput {
+  int32_t n_vocab = 0;
+  std::vector<float> logits;
+  std::vector<int32_t> first_row;  // per sequence: index of its first row
+  std::vector<int32_t> row_count;  // per sequence: number of rows
+
+  const float* row(size_t sequence, int32_t i = 0) const {
+    return logits.data() + static_cast<size_t>(first_row[sequence] + i) * static_cast<size_t>(n_vocab);
+  }
+  // The logits of the last token of a sequence that asked for kLast (or kAll).
+  const float* last_row(size_t sequence) const { return row(sequence, row_count[sequence] - 1); }
+};
+
+}  // namespace mnemo

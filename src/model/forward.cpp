@@ -1,0 +1,201 @@
+// The forward pass over a ragged batch: every token of every sequence goes through each layer
+// together (one matrix product per weight for the whole batch); only attention looks at
+// sequences, through their block tables.
+#include <cstring>
+
+#include "kernels/nn/attention.h"
+#include "kernels/nn/f16_ops.h"
+#include "kernels/nn/ops.h"
+#include "model/model.h"
+
+namespace mnemo {
+namespace {
+
+struct TokenPlace {
+  int32_t sequence;
+  int32_t position;
+};
+
+void resize(std::vector<float>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+
+// Per-row RMS norm of `rows` vectors of `n` elements.
+void rms_norm_rows(const float* x, const std::vector<float>& weight, float* y, int64_t rows, int64_t n,
+                   float eps, ThreadPool& pool) {
+  pool.parallel_for(rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) kernels::rms_norm(x + r * n, weight, y + r * n, n, eps);
+  });
+}
+
+void add_bias(float* x, const std::vector<float>& bias, int64_t rows) {
+  if (bias.empty()) return;
+  const int64_t n = static_cast<int64_t>(bias.size());
+  for (int64_t r = 0; r < rows; ++r) kernels::add_inplace(x + r * n, bias.data(), n);
+}
+
+}  // namespace
+
+Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, ForwardOutput& out) {
+  MNEMO_RETURN_IF_ERROR(validate(batch, kv));
+  const ModelConfig& c = config_;
+  const int32_t block_size = kv.layout().block_size;
+
+  // Flatten the batch: one row per token, remembering its sequence and position.
+  std::vector<TokenPlace> places;
+  std::vector<TokenId> tokens;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceInput& seq = batch.sequences[s];
+    tokens.insert(tokens.end(), seq.tokens.begin(), seq.tokens.end());
+    for (const QueryRange& r : seq.ranges) {
+      for (int32_t p = r.start; p < r.end(); ++p) places.push_back({static_cast<int32_t>(s), p});
+    }
+  }
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int64_t n_embd = c.n_embd;
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_k;
+  const int64_t k_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_k;
+  const int64_t v_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_v;
+  const int64_t o_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_v;
+  Scratch& b = scratch_;
+  resize(b.x, T * n_embd);
+  resize(b.h, T * n_embd);
+  resize(b.q, T * q_dim);
+  resize(b.k, T * k_dim);
+  resize(b.v, T * v_dim);
+  resize(b.attn, T * o_dim);
+  resize(b.gate, T * c.n_ff);
+  resize(b.up, T * c.n_ff);
+  resize(b.ffn, T * c.n_ff);
+
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = b.x.data() + t * n_embd;
+    kernels::dequantize_row(weights_.token_embedding, tokens[static_cast<size_t>(t)], row);
+    if (c.embedding_scale != 1.0f) {
+      for (int64_t i = 0; i < n_embd; ++i) row[i] *= c.embedding_scale;
+    }
+  }
+
+  const kernels::F16Ops& f16 = kernels::f16_ops();
+  const bool f32_pool = kv.layout().dtype == DType::F32;
+  // Writes one head's row into slot `slot` of a [slot][dim] plane of the pool.
+  const auto store_kv = [&](const float* src, void* plane, int32_t slot, int32_t dim) {
+    if (f32_pool) {
+      std::memcpy(static_cast<float*>(plane) + static_cast<int64_t>(slot) * dim, src, static_cast<size_t>(dim) * sizeof(float));
+    } else {
+      f16.to_f16(src, static_cast<uint16_t*>(plane) + static_cast<int64_t>(slot) * dim, dim);
+    }
+  };
+  std::vector<kernels::AttentionQuery> queries(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    const TokenPlace& place = places[static_cast<size_t>(t)];
+    queries[static_cast<size_t>(t)] = {b.q.data() + t * q_dim, b.attn.data() + t * o_dim, place.position,
+                                        batch.sequences[static_cast<size_t>(place.sequence)].block_table};
+  }
+
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
+    const bool local = c.is_local(il);
+
+    rms_norm_rows(b.x.data(), w.attn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
+    kernels::matmul(w.wq, b.h.data(), T, b.q.data(), pool, b.matmul);
+    kernels::matmul(w.wk, b.h.data(), T, b.k.data(), pool, b.matmul);
+    kernels::matmul(w.wv, b.h.data(), T, b.v.data(), pool, b.matmul);
+    add_bias(b.q.data(), w.bq, T);
+    add_bias(b.k.data(), w.bk, T);
+    add_bias(b.v.data(), w.bv, T);
+
+    const kernels::RopeParams rope{
+        c.rope_style == RopeStyle::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal,
+        c.head_dim_k,
+        c.rope_dims,
+        local ? c.rope_base_local : c.rope_base,
+        local ? c.rope_freq_scale_local : c.rope_freq_scale,
+        weights_.rope_freq_factors.empty() ? nullptr : weights_.rope_freq_factors.data()};
+    pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* q = b.q.data() + t * q_dim;
+        float* k = b.k.data() + t * k_dim;
+        if (c.has_qk_norm) {
+          for (int32_t h = 0; h < c.n_heads; ++h) kernels::rms_norm(q + h * c.head_dim_k, w.q_norm, q + h * c.head_dim_k, c.head_dim_k, c.rms_eps);
+          for (int32_t h = 0; h < c.n_kv_heads; ++h) kernels::rms_norm(k + h * c.head_dim_k, w.k_norm, k + h * c.head_dim_k, c.head_dim_k, c.rms_eps);
+        }
+        const int32_t position = places[static_cast<size_t>(t)].position;
+        kernels::rope(q, c.n_heads, position, rope);
+        kernels::rope(k, c.n_kv_heads, position, rope);
+        // Store this token's K and V in its slot of the paged pool.
+        const TokenPlace& place = places[static_cast<size_t>(t)];
+        const auto& table = batch.sequences[static_cast<size_t>(place.sequence)].block_table;
+        const BlockId block = table[static_cast<size_t>(place.position / block_size)];
+        const int32_t slot = place.position % block_size;
+        for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+          store_kv(k + h * c.head_dim_k, kv.keys(block, il, h), slot, c.head_dim_k);
+          store_kv(b.v.data() + t * v_dim + h * c.head_dim_v, kv.values(block, il, h), slot, c.head_dim_v);
+        }
+      }
+    });
+
+    const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim_k, c.head_dim_v, c.attention_scale,
+                                        local ? c.sliding_window : 0, 0.0f};
+    kernels::paged_attention(queries, kv, il, shape, pool);
+
+    kernels::matmul(w.wo, b.attn.data(), T, b.h.data(), pool, b.matmul);
+    if (c.has_post_norms) rms_norm_rows(b.h.data(), w.post_attn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
+    kernels::add_inplace(b.x.data(), b.h.data(), T * n_embd);
+
+    rms_norm_rows(b.x.data(), w.ffn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
+    kernels::matmul(w.w_gate, b.h.data(), T, b.gate.data(), pool, b.matmul);
+    kernels::matmul(w.w_up, b.h.data(), T, b.up.data(), pool, b.matmul);
+    const int64_t n_ff = c.n_ff;
+    pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float* gate = b.gate.data() + t * n_ff;
+        const float* up = b.up.data() + t * n_ff;
+        float* act = b.ffn.data() + t * n_ff;
+        if (c.activation == FfnActivation::kGeluTanh) {
+          kernels::geglu(gate, up, act, n_ff);
+        } else {
+          kernels::swiglu(gate, up, act, n_ff);
+        }
+      }
+    });
+    kernels::matmul(w.w_down, b.ffn.data(), T, b.h.data(), pool, b.matmul);
+    if (c.has_post_norms) rms_norm_rows(b.h.data(), w.post_ffn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
+    kernels::add_inplace(b.x.data(), b.h.data(), T * n_embd);
+  }
+
+  // Logits only for the rows that want them.
+  std::vector<int64_t> wanted;
+  out.first_row.assign(batch.sequences.size(), 0);
+  out.row_count.assign(batch.sequences.size(), 0);
+  int64_t t = 0;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceInput& seq = batch.sequences[s];
+    const int64_t n = static_cast<int64_t>(seq.tokens.size());
+    out.first_row[s] = static_cast<int32_t>(wanted.size());
+    if (seq.logits == LogitsFor::kAll) {
+      for (int64_t i = 0; i < n; ++i) wanted.push_back(t + i);
+    } else if (seq.logits == LogitsFor::kLast) {
+      wanted.push_back(t + n - 1);
+    }
+    out.row_count[s] = static_cast<int32_t>(wanted.size()) - out.first_row[s];
+    t += n;
+  }
+  const int64_t n_out = static_cast<int64_t>(wanted.size());
+  resize(b.logits_in, n_out * n_embd);
+  for (int64_t r = 0; r < n_out; ++r) {
+    kernels::rms_norm(b.x.data() + wanted[static_cast<size_t>(r)] * n_embd, weights_.output_norm,
+                      b.logits_in.data() + r * n_embd, n_embd, c.rms_eps);
+  }
+  out.n_vocab = n_vocab();
+  out.logits.resize(static_cast<size_t>(n_out) * static_cast<size_t>(out.n_vocab));
+  if (n_out > 0) {
+    kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), pool, b.matmul);
+    if (c.final_logit_softcap > 0.0f) {
+      kernels::softcap(out.logits.data(), static_cast<int64_t>(out.logits.size()), c.final_logit_softcap);
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace mnemo

@@ -1,0 +1,115 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include "kernels/cpu/type_kernels.h"
+
+namespace mnemo {
+namespace {
+
+class Loader {
+ public:
+  Loader(const gguf::File& file, const ModelConfig& config) : file_(file), config_(config) {}
+
+  // A weight matrix [out rows of in elements] of a type with kernels.
+  Result<WeightMatrix> matrix(const std::string& name, int64_t in, int64_t out) const {
+    MNEMO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(name));
+    MNEMO_RETURN_IF_ERROR(check_shape(*t, {in, out}));
+    const kernels::TypeKernels* k = kernels::type_kernels(t->type);
+    if (k == nullptr || k->vec_dot == nullptr) {
+      return make_error("{}: tensor '{}' has type {}, which has no matrix kernels", file_.name(), name,
+                        dtype_name(t->type));
+    }
+    return WeightMatrix{t->type, in, out, t->data};
+  }
+
+  Result<Vector> vector(const std::string& name, int64_t n) const {
+    MNEMO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(name));
+    MNEMO_RETURN_IF_ERROR(check_shape(*t, {n}));
+    const kernels::TypeKernels* k = kernels::type_kernels(t->type);
+    if (k == nullptr) return make_error("{}: tensor '{}' has unsupported type {}", file_.name(), name, dtype_name(t->type));
+    Vector out(static_cast<size_t>(n));
+    k->to_float(t->data, out.data(), n);
+    return out;
+  }
+
+  Result<Vector> optional_vector(const std::string& name, int64_t n, bool wanted) const {
+    if (!wanted) return Vector{};
+    return vector(name, n);
+  }
+
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+
+ private:
+  Result<const gguf::TensorInfo*> find(const std::string& name) const {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) return make_error("{}: missing tensor '{}' for architecture {}", file_.name(), name, config_.arch_name);
+    return t;
+  }
+
+  Status check_shape(const gguf::TensorInfo& t, std::vector<int64_t> expected) const {
+    if (t.dims != expected) {
+      return make_error("{}: tensor '{}' has shape [{}], expected [{}]", file_.name(), t.name,
+                        fmt::join(t.dims, ", "), fmt::join(expected, ", "));
+    }
+    return ok_status();
+  }
+
+  const gguf::File& file_;
+  const ModelConfig& config_;
+};
+
+}  // namespace
+
+Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c) {
+  const Loader load(file, c);
+  ModelWeights w;
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() != 2) {
+    return make_error("{}: missing or malformed tensor 'token_embd.weight'", file.name());
+  }
+  const int64_t n_vocab = embd->dims[1];
+  if (c.n_vocab != 0 && c.n_vocab != n_vocab) {
+    return make_error("{}: token_embd.weight has {} rows but the vocabulary has {} tokens", file.name(), n_vocab, c.n_vocab);
+  }
+  MNEMO_ASSIGN_OR_RETURN(w.token_embedding, load.matrix("token_embd.weight", c.n_embd, n_vocab));
+  MNEMO_ASSIGN_OR_RETURN(w.output_norm, load.vector("output_norm.weight", c.n_embd));
+  if (load.has("output.weight")) {
+    MNEMO_ASSIGN_OR_RETURN(w.output, load.matrix("output.weight", c.n_embd, n_vocab));
+  } else {
+    w.output = w.token_embedding;
+  }
+  if (load.has("rope_freqs.weight")) {
+    MNEMO_ASSIGN_OR_RETURN(w.rope_freq_factors, load.vector("rope_freqs.weight", c.rope_dims / 2));
+  }
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_k;
+  const int64_t k_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_k;
+  const int64_t v_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_v;
+  const int64_t o_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_v;
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    LayerWeights& l = w.layers[static_cast<size_t>(il)];
+    const std::string p = fmt::format("blk.{}.", il);
+    MNEMO_ASSIGN_OR_RETURN(l.attn_norm, load.vector(p + "attn_norm.weight", c.n_embd));
+    MNEMO_ASSIGN_OR_RETURN(l.wq, load.matrix(p + "attn_q.weight", c.n_embd, q_dim));
+    MNEMO_ASSIGN_OR_RETURN(l.wk, load.matrix(p + "attn_k.weight", c.n_embd, k_dim));
+    MNEMO_ASSIGN_OR_RETURN(l.wv, load.matrix(p + "attn_v.weight", c.n_embd, v_dim));
+    MNEMO_ASSIGN_OR_RETURN(l.wo, load.matrix(p + "attn_output.weight", o_dim, c.n_embd));
+    MNEMO_ASSIGN_OR_RETURN(l.bq, load.optional_vector(p + "attn_q.bias", q_dim, c.has_qkv_bias));
+    MNEMO_ASSIGN_OR_RETURN(l.bk, load.optional_vector(p + "attn_k.bias", k_dim, c.has_qkv_bias));
+    MNEMO_ASSIGN_OR_RETURN(l.bv, load.optional_vector(p + "attn_v.bias", v_dim, c.has_qkv_bias));
+    MNEMO_ASSIGN_OR_RETURN(l.q_norm, load.optional_vector(p + "attn_q_norm.weight", c.head_dim_k, c.has_qk_norm));
+    MNEMO_ASSIGN_OR_RETURN(l.k_norm, load.optional_vector(p + "attn_k_norm.weight", c.head_dim_k, c.has_qk_norm));
+    MNEMO_ASSIGN_OR_RETURN(l.post_attn_norm,
+                           load.optional_vector(p + "post_attention_norm.weight", c.n_embd, c.has_post_norms));
+    MNEMO_ASSIGN_OR_RETURN(l.ffn_norm, load.vector(p + "ffn_norm.weight", c.n_embd));
+    MNEMO_ASSIGN_OR_RETURN(l.w_gate, load.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff));
+    MNEMO_ASSIGN_OR_RETURN(l.w_up, load.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff));
+    MNEMO_ASSIGN_OR_RETURN(l.w_down, load.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd));
+    MNEMO_ASSIGN_OR_RETURN(l.post_ffn_norm,
+                           load.optional_vector(p + "post_ffw_norm.weight", c.n_embd, c.has_post_norms));
+  }
+  return w;
+}
+
+}  // namespace mnemo

@@ -1,0 +1,239 @@
+// Blocks packed by hand, with the expected values worked out by hand from the format definitions
+// (not from the code under test), dequantised by every ISA's kernels.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "kernel_test_util.h"
+#include "kernels/cpu/k_scales.h"
+
+namespace mnemo::kernels {
+namespace {
+
+constexpr uint16_t kHalfOne = 0x3c00;   // 1.0
+constexpr uint16_t kHalfHalf = 0x3800;  // 0.5
+constexpr uint16_t kHalfTwo = 0x4000;   // 2.0
+constexpr uint16_t kHalfMinusOne = 0xbc00;
+
+std::vector<float> dequantise(DType type, const void* data, int64_t n, Isa isa) {
+  std::vector<float> out(static_cast<size_t>(n));
+  type_kernels(type, isa)->to_float(data, out.data(), n);
+  return out;
+}
+
+class KnownValues : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(KnownValues, Q8_0) {
+  BlockQ8_0 block{};
+  block.d = kHalfHalf;
+  for (int j = 0; j < kQK; ++j) block.qs[j] = static_cast<int8_t>(j * 8 - 127);  // -127, -119, ..., 121
+  const std::vector<float> x = dequantise(DType::Q8_0, &block, kQK, GetParam());
+  EXPECT_EQ(x[0], -63.5f);
+  EXPECT_EQ(x[1], -59.5f);
+  EXPECT_EQ(x[16], 0.5f);
+  EXPECT_EQ(x[31], 60.5f);
+}
+
+TEST_P(KnownValues, Q4_0) {
+  BlockQ4_0 block{};
+  block.d = kHalfTwo;
+  for (int j = 0; j < 16; ++j) block.qs[j] = static_cast<uint8_t>((j << 4) | (15 - j));
+  // element j: low nibble 15 - j; element j + 16: high nibble j; value 2 * (q - 8)
+  const std::vector<float> x = dequantise(DType::Q4_0, &block, kQK, GetParam());
+  EXPECT_EQ(x[0], 14.0f);    // q = 15
+  EXPECT_EQ(x[15], -16.0f);  // q = 0
+  EXPECT_EQ(x[16], -16.0f);  // q = 0
+  EXPECT_EQ(x[31], 14.0f);   // q = 15
+  EXPECT_EQ(x[24], 0.0f);    // q = 8
+}
+
+TEST_P(KnownValues, Q4_1) {
+  BlockQ4_1 block{};
+  block.d = kHalfHalf;
+  block.m = kHalfMinusOne;
+  std::memset(block.qs, 0x3a, sizeof(block.qs));  // low nibble 10, high nibble 3
+  const std::vector<float> x = dequantise(DType::Q4_1, &block, kQK, GetParam());
+  EXPECT_EQ(x[0], 4.0f);    // 0.5 * 10 - 1
+  EXPECT_EQ(x[20], 0.5f);   // 0.5 * 3 - 1
+}
+
+TEST_P(KnownValues, Q5_0FifthBits) {
+  BlockQ5_0 block{};
+  block.d = kHalfOne;
+  std::memset(block.qs, 0x00, sizeof(block.qs));
+  block.qs[3] = 0x7f;  // element 3: low nibble 15; element 19: high nibble 7
+  // qh bits (little-endian u32): bit 3 -> element 3, bit 19 -> element 19, bit 31 -> element 31
+  const uint32_t bits = (1u << 3) | (1u << 19) | (1u << 31);
+  std::memcpy(block.qh, &bits, sizeof(bits));
+  const std::vector<float> x = dequantise(DType::Q5_0, &block, kQK, GetParam());
+  EXPECT_EQ(x[3], 15.0f);   // 0x1f - 16
+  EXPECT_EQ(x[19], 7.0f);   // 0x17 - 16
+  EXPECT_EQ(x[31], 0.0f);   // 0x10 - 16
+  EXPECT_EQ(x[0], -16.0f);  // 0x00 - 16
+  EXPECT_EQ(x[16], -16.0f);
+}
+
+TEST_P(KnownValues, Q5_1FifthBits) {
+  BlockQ5_1 block{};
+  block.d = kHalfHalf;
+  block.m = kHalfOne;
+  std::memset(block.qs, 0x00, sizeof(block.qs));
+  block.qs[0] = 0x21;  // element 0: 1, element 16: 2
+  const uint32_t bits = (1u << 0) | (1u << 17);
+  std::memcpy(block.qh, &bits, sizeof(bits));
+  const std::vector<float> x = dequantise(DType::Q5_1, &block, kQK, GetParam());
+  EXPECT_EQ(x[0], 9.5f);    // 0.5 * 17 + 1
+  EXPECT_EQ(x[16], 2.0f);   // 0.5 * 2 + 1
+  EXPECT_EQ(x[17], 9.0f);   // 0.5 * 16 + 1
+}
+
+// Packed bytes and the scales/mins they hold, decoded by hand:
+//   scales 0-3 = bytes 0-3 & 63 = 1, 2, 3, 4;   mins 0-3 = bytes 4-7 & 63 = 5, 6, 7, 8
+//   scale 4 = (0x9a & 15) | (0xc1 >> 6) << 4 = 0x0a | 0x30 = 58   min 4 = 0x9a >> 4 | (0x05 >> 6) << 4 = 9
+//   scale 5 = (0x0b & 15) | (0x02 >> 6) << 4 = 11                 min 5 = 0x0 | (0x86 >> 6) << 4 = 32
+//   scale 6 = (0x3c & 15) | (0x43 >> 6) << 4 = 0x0c | 0x10 = 28   min 6 = 0x3 | (0x07 >> 6) << 4 = 3
+//   scale 7 = (0xfd & 15) | (0x04 >> 6) << 4 = 13                 min 7 = 0xf | (0xc8 >> 6) << 4 = 63
+constexpr std::array<uint8_t, 12> kPackedScales = {0xc1, 0x02, 0x43, 0x04, 0x05, 0x86,
+                                                   0x07, 0xc8, 0x9a, 0x0b, 0x3c, 0xfd};
+constexpr std::array<uint8_t, 8> kScales = {1, 2, 3, 4, 58, 11, 28, 13};
+constexpr std::array<uint8_t, 8> kMins = {5, 6, 7, 8, 9, 32, 3, 63};
+
+TEST(KernelsKScales, UnpackHandPackedBytes) {
+  uint8_t scales[8], mins[8];
+  unpack_k_scales(kPackedScales.data(), scales, mins);
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(scales[j], kScales[static_cast<size_t>(j)]) << j;
+    EXPECT_EQ(mins[j], kMins[static_cast<size_t>(j)]) << j;
+  }
+  uint8_t repacked[12];
+  pack_k_scales(kScales.data(), kMins.data(), repacked);
+  EXPECT_EQ(0, std::memcmp(repacked, kPackedScales.data(), 12));
+}
+
+TEST_P(KnownValues, Q4_K) {
+  BlockQ4_K block{};
+  block.d = kHalfOne;
+  block.dmin = kHalfOne;
+  std::memcpy(block.scales, kPackedScales.data(), 12);
+  std::memset(block.qs, 0x21, sizeof(block.qs));  // low nibbles 1, high nibbles 2
+  // Sub-block s (32 elements) = chunk s / 2, low nibbles if s is even: value scale * q - min.
+  const float expected[8] = {1 * 1 - 5, 2 * 2 - 6, 3 * 1 - 7, 4 * 2 - 8, 58 * 1 - 9, 11 * 2 - 32, 28 * 1 - 3, 13 * 2 - 63};
+  const std::vector<float> x = dequantise(DType::Q4_K, &block, kQKK, GetParam());
+  for (int e = 0; e < kQKK; ++e) ASSERT_EQ(x[static_cast<size_t>(e)], expected[e / 32]) << e;
+}
+
+TEST_P(KnownValues, Q5_K) {
+  BlockQ5_K block{};
+  block.d = kHalfHalf;
+  block.dmin = kHalfOne;
+  std::memcpy(block.scales, kPackedScales.data(), 12);
+  std::memset(block.qs, 0x00, sizeof(block.qs));
+  std::memset(block.qh, 0x00, sizeof(block.qh));
+  block.qs[32 * 2 + 5] = 0x3c;  // chunk 2, l = 5: element 133 low nibble 12, element 165 high nibble 3
+  block.qh[5] = 1 << 5;         // bit 2c + 1 = 5: the fifth bit of element 165 (chunk 2, high half)
+  const std::vector<float> x = dequantise(DType::Q5_K, &block, kQKK, GetParam());
+  EXPECT_EQ(x[133], 0.5f * 58 * 12 - 9);         // sub-block 4
+  EXPECT_EQ(x[165], 0.5f * 11 * (16 + 3) - 32);  // sub-block 5
+  EXPECT_EQ(x[0], -5.0f);                        // q = 0: -min
+}
+
+TEST_P(KnownValues, Q6_K) {
+  BlockQ6_K block{};
+  block.d = kHalfHalf;
+  for (int s = 0; s < 16; ++s) block.scales[s] = static_cast<int8_t>(s - 8);
+  std::memset(block.ql, 0, sizeof(block.ql));
+  std::memset(block.qh, 0, sizeof(block.qh));
+  // Element 70 = half 0, group 2 (elements 64-95), l = 6: high nibble of ql[6], bits 4-5 of qh[6].
+  block.ql[6] = 0xa0;
+  block.qh[6] = 0x20;  // bits 4-5 = 2 -> level 10 | 2 << 4 = 42
+  // Element 255 = half 1, group 3, l = 31: high nibble of ql[64 + 32 + 31], bits 6-7 of qh[32 + 31].
+  block.ql[127] = 0xf0;
+  block.qh[63] = 0xc0;  // level 15 | 3 << 4 = 63
+  // Element 161 = half 1, group 1, l = 1: low nibble of ql[64 + 32 + 1], bits 2-3 of qh[32 + 1].
+  block.ql[97] = 0x05;
+  block.qh[33] = 0x04;  // level 5 | 1 << 4 = 21
+  const std::vector<float> x = dequantise(DType::Q6_K, &block, kQKK, GetParam());
+  EXPECT_EQ(x[70], 0.5f * (4 - 8) * (42 - 32));     // sub-block 70 / 16 = 4
+  EXPECT_EQ(x[255], 0.5f * (15 - 8) * (63 - 32));   // sub-block 15
+  EXPECT_EQ(x[161], 0.5f * (10 - 8) * (21 - 32));   // sub-block 10
+  EXPECT_EQ(x[6], 0.5f * (0 - 8) * (0 - 32));       // level 0, sub-block 0
+  EXPECT_EQ(x[38], 0.5f * (2 - 8) * (0 - 32));      // ql[38]/qh[6] bits 2-3 are untouched
+}
+
+TEST_P(KnownValues, Q8_K) {
+  std::vector<float> values(kQKK, 0.0f);
+  values[0] = 1.0f;
+  values[1] = -2.0f;  // the extreme: scale = -127 / -2 = 63.5
+  values[2] = 0.5f;   // 31.75 -> 32
+  values[17] = 1.5f;  // 95.25 -> 95
+  BlockQ8_K block{};
+  type_kernels(DType::Q8_K, GetParam())->quantize_activations(values.data(), &block, kQKK);
+  EXPECT_EQ(block.qs[0], 64);  // 63.5 rounds half to even
+  EXPECT_EQ(block.qs[1], -127);
+  EXPECT_EQ(block.qs[2], 32);
+  EXPECT_EQ(block.qs[17], 95);
+  EXPECT_EQ(block.d, 1.0f / 63.5f);
+  EXPECT_EQ(block.bsums[0], 64 - 127 + 32);
+  EXPECT_EQ(block.bsums[1], 95);
+  EXPECT_EQ(block.bsums[2], 0);
+
+  values[1] = 2.0f;  // a positive extreme flips the sign of the scale
+  type_kernels(DType::Q8_K, GetParam())->quantize_activations(values.data(), &block, kQKK);
+  EXPECT_EQ(block.qs[1], -127);
+  EXPECT_EQ(block.qs[0], -64);
+  EXPECT_EQ(block.d, -1.0f / 63.5f);
+  const std::vector<float> x = dequantise(DType::Q8_K, &block, kQKK, GetParam());
+  EXPECT_FLOAT_EQ(x[1], 2.0f);
+  EXPECT_FLOAT_EQ(x[0], 64.0f / 63.5f);
+}
+
+// The reference Q8_0 quantiser rounds half away from zero (roundf of x / (amax / 127)); the
+// activation quantiser of the SIMD ISAs rounds half to even, as ggml's SIMD code does.
+TEST_P(KnownValues, Q8_0Rounding) {
+  std::vector<float> values(kQK, 0.0f);
+  values[0] = 127.0f;  // d = 1
+  values[1] = 2.5f;
+  values[2] = -3.5f;
+  values[3] = 0.49f;
+  BlockQ8_0 block{};
+  type_kernels(DType::Q8_0, GetParam())->from_float(values.data(), &block, kQK);
+  EXPECT_EQ(block.d, kHalfOne);
+  EXPECT_EQ(block.qs[0], 127);
+  EXPECT_EQ(block.qs[1], 3);
+  EXPECT_EQ(block.qs[2], -4);
+  EXPECT_EQ(block.qs[3], 0);
+  type_kernels(DType::Q8_0, GetParam())->quantize_activations(values.data(), &block, kQK);
+  const bool simd = GetParam() != Isa::kScalar;
+  EXPECT_EQ(block.qs[1], simd ? 2 : 3);
+  EXPECT_EQ(block.qs[2], -4);
+}
+
+TEST_P(KnownValues, HalfAndBfloat) {
+  const uint16_t halves[3] = {kHalfOne, 0xc500, 0x0001};  // 1, -5, smallest subnormal
+  const std::vector<float> h = dequantise(DType::F16, halves, 3, GetParam());
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[1], -5.0f);
+  EXPECT_EQ(h[2], 5.9604644775390625e-8f);
+  const uint16_t bfloats[2] = {0x3f80, 0xc0a0};  // 1, -5
+  const std::vector<float> b = dequantise(DType::BF16, bfloats, 2, GetParam());
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(b[1], -5.0f);
+
+  // 1 + 2^-11 is halfway between two halves: ties go to even (1.0); bf16 likewise at 1 + 2^-8.
+  // Sixteen of each, so that the SIMD loops (not only their scalar tails) see them.
+  const std::vector<float> half_ties(16, 1.0f + 0x1p-11f);
+  const std::vector<float> bf16_ties(16, 1.0f + 0x1p-8f);
+  std::vector<uint16_t> out(16);
+  type_kernels(DType::F16, GetParam())->from_float(half_ties.data(), out.data(), 16);
+  EXPECT_EQ(out, std::vector<uint16_t>(16, kHalfOne));
+  type_kernels(DType::BF16, GetParam())->from_float(bf16_ties.data(), out.data(), 16);
+  EXPECT_EQ(out, std::vector<uint16_t>(16, 0x3f80));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, KnownValues, ::testing::ValuesIn(testing::supported_isas()),
+                         [](const auto& test_info) { return std::string(isa_name(test_info.param)); });
+
+}  // namespace
+}  // namespace mnemo::kernels

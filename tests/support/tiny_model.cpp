@@ -1,0 +1,118 @@
+#include "support/tiny_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/type_kernels.h"
+
+namespace mnemo::testing {
+namespace {
+
+class TensorMaker {
+ public:
+  TensorMaker(gguf::Writer& writer, uint64_t seed) : writer_(writer), rng_(seed) {}
+
+  // A [rows x cols] matrix of N(0, scale^2) values stored as `type`.
+  void matrix(const std::string& name, DType type, int64_t cols, int64_t rows, float scale) {
+    std::vector<float> values(static_cast<size_t>(cols * rows));
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (float& v : values) v = dist(rng_);
+    store(name, type, {cols, rows}, values);
+  }
+
+  // A vector near `center` (norm weights) or near 0 (biases).
+  void vector(const std::string& name, int64_t n, float center, float spread) {
+    std::vector<float> values(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> dist(center - spread, center + spread);
+    for (float& v : values) v = dist(rng_);
+    store(name, DType::F32, {n}, values);
+  }
+
+ private:
+  void store(const std::string& name, DType type, std::vector<int64_t> dims, const std::vector<float>& values) {
+    const kernels::TypeKernels* k = kernels::type_kernels(type);
+    ASSERT_NE(k, nullptr) << dtype_name(type);
+    std::vector<uint8_t> bytes(row_bytes(type, dims[0]) * static_cast<size_t>(values.size() / static_cast<size_t>(dims[0])));
+    k->from_float(values.data(), bytes.data(), static_cast<int64_t>(values.size()));
+    const Status s = writer_.add_tensor(name, type, std::move(dims), bytes);
+    ASSERT_TRUE(s.ok()) << s.error().message();
+  }
+
+  gguf::Writer& writer_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace
+
+gguf::Writer make_tiny_model(const TinyModelSpec& s) {
+  gguf::Writer w;
+  const bool gemma = s.arch == Arch::kGemma3;
+  const std::string arch = gemma ? "gemma3" : (s.qkv_bias ? "qwen2" : "llama");
+  const std::string p = arch + ".";
+  w.set_string("general.architecture", arch);
+  w.set_string("general.name", "tiny-" + arch);
+  w.set_u32(p + "block_count", static_cast<uint32_t>(s.n_layers));
+  w.set_u32(p + "embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32(p + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32(p + "attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.set_u32(p + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  w.set_u32(p + "attention.key_length", static_cast<uint32_t>(s.head_dim));
+  w.set_u32(p + "attention.value_length", static_cast<uint32_t>(s.head_dim));
+  w.set_u32(p + "context_length", static_cast<uint32_t>(s.context_length));
+  w.set_f32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
+  w.set_f32(p + "rope.freq_base", gemma ? 1000000.0f : 10000.0f);
+  if (gemma) {
+    w.set_u32(p + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+    w.set_u32(p + "attention.sliding_window_pattern", static_cast<uint32_t>(s.swa_pattern));
+  }
+
+  TensorMaker make(w, s.seed);
+  const int64_t q_dim = static_cast<int64_t>(s.n_heads) * s.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(s.n_kv_heads) * s.head_dim;
+  make.matrix("token_embd.weight", DType::Q8_0, s.n_embd, s.n_vocab, 1.0f);
+  make.vector("output_norm.weight", s.n_embd, 1.0f, 0.2f);
+  if (!gemma) make.matrix("output.weight", s.n_embd % 256 == 0 ? DType::Q6_K : DType::F16, s.n_embd, s.n_vocab, 0.2f);
+  const float in_scale = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
+  const float ff_scale = 1.0f / std::sqrt(static_cast<float>(s.n_ff));
+  for (int32_t il = 0; il < s.n_layers; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    make.vector(b + "attn_norm.weight", s.n_embd, 1.0f, 0.2f);
+    // Vary the types across layers so every kernel path runs inside the model.
+    const DType qkv_type = il % 3 == 0 ? DType::Q5_0 : (il % 3 == 1 ? DType::Q4_0 : DType::F16);
+    make.matrix(b + "attn_q.weight", qkv_type, s.n_embd, q_dim, in_scale);
+    make.matrix(b + "attn_k.weight", qkv_type, s.n_embd, kv_dim, in_scale);
+    make.matrix(b + "attn_v.weight", DType::Q8_0, s.n_embd, kv_dim, in_scale);
+    make.matrix(b + "attn_output.weight", il % 2 == 0 ? DType::BF16 : DType::F32, q_dim, s.n_embd,
+                1.0f / std::sqrt(static_cast<float>(q_dim)));
+    if (s.qkv_bias) {
+      make.vector(b + "attn_q.bias", q_dim, 0.0f, 0.1f);
+      make.vector(b + "attn_k.bias", kv_dim, 0.0f, 0.1f);
+      make.vector(b + "attn_v.bias", kv_dim, 0.0f, 0.1f);
+    }
+    if (gemma) {
+      make.vector(b + "attn_q_norm.weight", s.head_dim, 1.0f, 0.2f);
+      make.vector(b + "attn_k_norm.weight", s.head_dim, 1.0f, 0.2f);
+      make.vector(b + "post_attention_norm.weight", s.n_embd, 1.0f, 0.2f);
+      make.vector(b + "post_ffw_norm.weight", s.n_embd, 1.0f, 0.2f);
+    }
+    make.vector(b + "ffn_norm.weight", s.n_embd, 1.0f, 0.2f);
+    make.matrix(b + "ffn_gate.weight", DType::Q5_0, s.n_embd, s.n_ff, in_scale);
+    make.matrix(b + "ffn_up.weight", DType::Q8_0, s.n_embd, s.n_ff, in_scale);
+    const DType down_type = s.n_ff % 256 == 0 ? (il % 3 == 0 ? DType::Q6_K : (il % 3 == 1 ? DType::Q4_K : DType::Q5_K))
+                                              : DType::Q8_0;
+    make.matrix(b + "ffn_down.weight", down_type, s.n_ff, s.n_embd, ff_scale);
+  }
+  return w;
+}
+
+std::string write_tiny_model(const TinyModelSpec& spec, const std::string& name) {
+  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
+  const Status s = make_tiny_model(spec).write(path);
+  EXPECT_TRUE(s.ok()) << s.error().message();
+  return path;
+}
+
+}  // namespace mnemo::testing

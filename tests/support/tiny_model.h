@@ -1,0 +1,42 @@
+// Tiny synthetic models of each supported architecture, written with the project's GGUF writer
+// from seeded random weights in a mix of quantised types. Used where a test needs a model but
+// not the real one (the real one is tested in addition, never instead).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "gguf/gguf_writer.h"
+#include "model/config.h"
+
+namespace mnemo::testing {
+
+struct TinyModelSpec {
+  Arch arch = Arch::kLlama;
+  int32_t n_layers = 3;
+  int32_t n_embd = 64;
+  int32_t n_heads = 4;
+  int32_t n_kv_heads = 2;
+  int32_t head_dim = 16;
+  int32_t n_ff = 256;
+  int32_t n_vocab = 96;
+  int32_t context_length = 512;
+  int32_t sliding_window = 8;     // gemma3 only
+  int32_t swa_pattern = 3;        // gemma3 only: every third layer is global
+  bool qkv_bias = false;          // llama family: as Qwen 2 (architecture "qwen2")
+  uint64_t seed = 1;
+};
+
+// For readable parameterised test names and failure messages.
+inline void PrintTo(const TinyModelSpec& spec, std::ostream* os) {
+  *os << (spec.arch == Arch::kGemma3 ? "gemma3" : (spec.qkv_bias ? "qwen2" : "llama")) << " seed " << spec.seed;
+}
+
+// A GGUF writer filled with the model (metadata and tensors); add more metadata before writing.
+gguf::Writer make_tiny_model(const TinyModelSpec& spec);
+
+// Writes the model to a fresh file under the test temp dir and returns its path.
+std::string write_tiny_model(const TinyModelSpec& spec, const std::string& name);
+
+}  // namespace mnemo::testing
