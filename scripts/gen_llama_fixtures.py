@@ -113,14 +113,18 @@ def main():
         tokens = llm.tokenize(prompt.encode(), add_bos=True, special=True)
         llm.reset()
         llm.eval(tokens)
-        out = []
+        out, top4, top4_logits = [], [], []
         for _ in range(GREEDY_TOKENS):
-            logits = llm.scores[llm.n_tokens - 1]
-            tok = int(np.argmax(logits))
-            out.append(tok)
-            llm.eval([tok])
-        greedy.append({"prompt": prompt, "prompt_tokens": tokens, "generated": out,
-                       "text": llm.detokenize(out).decode("utf-8", errors="replace")})
+            logits = np.array(llm.scores[llm.n_tokens - 1])
+            best = np.argsort(-logits)[:4]
+            out.append(int(best[0]))
+            top4.append([int(t) for t in best])
+            top4_logits.append([round(float(logits[t]), 5) for t in best])
+            llm.eval([int(best[0])])
+        # The leading candidates of every step let a test tell a real divergence from a near-tie
+        # that numerical noise may resolve either way.
+        greedy.append({"prompt": prompt, "prompt_tokens": tokens, "generated": out, "top4": top4,
+                       "top4_logits": top4_logits, "text": llm.detokenize(out).decode("utf-8", errors="replace")})
     with open(os.path.join(FIXTURES, "gemma3_greedy.json"), "w") as f:
         json.dump({**meta, "cases": greedy}, f, ensure_ascii=False, indent=1)
 
@@ -129,11 +133,15 @@ def main():
     llm.eval(text_tokens)
     scores = np.array(llm.scores[:len(text_tokens)])
     top1 = [int(i) for i in np.argmax(scores, axis=1)]
-    # The margin between the best two logits tells a test which positions are near-ties.
+    # The margin between the best two logits tells a test which positions are near-ties; the
+    # top-8 logits let it measure how far its logits are from llama.cpp's.
     part = np.partition(scores, -2, axis=1)
     margins = [float(m) for m in (part[:, -1] - part[:, -2])]
+    top8 = np.argsort(-scores, axis=1)[:, :8]
+    top8_logits = np.take_along_axis(scores, top8, axis=1)
     with open(os.path.join(FIXTURES, "gemma3_teacher_forced.json"), "w") as f:
-        json.dump({**meta, "tokens": text_tokens, "top1": top1, "margins": margins}, f)
+        json.dump({**meta, "tokens": text_tokens, "top1": top1, "margins": margins,
+                   "top8": top8.tolist(), "top8_logits": np.round(top8_logits, 5).tolist()}, f)
     print("fixtures written to", FIXTURES)
 
 

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -110,6 +111,27 @@ TEST(KernelsKScales, UnpackHandPackedBytes) {
   uint8_t repacked[12];
   pack_k_scales(kScales.data(), kMins.data(), repacked);
   EXPECT_EQ(0, std::memcmp(repacked, kPackedScales.data(), 12));
+}
+
+TEST(KernelsKScales, WordUnpackingMatchesByteUnpacking) {
+  uint64_t scale_word, min_word;
+  unpack_k_scales_words(kPackedScales.data(), scale_word, min_word);
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ((scale_word >> (8 * j)) & 0xff, kScales[static_cast<size_t>(j)]) << j;
+    EXPECT_EQ((min_word >> (8 * j)) & 0xff, kMins[static_cast<size_t>(j)]) << j;
+  }
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int trial = 0; trial < 1000; ++trial) {
+    uint8_t packed[12], scales[8], mins[8];
+    for (uint8_t& b : packed) b = static_cast<uint8_t>(byte(rng));
+    unpack_k_scales(packed, scales, mins);
+    unpack_k_scales_words(packed, scale_word, min_word);
+    for (int j = 0; j < 8; ++j) {
+      ASSERT_EQ((scale_word >> (8 * j)) & 0xff, scales[j]);
+      ASSERT_EQ((min_word >> (8 * j)) & 0xff, mins[j]);
+    }
+  }
 }
 
 TEST_P(KnownValues, Q4_K) {

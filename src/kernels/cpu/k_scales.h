@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace mnemo::kernels {
 
@@ -21,6 +22,21 @@ static inline void unpack_k_scales(const uint8_t* packed, uint8_t* scales, uint8
     scales[j + 4] = static_cast<uint8_t>((packed[j + 8] & 0x0f) | ((packed[j] >> 6) << 4));
     mins[j + 4] = static_cast<uint8_t>((packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4));
   }
+}
+
+// The same unpacking on whole words, for SIMD code: scale (min) j is byte j of `scales`
+// (`mins`). Building the bytes in registers avoids reloading eight separately stored bytes as
+// one word, which store-to-load forwarding cannot serve.
+static inline void unpack_k_scales_words(const uint8_t* packed, uint64_t& scales, uint64_t& mins) {
+  uint32_t words[3];
+  std::memcpy(words, packed, sizeof(words));
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  const uint32_t scales_low = words[0] & kLow6;
+  const uint32_t mins_low = words[1] & kLow6;
+  const uint32_t scales_high = (words[2] & kLow4) | (((words[0] >> 6) & kLow2) << 4);
+  const uint32_t mins_high = ((words[2] >> 4) & kLow4) | (((words[1] >> 6) & kLow2) << 4);
+  scales = (static_cast<uint64_t>(scales_high) << 32) | scales_low;
+  mins = (static_cast<uint64_t>(mins_high) << 32) | mins_low;
 }
 
 // Inverse of unpack_k_scales; every value must be below 64.

@@ -20,8 +20,8 @@ using simd::load256;
 constexpr int kChunks = kQKK / 64;  // Q4_K/Q5_K: 32 bytes of nibbles per 64 elements
 
 // sum_j bsums[j] * mins[j / 2]: the minimum of sub-block s times the sum of its activations.
-int dot_mins(const uint8_t* mins, const int16_t* bsums) {
-  const __m128i mins8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins));
+int dot_mins(uint64_t mins, const int16_t* bsums) {
+  const __m128i mins8 = _mm_cvtsi64_si128(static_cast<long long>(mins));
   const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins8, mins8));
   return simd::hsum(_mm256_madd_epi16(load256(bsums), mins16));
 }
@@ -42,9 +42,8 @@ float affine_k_dot(int64_t n, const Block* wb, const BlockQ8_K* ab) {
   __m256 acc = _mm256_setzero_ps();
   float min_terms = 0.0f;
   for (int64_t b = 0; b < n / kQKK; ++b) {
-    uint8_t scales[kKSubBlocks];
-    uint8_t mins[kKSubBlocks];
-    unpack_k_scales(wb[b].scales, scales, mins);
+    uint64_t scales, mins;
+    unpack_k_scales_words(wb[b].scales, scales, mins);
     const int8_t* q8 = ab[b].qs;
     [[maybe_unused]] __m256i high_bits = _mm256_setzero_si256();
     if constexpr (kHasFifthBit) high_bits = load256(wb[b].qh);
@@ -61,7 +60,9 @@ float affine_k_dot(int64_t n, const Block* wb, const BlockQ8_K* ab) {
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(bit_hi, 3));
         high_bits = _mm256_srli_epi16(high_bits, 2);
       }
-      sums = _mm256_add_epi32(sums, chunk_dot(lo, hi, q8 + 64 * c, scales[2 * c], scales[2 * c + 1]));
+      const int scale_lo = static_cast<int>((scales >> (16 * c)) & 0xff);
+      const int scale_hi = static_cast<int>((scales >> (16 * c + 8)) & 0xff);
+      sums = _mm256_add_epi32(sums, chunk_dot(lo, hi, q8 + 64 * c, scale_lo, scale_hi));
     }
     const float d = simd::half_to_float(wb[b].d) * ab[b].d;
     const float dmin = simd::half_to_float(wb[b].dmin) * ab[b].d;
