@@ -15,6 +15,7 @@ namespace {
 struct GenerateArgs {
   std::string model_path;
   std::string prompt;
+  std::string kv_type = "f16";
   int32_t max_tokens = 128;
   int32_t threads = 0;
   int32_t context = 4096;
@@ -36,7 +37,8 @@ int run_generate(const GenerateArgs& args) {
   }
   const std::vector<TokenId> prompt = (*tokenizer)->encode(args.prompt, /*add_special=*/true, /*parse_special=*/!args.raw_prompt);
   ThreadPool pool(args.threads);
-  Generator generator(**model, pool, std::min(args.context, (*model)->config().context_length));
+  Generator generator(**model, pool, std::min(args.context, (*model)->config().context_length),
+                      args.kv_type == "f32" ? DType::F32 : DType::F16);
   GenerateOptions options;
   options.max_tokens = args.max_tokens;
   options.sampling = args.sampling;
@@ -90,6 +92,9 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--presence-penalty", args->sampling.presence_penalty, "Presence penalty")->capture_default_str();
   cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "Frequency penalty")->capture_default_str();
   cmd->add_option("--seed", args->sampling.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--kv-type", args->kv_type, "KV cache element type (f32: exact attention)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_flag("--raw", args->raw_prompt, "Do not parse special-token text in the prompt");
   cmd->add_flag("--stats", args->show_stats, "Print timing to stderr");
   cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });

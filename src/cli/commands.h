@@ -11,5 +11,6 @@ namespace mnemo::cli {
 // Adds a subcommand; `run` is set to its action when the user chose it.
 void add_generate_command(CLI::App& app, std::function<int()>& run);
 void add_info_command(CLI::App& app, std::function<int()>& run);
+void add_bench_command(CLI::App& app, std::function<int()>& run);
 
 }  // namespace mnemo::cli

@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   mnemo::cli::add_generate_command(app, run);
   mnemo::cli::add_info_command(app, run);
+  mnemo::cli::add_bench_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

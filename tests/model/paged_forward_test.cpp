@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 
@@ -37,8 +38,10 @@ struct Fixture {
 Fixture make_fixture(const TinyModelSpec& spec, DType kv_dtype, const std::string& name, int32_t n_tokens,
                      ThreadPool& pool) {
   Fixture f;
-  auto model = Model::load(testing::write_tiny_model(spec, name));
+  const std::string path = testing::write_tiny_model(spec, name);
+  auto model = Model::load(path);
   EXPECT_TRUE(model.ok()) << model.error().message();
+  std::remove(path.c_str());  // the mapping keeps the data alive
   f.model = std::move(*model);
   std::mt19937 rng(static_cast<uint32_t>(spec.seed) + 7);
   std::uniform_int_distribution<TokenId> dist(0, spec.n_vocab - 1);

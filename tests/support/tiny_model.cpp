@@ -1,6 +1,7 @@
 #include "support/tiny_model.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <random>
@@ -109,7 +110,11 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
 }
 
 std::string write_tiny_model(const TinyModelSpec& spec, const std::string& name) {
-  const std::string path = ::testing::TempDir() + "/" + name + ".gguf";
+  // Unique per process and call: ctest runs tests in parallel processes, and rewriting a file
+  // another process has mapped would pull its pages away (SIGBUS).
+  static int counter = 0;
+  const std::string path = ::testing::TempDir() + "/" + name + "-" + std::to_string(::getpid()) + "-" +
+                           std::to_string(counter++) + ".gguf";
   const Status s = make_tiny_model(spec).write(path);
   EXPECT_TRUE(s.ok()) << s.error().message();
   return path;

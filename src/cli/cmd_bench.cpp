@@ -1,0 +1,145 @@
+// `mnemo bench`: the model runtime's speed on this machine, in the shapes llama-bench and
+// llama-batched-bench measure (bench/compare_llama_cpp.sh runs them side by side):
+//   prefill: a P-token prompt in one forward pass (tokens/s);
+//   decode:  B sequences with a C-token context each, advancing one token per step together
+//            (generated tokens/s over all sequences).
+// Each figure is the median of --repeats runs.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "engine/sampler.h"
+#include "kernels/cpu/type_kernels.h"
+#include "model/model.h"
+#include "util/paths.h"
+
+namespace mnemo::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model_path;
+  int32_t threads = 0;
+  int32_t prompt = 512;
+  int32_t context = 128;
+  int32_t steps = 32;
+  std::vector<int32_t> batches = {1, 8, 32};
+  int32_t repeats = 3;
+  std::string kv_type = "f16";
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<TokenId> random_tokens(int32_t n, int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<TokenId> dist(100, std::min(vocab, 20000) - 1);
+  std::vector<TokenId> out(static_cast<size_t>(n));
+  for (TokenId& t : out) t = dist(rng);
+  return out;
+}
+
+int run_bench(const BenchArgs& args) {
+  auto loaded = Model::load(args.model_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "error: %s\n", loaded.error().message().c_str());
+    return 1;
+  }
+  Model& model = **loaded;
+  ThreadPool pool(args.threads);
+  const DType kv_dtype = args.kv_type == "f32" ? DType::F32 : DType::F16;
+  constexpr int32_t kBlock = 16;
+  std::printf("model %s, %d threads, isa %s, kv %s\n", args.model_path.c_str(), pool.size(),
+              std::string(kernels::isa_name(kernels::detected_isa())).c_str(), args.kv_type.c_str());
+
+  ForwardOutput out;
+  {  // Prefill.
+    KvStorage kv(model.kv_layout(kBlock, kv_dtype), (args.prompt + kBlock - 1) / kBlock);
+    SequenceInput seq;
+    seq.tokens = random_tokens(args.prompt, model.n_vocab(), 1);
+    seq.ranges = {{0, args.prompt}};
+    seq.block_table.resize(static_cast<size_t>(kv.n_blocks()));
+    std::iota(seq.block_table.begin(), seq.block_table.end(), 0);
+    Batch batch;
+    batch.sequences.push_back(seq);
+    std::vector<double> rates;
+    for (int32_t r = 0; r < args.repeats; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      const Status s = model.forward(batch, kv, pool, out);
+      if (!s.ok()) {
+        std::fprintf(stderr, "error: %s\n", s.error().message().c_str());
+        return 1;
+      }
+      rates.push_back(args.prompt / seconds_since(start));
+    }
+    std::printf("prefill  pp%-4d            %8.1f tokens/s\n", args.prompt, median(rates));
+  }
+
+  Sampler sampler;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  for (const int32_t batch_size : args.batches) {
+    const int32_t per_seq_blocks = (args.context + args.steps + kBlock - 1) / kBlock;
+    KvStorage kv(model.kv_layout(kBlock, kv_dtype), per_seq_blocks * batch_size);
+    Batch batch;
+    for (int32_t s = 0; s < batch_size; ++s) {
+      SequenceInput seq;
+      seq.tokens = random_tokens(args.context, model.n_vocab(), static_cast<uint32_t>(s + 2));
+      seq.ranges = {{0, args.context}};
+      for (int32_t b = 0; b < per_seq_blocks; ++b) seq.block_table.push_back(s * per_seq_blocks + b);
+      batch.sequences.push_back(seq);
+    }
+    std::vector<double> rates;
+    for (int32_t r = 0; r < args.repeats; ++r) {
+      // Fill every context (not timed), then time the decode steps.
+      for (SequenceInput& seq : batch.sequences) seq.ranges = {{0, args.context}};
+      Batch prefill = batch;
+      for (SequenceInput& seq : prefill.sequences) seq.tokens.resize(static_cast<size_t>(args.context));
+      if (!model.forward(prefill, kv, pool, out).ok()) return 1;
+      Batch step = batch;
+      const auto start = std::chrono::steady_clock::now();
+      for (int32_t i = 0; i < args.steps; ++i) {
+        for (size_t s = 0; s < step.sequences.size(); ++s) {
+          const TokenId next = sampler.sample(greedy, {out.last_row(s), static_cast<size_t>(out.n_vocab)}, {},
+                                              static_cast<uint64_t>(i));
+          step.sequences[s].tokens = {next};
+          step.sequences[s].ranges = {{args.context + i, 1}};
+        }
+        if (!model.forward(step, kv, pool, out).ok()) return 1;
+      }
+      rates.push_back(static_cast<double>(batch_size) * args.steps / seconds_since(start));
+    }
+    std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", batch_size, args.context, median(rates));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, std::function<int()>& run) {
+  auto args = std::make_shared<BenchArgs>();
+  args->model_path = default_model_path();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and batched decode speed of a model");
+  cmd->add_option("-m,--model", args->model_path, "GGUF model file")->capture_default_str();
+  cmd->add_option("-t,--threads", args->threads, "Worker threads (0: one per core)")->capture_default_str();
+  cmd->add_option("-p,--prompt", args->prompt, "Prefill length")->capture_default_str()->check(CLI::Range(1, 65536));
+  cmd->add_option("-c,--context", args->context, "Context per sequence before decoding")->capture_default_str()->check(CLI::Range(1, 65536));
+  cmd->add_option("-n,--steps", args->steps, "Decode steps")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("-b,--batches", args->batches, "Decode batch sizes")->capture_default_str()->delimiter(',');
+  cmd->add_option("-r,--repeats", args->repeats, "Repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
+  cmd->add_option("--kv-type", args->kv_type, "KV cache element type")->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
+  cmd->callback([&run, args] { run = [args] { return run_bench(*args); }; });
+}
+
+}  // namespace mnemo::cli

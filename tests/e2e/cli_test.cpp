@@ -1,0 +1,69 @@
+// The mnemo executable end to end on the real default model: `info` describes it, `generate`
+// streams the continuation llama.cpp produces for a prompt where llama.cpp is decisive at
+// every step (tests/fixtures/gemma3_greedy.json), and bad arguments fail cleanly.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct CommandResult {
+  int status;
+  std::string output;
+};
+
+CommandResult run_mnemo(const std::string& args) {
+  const std::string command = std::string(MNEMO_BIN) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string output;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
+}
+
+TEST(Cli, InfoDescribesTheDefaultModel) {
+  const CommandResult r = run_mnemo("info");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("architecture:    gemma3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("layers:          18"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Q4_K"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("262144 tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("LLLLLGLLLLLGLLLLLG"), std::string::npos) << r.output;
+}
+
+TEST(Cli, GenerateContinuesAPromptGreedily) {
+  const CommandResult r = run_mnemo("generate -p \"The list of prime numbers: 2, 3, 5, 7,\" -n 24 --kv-type f32");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(" 11, 13, 17, 19, 23"), std::string::npos) << r.output;
+}
+
+TEST(Cli, MissingModelFileFailsWithItsName) {
+  const CommandResult r = run_mnemo("generate -m /nonexistent.gguf -p hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("/nonexistent.gguf"), std::string::npos) << r.output;
+}
+
+TEST(Cli, MalformedModelFileFailsCleanly) {
+  const std::string path = ::testing::TempDir() + "/not-a-model.gguf";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fputs("GGUF but not really", f);
+  std::fclose(f);
+  const CommandResult r = run_mnemo("info " + path);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("not-a-model.gguf"), std::string::npos) << r.output;
+  std::remove(path.c_str());
+}
+
+TEST(Cli, BadArgumentsAreRejected) {
+  EXPECT_NE(run_mnemo("generate").status, 0);                       // no prompt
+  EXPECT_NE(run_mnemo("generate -p hi -n 0").status, 0);            // out of range
+  EXPECT_NE(run_mnemo("generate -p hi --kv-type q4").status, 0);    // not a choice
+  EXPECT_NE(run_mnemo("frobnicate").status, 0);                     // unknown command
+}
+
+}  // namespace
