@@ -12,5 +12,6 @@ namespace mnemo::cli {
 void add_generate_command(CLI::App& app, std::function<int()>& run);
 void add_info_command(CLI::App& app, std::function<int()>& run);
 void add_bench_command(CLI::App& app, std::function<int()>& run);
+void add_serve_command(CLI::App& app, std::function<int()>& run);
 
 }  // namespace mnemo::cli

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <random>
+
+#include <fmt/format.h>
 #include <vector>
 
 #include "kernels/cpu/type_kernels.h"
@@ -46,6 +48,38 @@ class TensorMaker {
   std::mt19937_64 rng_;
 };
 
+void add_tiny_vocabulary(gguf::Writer& w, int32_t n_vocab) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(fmt::format("<0x{:02X}>", b));
+    types.push_back(6);
+  }
+  for (int32_t i = 0; static_cast<int32_t>(tokens.size()) < n_vocab; ++i) {
+    // Pieces "▁a", "▁b", ..., then "a", "b", ...: enough for text to round-trip through them.
+    std::string piece;
+    if (i < 26) {
+      piece = "\xe2\x96\x81";
+      piece.push_back(static_cast<char>('a' + i));
+    } else {
+      piece.push_back(static_cast<char>('a' + (i - 26) % 26));
+      piece += std::to_string((i - 26) / 26);
+    }
+    tokens.push_back(piece);
+    types.push_back(1);
+  }
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = -static_cast<float>(i);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+}
+
 }  // namespace
 
 gguf::Writer make_tiny_model(const TinyModelSpec& s) {
@@ -69,6 +103,8 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
     w.set_u32(p + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
     w.set_u32(p + "attention.sliding_window_pattern", static_cast<uint32_t>(s.swa_pattern));
   }
+
+  if (s.with_tokenizer) add_tiny_vocabulary(w, s.n_vocab);
 
   TensorMaker make(w, s.seed);
   const int64_t q_dim = static_cast<int64_t>(s.n_heads) * s.head_dim;

@@ -26,6 +26,9 @@ struct TinyModelSpec {
   int32_t swa_pattern = 3;        // gemma3 only: every third layer is global
   bool qkv_bias = false;          // llama family: as Qwen 2 (architecture "qwen2")
   uint64_t seed = 1;
+  // Adds a SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, then letter pieces up
+  // to n_vocab (which must then be at least 260), so the model can be served end to end.
+  bool with_tokenizer = false;
 };
 
 // For readable parameterised test names and failure messages.

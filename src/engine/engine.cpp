@@ -1,0 +1,362 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "util/check.h"
+
+namespace mnemo {
+
+struct Engine::Step {
+  struct Item {
+    Sequence* seq;
+    int32_t start;
+    int32_t length;
+    bool sample;  // the run reaches the end of the sequence's tokens: sample the next one
+  };
+  std::vector<Item> items;
+  int32_t tokens = 0;
+};
+
+namespace {
+
+// Sequences are kept in FCFS order of (arrival, choice).
+bool earlier(const Sequence& a, const Sequence& b) {
+  return a.arrival != b.arrival ? a.arrival < b.arrival : a.choice < b.choice;
+}
+
+void insert_in_order(std::list<std::unique_ptr<Sequence>>& list, std::unique_ptr<Sequence> seq) {
+  auto it = std::find_if(list.begin(), list.end(), [&](const auto& other) { return earlier(*seq, *other); });
+  list.insert(it, std::move(seq));
+}
+
+// A per-choice seed: choices of one request must differ, yet each is reproducible.
+uint64_t choice_seed(uint64_t seed, int32_t choice) {
+  return choice == 0 ? seed : seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(choice));
+}
+
+}  // namespace
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineConfig config)
+    : model_(model),
+      tokenizer_(tokenizer),
+      config_(config),
+      pool_(config.threads),
+      kv_(model.kv_layout(config.block_size, config.kv_dtype), config.kv_blocks, config.host_swap_blocks) {
+  metrics_.update([&](MetricsSnapshot& m) { m.kv_blocks_total = config_.kv_blocks; });
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    stopping_ = true;
+  }
+  inbox_ready_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+double Engine::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
+  const int32_t context = model_.config().context_length;
+  const int32_t n_prompt = static_cast<int32_t>(request.prompt.size());
+  if (n_prompt == 0) return make_error("the prompt is empty");
+  for (TokenId t : request.prompt) {
+    if (t < 0 || t >= model_.n_vocab()) return make_error("prompt token {} is outside the vocabulary", t);
+  }
+  if (request.max_tokens < 1) return make_error("max_tokens must be at least 1");
+  if (request.n < 1 || request.n > 128) return make_error("n must be between 1 and 128");
+  if (n_prompt >= context) {
+    return make_error("the prompt has {} tokens; the model's context is {} tokens", n_prompt, context);
+  }
+  request.max_tokens = std::min(request.max_tokens, context - n_prompt);
+  // The request must fit in the pool on its own, or it could never run.
+  const int32_t bs = config_.block_size;
+  const int64_t needed = (n_prompt + bs - 1) / bs + static_cast<int64_t>(request.n) * ((request.max_tokens + bs - 1) / bs + 1);
+  if (needed > config_.kv_blocks) {
+    return make_error("the request needs {} KV blocks of {} tokens; the pool has {}", needed, bs, config_.kv_blocks);
+  }
+  MNEMO_RETURN_IF_ERROR(validate(request.sampling));
+  auto state = std::make_shared<RequestState>();
+  state->request = std::move(request);
+  state->stream = std::make_shared<RequestStream>();
+  state->arrival_seconds = now();
+  state->usage.prompt_tokens = n_prompt;
+  auto stream = state->stream;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    if (stopping_) return make_error("the engine is shutting down");
+    inbox_.push_back(std::move(state));
+  }
+  inbox_ready_.notify_one();
+  metrics_.update([&](MetricsSnapshot& m) {
+    ++m.requests_total;
+    m.prompt_tokens_total += static_cast<uint64_t>(n_prompt);
+  });
+  return stream;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(inbox_mutex_);
+      inbox_ready_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !running_.empty() || !waiting_.empty(); });
+      if (stopping_) break;
+    }
+    admit_new_requests();
+    handle_cancellations();
+    Step step;
+    if (plan_step(step)) {
+      run_step(step);
+    } else if (running_.empty() && !waiting_.empty()) {
+      // Nothing can run although the pool is empty: the head request cannot fit (submit()
+      // bounds requests by the pool, so this is a defence, not a path).
+      finish(*waiting_.front(), FinishReason::kError);
+    }
+    std::erase_if(running_, [](const auto& s) { return s->state == SequenceState::kFinished; });
+    std::erase_if(waiting_, [](const auto& s) { return s->state == SequenceState::kFinished; });
+    metrics_.update([&](MetricsSnapshot& m) {
+      m.running = static_cast<int64_t>(running_.size());
+      m.waiting = static_cast<int64_t>(waiting_.size());
+      m.kv_blocks_used = kv_.n_blocks() - kv_.n_free();
+    });
+  }
+  // Shutdown: whatever is left ends as cancelled.
+  admit_new_requests();
+  for (auto* list : {&running_, &waiting_}) {
+    for (auto& seq : *list) {
+      if (seq->state != SequenceState::kFinished) finish(*seq, FinishReason::kCancelled);
+    }
+    list->clear();
+  }
+}
+
+void Engine::admit_new_requests() {
+  std::deque<std::shared_ptr<RequestState>> incoming;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    incoming.swap(inbox_);
+  }
+  for (auto& state : incoming) {
+    // Choice 0 runs the prompt; the other choices are forked from it once the prompt's KV
+    // exists, sharing its blocks (SPEC V3).
+    auto seq = std::make_unique<Sequence>(state, 0, next_arrival_++, tokenizer_, state->request.stop);
+    seq->tokens = state->request.prompt;
+    seq->n_prompt = static_cast<int32_t>(seq->tokens.size());
+    seq->sampling = state->request.sampling;
+    waiting_.push_back(std::move(seq));
+  }
+}
+
+void Engine::handle_cancellations() {
+  for (auto* list : {&running_, &waiting_}) {
+    for (auto& seq : *list) {
+      if (seq->state != SequenceState::kFinished && seq->request->stream->cancelled()) {
+        finish(*seq, FinishReason::kCancelled);
+      }
+    }
+  }
+  std::erase_if(running_, [](const auto& s) { return s->state == SequenceState::kFinished; });
+  std::erase_if(waiting_, [](const auto& s) { return s->state == SequenceState::kFinished; });
+}
+
+bool Engine::grow(Sequence& seq, int32_t n_tokens) {
+  return kv_.prepare_write(seq.blocks, seq.n_computed, seq.n_computed + n_tokens);
+}
+
+// Preempts the latest-arrived running sequence other than `keep` (SPEC V5). False when `keep`
+// is itself the latest.
+bool Engine::preempt_latest(const Sequence* keep) {
+  if (running_.empty() || running_.back().get() == keep) return false;
+  preempt(std::prev(running_.end()));
+  return true;
+}
+
+// Moves a running sequence back to the waiting queue (SPEC V6): swapped to the host pool when it
+// has room (a copy is far cheaper than recomputing on this backend), else dropped for recompute.
+void Engine::preempt(std::list<std::unique_ptr<Sequence>>::iterator it) {
+  std::unique_ptr<Sequence> victim = std::move(*it);
+  running_.erase(it);
+  bool swapped = false;
+  if (!victim->blocks.empty() && kv_.swap_out(victim->blocks, victim->host_blocks)) {
+    victim->state = SequenceState::kSwapped;
+    swapped = true;
+  } else {
+    kv_.release(victim->blocks);
+    victim->n_computed = 0;
+    victim->state = SequenceState::kWaiting;
+  }
+  metrics_.update([&](MetricsSnapshot& m) {
+    ++m.preemptions_total;
+    m.swaps_total += swapped ? 1 : 0;
+  });
+  insert_in_order(waiting_, std::move(victim));
+}
+
+bool Engine::plan_step(Step& step) {
+  int32_t budget = config_.max_batch_tokens;
+  // 1. Running sequences, oldest first: decode tokens and unfinished prefill chunks.
+  for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
+    Sequence& seq = **it;
+    const int32_t n = std::min(seq.n_pending(), budget);
+    bool room = grow(seq, n);
+    while (!room && preempt_latest(&seq)) room = grow(seq, n);
+    if (!room) {
+      // seq is the latest itself: it yields its blocks to the older ones.
+      preempt(it++);
+      continue;
+    }
+    step.items.push_back({&seq, seq.n_computed, n, seq.n_computed + n == static_cast<int32_t>(seq.tokens.size())});
+    budget -= n;
+    ++it;
+  }
+  // 2. Waiting sequences, FCFS, while the budget, the running limit and the reserve allow.
+  const int32_t reserve = static_cast<int32_t>(config_.decode_reserve * static_cast<float>(kv_.n_blocks()));
+  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_running) {
+    Sequence& seq = *waiting_.front();
+    const int32_t n = std::min(seq.n_pending(), budget);
+    const int32_t swap_blocks = static_cast<int32_t>(seq.host_blocks.size());
+    const int32_t needed = swap_blocks + kv_.blocks_needed(seq.blocks, seq.n_computed, seq.n_computed + n) + 1;
+    if (!running_.empty() && kv_.n_free() - needed < reserve) break;
+    if (seq.state == SequenceState::kSwapped) {
+      if (!kv_.swap_in(seq.host_blocks, seq.blocks)) break;
+      seq.state = SequenceState::kWaiting;  // back on the device; it may still wait for room to grow
+    }
+    if (!grow(seq, n)) break;
+    seq.state = SequenceState::kRunning;
+    step.items.push_back({&seq, seq.n_computed, n, seq.n_computed + n == static_cast<int32_t>(seq.tokens.size())});
+    budget -= n;
+    std::unique_ptr<Sequence> moved = std::move(waiting_.front());
+    waiting_.pop_front();
+    insert_in_order(running_, std::move(moved));
+  }
+  step.tokens = config_.max_batch_tokens - budget;
+  return !step.items.empty();
+}
+
+void Engine::run_step(Step& step) {
+  Batch batch;
+  batch.sequences.reserve(step.items.size());
+  for (const Step::Item& item : step.items) {
+    SequenceInput in;
+    in.tokens.assign(item.seq->tokens.begin() + item.start, item.seq->tokens.begin() + item.start + item.length);
+    in.ranges = {{item.start, item.length}};
+    in.block_table = item.seq->blocks;
+    in.logits = item.sample ? LogitsFor::kLast : LogitsFor::kNone;
+    batch.sequences.push_back(std::move(in));
+  }
+  const Status status = model_.forward(batch, kv_.device(), pool_, output_);
+  metrics_.update([&](MetricsSnapshot& m) {
+    ++m.steps_total;
+    m.batch_tokens.observe(step.tokens);
+  });
+  if (!status.ok()) {
+    // A batch the model refuses is an engine bug; fail its requests rather than loop on it.
+    for (const Step::Item& item : step.items) finish(*item.seq, FinishReason::kError);
+    return;
+  }
+  for (size_t i = 0; i < step.items.size(); ++i) {
+    const Step::Item& item = step.items[i];
+    Sequence& seq = *item.seq;
+    seq.n_computed += item.length;
+    if (!item.sample || seq.state == SequenceState::kFinished) continue;
+    const float* logits = output_.last_row(i);
+    RequestState& state = *seq.request;
+    if (seq.choice == 0 && state.request.n > 1 && !state.forked) fork_choices(seq);
+    if (seq.choice == 0 && state.forked && seq.n_generated() == 0) {
+      // Every choice samples its first token from the shared prompt's logits.
+      for (auto& other : running_) {
+        if (other->request.get() == &state && other->choice != 0 && other->n_generated() == 0) {
+          const TokenId token = sampler_.sample(other->sampling, {logits, static_cast<size_t>(output_.n_vocab)},
+                                                other->tokens, 0);
+          emit_token(*other, token, logits);
+        }
+      }
+    }
+    const TokenId token = sampler_.sample(seq.sampling, {logits, static_cast<size_t>(output_.n_vocab)}, seq.tokens,
+                                          static_cast<uint64_t>(seq.n_generated()));
+    emit_token(seq, token, logits);
+  }
+}
+
+void Engine::fork_choices(Sequence& parent) {
+  RequestState& state = *parent.request;
+  state.forked = true;
+  for (int32_t c = 1; c < state.request.n; ++c) {
+    auto child = std::make_unique<Sequence>(parent.request, c, parent.arrival, tokenizer_, state.request.stop);
+    child->tokens = parent.tokens;
+    child->n_prompt = parent.n_prompt;
+    child->n_computed = parent.n_computed;
+    child->blocks = kv_.share(parent.blocks);
+    child->sampling = state.request.sampling;
+    child->sampling.seed = choice_seed(state.request.sampling.seed, c);
+    child->state = SequenceState::kRunning;
+    insert_in_order(running_, std::move(child));
+  }
+}
+
+void Engine::emit_token(Sequence& seq, TokenId token, const float* logits) {
+  RequestState& state = *seq.request;
+  const GenerationRequest& req = state.request;
+  const double t = now();
+  if (state.first_token_seconds < 0) {
+    state.first_token_seconds = t;
+    metrics_.update([&](MetricsSnapshot& m) { m.ttft_seconds.observe(t - state.arrival_seconds); });
+  } else if (seq.last_token_seconds >= 0) {
+    metrics_.update([&](MetricsSnapshot& m) { m.tpot_seconds.observe(t - seq.last_token_seconds); });
+  }
+  seq.last_token_seconds = t;
+  seq.tokens.push_back(token);
+  ++state.usage.completion_tokens;
+  metrics_.update([&](MetricsSnapshot& m) { ++m.generation_tokens_total; });
+
+  std::optional<Logprobs> logprobs;
+  if (req.top_logprobs >= 0) {
+    logprobs = sampler_.logprobs({logits, static_cast<size_t>(output_.n_vocab)}, token, req.top_logprobs);
+  }
+  if (!req.ignore_eos && tokenizer_.is_end_of_generation(token)) {
+    if (logprobs) state.stream->push(TokenDelta{seq.choice, seq.stop_matcher.flush(), token, logprobs});
+    finish(seq, FinishReason::kStop);
+    return;
+  }
+  const StopMatcher::Output out = seq.stop_matcher.push(seq.detokenizer.push(token));
+  if (!out.text.empty() || logprobs) state.stream->push(TokenDelta{seq.choice, out.text, token, logprobs});
+  if (out.stopped) {
+    finish(seq, FinishReason::kStop);
+  } else if (seq.n_generated() >= req.max_tokens ||
+             static_cast<int32_t>(seq.tokens.size()) >= model_.config().context_length) {
+    finish(seq, FinishReason::kLength);
+  }
+}
+
+void Engine::finish(Sequence& seq, FinishReason reason) {
+  if (seq.state == SequenceState::kFinished) return;
+  RequestState& state = *seq.request;
+  if (reason == FinishReason::kLength) {
+    // Text held back for a possible stop string or an incomplete character is output now.
+    std::string rest = seq.stop_matcher.push(seq.detokenizer.flush()).text + seq.stop_matcher.flush();
+    if (!rest.empty()) state.stream->push(TokenDelta{seq.choice, std::move(rest), -1, std::nullopt});
+  }
+  kv_.release(seq.blocks);
+  kv_.release_host(seq.host_blocks);
+  seq.state = SequenceState::kFinished;
+  state.stream->push(ChoiceFinished{seq.choice, reason});
+  ++state.choices_finished;
+  // Before the fork only choice 0 exists; a request that ends then ends with it.
+  const bool all_done = !state.forked || state.choices_finished == state.request.n;
+  if (all_done) {
+    RequestDone done{state.usage, reason == FinishReason::kError ? "the engine could not run this request" : ""};
+    state.stream->push(std::move(done));
+    metrics_.update([&](MetricsSnapshot& m) {
+      ++m.requests_finished;
+      m.requests_cancelled += reason == FinishReason::kCancelled ? 1 : 0;
+    });
+  }
+}
+
+}  // namespace mnemo

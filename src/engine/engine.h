@@ -1,0 +1,102 @@
+// The serving engine (SPEC V5, V6, P7): one thread owns every sequence. Each step it fills a
+// token budget with the decode tokens of running sequences and chunks of waiting prompts
+// (chunked prefill, FCFS admission), runs one forward pass over the ragged batch, samples, and
+// streams results. When the KV pool runs out, the latest-arrived sequences are preempted: swapped
+// to host memory when it has room, else dropped and recomputed later; either way their output
+// does not change (the forward pass is batch-invariant and sampling depends only on the seed,
+// the token's index and the logits).
+//
+// Other threads talk to it only through submit() and the RequestStream it returns.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/engine_metrics.h"
+#include "engine/kv_manager.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/result.h"
+#include "util/thread_pool.h"
+
+namespace mnemo {
+
+struct EngineConfig {
+  int32_t threads = 0;             // kernel worker threads (0: one per core)
+  int32_t block_size = 16;
+  int32_t kv_blocks = 4096;        // device pool size in blocks
+  int32_t host_swap_blocks = 4096;  // host pool for preempted sequences (0: recompute only)
+  int32_t max_batch_tokens = 512;  // tokens per forward pass
+  int32_t max_running = 32;        // sequences in the running set
+  // Admission of new prompts stops while free blocks would fall below this share of the pool,
+  // so running decodes keep room to grow (SPEC P9).
+  float decode_reserve = 0.10f;
+  DType kv_dtype = DType::F16;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const Tokenizer& tokenizer, EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates the request against the model and the pool (an Error names the problem) and
+  // queues it. Thread-safe.
+  Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
+
+  // Stops the engine thread: running requests are cancelled (finish reason "cancelled").
+  void shutdown();
+
+  const EngineConfig& config() const { return config_; }
+  const Model& model() const { return model_; }
+  MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+
+ private:
+  struct Step;  // one step's plan (engine.cpp)
+
+  void loop();
+  void admit_new_requests();
+  void handle_cancellations();
+  bool plan_step(Step& step);
+  bool grow(Sequence& seq, int32_t n_tokens);
+  bool preempt_latest(const Sequence* keep);
+  void preempt(std::list<std::unique_ptr<Sequence>>::iterator it);
+  void run_step(Step& step);
+  void fork_choices(Sequence& parent);
+  void emit_token(Sequence& seq, TokenId token, const float* logits);
+  void finish(Sequence& seq, FinishReason reason);
+  double now() const;
+
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  EngineConfig config_;
+  ThreadPool pool_;
+  KvManager kv_;
+  Sampler sampler_;
+  EngineMetrics metrics_;
+
+  // Engine thread only.
+  std::list<std::unique_ptr<Sequence>> running_;  // in arrival order
+  std::list<std::unique_ptr<Sequence>> waiting_;  // in arrival order (preempted ones return here)
+  uint64_t next_arrival_ = 0;
+  ForwardOutput output_;
+
+  std::mutex inbox_mutex_;
+  std::condition_variable inbox_ready_;
+  std::deque<std::shared_ptr<RequestState>> inbox_;  // guarded by inbox_mutex_
+  bool stopping_ = false;                             // guarded by inbox_mutex_
+  std::thread thread_;
+};
+
+}  // namespace mnemo

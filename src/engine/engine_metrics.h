@@ -1,0 +1,58 @@
+// Counters and histograms the engine updates and the HTTP server exports (/metrics). Written by
+// the engine thread, read by any thread: guarded by a mutex, snapshotted for reading.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace mnemo {
+
+struct Histogram {
+  std::vector<double> bounds;  // upper bounds of the buckets (the last bucket is +Inf)
+  std::vector<uint64_t> counts;
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double value);
+};
+
+struct MetricsSnapshot {
+  uint64_t requests_total = 0;
+  uint64_t requests_finished = 0;
+  uint64_t requests_cancelled = 0;
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generation_tokens_total = 0;
+  uint64_t prefix_cache_hit_tokens = 0;
+  uint64_t preemptions_total = 0;
+  uint64_t swaps_total = 0;
+  uint64_t steps_total = 0;
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_total = 0;
+  Histogram ttft_seconds;
+  Histogram tpot_seconds;
+  Histogram batch_tokens;
+};
+
+class EngineMetrics {
+ public:
+  EngineMetrics();
+  template <class F>
+  void update(F&& f) {
+    std::lock_guard lock(mutex_);
+    f(data_);
+  }
+  MetricsSnapshot snapshot() const {
+    std::lock_guard lock(mutex_);
+    return data_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  MetricsSnapshot data_;  // guarded by mutex_
+};
+
+}  // namespace mnemo

@@ -1,0 +1,77 @@
+// What a client asks the engine for, and the stream of results it gets back. The stream is the
+// only object shared between the engine thread and the caller's thread (an HTTP handler): the
+// engine pushes events, the caller pops them and may cancel.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/batch.h"
+
+namespace mnemo {
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 16;
+  int32_t n = 1;                   // parallel samples sharing the prompt's KV (SPEC V3)
+  std::vector<std::string> stop;   // stop strings, matched across token boundaries
+  bool ignore_eos = false;         // keep generating past end-of-generation tokens
+  int32_t top_logprobs = -1;       // -1: no logprobs; else alternatives per token (0..20)
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason reason);
+
+struct RequestUsage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens whose KV was reused instead of computed
+};
+
+// New text (and the token that completed it) for one choice.
+struct TokenDelta {
+  int32_t choice = 0;
+  std::string text;
+  TokenId token = -1;
+  std::optional<Logprobs> logprobs;
+};
+struct ChoiceFinished {
+  int32_t choice = 0;
+  FinishReason reason = FinishReason::kStop;
+};
+// The request is over: every choice finished (or it failed: `error` set).
+struct RequestDone {
+  RequestUsage usage;
+  std::string error;
+};
+using StreamEvent = std::variant<TokenDelta, ChoiceFinished, RequestDone>;
+
+class RequestStream {
+ public:
+  // Caller side. Blocks until an event arrives or the timeout passes (nullopt).
+  std::optional<StreamEvent> next(std::chrono::milliseconds timeout);
+  // Asks the engine to stop this request and free its KV at its next step.
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }  // relaxed: polled once per step
+
+  // Engine side.
+  void push(StreamEvent event);
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<StreamEvent> events_;  // guarded by mutex_
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace mnemo

@@ -1,0 +1,62 @@
+// One sequence the engine runs: a request's prompt plus what it generated so far. Owned by the
+// engine thread alone.
+//
+//   tokens:  [ prompt ............ | generated ...... ]
+//   KV:      [ computed (n_computed) ........ | to run ]
+//
+// Every step runs some of the tokens after n_computed (a prefill chunk, a single decode token,
+// or a recompute after preemption: one rule). When the run reaches the end of `tokens`, the
+// logits of the last token are sampled and the new token appended.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/stop_matcher.h"
+#include "kv/kv_layout.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mnemo {
+
+struct RequestState;
+
+enum class SequenceState { kWaiting, kRunning, kSwapped, kFinished };
+
+struct Sequence {
+  Sequence(std::shared_ptr<RequestState> request_state, int32_t choice_index, uint64_t arrival_order,
+           const Tokenizer& tokenizer, std::vector<std::string> stops);
+
+  std::shared_ptr<RequestState> request;
+  int32_t choice = 0;
+  uint64_t arrival = 0;  // FCFS order; the latest arrivals are preempted first (SPEC V5)
+  SequenceState state = SequenceState::kWaiting;
+
+  std::vector<TokenId> tokens;
+  int32_t n_prompt = 0;
+  int32_t n_computed = 0;
+  std::vector<BlockId> blocks;       // device blocks covering [0, n_computed)
+  std::vector<BlockId> host_blocks;  // while swapped out
+  SamplingParams sampling;           // seeded per choice
+
+  StreamingDetokenizer detokenizer;
+  StopMatcher stop_matcher;
+  double last_token_seconds = -1;  // for time-per-output-token
+
+  int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+  int32_t n_pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+};
+
+// What the engine keeps per request, shared by its sequences (n > 1 samples).
+struct RequestState {
+  GenerationRequest request;
+  std::shared_ptr<RequestStream> stream;
+  RequestUsage usage;
+  int32_t choices_finished = 0;
+  bool forked = false;  // choices 1..n-1 created (after the shared prompt was computed)
+  double arrival_seconds = 0;
+  double first_token_seconds = -1;
+};
+
+}  // namespace mnemo

@@ -1,0 +1,179 @@
+#include "server/completion.h"
+
+#include <chrono>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}-{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+std::string sse(const json& payload) { return "data: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+
+json token_bytes(const std::string& piece) {
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+}  // namespace
+
+Completion::Completion(Endpoint endpoint, std::string model_id, ParsedRequest request,
+                       std::shared_ptr<RequestStream> stream, const Tokenizer& tokenizer)
+    : endpoint_(endpoint),
+      model_id_(std::move(model_id)),
+      id_(random_id(endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl")),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
+      request_(std::move(request)),
+      stream_(std::move(stream)),
+      tokenizer_(tokenizer) {}
+
+json Completion::usage_json() const {
+  return {{"prompt_tokens", usage_.prompt_tokens},
+          {"completion_tokens", usage_.completion_tokens},
+          {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage_.cached_tokens}}}};
+}
+
+json Completion::logprobs_json(const TokenDelta& delta) const {
+  const Logprobs& lp = *delta.logprobs;
+  const std::string piece = tokenizer_.token_to_piece(lp.chosen.token, true);
+  if (endpoint_ == Endpoint::kChat) {
+    json top = json::array();
+    for (const TokenLogprob& alt : lp.top) {
+      const std::string alt_piece = tokenizer_.token_to_piece(alt.token, true);
+      top.push_back({{"token", alt_piece}, {"logprob", alt.logprob}, {"bytes", token_bytes(alt_piece)}});
+    }
+    return {{"token", piece}, {"logprob", lp.chosen.logprob}, {"bytes", token_bytes(piece)}, {"top_logprobs", top}};
+  }
+  json top = json::object();
+  for (const TokenLogprob& alt : lp.top) top[tokenizer_.token_to_piece(alt.token, true)] = alt.logprob;
+  return {{"token", piece}, {"logprob", lp.chosen.logprob}, {"top", top}};
+}
+
+json Completion::chunk(json choices) const {
+  return {{"id", id_},
+          {"object", endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_id_},
+          {"choices", std::move(choices)}};
+}
+
+json Completion::run_to_completion() {
+  const int32_t n = request_.generation.n;
+  std::vector<std::string> texts(static_cast<size_t>(n));
+  std::vector<std::string> reasons(static_cast<size_t>(n), "stop");
+  std::vector<json> logprobs(static_cast<size_t>(n), json::array());
+  std::string error;
+  for (;;) {
+    auto event = stream_->next(std::chrono::milliseconds(1000));
+    if (!event) continue;
+    if (auto* delta = std::get_if<TokenDelta>(&*event)) {
+      texts[static_cast<size_t>(delta->choice)] += delta->text;
+      if (delta->logprobs) logprobs[static_cast<size_t>(delta->choice)].push_back(logprobs_json(*delta));
+    } else if (auto* finished = std::get_if<ChoiceFinished>(&*event)) {
+      reasons[static_cast<size_t>(finished->choice)] = finish_reason_name(finished->reason);
+    } else if (auto* done = std::get_if<RequestDone>(&*event)) {
+      usage_ = done->usage;
+      error = done->error;
+      break;
+    }
+  }
+  json choices = json::array();
+  for (int32_t i = 0; i < n; ++i) {
+    const auto idx = static_cast<size_t>(i);
+    json choice = {{"index", i}, {"finish_reason", reasons[idx]}};
+    json lp = nullptr;
+    if (request_.logprobs) {
+      if (endpoint_ == Endpoint::kChat) {
+        lp = {{"content", logprobs[idx]}};
+      } else {
+        lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
+        for (const json& entry : logprobs[idx]) {
+          lp["tokens"].push_back(entry["token"]);
+          lp["token_logprobs"].push_back(entry["logprob"]);
+          lp["top_logprobs"].push_back(entry["top"]);
+        }
+      }
+    }
+    choice["logprobs"] = lp;
+    if (endpoint_ == Endpoint::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", texts[idx]}};
+    } else {
+      choice["text"] = texts[idx];
+    }
+    choices.push_back(std::move(choice));
+  }
+  json response = {{"id", id_},
+                   {"object", endpoint_ == Endpoint::kChat ? "chat.completion" : "text_completion"},
+                   {"created", created_},
+                   {"model", model_id_},
+                   {"choices", std::move(choices)},
+                   {"usage", usage_json()}};
+  if (!error.empty()) response["error"] = {{"message", error}, {"type", "server_error"}};
+  return response;
+}
+
+std::string Completion::next_events(bool& done) {
+  done = false;
+  std::string out;
+  if (endpoint_ == Endpoint::kChat && !role_sent_) {
+    role_sent_ = true;
+    json choices = json::array();
+    for (int32_t i = 0; i < request_.generation.n; ++i) {
+      choices.push_back({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+    }
+    out += sse(chunk(std::move(choices)));
+  }
+  // Drain what is ready (at most a short wait, so the caller can notice a closed connection).
+  for (auto event = stream_->next(std::chrono::milliseconds(100)); event; event = stream_->next(std::chrono::milliseconds(0))) {
+    if (auto* delta = std::get_if<TokenDelta>(&*event)) {
+      json lp = nullptr;
+      if (delta->logprobs) {
+        json entry = logprobs_json(*delta);
+        if (endpoint_ == Endpoint::kChat) {
+          lp = {{"content", json::array({entry})}};
+        } else {
+          lp = {{"tokens", {entry["token"]}}, {"token_logprobs", {entry["logprob"]}}, {"top_logprobs", {entry["top"]}}};
+        }
+      }
+      json choice = {{"index", delta->choice}, {"logprobs", lp}, {"finish_reason", nullptr}};
+      if (endpoint_ == Endpoint::kChat) {
+        choice["delta"] = {{"content", delta->text}};
+      } else {
+        choice["text"] = delta->text;
+      }
+      out += sse(chunk(json::array({choice})));
+    } else if (auto* finished = std::get_if<ChoiceFinished>(&*event)) {
+      json choice = {{"index", finished->choice}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(finished->reason)}};
+      if (endpoint_ == Endpoint::kChat) {
+        choice["delta"] = json::object();
+      } else {
+        choice["text"] = "";
+      }
+      out += sse(chunk(json::array({choice})));
+    } else if (auto* end = std::get_if<RequestDone>(&*event)) {
+      usage_ = end->usage;
+      if (!end->error.empty()) out += sse({{"error", {{"message", end->error}, {"type", "server_error"}}}});
+      if (request_.include_usage) {
+        json last = chunk(json::array());
+        last["usage"] = usage_json();
+        out += sse(last);
+      }
+      out += "data: [DONE]\n\n";
+      done = true;
+      finished_ = true;
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace mnemo::server

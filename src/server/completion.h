@@ -1,0 +1,51 @@
+// Runs one chat-completion or completion request against the engine and shapes its results as
+// OpenAI does: whole JSON responses, or server-sent-event chunks ending with "data: [DONE]".
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "server/api_error.h"
+#include "server/openai_request.h"
+
+namespace mnemo::server {
+
+enum class Endpoint { kChat, kCompletions };
+
+class Completion {
+ public:
+  Completion(Endpoint endpoint, std::string model_id, ParsedRequest request, std::shared_ptr<RequestStream> stream,
+             const Tokenizer& tokenizer);
+
+  // Whole response: waits for the request to finish.
+  nlohmann::json run_to_completion();
+  // Streaming: returns the next SSE payload(s) to write ("" while nothing is ready yet), and
+  // sets `done` after the final "data: [DONE]".
+  std::string next_events(bool& done);
+
+  void cancel() { stream_->cancel(); }
+  bool streaming() const { return request_.stream; }
+
+ private:
+  nlohmann::json chunk(nlohmann::json choices) const;
+  nlohmann::json usage_json() const;
+  nlohmann::json logprobs_json(const TokenDelta& delta) const;
+
+  Endpoint endpoint_;
+  std::string model_id_;
+  std::string id_;
+  int64_t created_;
+  ParsedRequest request_;
+  std::shared_ptr<RequestStream> stream_;
+  const Tokenizer& tokenizer_;
+  RequestUsage usage_;
+  bool role_sent_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace mnemo::server

@@ -1,0 +1,196 @@
+#include "server/openai_request.h"
+
+#include <fmt/format.h>
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+// Reads optional fields with type and range checks; the first problem wins.
+class FieldReader {
+ public:
+  explicit FieldReader(const json& body) : body_(body) {}
+
+  bool failed() const { return error_.has_value(); }
+  ApiError error() const { return *error_; }
+
+  const json* find(const char* name) const {
+    const auto it = body_.find(name);
+    return it == body_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  void number(const char* name, float& out, double lo, double hi) {
+    const json* v = find(name);
+    if (v == nullptr || failed()) return;
+    if (!v->is_number()) return fail(fmt::format("'{}' must be a number", name), name);
+    const double d = v->get<double>();
+    if (d < lo || d > hi) return fail(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
+    out = static_cast<float>(d);
+  }
+
+  bool integer(const char* name, int32_t& out, int64_t lo, int64_t hi) {
+    const json* v = find(name);
+    if (v == nullptr || failed()) return false;
+    if (!v->is_number_integer()) {
+      fail(fmt::format("'{}' must be an integer", name), name);
+      return false;
+    }
+    const int64_t i = v->get<int64_t>();
+    if (i < lo || i > hi) {
+      fail(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
+      return false;
+    }
+    out = static_cast<int32_t>(i);
+    return true;
+  }
+
+  void boolean(const char* name, bool& out) {
+    const json* v = find(name);
+    if (v == nullptr || failed()) return;
+    if (!v->is_boolean()) return fail(fmt::format("'{}' must be a boolean", name), name);
+    out = v->get<bool>();
+  }
+
+  void fail(std::string message, std::string param) {
+    if (!error_) error_ = bad_request(std::move(message), std::move(param));
+  }
+
+ private:
+  const json& body_;
+  std::optional<ApiError> error_;
+};
+
+void read_stop(FieldReader& r, std::vector<std::string>& out) {
+  const json* v = r.find("stop");
+  if (v == nullptr) return;
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > 16) return r.fail("'stop' may hold at most 16 strings", "stop");
+    for (const json& s : *v) {
+      if (!s.is_string()) return r.fail("'stop' must be a string or an array of strings", "stop");
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    r.fail("'stop' must be a string or an array of strings", "stop");
+  }
+}
+
+void read_messages(FieldReader& r, std::vector<ChatMessage>& out) {
+  const json* v = r.find("messages");
+  if (v == nullptr) return r.fail("'messages' is required", "messages");
+  if (!v->is_array() || v->empty()) return r.fail("'messages' must be a non-empty array", "messages");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return r.fail(where + " must be an object", where);
+    const auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return r.fail(where + ".role must be a string", where + ".role");
+    ChatMessage message{role->get<std::string>(), ""};
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+        message.role != "developer" && message.role != "tool") {
+      return r.fail(fmt::format("{}.role '{}' is not one of system, developer, user, assistant, tool", where, message.role),
+                    where + ".role");
+    }
+    if (message.role == "developer") message.role = "system";
+    const auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      // An assistant message may carry no content (tool calls); nothing to render.
+    } else if (content->is_string()) {
+      message.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const json& part : *content) {
+        const auto type = part.find("type");
+        const auto text = part.find("text");
+        if (!part.is_object() || type == part.end() || *type != "text" || text == part.end() || !text->is_string()) {
+          return r.fail(where + ".content parts must be {\"type\": \"text\", \"text\": ...}", where + ".content");
+        }
+        message.content += text->get<std::string>();
+      }
+    } else {
+      return r.fail(where + ".content must be a string or an array of text parts", where + ".content");
+    }
+    out.push_back(std::move(message));
+  }
+}
+
+void read_prompt(FieldReader& r, ParsedRequest& out) {
+  const json* v = r.find("prompt");
+  if (v == nullptr) return r.fail("'prompt' is required", "prompt");
+  if (v->is_string()) {
+    out.prompt_text = v->get<std::string>();
+  } else if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) {
+    out.prompt_text = (*v)[0].get<std::string>();
+  } else if (v->is_array() && !v->empty() && std::all_of(v->begin(), v->end(), [](const json& t) { return t.is_number_integer(); })) {
+    for (const json& t : *v) out.prompt_tokens.push_back(t.get<TokenId>());
+  } else {
+    r.fail("'prompt' must be a string, a one-element array of strings, or an array of token ids", "prompt");
+  }
+}
+
+}  // namespace
+
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat) {
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return bad_request("the request body is not valid JSON");
+  if (!parsed.is_object()) return bad_request("the request body must be a JSON object");
+  FieldReader r(parsed);
+  ParsedRequest out;
+  GenerationRequest& g = out.generation;
+  if (const json* model = r.find("model")) {
+    if (!model->is_string()) return bad_request("'model' must be a string", "model");
+    out.model = model->get<std::string>();
+  }
+  if (chat) {
+    read_messages(r, out.messages);
+  } else {
+    read_prompt(r, out);
+  }
+  r.boolean("stream", out.stream);
+  if (const json* options = r.find("stream_options")) {
+    if (!options->is_object()) return bad_request("'stream_options' must be an object", "stream_options");
+    FieldReader o(*options);
+    o.boolean("include_usage", out.include_usage);
+    if (o.failed()) return o.error();
+  }
+  constexpr int32_t kMaxTokens = 1 << 20;
+  out.max_tokens_given = r.integer("max_tokens", g.max_tokens, 1, kMaxTokens);
+  out.max_tokens_given = r.integer("max_completion_tokens", g.max_tokens, 1, kMaxTokens) || out.max_tokens_given;
+  g.sampling.temperature = 1.0f;
+  r.number("temperature", g.sampling.temperature, 0.0, 2.0);
+  r.number("top_p", g.sampling.top_p, 0.0, 1.0);
+  r.integer("top_k", g.sampling.top_k, 0, 1 << 20);
+  r.number("min_p", g.sampling.min_p, 0.0, 1.0);
+  r.number("presence_penalty", g.sampling.presence_penalty, -2.0, 2.0);
+  r.number("frequency_penalty", g.sampling.frequency_penalty, -2.0, 2.0);
+  r.number("repetition_penalty", g.sampling.repetition_penalty, 0.0, 10.0);
+  r.integer("n", g.n, 1, 128);
+  r.boolean("ignore_eos", g.ignore_eos);
+  if (const json* seed = r.find("seed")) {
+    if (!seed->is_number_integer()) return bad_request("'seed' must be an integer", "seed");
+    g.sampling.seed = static_cast<uint64_t>(seed->get<int64_t>());
+  } else {
+    g.sampling.seed = 0x5eed5eed5eedull;  // reproducible by default, like llama.cpp's fixed default
+  }
+  read_stop(r, g.stop);
+  if (chat) {
+    r.boolean("logprobs", out.logprobs);
+    int32_t top = 0;
+    const bool has_top = r.integer("top_logprobs", top, 0, 20);
+    if (has_top && !out.logprobs) r.fail("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+    if (out.logprobs) g.top_logprobs = top;
+  } else if (const json* lp = r.find("logprobs")) {
+    int32_t top = 0;
+    if (lp->is_boolean()) {
+      out.logprobs = lp->get<bool>();
+    } else if (r.integer("logprobs", top, 0, 5)) {
+      out.logprobs = true;
+    }
+    if (out.logprobs) g.top_logprobs = top;
+  }
+  if (r.failed()) return r.error();
+  return out;
+}
+
+}  // namespace mnemo::server

@@ -1,0 +1,34 @@
+// Parsing of OpenAI request bodies (chat completions and completions) into what the engine
+// runs. Unknown fields are ignored, as OpenAI does; fields of the wrong type or out of range are
+// rejected with an ApiError naming them.
+#pragma once
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_template.h"
+#include "engine/request.h"
+#include "server/api_error.h"
+
+namespace mnemo::server {
+
+struct ParsedRequest {
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  GenerationRequest generation;          // everything but the prompt tokens
+  bool max_tokens_given = false;
+  std::vector<ChatMessage> messages;     // chat
+  std::string prompt_text;               // completions, as text
+  std::vector<TokenId> prompt_tokens;    // completions, given as token ids
+};
+
+// `chat` selects the chat-completions schema (messages, logprobs as bool + top_logprobs) over
+// the completions one (prompt, logprobs as an integer).
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat);
+
+}  // namespace mnemo::server

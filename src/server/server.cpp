@@ -1,0 +1,196 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/completion.h"
+#include "server/metrics_text.h"
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+void send_error(httplib::Response& res, const ApiError& error) {
+  res.status = error.status;
+  res.set_content(error.to_json().dump(), "application/json");
+}
+
+std::string token_text_or_empty(const Tokenizer& tokenizer, TokenId id) {
+  return id >= 0 ? std::string(tokenizer.token_text(id)) : std::string();
+}
+
+}  // namespace
+
+Server::Server(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template, ServerConfig config)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      chat_template_(std::move(chat_template)),
+      config_(std::move(config)),
+      http_(std::make_unique<httplib::Server>()) {
+  install_routes();
+}
+
+Server::~Server() = default;
+
+Status Server::bind() {
+  if (config_.port == 0) {
+    bound_port_ = http_->bind_to_any_port(config_.host);
+  } else {
+    bound_port_ = http_->bind_to_port(config_.host, config_.port) ? config_.port : -1;
+  }
+  if (bound_port_ <= 0) return make_error("cannot listen on {}:{}", config_.host, config_.port);
+  return ok_status();
+}
+
+void Server::serve() { http_->listen_after_bind(); }
+
+void Server::stop() { http_->stop(); }
+
+void Server::install_routes() {
+  httplib::Server& http = *http_;
+  const int threads = config_.http_threads;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_payload_max_length(config_.max_body_bytes);
+  http.set_read_timeout(std::chrono::seconds(30));
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (config_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") != "Bearer " + config_.api_key) {
+      send_error(res, ApiError{401, "Incorrect or missing API key (Authorization: Bearer ...).", "invalid_request_error", "",
+                               "invalid_api_key"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = "error";
+    if (res.status == 404) message = "no route for " + req.method + " " + req.path;
+    if (res.status == 413) message = "the request body is too large";
+    if (res.status == 400) message = "malformed HTTP request";
+    send_error(res, ApiError{res.status, message, res.status >= 500 ? "server_error" : "invalid_request_error", "", ""});
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string message = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError{500, message, "server_error", "", ""});
+  });
+
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render_metrics(engine_.metrics()), "text/plain; version=0.0.4");
+  });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const json models = {{"object", "list"},
+                         {"data", json::array({{{"id", config_.model_id},
+                                                {"object", "model"},
+                                                {"created", 0},
+                                                {"owned_by", "mnemo"},
+                                                {"context_length", engine_.model().config().context_length}}})}};
+    res.set_content(models.dump(), "application/json");
+  });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generation(req, res, Endpoint::kChat);
+  });
+  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generation(req, res, Endpoint::kCompletions);
+  });
+  if (!config_.ui_dir.empty() && std::filesystem::is_directory(config_.ui_dir)) {
+    http.set_mount_point("/", config_.ui_dir);
+  }
+}
+
+void Server::handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  auto parsed = parse_request(req.body, endpoint == Endpoint::kChat);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+  ParsedRequest request = std::move(std::get<ParsedRequest>(parsed));
+  if (!request.model.empty() && request.model != config_.model_id) {
+    return send_error(res, ApiError{404, "The model '" + request.model + "' does not exist; this server serves '" +
+                                             config_.model_id + "'.",
+                                    "invalid_request_error", "model", "model_not_found"});
+  }
+
+  // The prompt, as tokens.
+  std::vector<TokenId> prompt;
+  if (endpoint == Endpoint::kChat) {
+    ChatTemplateOptions options;
+    options.bos_token = token_text_or_empty(tokenizer_, tokenizer_.bos());
+    options.eos_token = token_text_or_empty(tokenizer_, tokenizer_.eos());
+    options.add_generation_prompt = true;
+    auto text = chat_template_.render(request.messages, options);
+    if (!text.ok()) return send_error(res, bad_request(text.error().message(), "messages"));
+    // The template writes the BOS text itself.
+    prompt = tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+  } else if (!request.prompt_tokens.empty()) {
+    prompt = request.prompt_tokens;
+  } else {
+    prompt = tokenizer_.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+  }
+  const int32_t context = engine_.model().config().context_length;
+  const int32_t n_prompt = static_cast<int32_t>(prompt.size());
+  const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  if (n_prompt >= context) {
+    return send_error(res, bad_request(fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens.",
+                                                   context, n_prompt),
+                                       prompt_field));
+  }
+  GenerationRequest& g = request.generation;
+  if (request.max_tokens_given && n_prompt + g.max_tokens > context) {
+    return send_error(res, bad_request(fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                                                   "tokens ({} in the prompt, {} for the completion).",
+                                                   context, n_prompt + g.max_tokens, n_prompt, g.max_tokens),
+                                       "max_tokens"));
+  }
+  if (!request.max_tokens_given) g.max_tokens = context - n_prompt;
+  g.prompt = std::move(prompt);
+
+  if (in_flight_.fetch_add(1) >= config_.max_connections) {
+    in_flight_.fetch_sub(1);
+    return send_error(res, ApiError{429, "Too many concurrent requests; retry later.", "rate_limit_error", "", "rate_limit_exceeded"});
+  }
+  // Released when the request is fully answered (after the last streamed byte, too).
+  auto in_flight_guard = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
+
+  auto stream = engine_.submit(g);
+  if (!stream.ok()) return send_error(res, bad_request(stream.error().message()));
+  auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), *stream, tokenizer_);
+  if (!completion->streaming()) {
+    res.set_content(completion->run_to_completion().dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [completion, in_flight_guard](size_t, httplib::DataSink& sink) {
+        if (!sink.is_writable()) {
+          completion->cancel();
+          return false;
+        }
+        bool done = false;
+        const std::string events = completion->next_events(done);
+        if (!events.empty() && !sink.write(events.data(), events.size())) {
+          completion->cancel();
+          return false;
+        }
+        if (done) sink.done();
+        return true;
+      },
+      [completion](bool success) {
+        // The client went away before the end: cancel, so the engine frees the KV next step.
+        if (!success) completion->cancel();
+      });
+}
+
+}  // namespace mnemo::server

@@ -1,0 +1,278 @@
+// The serving engine on a tiny synthetic model: outputs do not depend on what else runs, on
+// chunked prefill, or on preemption (swap or recompute); n > 1 shares the prompt; cancellation
+// frees the pool; finish reasons and usage are right.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "support/tiny_model.h"
+
+namespace mnemo {
+namespace {
+
+using testing::TinyModelSpec;
+
+struct Outcome {
+  std::vector<std::vector<TokenId>> tokens;  // per choice
+  std::vector<std::string> text;
+  std::vector<FinishReason> reasons;
+  RequestUsage usage;
+  std::string error;
+};
+
+Outcome collect(RequestStream& stream) {
+  Outcome r;
+  for (;;) {
+    auto event = stream.next(std::chrono::milliseconds(30000));
+    if (!event) {
+      ADD_FAILURE() << "timed out waiting for the engine";
+      return r;
+    }
+    if (auto* d = std::get_if<TokenDelta>(&*event)) {
+      const auto c = static_cast<size_t>(d->choice);
+      if (r.tokens.size() <= c) r.tokens.resize(c + 1), r.text.resize(c + 1), r.reasons.resize(c + 1);
+      if (d->token >= 0) r.tokens[c].push_back(d->token);
+      r.text[c] += d->text;
+    } else if (auto* f = std::get_if<ChoiceFinished>(&*event)) {
+      const auto c = static_cast<size_t>(f->choice);
+      if (r.tokens.size() <= c) r.tokens.resize(c + 1), r.text.resize(c + 1), r.reasons.resize(c + 1);
+      r.reasons[c] = f->reason;
+    } else if (auto* done = std::get_if<RequestDone>(&*event)) {
+      r.usage = done->usage;
+      r.error = done->error;
+      return r;
+    }
+  }
+}
+
+GenerationRequest make_request(uint32_t seed, int32_t prompt_len, int32_t max_tokens, float temperature) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<TokenId> dist(3, 299);
+  GenerationRequest r;
+  r.prompt.push_back(1);
+  for (int32_t i = 1; i < prompt_len; ++i) r.prompt.push_back(dist(rng));
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.ignore_eos = true;
+  r.top_logprobs = 0;  // every token arrives as its own event, with its id
+  return r;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    TinyModelSpec spec;
+    spec.n_vocab = 300;
+    spec.with_tokenizer = true;
+    spec.context_length = 256;
+    const std::string path = testing::write_tiny_model(spec, "engine");
+    auto model = Model::load(path);
+    ASSERT_TRUE(model.ok()) << model.error().message();
+    std::remove(path.c_str());
+    model_ = std::move(*model).release();
+    auto tokenizer = Tokenizer::from_gguf(model_->file());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message();
+    tokenizer_ = std::move(*tokenizer).release();
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete model_;
+  }
+
+  static std::vector<Outcome> run_all(const EngineConfig& config, const std::vector<GenerationRequest>& requests,
+                                     MetricsSnapshot* metrics = nullptr) {
+    Engine engine(*model_, *tokenizer_, config);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : requests) {
+      auto s = engine.submit(r);
+      EXPECT_TRUE(s.ok()) << s.error().message();
+      streams.push_back(*s);
+    }
+    std::vector<Outcome> results;
+    for (auto& s : streams) results.push_back(collect(*s));
+    if (metrics != nullptr) *metrics = engine.metrics();
+    return results;
+  }
+
+  static EngineConfig roomy() {
+    EngineConfig c;
+    c.threads = 2;
+    c.block_size = 4;
+    c.kv_blocks = 1024;
+    c.host_swap_blocks = 0;
+    c.max_batch_tokens = 64;
+    c.max_running = 32;
+    return c;
+  }
+
+  static Model* model_;
+  static Tokenizer* tokenizer_;
+};
+Model* EngineTest::model_ = nullptr;
+Tokenizer* EngineTest::tokenizer_ = nullptr;
+
+std::vector<GenerationRequest> mixed_requests(int count) {
+  std::vector<GenerationRequest> out;
+  for (int i = 0; i < count; ++i) {
+    out.push_back(make_request(static_cast<uint32_t>(100 + i), 5 + (i * 7) % 40, 12 + i % 9, i % 3 == 0 ? 0.0f : 0.9f));
+  }
+  return out;
+}
+
+void expect_same_outputs(const std::vector<Outcome>& a, const std::vector<Outcome>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << what << ": request " << i;
+    EXPECT_EQ(a[i].text, b[i].text) << what << ": request " << i;
+  }
+}
+
+TEST_F(EngineTest, OutputIsTheSameAloneOrAmongConcurrentRequests) {
+  const auto requests = mixed_requests(12);
+  std::vector<Outcome> alone;
+  for (const auto& r : requests) alone.push_back(run_all(roomy(), {r})[0]);
+  const auto together = run_all(roomy(), requests);
+  expect_same_outputs(alone, together, "concurrent");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(together[i].tokens[0].size(), static_cast<size_t>(requests[i].max_tokens));
+    EXPECT_EQ(together[i].reasons[0], FinishReason::kLength);
+    EXPECT_EQ(together[i].usage.prompt_tokens, static_cast<int32_t>(requests[i].prompt.size()));
+    EXPECT_EQ(together[i].usage.completion_tokens, requests[i].max_tokens);
+  }
+}
+
+TEST_F(EngineTest, ChunkedPrefillDoesNotChangeOutput) {
+  const auto requests = mixed_requests(6);
+  EngineConfig small_chunks = roomy();
+  small_chunks.max_batch_tokens = 5;
+  expect_same_outputs(run_all(roomy(), requests), run_all(small_chunks, requests), "chunked");
+}
+
+TEST_F(EngineTest, PreemptionByRecomputeDoesNotChangeOutput) {
+  const auto requests = mixed_requests(10);
+  EngineConfig tight = roomy();
+  tight.kv_blocks = 40;  // 160 tokens for 10 requests of up to ~65 tokens each
+  tight.decode_reserve = 0.0f;
+  MetricsSnapshot m;
+  const auto constrained = run_all(tight, requests, &m);
+  EXPECT_GT(m.preemptions_total, 0u);
+  EXPECT_EQ(m.swaps_total, 0u);
+  expect_same_outputs(run_all(roomy(), requests), constrained, "recompute");
+}
+
+TEST_F(EngineTest, PreemptionBySwapDoesNotChangeOutput) {
+  const auto requests = mixed_requests(10);
+  EngineConfig tight = roomy();
+  tight.kv_blocks = 40;
+  tight.host_swap_blocks = 400;
+  tight.decode_reserve = 0.0f;
+  MetricsSnapshot m;
+  const auto constrained = run_all(tight, requests, &m);
+  EXPECT_GT(m.swaps_total, 0u);
+  expect_same_outputs(run_all(roomy(), requests), constrained, "swap");
+}
+
+TEST_F(EngineTest, ParallelSamplesShareThePromptAndDiffer) {
+  GenerationRequest r = make_request(7, 30, 16, 1.0f);
+  r.n = 4;
+  MetricsSnapshot m;
+  const Outcome together = run_all(roomy(), {r}, &m)[0];
+  ASSERT_EQ(together.tokens.size(), 4u);
+  EXPECT_EQ(m.prompt_tokens_total, 30u);
+  for (const auto& t : together.tokens) EXPECT_EQ(t.size(), 16u);
+  // Distinct choices differ, and each is reproducible on its own.
+  EXPECT_NE(together.tokens[0], together.tokens[1]);
+  EXPECT_NE(together.tokens[1], together.tokens[2]);
+  EXPECT_EQ(run_all(roomy(), {r})[0].tokens, together.tokens);
+  // Choice 0 of an n=4 request equals the same request with n=1.
+  GenerationRequest single = r;
+  single.n = 1;
+  EXPECT_EQ(run_all(roomy(), {single})[0].tokens[0], together.tokens[0]);
+  EXPECT_EQ(together.usage.completion_tokens, 64);
+}
+
+TEST_F(EngineTest, GreedyParallelSamplesAreIdentical) {
+  GenerationRequest r = make_request(8, 21, 10, 0.0f);
+  r.n = 3;
+  const Outcome result = run_all(roomy(), {r})[0];
+  ASSERT_EQ(result.tokens.size(), 3u);
+  EXPECT_EQ(result.tokens[0], result.tokens[1]);
+  EXPECT_EQ(result.tokens[0], result.tokens[2]);
+}
+
+TEST_F(EngineTest, CancelledRequestFreesItsBlocks) {
+  Engine engine(*model_, *tokenizer_, roomy());
+  GenerationRequest r = make_request(9, 20, 200, 0.5f);
+  auto stream = engine.submit(r);
+  ASSERT_TRUE(stream.ok());
+  // Wait for the first tokens, then cancel.
+  int tokens = 0;
+  while (tokens < 3) {
+    auto event = (*stream)->next(std::chrono::milliseconds(10000));
+    ASSERT_TRUE(event.has_value());
+    if (std::holds_alternative<TokenDelta>(*event)) ++tokens;
+  }
+  (*stream)->cancel();
+  const Outcome rest = collect(**stream);
+  ASSERT_FALSE(rest.reasons.empty());
+  EXPECT_EQ(rest.reasons[0], FinishReason::kCancelled);
+  EXPECT_LT(rest.usage.completion_tokens, 200);
+  for (int i = 0; i < 100 && engine.metrics().kv_blocks_used != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine.metrics().kv_blocks_used, 0);
+  EXPECT_EQ(engine.metrics().requests_cancelled, 1u);
+}
+
+TEST_F(EngineTest, StopStringEndsTheChoiceWithoutEmittingIt) {
+  // Run once to learn the text, then stop at a piece of it.
+  GenerationRequest r = make_request(10, 12, 24, 0.0f);
+  const Outcome full = run_all(roomy(), {r})[0];
+  ASSERT_GE(full.text[0].size(), 6u);
+  const std::string stop = full.text[0].substr(3, 3);
+  r.stop = {stop};
+  const Outcome stopped = run_all(roomy(), {r})[0];
+  EXPECT_EQ(stopped.reasons[0], FinishReason::kStop);
+  EXPECT_EQ(stopped.text[0], full.text[0].substr(0, full.text[0].find(stop)));
+}
+
+TEST_F(EngineTest, InvalidRequestsAreRefused) {
+  Engine engine(*model_, *tokenizer_, roomy());
+  GenerationRequest empty = make_request(1, 4, 4, 0.0f);
+  empty.prompt.clear();
+  EXPECT_FALSE(engine.submit(empty).ok());
+  GenerationRequest bad_token = make_request(1, 4, 4, 0.0f);
+  bad_token.prompt[2] = 300;
+  EXPECT_FALSE(engine.submit(bad_token).ok());
+  GenerationRequest too_long = make_request(1, 256, 4, 0.0f);
+  auto refused = engine.submit(too_long);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("context"), std::string::npos);
+  EngineConfig small = roomy();
+  small.kv_blocks = 8;
+  Engine tiny_pool(*model_, *tokenizer_, small);
+  auto no_room = tiny_pool.submit(make_request(1, 40, 10, 0.0f));
+  ASSERT_FALSE(no_room.ok());
+  EXPECT_NE(no_room.error().message().find("KV blocks"), std::string::npos);
+}
+
+TEST(StopMatcher, HoldsBackPartialMatchesAcrossPushes) {
+  StopMatcher m({"END", "xyz"});
+  EXPECT_EQ(m.push("hello E").text, "hello ");
+  EXPECT_EQ(m.push("N").text, "");
+  const auto out = m.push("Dtail");
+  EXPECT_TRUE(out.stopped);
+  EXPECT_EQ(out.text, "");
+  StopMatcher n({"END"});
+  EXPECT_EQ(n.push("EN").text, "");
+  EXPECT_EQ(n.push("x").text, "ENx");
+  EXPECT_EQ(n.push("abcE").text, "abc");
+  EXPECT_EQ(n.flush(), "E");
+  StopMatcher none({});
+  EXPECT_EQ(none.push("anything").text, "anything");
+}
+
+}  // namespace
+}  // namespace mnemo
