@@ -123,7 +123,8 @@ void Engine::loop() {
     metrics_.update([&](MetricsSnapshot& m) {
       m.running = static_cast<int64_t>(running_.size());
       m.waiting = static_cast<int64_t>(waiting_.size());
-      m.kv_blocks_used = kv_.n_blocks() - kv_.n_free();
+      m.kv_blocks_used = kv_.n_blocks() - kv_.n_available();
+      m.kv_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks());
     });
   }
   // Shutdown: whatever is left ends as cancelled.
@@ -187,6 +188,7 @@ void Engine::preempt(std::list<std::unique_ptr<Sequence>>::iterator it) {
     victim->state = SequenceState::kSwapped;
     swapped = true;
   } else {
+    cache_blocks(*victim);  // a later re-admission may find them still cached
     kv_.release(victim->blocks);
     victim->n_computed = 0;
     victim->state = SequenceState::kWaiting;
@@ -219,10 +221,11 @@ bool Engine::plan_step(Step& step) {
   const int32_t reserve = static_cast<int32_t>(config_.decode_reserve * static_cast<float>(kv_.n_blocks()));
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_running) {
     Sequence& seq = *waiting_.front();
+    if (seq.state == SequenceState::kWaiting && seq.blocks.empty()) reuse_cached_prefix(seq);
     const int32_t n = std::min(seq.n_pending(), budget);
     const int32_t swap_blocks = static_cast<int32_t>(seq.host_blocks.size());
     const int32_t needed = swap_blocks + kv_.blocks_needed(seq.blocks, seq.n_computed, seq.n_computed + n) + 1;
-    if (!running_.empty() && kv_.n_free() - needed < reserve) break;
+    if (!running_.empty() && kv_.n_available() - needed < reserve) break;
     if (seq.state == SequenceState::kSwapped) {
       if (!kv_.swap_in(seq.host_blocks, seq.blocks)) break;
       seq.state = SequenceState::kWaiting;  // back on the device; it may still wait for room to grow
@@ -237,6 +240,25 @@ bool Engine::plan_step(Step& step) {
   }
   step.tokens = config_.max_batch_tokens - budget;
   return !step.items.empty();
+}
+
+// Starts a sequence from the longest cached prefix of its tokens (automatic prefix caching, and
+// the previous turn of a conversation). At least the last token is always computed: its logits
+// are needed.
+void Engine::reuse_cached_prefix(Sequence& seq) {
+  if (!config_.prefix_caching) return;
+  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / config_.block_size;
+  seq.blocks = kv_.match_prefix(seq.request->request.cache_namespace, seq.tokens, max_blocks);
+  seq.n_computed = static_cast<int32_t>(seq.blocks.size()) * config_.block_size;
+  if (seq.n_generated() == 0 && seq.choice == 0 && !seq.request->forked) {
+    seq.request->usage.cached_tokens = std::max(seq.request->usage.cached_tokens, seq.n_computed);
+  }
+  metrics_.update([&](MetricsSnapshot& m) { m.prefix_cache_hit_tokens += static_cast<uint64_t>(seq.n_computed); });
+}
+
+// Offers a sequence's computed blocks to the prefix index before it lets them go.
+void Engine::cache_blocks(Sequence& seq) {
+  if (config_.prefix_caching) kv_.cache_prefix(seq.request->request.cache_namespace, seq.tokens, seq.n_computed, seq.blocks);
 }
 
 void Engine::run_step(Step& step) {
@@ -342,6 +364,7 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
     std::string rest = seq.stop_matcher.push(seq.detokenizer.flush()).text + seq.stop_matcher.flush();
     if (!rest.empty()) state.stream->push(TokenDelta{seq.choice, std::move(rest), -1, std::nullopt});
   }
+  if (reason != FinishReason::kError) cache_blocks(seq);
   kv_.release(seq.blocks);
   kv_.release_host(seq.host_blocks);
   seq.state = SequenceState::kFinished;

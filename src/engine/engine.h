@@ -42,6 +42,7 @@ struct EngineConfig {
   // so running decodes keep room to grow (SPEC P9).
   float decode_reserve = 0.10f;
   DType kv_dtype = DType::F16;
+  bool prefix_caching = true;  // reuse cached KV of any earlier request with the same prefix
 };
 
 class Engine {
@@ -74,6 +75,8 @@ class Engine {
   void preempt(std::list<std::unique_ptr<Sequence>>::iterator it);
   void run_step(Step& step);
   void fork_choices(Sequence& parent);
+  void reuse_cached_prefix(Sequence& seq);
+  void cache_blocks(Sequence& seq);
   void emit_token(Sequence& seq, TokenId token, const float* logits);
   void finish(Sequence& seq, FinishReason reason);
   double now() const;

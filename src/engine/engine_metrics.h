@@ -30,7 +30,8 @@ struct MetricsSnapshot {
   uint64_t steps_total = 0;
   int64_t running = 0;
   int64_t waiting = 0;
-  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_used = 0;    // referenced by sequences
+  int64_t kv_blocks_cached = 0;  // kept by the prefix index (reusable, evictable when unused)
   int64_t kv_blocks_total = 0;
   Histogram ttft_seconds;
   Histogram tpot_seconds;

@@ -1,5 +1,6 @@
 #include "engine/kv_manager.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mnemo {
@@ -8,7 +9,37 @@ KvManager::KvManager(const KvLayout& layout, int32_t device_blocks, int32_t host
     : device_(layout, device_blocks),
       device_alloc_(device_blocks),
       host_(layout, host_blocks),
-      host_alloc_(host_blocks) {}
+      host_alloc_(host_blocks),
+      index_(layout.block_size) {}
+
+bool KvManager::make_room(int32_t n) {
+  if (device_alloc_.n_free() >= n) return true;
+  const auto evicted = index_.evict(n - device_alloc_.n_free(), [&](BlockId id) { return device_alloc_.ref_count(id) == 1; });
+  for (BlockId id : evicted) device_alloc_.release(id);
+  return device_alloc_.n_free() >= n;
+}
+
+int32_t KvManager::n_available() const {
+  int32_t index_only = 0;
+  for (BlockId id = 0; id < device_alloc_.n_blocks(); ++id) {
+    if (device_alloc_.ref_count(id) == 1 && index_.holds(id)) ++index_only;
+  }
+  return device_alloc_.n_free() + index_only;
+}
+
+std::vector<BlockId> KvManager::match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_blocks) {
+  std::vector<BlockId> blocks = index_.match(ns, tokens, max_blocks, ++clock_);
+  for (BlockId id : blocks) device_alloc_.add_ref(id);
+  return blocks;
+}
+
+void KvManager::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_computed,
+                             const std::vector<BlockId>& table) {
+  const size_t whole = std::min(table.size(), static_cast<size_t>(n_computed / block_size()));
+  const auto kept = index_.insert(ns, tokens.first(whole * static_cast<size_t>(block_size())),
+                                  std::span<const BlockId>(table).first(whole), ++clock_);
+  for (BlockId id : kept) device_alloc_.add_ref(id);
+}
 
 int32_t KvManager::blocks_needed(const std::vector<BlockId>& table, int32_t begin, int32_t end) const {
   if (end <= begin) return 0;
@@ -24,6 +55,7 @@ int32_t KvManager::blocks_needed(const std::vector<BlockId>& table, int32_t begi
 
 bool KvManager::prepare_write(std::vector<BlockId>& table, int32_t begin, int32_t end) {
   const int32_t needed = blocks_needed(table, begin, end);
+  if (!make_room(needed)) return false;
   auto fresh = device_alloc_.allocate(needed);
   if (!fresh) return false;
   if (end <= begin) return true;
@@ -71,6 +103,7 @@ bool KvManager::swap_out(std::vector<BlockId>& device_table, std::vector<BlockId
 }
 
 bool KvManager::swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& device_table) {
+  if (!make_room(static_cast<int32_t>(host_table.size()))) return false;
   auto device = device_alloc_.allocate(static_cast<int32_t>(host_table.size()));
   if (!device) return false;
   for (size_t i = 0; i < host_table.size(); ++i) {

@@ -1,13 +1,18 @@
-// The engine's KV blocks: the device pool the forward pass reads, and a host pool to swap
-// preempted sequences into (SPEC V6). Block tables live in the sequences; this class grows,
-// shares, copies-on-write, swaps and frees them. Check, then commit: every operation that can run
-// out of blocks reports it as a value and leaves everything unchanged.
+// The engine's KV blocks: the device pool the forward pass reads, a host pool to swap preempted
+// sequences into (SPEC V6), and the prefix index (SPEC V4) that keeps finished sequences' blocks
+// for reuse by any later request with the same prefix. Block tables live in the sequences; this
+// class grows, shares, copies-on-write, swaps and frees them. Blocks only the index holds are
+// evicted (least recently used first) when the pool runs short. Check, then commit: every
+// operation that can run out of blocks reports it as a value and leaves everything unchanged.
 #pragma once
 
 #include <vector>
 
+#include <span>
+
 #include "kv/block_allocator.h"
 #include "kv/kv_storage.h"
+#include "kv/prefix_index.h"
 
 namespace mnemo {
 
@@ -40,11 +45,25 @@ class KvManager {
 
   int64_t swapped_out_blocks() const { return swapped_out_blocks_; }
 
+  // Blocks holding the longest cached prefix of `tokens` (whole blocks, at most max_blocks),
+  // each with a new reference for the caller's table.
+  std::vector<BlockId> match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_blocks);
+  // Offers the whole blocks of a sequence's computed tokens to the index.
+  void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_computed, const std::vector<BlockId>& table);
+  // Free blocks plus blocks only the index holds (what an allocation could get).
+  int32_t n_available() const;
+  size_t n_cached_blocks() const { return index_.size(); }
+
  private:
+  // Evicts index-only blocks until `n` are free. False if it cannot.
+  bool make_room(int32_t n);
+
   KvStorage device_;
   BlockAllocator device_alloc_;
   KvStorage host_;
   BlockAllocator host_alloc_;
+  PrefixIndex index_;
+  uint64_t clock_ = 0;  // logical time of index use
   int64_t swapped_out_blocks_ = 0;
 };
 

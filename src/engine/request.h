@@ -27,6 +27,9 @@ struct GenerationRequest {
   std::vector<std::string> stop;   // stop strings, matched across token boundaries
   bool ignore_eos = false;         // keep generating past end-of-generation tokens
   int32_t top_logprobs = -1;       // -1: no logprobs; else alternatives per token (0..20)
+  // Cached KV is shared only within a namespace (a tenant: API key and/or cache_salt), so one
+  // tenant's prompts never hit, nor time, another's.
+  uint64_t cache_namespace = 0;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

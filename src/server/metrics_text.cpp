@@ -38,7 +38,8 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "steps_total", "Forward passes run.", m.steps_total);
   gauge(out, "running_sequences", "Sequences in the running set.", static_cast<double>(m.running));
   gauge(out, "waiting_sequences", "Sequences waiting (new or preempted).", static_cast<double>(m.waiting));
-  gauge(out, "kv_blocks_used", "KV blocks in use in the device pool.", static_cast<double>(m.kv_blocks_used));
+  gauge(out, "kv_blocks_used", "KV blocks of the device pool in use by sequences.", static_cast<double>(m.kv_blocks_used));
+  gauge(out, "kv_blocks_cached", "KV blocks kept by the prefix cache.", static_cast<double>(m.kv_blocks_cached));
   gauge(out, "kv_blocks_total", "KV blocks in the device pool.", static_cast<double>(m.kv_blocks_total));
   gauge(out, "kv_usage_ratio", "Share of the device KV pool in use.",
         m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_used) / static_cast<double>(m.kv_blocks_total) : 0.0);

@@ -258,6 +258,57 @@ TEST_F(EngineTest, InvalidRequestsAreRefused) {
   EXPECT_NE(no_room.error().message().find("KV blocks"), std::string::npos);
 }
 
+TEST_F(EngineTest, SecondTurnReusesTheFirstTurnsKvIncludingTheReply) {
+  Engine engine(*model_, *tokenizer_, roomy());  // block size 4
+  GenerationRequest first = make_request(11, 30, 12, 0.0f);
+  auto s1 = engine.submit(first);
+  ASSERT_TRUE(s1.ok());
+  const Outcome turn1 = collect(**s1);
+  EXPECT_EQ(turn1.usage.cached_tokens, 0);
+  // The next turn: the whole history (prompt + reply) and a new message.
+  GenerationRequest second = first;
+  second.prompt.insert(second.prompt.end(), turn1.tokens[0].begin(), turn1.tokens[0].end());
+  const size_t history = second.prompt.size();
+  for (TokenId t : {40, 41, 42, 43, 44, 45}) second.prompt.push_back(t);
+  auto s2 = engine.submit(second);
+  ASSERT_TRUE(s2.ok());
+  const Outcome turn2 = collect(**s2);
+  // Everything computed in turn 1 (prompt and reply but the last sampled token), in whole blocks.
+  EXPECT_EQ(turn2.usage.cached_tokens, static_cast<int32_t>((history - 1) / 4 * 4));
+  // Same output as with the cache off.
+  EngineConfig no_cache = roomy();
+  no_cache.prefix_caching = false;
+  const Outcome uncached = run_all(no_cache, {second})[0];
+  EXPECT_EQ(uncached.usage.cached_tokens, 0);
+  EXPECT_EQ(turn2.tokens, uncached.tokens);
+  EXPECT_GT(engine.metrics().prefix_cache_hit_tokens, 0u);
+}
+
+TEST_F(EngineTest, CacheNamespacesDoNotShare) {
+  Engine engine(*model_, *tokenizer_, roomy());
+  GenerationRequest a = make_request(12, 30, 4, 0.0f);
+  a.cache_namespace = 1;
+  collect(**engine.submit(a));
+  GenerationRequest b = a;
+  b.cache_namespace = 2;
+  EXPECT_EQ(collect(**engine.submit(b)).usage.cached_tokens, 0);
+  EXPECT_EQ(collect(**engine.submit(a)).usage.cached_tokens, 28);
+}
+
+TEST_F(EngineTest, CachedBlocksAreEvictedWhenThePoolIsNeeded) {
+  EngineConfig small = roomy();
+  small.kv_blocks = 30;  // 120 tokens
+  small.decode_reserve = 0.0f;
+  Engine engine(*model_, *tokenizer_, small);
+  for (uint32_t i = 0; i < 6; ++i) {
+    const Outcome r = collect(**engine.submit(make_request(20 + i, 60, 8, 0.0f)));
+    EXPECT_EQ(r.usage.completion_tokens, 8) << i;
+    EXPECT_TRUE(r.error.empty()) << r.error;
+  }
+  EXPECT_LE(engine.metrics().kv_blocks_cached, 30);
+  EXPECT_GT(engine.metrics().kv_blocks_cached, 0);
+}
+
 TEST(StopMatcher, HoldsBackPartialMatchesAcrossPushes) {
   StopMatcher m({"END", "xyz"});
   EXPECT_EQ(m.push("hello E").text, "hello ");
