@@ -174,6 +174,10 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
     g.sampling.seed = 0x5eed5eed5eedull;  // reproducible by default, like llama.cpp's fixed default
   }
   read_stop(r, g.stop);
+  if (const json* salt = r.find("cache_salt")) {
+    if (!salt->is_string()) return bad_request("'cache_salt' must be a string", "cache_salt");
+    out.cache_salt = salt->get<std::string>();
+  }
   if (chat) {
     r.boolean("logprobs", out.logprobs);
     int32_t top = 0;

@@ -25,6 +25,7 @@ struct ParsedRequest {
   std::vector<ChatMessage> messages;     // chat
   std::string prompt_text;               // completions, as text
   std::vector<TokenId> prompt_tokens;    // completions, given as token ids
+  std::string cache_salt;                // tenant separation of cached KV, with the API key
 };
 
 // `chat` selects the chat-completions schema (messages, logprobs as bool + top_logprobs) over

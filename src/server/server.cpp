@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <httplib.h>
+#include <xxhash.h>
 #include <nlohmann/json.hpp>
 
 #include "server/completion.h"
@@ -154,6 +155,9 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
   }
   if (!request.max_tokens_given) g.max_tokens = context - n_prompt;
   g.prompt = std::move(prompt);
+  // The tenant: its credentials and its salt. Equal prompts of different tenants never share KV.
+  const std::string tenant = req.get_header_value("Authorization") + '\0' + request.cache_salt;
+  g.cache_namespace = XXH3_64bits(tenant.data(), tenant.size());
 
   if (in_flight_.fetch_add(1) >= config_.max_connections) {
     in_flight_.fetch_sub(1);
