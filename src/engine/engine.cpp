@@ -124,7 +124,13 @@ void Engine::loop() {
       m.running = static_cast<int64_t>(running_.size());
       m.waiting = static_cast<int64_t>(waiting_.size());
       m.kv_blocks_used = kv_.n_blocks() - kv_.n_available();
-      m.kv_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks());
+      m.kv_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDevice));
+      m.host_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kHost));
+      const KvManager::CacheCounters& c = kv_.counters();
+      m.cache_device_hit_tokens = static_cast<uint64_t>(c.device_hit_blocks * config_.block_size);
+      m.cache_host_hit_tokens = static_cast<uint64_t>(c.host_hit_blocks * config_.block_size);
+      m.cache_demoted_blocks = static_cast<uint64_t>(c.demoted_blocks);
+      m.cache_dropped_blocks = static_cast<uint64_t>(c.dropped_blocks);
     });
   }
   // Shutdown: whatever is left ends as cancelled.

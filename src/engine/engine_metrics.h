@@ -32,6 +32,11 @@ struct MetricsSnapshot {
   int64_t waiting = 0;
   int64_t kv_blocks_used = 0;    // referenced by sequences
   int64_t kv_blocks_cached = 0;  // kept by the prefix index (reusable, evictable when unused)
+  int64_t host_blocks_cached = 0;
+  uint64_t cache_device_hit_tokens = 0;
+  uint64_t cache_host_hit_tokens = 0;
+  uint64_t cache_demoted_blocks = 0;
+  uint64_t cache_dropped_blocks = 0;
   int64_t kv_blocks_total = 0;
   Histogram ttft_seconds;
   Histogram tpot_seconds;

@@ -13,24 +13,80 @@ KvManager::KvManager(const KvLayout& layout, int32_t device_blocks, int32_t host
       index_(layout.block_size) {}
 
 bool KvManager::make_room(int32_t n) {
-  if (device_alloc_.n_free() >= n) return true;
-  const auto evicted = index_.evict(n - device_alloc_.n_free(), [&](BlockId id) { return device_alloc_.ref_count(id) == 1; });
-  for (BlockId id : evicted) device_alloc_.release(id);
-  return device_alloc_.n_free() >= n;
+  const auto index_only = [&](BlockId id) { return device_alloc_.ref_count(id) == 1; };
+  while (device_alloc_.n_free() < n) {
+    const auto victim = index_.least_recently_used(Tier::kDevice, /*leaves_only=*/false, index_only);
+    if (!victim) return false;
+    if (demote(*victim)) continue;
+    // No host room: drop a device leaf instead (its KV is gone; its tokens recompute later).
+    const auto leaf = index_.least_recently_used(Tier::kDevice, /*leaves_only=*/true, index_only);
+    if (!leaf) return false;
+    index_.remove_leaf(leaf->node);
+    device_alloc_.release(leaf->block);
+    ++counters_.dropped_blocks;
+  }
+  return true;
+}
+
+bool KvManager::demote(const PrefixIndex::Chunk& chunk) {
+  if (host_alloc_.n_free() == 0 && !drop_host_leaf()) return false;
+  auto host = host_alloc_.allocate(1);
+  if (!host) return false;
+  std::memcpy(host_.block((*host)[0]), device_.block(chunk.block), layout().block_bytes());
+  index_.relocate(chunk.node, Tier::kHost, (*host)[0]);
+  device_alloc_.release(chunk.block);
+  ++counters_.demoted_blocks;
+  return true;
+}
+
+bool KvManager::drop_host_leaf() {
+  const auto leaf = index_.least_recently_used(Tier::kHost, /*leaves_only=*/true,
+                                               [&](BlockId id) { return host_alloc_.ref_count(id) == 1; });
+  if (!leaf) return false;
+  index_.remove_leaf(leaf->node);
+  host_alloc_.release(leaf->block);
+  ++counters_.dropped_blocks;
+  return true;
 }
 
 int32_t KvManager::n_available() const {
   int32_t index_only = 0;
   for (BlockId id = 0; id < device_alloc_.n_blocks(); ++id) {
-    if (device_alloc_.ref_count(id) == 1 && index_.holds(id)) ++index_only;
+    if (device_alloc_.ref_count(id) == 1 && index_.holds(id, Tier::kDevice)) ++index_only;
   }
   return device_alloc_.n_free() + index_only;
 }
 
 std::vector<BlockId> KvManager::match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_blocks) {
-  std::vector<BlockId> blocks = index_.match(ns, tokens, max_blocks, ++clock_);
-  for (BlockId id : blocks) device_alloc_.add_ref(id);
-  return blocks;
+  const std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_blocks, ++clock_);
+  // Pin the whole chain first, so making room for one chunk never evicts another of it.
+  for (const auto& c : chain) (c.tier == Tier::kDevice ? device_alloc_ : host_alloc_).add_ref(c.block);
+  std::vector<BlockId> table;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const PrefixIndex::Chunk& c = chain[i];
+    if (c.tier == Tier::kDevice) {
+      table.push_back(c.block);  // the pin becomes the caller's reference
+      ++counters_.device_hit_blocks;
+      continue;
+    }
+    // On the host: copy it back to a device block, which the index then keeps.
+    auto device = make_room(1) ? device_alloc_.allocate(1) : std::nullopt;
+    if (!device) {
+      for (size_t j = i; j < chain.size(); ++j) {
+        (chain[j].tier == Tier::kDevice ? device_alloc_ : host_alloc_).release(chain[j].block);
+      }
+      break;
+    }
+    const BlockId block = (*device)[0];
+    std::memcpy(device_.block(block), host_.block(c.block), layout().block_bytes());
+    index_.relocate(c.node, Tier::kDevice, block);
+    host_alloc_.release(c.block);  // the pin
+    host_alloc_.release(c.block);  // the index's host copy
+    device_alloc_.add_ref(block);  // the caller's reference (the allocation is the index's)
+    table.push_back(block);
+    ++counters_.host_hit_blocks;
+  }
+  return table;
 }
 
 void KvManager::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_computed,

@@ -1,8 +1,11 @@
-// The engine's KV blocks: the device pool the forward pass reads, a host pool to swap preempted
-// sequences into (SPEC V6), and the prefix index (SPEC V4) that keeps finished sequences' blocks
-// for reuse by any later request with the same prefix. Block tables live in the sequences; this
-// class grows, shares, copies-on-write, swaps and frees them. Blocks only the index holds are
-// evicted (least recently used first) when the pool runs short. Check, then commit: every
+// The engine's KV blocks: the device pool the forward pass reads, a host pool (swapped-out
+// sequences, SPEC V6, and cached chunks, SPEC P2), and the prefix index (SPEC V4) that keeps
+// finished sequences' blocks for reuse by any later request with the same prefix. Block tables
+// live in the sequences; this class grows, shares, copies-on-write, swaps and frees them.
+//
+// When the device pool runs short, cached chunks no sequence uses move to the host pool (least
+// recently used first); when the host pool is full, its least recently used leaf chunks are
+// dropped. A match that finds chunks on the host copies them back. Check, then commit: every
 // operation that can run out of blocks reports it as a value and leaves everything unchanged.
 #pragma once
 
@@ -52,11 +55,22 @@ class KvManager {
   void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_computed, const std::vector<BlockId>& table);
   // Free blocks plus blocks only the index holds (what an allocation could get).
   int32_t n_available() const;
-  size_t n_cached_blocks() const { return index_.size(); }
+  size_t n_cached_blocks(Tier tier) const { return index_.size(tier); }
+
+  struct CacheCounters {
+    int64_t device_hit_blocks = 0;  // matched chunks found on the device
+    int64_t host_hit_blocks = 0;    // matched chunks brought back from the host
+    int64_t demoted_blocks = 0;     // cached chunks moved device -> host
+    int64_t dropped_blocks = 0;     // cached chunks whose KV was discarded
+  };
+  const CacheCounters& counters() const { return counters_; }
 
  private:
-  // Evicts index-only blocks until `n` are free. False if it cannot.
+  // Frees device blocks by moving (or, without host room, dropping) cached chunks no sequence
+  // uses, until `n` are free. False if it cannot.
   bool make_room(int32_t n);
+  bool demote(const PrefixIndex::Chunk& chunk);
+  bool drop_host_leaf();
 
   KvStorage device_;
   BlockAllocator device_alloc_;
@@ -64,6 +78,7 @@ class KvManager {
   BlockAllocator host_alloc_;
   PrefixIndex index_;
   uint64_t clock_ = 0;  // logical time of index use
+  CacheCounters counters_;
   int64_t swapped_out_blocks_ = 0;
 };
 

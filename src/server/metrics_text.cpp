@@ -39,7 +39,12 @@ std::string render_metrics(const MetricsSnapshot& m) {
   gauge(out, "running_sequences", "Sequences in the running set.", static_cast<double>(m.running));
   gauge(out, "waiting_sequences", "Sequences waiting (new or preempted).", static_cast<double>(m.waiting));
   gauge(out, "kv_blocks_used", "KV blocks of the device pool in use by sequences.", static_cast<double>(m.kv_blocks_used));
-  gauge(out, "kv_blocks_cached", "KV blocks kept by the prefix cache.", static_cast<double>(m.kv_blocks_cached));
+  gauge(out, "kv_blocks_cached", "Device KV blocks kept by the prefix cache.", static_cast<double>(m.kv_blocks_cached));
+  gauge(out, "host_blocks_cached", "Host KV blocks kept by the prefix cache.", static_cast<double>(m.host_blocks_cached));
+  counter(out, "cache_device_hit_tokens_total", "Reused prompt tokens found on the device.", m.cache_device_hit_tokens);
+  counter(out, "cache_host_hit_tokens_total", "Reused prompt tokens brought back from host memory.", m.cache_host_hit_tokens);
+  counter(out, "cache_demoted_blocks_total", "Cached blocks moved from device to host.", m.cache_demoted_blocks);
+  counter(out, "cache_dropped_blocks_total", "Cached blocks whose KV was discarded.", m.cache_dropped_blocks);
   gauge(out, "kv_blocks_total", "KV blocks in the device pool.", static_cast<double>(m.kv_blocks_total));
   gauge(out, "kv_usage_ratio", "Share of the device KV pool in use.",
         m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_used) / static_cast<double>(m.kv_blocks_total) : 0.0);

@@ -309,6 +309,30 @@ TEST_F(EngineTest, CachedBlocksAreEvictedWhenThePoolIsNeeded) {
   EXPECT_GT(engine.metrics().kv_blocks_cached, 0);
 }
 
+TEST_F(EngineTest, CachedChunksMoveToHostAndComeBackWithIdenticalOutput) {
+  EngineConfig two_tier = roomy();
+  two_tier.kv_blocks = 24;  // 96 tokens: one conversation's history at a time
+  two_tier.host_swap_blocks = 200;
+  two_tier.decode_reserve = 0.0f;
+  Engine engine(*model_, *tokenizer_, two_tier);
+  GenerationRequest a = make_request(31, 40, 8, 0.0f);
+  const Outcome a1 = collect(**engine.submit(a));
+  // Other traffic pushes a's cached chunks out of the device pool, to the host.
+  for (uint32_t i = 0; i < 3; ++i) collect(**engine.submit(make_request(40 + i, 60, 8, 0.0f)));
+  EXPECT_GT(engine.metrics().cache_demoted_blocks, 0u);
+  EXPECT_GT(engine.metrics().host_blocks_cached, 0);
+  // a's next turn finds its history on the host.
+  GenerationRequest a2 = a;
+  a2.prompt.insert(a2.prompt.end(), a1.tokens[0].begin(), a1.tokens[0].end());
+  a2.prompt.push_back(50);
+  const Outcome second = collect(**engine.submit(a2));
+  EXPECT_GT(engine.metrics().cache_host_hit_tokens, 0u);
+  EXPECT_GT(second.usage.cached_tokens, 0);
+  EngineConfig no_cache = roomy();
+  no_cache.prefix_caching = false;
+  EXPECT_EQ(second.tokens, run_all(no_cache, {a2})[0].tokens);
+}
+
 TEST(StopMatcher, HoldsBackPartialMatchesAcrossPushes) {
   StopMatcher m({"END", "xyz"});
   EXPECT_EQ(m.push("hello E").text, "hello ");
