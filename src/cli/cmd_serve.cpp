@@ -27,6 +27,7 @@ struct ServeArgs {
   int32_t kv_tokens = 65536;
   int32_t host_swap_tokens = 65536;
   int32_t grace_seconds = 30;
+  std::string state_dir;
 };
 
 int run_serve(ServeArgs args) {
@@ -60,6 +61,13 @@ int run_serve(ServeArgs args) {
   Engine engine(**model, **tokenizer, engine_config);
 
   server::ServerConfig config = args.server;
+  std::error_code ec;
+  std::filesystem::create_directories(args.state_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "error: cannot create state folder %s: %s\n", args.state_dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  config.response_store = args.state_dir + "/responses.sqlite";
   config.model_id = args.model_name.empty() ? std::filesystem::path(args.model_path).stem().string() : args.model_name;
   server::Server server(engine, **tokenizer, std::move(*chat_template), config);
   if (const Status bound = server.bind(); !bound.ok()) {
@@ -92,6 +100,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<ServeArgs>();
   args->model_path = default_model_path();
   args->server.ui_dir = MNEMO_UI_DIR;
+  args->state_dir = cache_dir() + "/state";
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API with a web chat page");
   cmd->add_option("-m,--model", args->model_path, "GGUF model file")->capture_default_str();
   cmd->add_option("--model-name", args->model_name, "Model id clients use (default: the file name)");
@@ -109,7 +118,12 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-running", args->engine.max_running, "Sequences running at once")->capture_default_str()->check(CLI::Range(1, 4096));
+  // The stateless baseline of benchmarks: every request computes its whole prompt.
+  cmd->add_flag_callback("--no-prefix-cache", [args] { args->engine.prefix_caching = false; },
+                         "Do not reuse the KV of earlier requests (stateless baseline)");
   cmd->add_option("--max-connections", args->server.max_connections, "Requests in flight before 429")->capture_default_str();
+  cmd->add_option("--state-dir", args->state_dir, "Folder of durable state (the Responses API's conversations)")
+      ->capture_default_str();
   cmd->add_option("--grace-seconds", args->grace_seconds, "On SIGTERM, time for requests in flight to finish")->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }

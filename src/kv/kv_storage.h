@@ -1,5 +1,6 @@
-// The bytes of a pool of KV blocks (the device tier on the CPU backend: one region of RAM).
-// Bookkeeping (which block is free, shared, cached) lives apart, in BlockAllocator and above.
+// The bytes of a pool of KV blocks (the device tier on the CPU backend: one region of RAM; the
+// host tier: another). Bookkeeping (which block is free, shared, cached) lives apart, in
+// BlockAllocator and above.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +33,16 @@ class KvStorage {
  private:
   void* element(BlockId id, size_t offset) { return block(id) + offset * layout_.element_bytes(); }
 
+  struct Unmap {
+    size_t bytes;
+    void operator()(uint8_t* p) const;
+  };
+
   KvLayout layout_;
   int32_t n_blocks_;
-  std::unique_ptr<uint8_t[]> data_;
+  // Anonymous memory: pages are zero and only become resident when first written, so a large
+  // pool costs nothing until it is used.
+  std::unique_ptr<uint8_t, Unmap> data_;
 };
 
 }  // namespace mnemo

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <filesystem>
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
@@ -38,6 +40,9 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_tem
 Server::~Server() = default;
 
 Status Server::bind() {
+  if (!config_.response_store.empty()) {
+    MNEMO_ASSIGN_OR_RETURN(store_, ResponseStore::open(config_.response_store));
+  }
   if (config_.port == 0) {
     bound_port_ = http_->bind_to_any_port(config_.host);
   } else {
@@ -49,13 +54,25 @@ Status Server::bind() {
 
 void Server::serve() { http_->listen_after_bind(); }
 
-void Server::stop() { http_->stop(); }
+void Server::stop() {
+  // httplib's own stop() also ends every response being streamed at its next chunk (its chunked
+  // writer gives up once the server is "shutting down"), cutting SSE streams mid-body. Shutting
+  // the listening socket down instead makes accept() fail, so the accept loop ends and new
+  // connections are refused, while the worker threads finish the requests in flight.
+  const int fd = listen_fd_.exchange(-1);
+  if (fd < 0 || ::shutdown(fd, SHUT_RDWR) != 0) http_->stop();
+}
 
 void Server::install_routes() {
   httplib::Server& http = *http_;
   const int threads = config_.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http.set_payload_max_length(config_.max_body_bytes);
+  // Called for the listening socket only (accepted sockets get no options): remember it for stop().
+  http.set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_.store(static_cast<int>(sock));
+  });
   http.set_read_timeout(std::chrono::seconds(30));
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -63,6 +80,9 @@ void Server::install_routes() {
     if (req.get_header_value("Authorization") != "Bearer " + config_.api_key) {
       send_error(res, ApiError{401, "Incorrect or missing API key (Authorization: Bearer ...).", "invalid_request_error", "",
                                "invalid_api_key"});
+      // The body was never read (pre-routing runs before that): close the connection, or its
+      // bytes would be parsed as the next request on this keep-alive connection (a 400).
+      res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -107,21 +127,21 @@ void Server::install_routes() {
   http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generation(req, res, Endpoint::kCompletions);
   });
+  http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_create_response(req, res);
+  });
+  http.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_get_response(req, res);
+  });
+  http.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_delete_response(req, res);
+  });
   if (!config_.ui_dir.empty() && std::filesystem::is_directory(config_.ui_dir)) {
     http.set_mount_point("/", config_.ui_dir);
   }
 }
 
-void Server::handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-  auto parsed = parse_request(req.body, endpoint == Endpoint::kChat);
-  if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
-  ParsedRequest request = std::move(std::get<ParsedRequest>(parsed));
-  if (!request.model.empty() && request.model != config_.model_id) {
-    return send_error(res, ApiError{404, "The model '" + request.model + "' does not exist; this server serves '" +
-                                             config_.model_id + "'.",
-                                    "invalid_request_error", "model", "model_not_found"});
-  }
-
+std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint) {
   // The prompt, as tokens.
   std::vector<TokenId> prompt;
   if (endpoint == Endpoint::kChat) {
@@ -130,7 +150,7 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
     options.eos_token = token_text_or_empty(tokenizer_, tokenizer_.eos());
     options.add_generation_prompt = true;
     auto text = chat_template_.render(request.messages, options);
-    if (!text.ok()) return send_error(res, bad_request(text.error().message(), "messages"));
+    if (!text.ok()) return bad_request(text.error().message(), "messages");
     // The template writes the BOS text itself.
     prompt = tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
   } else if (!request.prompt_tokens.empty()) {
@@ -142,16 +162,15 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
   const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (n_prompt >= context) {
-    return send_error(res, bad_request(fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens.",
-                                                   context, n_prompt),
-                                       prompt_field));
+    return bad_request(fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens.", context, n_prompt),
+                       prompt_field);
   }
   GenerationRequest& g = request.generation;
   if (request.max_tokens_given && n_prompt + g.max_tokens > context) {
-    return send_error(res, bad_request(fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
-                                                   "tokens ({} in the prompt, {} for the completion).",
-                                                   context, n_prompt + g.max_tokens, n_prompt, g.max_tokens),
-                                       "max_tokens"));
+    return bad_request(fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                                   "tokens ({} in the prompt, {} for the completion).",
+                                   context, n_prompt + g.max_tokens, n_prompt, g.max_tokens),
+                       "max_tokens");
   }
   if (!request.max_tokens_given) g.max_tokens = context - n_prompt;
   g.prompt = std::move(prompt);
@@ -161,23 +180,38 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
 
   if (in_flight_.fetch_add(1) >= config_.max_connections) {
     in_flight_.fetch_sub(1);
-    return send_error(res, ApiError{429, "Too many concurrent requests; retry later.", "rate_limit_error", "", "rate_limit_exceeded"});
+    return ApiError{429, "Too many concurrent requests; retry later.", "rate_limit_error", "", "rate_limit_exceeded"};
   }
   // Released when the request is fully answered (after the last streamed byte, too).
-  auto in_flight_guard = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
-
+  auto guard = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
   auto stream = engine_.submit(g);
-  if (!stream.ok()) return send_error(res, bad_request(stream.error().message()));
-  auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), *stream, tokenizer_);
+  if (!stream.ok()) return bad_request(stream.error().message());
+  return PreparedRun{*stream, std::move(guard)};
+}
+
+void Server::handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  auto parsed = parse_request(req.body, endpoint == Endpoint::kChat);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+  ParsedRequest request = std::move(std::get<ParsedRequest>(parsed));
+  if (!request.model.empty() && request.model != config_.model_id) {
+    return send_error(res, ApiError{404, "The model '" + request.model + "' does not exist; this server serves '" +
+                                             config_.model_id + "'.",
+                                    "invalid_request_error", "model", "model_not_found"});
+  }
+  auto prepared = prepare(req, request, endpoint);
+  if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
+  PreparedRun run = std::move(std::get<PreparedRun>(prepared));
+  auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), run.stream, tokenizer_);
   if (!completion->streaming()) {
     res.set_content(completion->run_to_completion().dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");
     return;
   }
   res.set_header("Cache-Control", "no-cache");
+  auto guard = run.in_flight_guard;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [completion, in_flight_guard](size_t, httplib::DataSink& sink) {
+      [completion, guard](size_t, httplib::DataSink& sink) {
         if (!sink.is_writable()) {
           completion->cancel();
           return false;

@@ -12,6 +12,7 @@
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 #include "server/completion.h"
+#include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
@@ -29,8 +30,16 @@ struct ServerConfig {
   std::string api_key;   // empty: no authentication
   std::string ui_dir;    // static files of the web page
   size_t max_body_bytes = 8u << 20;
-  int max_connections = 64;  // concurrent requests in flight; more get 503
+  int max_connections = 64;  // concurrent requests in flight; more get 429
   int http_threads = 16;
+  std::string response_store;  // SQLite file of the Responses API ("" : no store)
+};
+
+// A request handed to the engine: its stream, and the slot it holds among the requests in flight
+// (released when the last copy of the guard goes).
+struct PreparedRun {
+  std::shared_ptr<RequestStream> stream;
+  std::shared_ptr<void> in_flight_guard;
 };
 
 class Server {
@@ -38,7 +47,7 @@ class Server {
   Server(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template, ServerConfig config);
   ~Server();
 
-  // Binds the port (an Error if it cannot), then serves until stop().
+  // Opens the response store and binds the port (an Error if either fails).
   Status bind();
   int port() const { return bound_port_; }
   void serve();
@@ -49,6 +58,11 @@ class Server {
  private:
   void install_routes();
   void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  void handle_create_response(const httplib::Request& req, httplib::Response& res);
+  void handle_get_response(const httplib::Request& req, httplib::Response& res);
+  void handle_delete_response(const httplib::Request& req, httplib::Response& res);
+  // Prompt tokens, limits, tenant, admission: everything between a parsed request and the engine.
+  std::variant<PreparedRun, ApiError> prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint);
 
   Engine& engine_;
   const Tokenizer& tokenizer_;
@@ -56,7 +70,9 @@ class Server {
   ServerConfig config_;
   std::unique_ptr<httplib::Server> http_;
   int bound_port_ = 0;
+  std::atomic<int> listen_fd_{-1};  // the listening socket, for stop()
   std::atomic<int> in_flight_{0};
+  std::unique_ptr<ResponseStore> store_;
 };
 
 }  // namespace mnemo::server

@@ -1,0 +1,315 @@
+// The Responses API (SPEC P1 as a protocol): POST /v1/responses with `previous_response_id`
+// continues a stored conversation, so a client sends only its new message; the server rebuilds
+// the history from the durable store, and the prefix cache finds the previous turns' KV.
+// GET and DELETE /v1/responses/{id}. Streaming follows OpenAI's event sequence.
+#include <chrono>
+#include <random>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/server.h"
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxChain = 100000;  // turns followed back through previous_response_id
+
+std::string new_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}_{:016x}{:016x}", prefix, rng(), rng());
+}
+
+void send(httplib::Response& res, const ApiError& error) {
+  res.status = error.status;
+  res.set_content(error.to_json().dump(), "application/json");
+}
+
+ApiError not_found(const std::string& id, const char* param) {
+  return ApiError{404, "Response with id '" + id + "' not found.", "invalid_request_error", param, ""};
+}
+
+// One input item -> a chat message; nullopt for items without text (tool calls: ignored).
+std::optional<ChatMessage> to_message(const json& item, std::string& error) {
+  if (!item.is_object()) {
+    error = "input items must be objects";
+    return std::nullopt;
+  }
+  const auto role = item.find("role");
+  if (role == item.end() || !role->is_string()) {
+    if (item.value("type", "") == "message") error = "input message items need a role";
+    return std::nullopt;
+  }
+  ChatMessage message{role->get<std::string>(), ""};
+  if (message.role == "developer") message.role = "system";
+  if (message.role != "user" && message.role != "assistant" && message.role != "system") {
+    error = "input role '" + message.role + "' is not one of user, assistant, system, developer";
+    return std::nullopt;
+  }
+  const auto content = item.find("content");
+  if (content != item.end() && content->is_string()) {
+    message.content = content->get<std::string>();
+  } else if (content != item.end() && content->is_array()) {
+    for (const json& part : *content) {
+      const std::string type = part.is_object() ? part.value("type", "") : "";
+      if ((type == "input_text" || type == "output_text" || type == "text") && part.contains("text") && part["text"].is_string()) {
+        message.content += part["text"].get<std::string>();
+      } else {
+        error = "content parts must be input_text or output_text";
+        return std::nullopt;
+      }
+    }
+  } else {
+    error = "input message content must be a string or a list of text parts";
+    return std::nullopt;
+  }
+  return message;
+}
+
+std::string output_text(const json& response) {
+  std::string text;
+  for (const json& item : response.value("output", json::array())) {
+    for (const json& part : item.value("content", json::array())) {
+      if (part.value("type", "") == "output_text") text += part.value("text", "");
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+void Server::handle_create_response(const httplib::Request& req, httplib::Response& res) {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return send(res, bad_request("the request body must be a JSON object"));
+  if (body.contains("model") && (!body["model"].is_string() || body["model"] != config_.model_id)) {
+    return send(res, ApiError{404, "The model does not exist; this server serves '" + config_.model_id + "'.",
+                              "invalid_request_error", "model", "model_not_found"});
+  }
+  // Sampling and limits share the chat-completions parser (field names mapped).
+  json as_chat = {{"messages", json::array({{{"role", "user"}, {"content", ""}}})}};
+  for (const char* field : {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "cache_salt",
+                            "presence_penalty", "frequency_penalty", "repetition_penalty"}) {
+    if (body.contains(field)) as_chat[field] = body[field];
+  }
+  if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) as_chat["max_tokens"] = body["max_output_tokens"];
+  auto parsed = parse_request(as_chat.dump(), /*chat=*/true);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    if (error->param == "max_tokens") error->param = "max_output_tokens";
+    return send(res, *error);
+  }
+  ParsedRequest request = std::move(std::get<ParsedRequest>(parsed));
+  const bool stream = body.value("stream", false);
+  const bool store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
+  if (store && store_ == nullptr) return send(res, bad_request("this server has no response store", "store"));
+
+  // The new turn's messages.
+  std::vector<ChatMessage> turn;
+  const auto input = body.find("input");
+  if (input == body.end()) return send(res, bad_request("'input' is required", "input"));
+  if (input->is_string()) {
+    turn.push_back({"user", input->get<std::string>()});
+  } else if (input->is_array()) {
+    for (const json& item : *input) {
+      std::string error;
+      auto message = to_message(item, error);
+      if (!error.empty()) return send(res, bad_request(error, "input"));
+      if (message) turn.push_back(std::move(*message));
+    }
+  } else {
+    return send(res, bad_request("'input' must be a string or a list of items", "input"));
+  }
+
+  // The history, oldest first: each stored turn's inputs, then its output (instructions are not
+  // inherited).
+  std::vector<ChatMessage> messages;
+  std::string previous_id;
+  if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
+    if (!body["previous_response_id"].is_string()) return send(res, bad_request("'previous_response_id' must be a string", "previous_response_id"));
+    previous_id = body["previous_response_id"].get<std::string>();
+    if (store_ == nullptr) return send(res, not_found(previous_id, "previous_response_id"));
+    std::vector<StoredResponse> chain;
+    for (std::string id = previous_id; !id.empty() && static_cast<int>(chain.size()) < kMaxChain;) {
+      auto record = store_->get(id);
+      if (!record.ok()) return send(res, ApiError{500, record.error().message(), "server_error", "", ""});
+      if (!record->has_value()) return send(res, not_found(id, "previous_response_id"));
+      id = (*record)->previous_id;
+      chain.push_back(std::move(**record));
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      for (const json& m : it->input_messages) messages.push_back({m.value("role", "user"), m.value("content", "")});
+      messages.push_back({"assistant", output_text(it->response)});
+    }
+  }
+  std::vector<ChatMessage> all;
+  if (body.contains("instructions") && body["instructions"].is_string()) all.push_back({"system", body["instructions"].get<std::string>()});
+  for (ChatMessage& m : messages) all.push_back(std::move(m));
+  for (const ChatMessage& m : turn) all.push_back(m);
+  request.messages = all;
+
+  auto prepared = prepare(req, request, Endpoint::kChat);
+  if (auto* error = std::get_if<ApiError>(&prepared)) return send(res, *error);
+  auto run = std::move(std::get<PreparedRun>(prepared));
+
+  const std::string id = new_id("resp");
+  const std::string message_id = new_id("msg");
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int32_t max_output_tokens = request.generation.max_tokens;
+  json turn_inputs = json::array();
+  for (const ChatMessage& m : turn) {
+    if (m.role != "system") turn_inputs.push_back({{"role", m.role}, {"content", m.content}});
+  }
+  // The response object in a given state.
+  auto make_response = [=, this, body = body](const std::string& status, const std::string& text, const RequestUsage* usage,
+                                              bool length_stop) {
+    json output = json::array();
+    if (status != "in_progress") {
+      json content = json::array();
+      if (!text.empty()) content.push_back({{"type", "output_text"}, {"text", text}, {"annotations", json::array()}});
+      output.push_back({{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", content}});
+    }
+    json r = {{"id", id},
+              {"object", "response"},
+              {"created_at", created},
+              {"model", config_.model_id},
+              {"status", status},
+              {"incomplete_details", length_stop ? json{{"reason", "max_output_tokens"}} : json(nullptr)},
+              {"instructions", body.contains("instructions") ? body["instructions"] : json(nullptr)},
+              {"max_output_tokens", max_output_tokens},
+              {"previous_response_id", previous_id.empty() ? json(nullptr) : json(previous_id)},
+              {"temperature", request.generation.sampling.temperature},
+              {"top_p", request.generation.sampling.top_p},
+              {"store", store},
+              {"output", output},
+              {"error", nullptr}};
+    if (usage != nullptr) {
+      r["usage"] = {{"input_tokens", usage->prompt_tokens},
+                    {"input_tokens_details", {{"cached_tokens", usage->cached_tokens}}},
+                    {"output_tokens", usage->completion_tokens},
+                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"total_tokens", usage->prompt_tokens + usage->completion_tokens}};
+    } else {
+      r["usage"] = nullptr;
+    }
+    return r;
+  };
+  auto finish = [=, this](const json& response) {
+    if (store) {
+      const Status saved = store_->put({id, previous_id, turn_inputs, response});
+      if (!saved.ok()) std::fprintf(stderr, "mnemo: %s\n", saved.error().message().c_str());
+    }
+  };
+
+  if (!stream) {
+    std::string text;
+    bool length_stop = false;
+    RequestUsage usage;
+    for (;;) {
+      auto event = run.stream->next(std::chrono::milliseconds(1000));
+      if (!event) continue;
+      if (auto* d = std::get_if<TokenDelta>(&*event)) text += d->text;
+      if (auto* f = std::get_if<ChoiceFinished>(&*event)) length_stop = f->reason == FinishReason::kLength;
+      if (auto* done = std::get_if<RequestDone>(&*event)) {
+        usage = done->usage;
+        break;
+      }
+    }
+    const json response = make_response(length_stop ? "incomplete" : "completed", text, &usage, length_stop);
+    finish(response);
+    res.set_content(response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    return;
+  }
+
+  // Streaming: OpenAI's event sequence, each with a rising sequence_number; no [DONE].
+  struct StreamState {
+    int64_t sequence = 0;
+    bool started = false;
+    std::string text;
+    bool length_stop = false;
+  };
+  auto state = std::make_shared<StreamState>();
+  auto event = [state](const std::string& type, json payload) {
+    payload["type"] = type;
+    payload["sequence_number"] = state->sequence++;
+    return "event: " + type + "\ndata: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  };
+  auto stream_handle = run.stream;
+  auto guard = run.in_flight_guard;  // captured below: the slot is held until the stream ends
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [=](size_t, httplib::DataSink& sink) {
+        static_cast<void>(guard);
+        if (!sink.is_writable()) {
+          stream_handle->cancel();
+          return false;
+        }
+        std::string out;
+        if (!state->started) {
+          state->started = true;
+          const json initial = make_response("in_progress", "", nullptr, false);
+          out += event("response.created", {{"response", initial}});
+          out += event("response.in_progress", {{"response", initial}});
+          out += event("response.output_item.added",
+                       {{"output_index", 0},
+                        {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "in_progress"}, {"content", json::array()}}}});
+          out += event("response.content_part.added",
+                       {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0},
+                        {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
+        }
+        bool done = false;
+        for (auto e = stream_handle->next(std::chrono::milliseconds(100)); e; e = stream_handle->next(std::chrono::milliseconds(0))) {
+          if (auto* d = std::get_if<TokenDelta>(&*e)) {
+            if (d->text.empty()) continue;
+            state->text += d->text;
+            out += event("response.output_text.delta", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0},
+                                                        {"delta", d->text}, {"logprobs", json::array()}});
+          } else if (auto* f = std::get_if<ChoiceFinished>(&*e)) {
+            state->length_stop = f->reason == FinishReason::kLength;
+          } else if (auto* end = std::get_if<RequestDone>(&*e)) {
+            const json part = {{"type", "output_text"}, {"text", state->text}, {"annotations", json::array()}};
+            out += event("response.output_text.done", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"text", state->text}});
+            out += event("response.content_part.done", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+            out += event("response.output_item.done",
+                         {{"output_index", 0},
+                          {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", json::array({part})}}}});
+            const json response = make_response(state->length_stop ? "incomplete" : "completed", state->text, &end->usage,
+                                                state->length_stop);
+            finish(response);
+            out += event(state->length_stop ? "response.incomplete" : "response.completed", {{"response", response}});
+            done = true;
+            break;
+          }
+        }
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          stream_handle->cancel();
+          return false;
+        }
+        if (done) sink.done();
+        return true;
+      },
+      [stream_handle](bool success) {
+        if (!success) stream_handle->cancel();
+      });
+}
+
+void Server::handle_get_response(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches[1];
+  if (store_ == nullptr) return send(res, not_found(id, "response_id"));
+  auto record = store_->get(id);
+  if (!record.ok()) return send(res, ApiError{500, record.error().message(), "server_error", "", ""});
+  if (!record->has_value()) return send(res, not_found(id, "response_id"));
+  res.set_content((*record)->response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void Server::handle_delete_response(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches[1];
+  if (store_ == nullptr) return send(res, not_found(id, "response_id"));
+  auto removed = store_->remove(id);
+  if (!removed.ok()) return send(res, ApiError{500, removed.error().message(), "server_error", "", ""});
+  if (!*removed) return send(res, not_found(id, "response_id"));
+  res.set_content(json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump(), "application/json");
+}
+
+}  // namespace mnemo::server

@@ -1,0 +1,75 @@
+// ResponseStore: records survive reopening the file (as after a restart or a kill), deletes are
+// durable, and a corrupt record is an error, not a crash.
+#include <gtest/gtest.h>
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "server/response_store.h"
+
+namespace mnemo::server {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/" + name + "-" + std::to_string(::getpid()) + ".sqlite";
+}
+
+TEST(ResponseStore, RecordsSurviveReopening) {
+  const std::string path = temp_path("store");
+  {
+    auto store = ResponseStore::open(path);
+    ASSERT_TRUE(store.ok()) << store.error().message();
+    ASSERT_TRUE((*store)->put({"resp_1", "", nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}}),
+                               {{"id", "resp_1"}, {"object", "response"}}})
+                    .ok());
+    ASSERT_TRUE((*store)->put({"resp_2", "resp_1", nlohmann::json::array(), {{"id", "resp_2"}}}).ok());
+  }
+  auto store = ResponseStore::open(path);
+  ASSERT_TRUE(store.ok());
+  auto first = (*store)->get("resp_1");
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->previous_id, "");
+  EXPECT_EQ((*first)->input_messages[0]["content"], "hi");
+  EXPECT_EQ((*first)->response["object"], "response");
+  auto second = (*store)->get("resp_2");
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->previous_id, "resp_1");
+  auto removed = (*store)->remove("resp_1");
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(*removed);
+  EXPECT_FALSE(*(*store)->remove("resp_1"));
+  EXPECT_FALSE((*store)->get("resp_1")->has_value());
+  EXPECT_FALSE((*store)->get("nope")->has_value());
+  std::remove(path.c_str());
+}
+
+TEST(ResponseStore, CorruptRecordIsAnError) {
+  const std::string path = temp_path("corrupt");
+  {
+    auto store = ResponseStore::open(path);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->put({"resp_x", "", nlohmann::json::array(), {{"id", "resp_x"}}}).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE responses SET response = '{not json'", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = ResponseStore::open(path);
+  ASSERT_TRUE(store.ok());
+  auto record = (*store)->get("resp_x");
+  ASSERT_FALSE(record.ok());
+  EXPECT_NE(record.error().message().find("corrupt"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(ResponseStore, UnopenablePathIsAnError) {
+  auto store = ResponseStore::open("/nonexistent-dir/x/responses.sqlite");
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.error().message().find("/nonexistent-dir/x/responses.sqlite"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mnemo::server
