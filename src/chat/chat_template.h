@@ -1,0 +1,77 @@
+// Chat templates: OpenAI-style messages rendered into a prompt by the model's Jinja template
+// (the GGUF's tokenizer.chat_template, as in HuggingFace tokenizer configs), or by a built-in
+// one when the file has none.
+//
+// Rendering matches HF's apply_chat_template: trim_blocks and lstrip_blocks on, the variables
+// messages, bos_token, eos_token, add_generation_prompt, tools (none) and documents (none), and
+// raise_exception(). The rendered prompt contains the special tokens as text (e.g. "<bos>"), so
+// the caller tokenizes it with special-token parsing and does not add another BOS.
+//
+// Templates are untrusted input: a template that fails to parse, raises, loops or recurses
+// without end, or builds huge values gets an Error (with the template's line and column), never a
+// crash or a hang. See jinja_builtins.h for the limits.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat/jinja_ast.h"
+#include "chat/jinja_builtins.h"
+#include "gguf/gguf_file.h"
+#include "util/result.h"
+
+namespace mnemo {
+
+struct ChatMessage {
+  std::string role;  // system, user, assistant (tool is passed through as is)
+  std::string content;
+};
+
+struct ChatTemplateOptions {
+  std::string bos_token;
+  std::string eos_token;
+  bool add_generation_prompt = true;
+};
+
+class ChatTemplate {
+ public:
+  // Parses a Jinja template; syntax errors name the line and column.
+  static Result<ChatTemplate> parse(std::string_view source);
+  // The built-in template of a family: "gemma", "llama3", "chatml", "mistral", "llama2".
+  static Result<ChatTemplate> builtin(std::string_view family);
+  // The file's tokenizer.chat_template if present and parseable, else the built-in template of
+  // the family the architecture or vocabulary shows: gemma*; <|im_start|> -> chatml;
+  // <|start_header_id|> -> llama3; [INST] -> mistral; other llama -> llama2. An Error when
+  // none applies.
+  static Result<ChatTemplate> for_model(const gguf::File& file);
+
+  Result<std::string> render(const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options) const;
+  // The same under explicit limits (tests, fuzzing).
+  Result<std::string> render(const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options,
+                             const jinja::Limits& limits) const;
+
+  const std::string& source() const { return source_; }
+  // Where the template came from, for logs: "tokenizer.chat_template", "builtin gemma", or
+  // "builtin chatml (the file's tokenizer.chat_template did not parse: line 3, ...)".
+  const std::string& origin() const { return origin_; }
+
+ private:
+  ChatTemplate(std::string source, std::shared_ptr<const jinja::Body> body, std::string origin)
+      : source_(std::move(source)), body_(std::move(body)), origin_(std::move(origin)) {}
+
+  std::string source_;
+  std::shared_ptr<const jinja::Body> body_;  // shared: copies of a ChatTemplate are cheap
+  std::string origin_;
+};
+
+// Options for a model: its BOS and EOS token texts from the vocabulary (empty when unknown),
+// add_generation_prompt set.
+Result<ChatTemplateOptions> chat_template_options_for_model(const gguf::File& file);
+
+// The fuzz target's body: parses arbitrary bytes as a template and renders a short fixed
+// conversation with small limits. Returns the text or an Error; it must never crash or hang.
+Result<std::string> parse_and_render_for_fuzzing(std::string_view source);
+
+}  // namespace mnemo
