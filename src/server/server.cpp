@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -49,6 +50,12 @@ Status Server::bind() {
     bound_port_ = http_->bind_to_port(config_.host, config_.port) ? config_.port : -1;
   }
   if (bound_port_ <= 0) return make_error("cannot listen on {}:{}", config_.host, config_.port);
+  // httplib listens with a backlog of 5: a burst of clients (32 at once) overflows it while the
+  // accept thread waits for a core, and the kernel drops connections. Listening again on the
+  // bound socket only raises the backlog.
+  if (const int fd = listen_fd_.load(); fd >= 0 && ::listen(fd, SOMAXCONN) != 0) {
+    return make_error("cannot listen on {}:{}", config_.host, config_.port);
+  }
   return ok_status();
 }
 
@@ -59,13 +66,21 @@ void Server::stop() {
   // writer gives up once the server is "shutting down"), cutting SSE streams mid-body. Shutting
   // the listening socket down instead makes accept() fail, so the accept loop ends and new
   // connections are refused, while the worker threads finish the requests in flight.
-  const int fd = listen_fd_.exchange(-1);
+  // Once only: httplib then closes the socket but keeps its number, which a second stop() (of
+  // either kind) must not touch.
+  constexpr int kStopped = -2;
+  const int fd = listen_fd_.exchange(kStopped);
+  if (fd == kStopped) return;
   if (fd < 0 || ::shutdown(fd, SHUT_RDWR) != 0) http_->stop();
 }
 
 void Server::install_routes() {
   httplib::Server& http = *http_;
-  const int threads = config_.http_threads;
+  // One thread serves one connection at a time, and stays with it for httplib's keep-alive wait
+  // (5 s) after each response: with fewer threads than requests allowed in flight, a burst of
+  // clients queues behind idle keep-alive connections. Room for every request in flight, plus a
+  // few for /health and /metrics.
+  const int threads = std::max(config_.http_threads, config_.max_connections + 8);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http.set_payload_max_length(config_.max_body_bytes);
   // Called for the listening socket only (accepted sockets get no options): remember it for stop().

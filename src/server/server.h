@@ -31,7 +31,7 @@ struct ServerConfig {
   std::string ui_dir;    // static files of the web page
   size_t max_body_bytes = 8u << 20;
   int max_connections = 64;  // concurrent requests in flight; more get 429
-  int http_threads = 16;
+  int http_threads = 16;     // at least max_connections + 8 are started
   std::string response_store;  // SQLite file of the Responses API ("" : no store)
 };
 
@@ -70,7 +70,7 @@ class Server {
   ServerConfig config_;
   std::unique_ptr<httplib::Server> http_;
   int bound_port_ = 0;
-  std::atomic<int> listen_fd_{-1};  // the listening socket, for stop()
+  std::atomic<int> listen_fd_{-1};  // the listening socket, for stop(); -2 once stopped
   std::atomic<int> in_flight_{0};
   std::unique_ptr<ResponseStore> store_;
 };

@@ -1,0 +1,68 @@
+"""Helpers shared by the end-to-end tests (metrics parsing, polling, raw SSE reading)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+import requests
+
+API_KEY = "sk-mnemo-e2e-secret"  # the key of the auth_server fixture
+
+# ---- /metrics ----------------------------------------------------------------------------------
+
+METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
+
+
+def read_metrics(url: str) -> dict[str, float]:
+    """Prometheus text -> {"name" or "name{labels}": value}."""
+    r = requests.get(url + "/metrics", timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("text/plain")
+    out: dict[str, float] = {}
+    for line in r.text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = METRIC_LINE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Polls predicate() until it returns a truthy value (returned) or the timeout passes (fails)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def sse_events(response: requests.Response):
+    """Yields the JSON payloads of a streamed (SSE) response, then "[DONE]"; checks the framing."""
+    assert response.status_code == 200, response.text
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    for line in response.iter_lines(decode_unicode=True):
+        if not line:
+            continue
+        assert line.startswith("data: "), f"unexpected SSE line {line!r}"
+        data = line[len("data: "):]
+        if data == "[DONE]":
+            yield data
+            return
+        yield json.loads(data)
+
+
+def pick_stop_string(text: str) -> tuple[str, str]:
+    """A stop string taken from the middle of `text`, and what the output must be with it."""
+    middle = len(text) // 2
+    for start in range(middle, len(text) - 3):
+        candidate = text[start:start + 3]
+        if candidate.strip() == candidate and candidate.strip():
+            return candidate, text[: text.find(candidate)]
+    pytest.fail(f"no usable stop string in {text!r}")

@@ -1,0 +1,120 @@
+"""POST /v1/completions through the official openai client."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from helpers import pick_stop_string
+
+PROMPT = "The history of the Roman Empire begins"
+
+
+def stream_completion(client, **kwargs):
+    chunks = list(client.completions.create(stream=True, **kwargs))
+    texts: dict[int, str] = {}
+    reasons: dict[int, str] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.text or "")
+            if choice.finish_reason is not None:
+                assert choice.index not in reasons, f"choice {choice.index} finished twice"
+                reasons[choice.index] = choice.finish_reason
+    return chunks, texts, reasons
+
+
+def test_whole_response_has_openai_shape(client, model_id):
+    r = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=8)
+    assert r.object == "text_completion"
+    assert r.id.startswith("cmpl-")
+    assert r.model == model_id
+    assert len(r.choices) == 1
+    choice = r.choices[0]
+    assert choice.index == 0
+    assert isinstance(choice.text, str) and choice.text.strip()
+    assert choice.finish_reason == "length"
+    assert r.usage.completion_tokens == 8
+    assert r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 8
+    assert r.usage.prompt_tokens_details is None or r.usage.prompt_tokens_details.cached_tokens >= 0
+
+
+def test_stream_matches_whole_response(client, model_id):
+    whole = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=10)
+    chunks, texts, reasons = stream_completion(client, model=model_id, prompt=PROMPT, temperature=0, max_tokens=10,
+                                               stream_options={"include_usage": True})
+    assert texts == {0: whole.choices[0].text}
+    assert reasons == {0: "length"}
+    assert {c.id for c in chunks} == {chunks[0].id}
+    assert chunks[0].id.startswith("cmpl-")
+    assert all(c.object == "text_completion" for c in chunks)
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == []
+    assert usage.completion_tokens == 10
+    assert usage.prompt_tokens == whole.usage.prompt_tokens
+    assert usage.total_tokens == usage.prompt_tokens + 10
+
+
+def test_prompt_as_token_ids(client, model_id):
+    r = client.completions.create(model=model_id, prompt=[2, 818, 5279, 529], temperature=0, max_tokens=4)
+    assert r.usage.prompt_tokens == 4
+    assert r.usage.completion_tokens == 4
+    assert r.choices[0].text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_stop_string(client, model_id, stream):
+    baseline = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=24).choices[0].text
+    stop, expected = pick_stop_string(baseline)
+    kwargs = dict(model=model_id, prompt=PROMPT, temperature=0, max_tokens=24, stop=stop)
+    if stream:
+        _, texts, reasons = stream_completion(client, **kwargs)
+        out, reason = texts[0], reasons[0]
+    else:
+        r = client.completions.create(**kwargs)
+        out, reason = r.choices[0].text, r.choices[0].finish_reason
+    assert stop not in out
+    assert out == expected
+    assert reason == "stop"
+
+
+def test_n_choices(client, model_id):
+    r = client.completions.create(model=model_id, prompt=PROMPT, temperature=1.0, max_tokens=10, n=3, seed=3)
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    assert len({c.text for c in r.choices}) >= 2
+    _, texts, reasons = stream_completion(client, model=model_id, prompt=PROMPT, temperature=1.0, max_tokens=10, n=3,
+                                          seed=3)
+    assert texts == {c.index: c.text for c in r.choices}
+    assert set(reasons) == {0, 1, 2}
+
+
+def test_seed_and_greedy_reproducible(client, model_id):
+    def run(**kw):
+        return client.completions.create(model=model_id, prompt=PROMPT, max_tokens=12, **kw).choices[0].text
+
+    assert run(temperature=0.8, seed=99) == run(temperature=0.8, seed=99)
+    assert run(temperature=0) == run(temperature=0, seed=5)
+
+
+def test_logprobs_have_the_right_shape(client, model_id):
+    r = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=6, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert r.usage.completion_tokens == 6
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 6
+    assert "".join(lp.tokens) == r.choices[0].text
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert isinstance(token, str)
+        assert logprob <= 0 and math.isfinite(logprob)
+        assert 1 <= len(top) <= 2
+        assert all(v <= 0 for v in top.values())
+        # Greedy: the chosen token is the most likely one.
+        assert token in top
+        assert logprob == pytest.approx(max(top.values()), abs=1e-5)
+
+
+def test_max_tokens_is_honoured(client, model_id):
+    for limit in (1, 5):
+        r = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=limit)
+        assert r.usage.completion_tokens == limit
+        assert r.choices[0].finish_reason == "length"

@@ -1,0 +1,183 @@
+"""The web chat page in headless Chromium (Debian's chromium + chromium-driver, offline): it loads
+the model name, streams a reply into the DOM, keeps the conversation, stops a reply, escapes
+HTML, starts new chats and keeps the API key in localStorage. A screenshot goes to
+$MNEMO_SCREENSHOT_DIR (default /tmp)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+from helpers import API_KEY, read_metrics, wait_for
+
+SCREENSHOT_DIR = os.environ.get("MNEMO_SCREENSHOT_DIR", "/tmp")
+
+# Records every text the assistant bubbles show, to tell a streamed reply from one that appears whole.
+RECORD_SNAPSHOTS = """
+window.__snapshots = [];
+const observer = new MutationObserver(() => {
+  const bubbles = document.querySelectorAll('.message.assistant .content');
+  if (bubbles.length) window.__snapshots.push(bubbles[bubbles.length - 1].textContent);
+});
+observer.observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});
+"""
+
+
+def find_program(*names: str) -> str:
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail(f"none of {names} is installed (scripts/setup.sh installs Debian's chromium and chromium-driver)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = Options()
+    options.binary_location = find_program("chromium", "chromium-browser")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1000,760",
+                "--no-first-run", "--disable-extensions", "--disable-background-networking"):
+        options.add_argument(arg)
+    service = Service(executable_path=find_program("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def wait(driver, timeout=60):
+    return WebDriverWait(driver, timeout, poll_frequency=0.05)
+
+
+def text_of(element) -> str:
+    return element.get_attribute("textContent")
+
+
+def open_page(driver, url: str, model_id: str | None):
+    driver.get(url + "/")
+    assert driver.title == "Mnemo chat"
+    if model_id is not None:
+        wait(driver, 20).until(lambda d: text_of(d.find_element(By.ID, "model-name")) == model_id)
+
+
+def set_setting(driver, element_id: str, value: str):
+    if not driver.find_element(By.ID, "settings").is_displayed():
+        driver.find_element(By.ID, "settings-toggle").click()
+    field = driver.find_element(By.ID, element_id)
+    field.clear()
+    field.send_keys(value + Keys.TAB)  # TAB: the change event stores it
+
+
+def assistant_bubbles(driver):
+    return driver.find_elements(By.CSS_SELECTOR, ".message.assistant")
+
+
+def send_message(driver, text: str, expect_count: int):
+    box = driver.find_element(By.ID, "input")
+    box.send_keys(text)
+    driver.find_element(By.ID, "send").click()
+    wait(driver, 10).until(lambda d: len(assistant_bubbles(d)) == expect_count)
+    return assistant_bubbles(driver)[-1]
+
+
+def wait_finished(driver, bubble, timeout=90) -> str:
+    wait(driver, timeout).until(lambda d: bubble.get_attribute("data-state") != "streaming")
+    return bubble.get_attribute("data-state")
+
+
+def test_page_streams_a_multi_turn_chat(browser, server, client, model_id):
+    open_page(browser, server.url, model_id)
+    set_setting(browser, "temperature", "0")
+    set_setting(browser, "max-tokens", "16")
+    browser.find_element(By.ID, "settings-toggle").click()  # close the settings panel again
+    browser.execute_script(RECORD_SNAPSHOTS)
+
+    question = "What is the capital of France?"
+    bubble = send_message(browser, question, 1)
+    assert wait_finished(browser, bubble) == "done"
+    reply = text_of(bubble.find_element(By.CSS_SELECTOR, ".content"))
+    assert reply.strip()
+    assert text_of(browser.find_element(By.ID, "status")) in ("", "Reply cut at the max tokens limit (see Settings).")
+    # It arrived piece by piece: the bubble showed growing prefixes of the final text.
+    snapshots = [s for s in browser.execute_script("return window.__snapshots") if s]
+    assert all(reply.startswith(s) for s in snapshots)
+    assert len(set(snapshots)) >= 2, snapshots
+    # The page asked for what the settings say: the API gives the same greedy reply.
+    expected = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": question}],
+                                              temperature=0, max_tokens=16)
+    assert reply == expected.choices[0].message.content
+
+    follow_up = "And of Germany?"
+    bubble2 = send_message(browser, follow_up, 2)
+    assert wait_finished(browser, bubble2) == "done"
+    reply2 = text_of(bubble2.find_element(By.CSS_SELECTOR, ".content"))
+    expected2 = client.chat.completions.create(
+        model=model_id, temperature=0, max_tokens=16,
+        messages=[{"role": "user", "content": question}, {"role": "assistant", "content": reply},
+                  {"role": "user", "content": follow_up}])
+    assert reply2 == expected2.choices[0].message.content  # the whole history was sent
+    users = [text_of(e) for e in browser.find_elements(By.CSS_SELECTOR, ".message.user .content")]
+    assert users == [question, follow_up]
+
+    path = os.path.join(SCREENSHOT_DIR, "mnemo-chat.png")
+    assert browser.save_screenshot(path)
+    assert os.path.getsize(path) > 10_000
+
+
+def test_stop_button_cancels_the_reply(browser, server, model_id):
+    open_page(browser, server.url, model_id)
+    set_setting(browser, "max-tokens", "400")
+    before = read_metrics(server.url)
+    bubble = send_message(browser, "Write a very long story about a dragon and a knight.", 1)
+    content = bubble.find_element(By.CSS_SELECTOR, ".content")
+    wait(browser, 60).until(lambda d: len(text_of(content)) > 10)
+    stop = browser.find_element(By.ID, "stop")
+    assert stop.is_displayed()
+    assert not browser.find_element(By.ID, "send").is_displayed()
+    stop.click()
+    assert wait_finished(browser, bubble, timeout=10) == "stopped"
+    assert browser.find_element(By.ID, "send").is_displayed()
+    wait_for(lambda: read_metrics(server.url)["mnemo_requests_cancelled_total"]
+             == before["mnemo_requests_cancelled_total"] + 1, timeout=20, what="the server to cancel the request")
+    after = read_metrics(server.url)
+    assert after["mnemo_generation_tokens_total"] - before["mnemo_generation_tokens_total"] < 300
+    set_setting(browser, "max-tokens", "16")
+
+
+def test_html_is_escaped_and_new_chat_clears(browser, server, model_id):
+    open_page(browser, server.url, model_id)
+    set_setting(browser, "max-tokens", "2")
+    text = "<b>bold</b> & <img src=x onerror=alert(1)>"
+    bubble = send_message(browser, text, 1)
+    wait_finished(browser, bubble)
+    user = browser.find_element(By.CSS_SELECTOR, ".message.user .content")
+    assert text_of(user) == text
+    assert "&lt;b&gt;" in user.get_attribute("innerHTML")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#messages b, #messages img")
+
+    browser.find_element(By.ID, "new-chat").click()
+    assert not browser.find_elements(By.CSS_SELECTOR, ".message")
+    assert browser.find_element(By.ID, "empty").is_displayed()
+    set_setting(browser, "max-tokens", "16")
+
+
+def test_api_key_is_asked_for_and_kept(browser, auth_server):
+    open_page(browser, auth_server.url, None)
+    model = browser.find_element(By.ID, "model-name")
+    wait(browser, 20).until(lambda d: text_of(model) == "API key needed")
+    set_setting(browser, "api-key", API_KEY)
+    wait(browser, 20).until(lambda d: text_of(model) not in ("API key needed", "connecting…"))
+    model_id = text_of(model)
+    assert model_id and model_id != "model unknown"
+    assert browser.execute_script("return localStorage.getItem('mnemo.chat.apiKey')") == API_KEY
+    browser.refresh()
+    wait(browser, 20).until(lambda d: text_of(d.find_element(By.ID, "model-name")) == model_id)
+    browser.execute_script("localStorage.clear()")

@@ -1,0 +1,307 @@
+// Mnemo's web chat page: plain JavaScript over the server's OpenAI-compatible API.
+// Replies stream from POST /v1/chat/completions (server-sent events read through fetch's
+// ReadableStream); the whole conversation is sent each turn; Stop aborts the fetch, and the
+// server cancels the request when the connection closes. All message text goes into the DOM
+// through textContent, never as HTML.
+(() => {
+  "use strict";
+
+  const $ = (id) => document.getElementById(id);
+  const els = {
+    messages: $("messages"),
+    empty: $("empty"),
+    input: $("input"),
+    send: $("send"),
+    stop: $("stop"),
+    composer: $("composer"),
+    newChat: $("new-chat"),
+    model: $("model-name"),
+    status: $("status"),
+    settings: $("settings"),
+    settingsToggle: $("settings-toggle"),
+    apiKey: $("api-key"),
+    temperature: $("temperature"),
+    maxTokens: $("max-tokens"),
+    systemPrompt: $("system-prompt"),
+  };
+
+  const STORE = "mnemo.chat.";
+  const state = {
+    model: "",             // id from /v1/models ("" until known: the server then uses its own)
+    history: [],           // [{role, content}] as sent to the API
+    controller: null,      // AbortController of the reply being streamed
+  };
+
+  // ---- settings, kept in localStorage --------------------------------------------------------
+
+  function load(key, fallback) {
+    try {
+      const v = localStorage.getItem(STORE + key);
+      return v === null ? fallback : v;
+    } catch (_) {
+      return fallback;
+    }
+  }
+  function save(key, value) {
+    try {
+      if (value === "") localStorage.removeItem(STORE + key);
+      else localStorage.setItem(STORE + key, value);
+    } catch (_) { /* storage may be disabled */ }
+  }
+
+  els.apiKey.value = load("apiKey", "");
+  els.temperature.value = load("temperature", els.temperature.value);
+  els.maxTokens.value = load("maxTokens", els.maxTokens.value);
+  els.systemPrompt.value = load("systemPrompt", "");
+  for (const [el, key] of [[els.apiKey, "apiKey"], [els.temperature, "temperature"],
+                           [els.maxTokens, "maxTokens"], [els.systemPrompt, "systemPrompt"]]) {
+    el.addEventListener("change", () => save(key, el.value.trim()));
+  }
+  els.apiKey.addEventListener("change", () => loadModel());
+
+  els.settingsToggle.addEventListener("click", () => {
+    const open = els.settings.hidden;
+    els.settings.hidden = !open;
+    els.settingsToggle.setAttribute("aria-expanded", String(open));
+  });
+
+  function headers() {
+    const h = { "Content-Type": "application/json" };
+    const key = els.apiKey.value.trim();
+    if (key) h["Authorization"] = "Bearer " + key;
+    return h;
+  }
+
+  function numberSetting(el, lo, hi, fallback) {
+    const v = Number(el.value);
+    if (el.value.trim() === "" || !Number.isFinite(v)) return fallback;
+    return Math.min(hi, Math.max(lo, v));
+  }
+
+  // ---- status line and errors --------------------------------------------------------------
+
+  function setStatus(text, isError) {
+    els.status.textContent = text || "";
+    els.status.classList.toggle("error", Boolean(isError));
+  }
+
+  async function errorMessage(response) {
+    let text = `HTTP ${response.status}`;
+    try {
+      const body = await response.json();
+      if (body && body.error && body.error.message) text += `: ${body.error.message}`;
+    } catch (_) { /* not JSON */ }
+    if (response.status === 401) text += " (set the API key in Settings)";
+    return text;
+  }
+
+  // ---- the model name ------------------------------------------------------------------------
+
+  async function loadModel() {
+    try {
+      const response = await fetch("/v1/models", { headers: headers() });
+      if (!response.ok) {
+        els.model.textContent = response.status === 401 ? "API key needed" : "model unknown";
+        els.model.classList.add("warn");
+        if (response.status === 401) setStatus(await errorMessage(response), true);
+        return;
+      }
+      const body = await response.json();
+      const first = body && Array.isArray(body.data) && body.data[0];
+      state.model = first ? String(first.id) : "";
+      els.model.textContent = state.model || "model unknown";
+      els.model.classList.toggle("warn", !state.model);
+      if (first && first.context_length) els.model.title = `Context: ${first.context_length} tokens`;
+      setStatus("");
+    } catch (_) {
+      els.model.textContent = "server unreachable";
+      els.model.classList.add("warn");
+    }
+  }
+
+  // ---- the message list ----------------------------------------------------------------------
+
+  function addMessage(role, text) {
+    els.empty.hidden = true;
+    const row = document.createElement("div");
+    row.className = `message ${role}`;
+    row.dataset.role = role;
+    const who = document.createElement("div");
+    who.className = "who";
+    who.textContent = role === "user" ? "You" : role === "assistant" ? "Assistant" : role;
+    const body = document.createElement("div");
+    body.className = "content";
+    body.textContent = text;
+    row.append(who, body);
+    els.messages.append(row);
+    scrollToEnd();
+    return { row, body };
+  }
+
+  function scrollToEnd() {
+    els.messages.scrollTop = els.messages.scrollHeight;
+  }
+
+  function setBusy(busy) {
+    els.send.hidden = busy;
+    els.stop.hidden = !busy;
+    els.send.disabled = busy;
+    els.input.disabled = false;
+  }
+
+  function newChat() {
+    if (state.controller) state.controller.abort();
+    state.history = [];
+    for (const node of [...els.messages.querySelectorAll(".message")]) node.remove();
+    els.empty.hidden = false;
+    setStatus("");
+    els.input.value = "";
+    autoGrow();
+    els.input.focus();
+  }
+
+  // ---- streaming ------------------------------------------------------------------------------
+
+  // Reads the SSE body of a streamed chat completion, calling onDelta(text) for each piece of
+  // content. Returns the finish reason (or null when the stream ended without one).
+  async function readStream(response, onDelta) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    let finish = null;
+    for (;;) {
+      const { value, done } = await reader.read();
+      buffer += decoder.decode(value || new Uint8Array(), { stream: !done });
+      let newline;
+      while ((newline = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, newline).replace(/\r$/, "");
+        buffer = buffer.slice(newline + 1);
+        if (!line.startsWith("data:")) continue;  // blank separators, comments, other fields
+        const data = line.slice(5).trim();
+        if (data === "[DONE]") return finish;
+        let event;
+        try {
+          event = JSON.parse(data);
+        } catch (_) {
+          continue;
+        }
+        if (event.error) throw new Error(event.error.message || "server error");
+        for (const choice of event.choices || []) {
+          if (choice.index !== undefined && choice.index !== 0) continue;
+          const piece = choice.delta && choice.delta.content;
+          if (piece) onDelta(piece);
+          if (choice.finish_reason) finish = choice.finish_reason;
+        }
+      }
+      if (done) return finish;
+    }
+  }
+
+  async function send(text) {
+    if (state.controller) return;
+    const system = els.systemPrompt.value.trim();
+    const messages = (system ? [{ role: "system", content: system }] : []).concat(state.history, [{ role: "user", content: text }]);
+    state.history.push({ role: "user", content: text });
+    addMessage("user", text);
+    const reply = addMessage("assistant", "");
+    reply.row.classList.add("streaming");
+    reply.row.dataset.state = "streaming";
+
+    const controller = new AbortController();
+    state.controller = controller;
+    setBusy(true);
+    setStatus("");
+    let content = "";
+    let outcome = "done";
+    try {
+      const body = {
+        messages,
+        stream: true,
+        temperature: numberSetting(els.temperature, 0, 2, 0.7),
+        max_tokens: Math.round(numberSetting(els.maxTokens, 1, 1 << 20, 256)),
+      };
+      if (state.model) body.model = state.model;
+      const response = await fetch("/v1/chat/completions", {
+        method: "POST",
+        headers: headers(),
+        body: JSON.stringify(body),
+        signal: controller.signal,
+      });
+      if (!response.ok) throw new Error(await errorMessage(response));
+      const finish = await readStream(response, (piece) => {
+        content += piece;
+        reply.body.textContent = content;
+        scrollToEnd();
+      });
+      if (finish === "length") setStatus("Reply cut at the max tokens limit (see Settings).");
+    } catch (err) {
+      if (controller.signal.aborted) {
+        outcome = "stopped";
+      } else {
+        outcome = "error";
+        setStatus(err && err.message ? err.message : String(err), true);
+      }
+    } finally {
+      state.controller = null;
+      reply.row.classList.remove("streaming");
+      reply.row.dataset.state = outcome;
+      if (outcome === "stopped") {
+        const note = document.createElement("div");
+        note.className = "note";
+        note.textContent = "stopped";
+        reply.row.append(note);
+      }
+      if (content) {
+        state.history.push({ role: "assistant", content });
+      } else {
+        reply.body.textContent = outcome === "error" ? "(no reply)" : outcome === "stopped" ? "" : "(empty reply)";
+        // Keep the history alternating: drop the unanswered user turn.
+        if (outcome !== "done") state.history.pop();
+        else state.history.push({ role: "assistant", content: "" });
+      }
+      setBusy(false);
+      els.input.focus();
+    }
+  }
+
+  // ---- the composer ---------------------------------------------------------------------------
+
+  // The textarea grows with its text up to 200 px, then scrolls.
+  function autoGrow() {
+    const el = els.input;
+    el.style.height = "auto";
+    const borders = el.offsetHeight - el.clientHeight;
+    const wanted = el.scrollHeight + borders;
+    el.style.height = Math.min(wanted, 200) + "px";
+    el.style.overflowY = wanted > 200 ? "auto" : "hidden";
+  }
+
+  function submit() {
+    const text = els.input.value.trim();
+    if (!text || state.controller) return;
+    els.input.value = "";
+    autoGrow();
+    send(text);
+  }
+
+  els.composer.addEventListener("submit", (e) => {
+    e.preventDefault();
+    submit();
+  });
+  els.input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      submit();
+    }
+  });
+  els.input.addEventListener("input", autoGrow);
+  els.stop.addEventListener("click", () => {
+    if (state.controller) state.controller.abort();
+  });
+  els.newChat.addEventListener("click", newChat);
+
+  setBusy(false);
+  autoGrow();
+  loadModel();
+  els.input.focus();
+})();
