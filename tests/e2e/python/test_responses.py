@@ -1,0 +1,166 @@
+"""The Responses API: stored conversations continued by previous_response_id, retrieval and
+deletion, streaming events, and history that survives a kill -9 of the server."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+import pytest
+import requests
+
+
+
+def response_events(response: requests.Response) -> list[dict]:
+    """The events of a Responses API stream: "event: TYPE" then "data: JSON" with that type."""
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    events, pending_type = [], None
+    for line in response.iter_lines(decode_unicode=True):
+        if not line:
+            continue
+        if line.startswith("event: "):
+            pending_type = line[len("event: "):]
+            continue
+        assert line.startswith("data: "), f"unexpected SSE line {line!r}"
+        payload = json.loads(line[len("data: "):])
+        assert payload["type"] == pending_type
+        events.append(payload)
+    return events
+
+
+def create(url: str, **body) -> requests.Response:
+    return requests.post(url + "/v1/responses", json=body, timeout=120)
+
+
+def output_text(response: dict) -> str:
+    return "".join(part["text"] for item in response["output"] for part in item["content"]
+                   if part["type"] == "output_text")
+
+
+@pytest.fixture(scope="module")
+def state_server(start_server):
+    state = tempfile.mkdtemp(prefix="mnemo-state-")
+    return start_server("--state-dir", state), state
+
+
+def test_string_input_gives_a_stored_response(state_server):
+    server, _ = state_server
+    r = create(server.url, input="Name three colours.", max_output_tokens=8, temperature=0)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "response"
+    assert body["id"].startswith("resp_")
+    assert body["status"] in ("completed", "incomplete")
+    assert output_text(body)
+    usage = body["usage"]
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    assert "cached_tokens" in usage["input_tokens_details"]
+
+
+def test_max_output_tokens_makes_it_incomplete(state_server):
+    server, _ = state_server
+    body = create(server.url, input="Count to one hundred.", max_output_tokens=5, ignore_eos=True, temperature=0).json()
+    assert body["status"] == "incomplete"
+    assert body["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert body["usage"]["output_tokens"] == 5
+
+
+def test_previous_response_id_continues_the_conversation_from_cache(state_server):
+    server, _ = state_server
+    first = create(server.url, input="Tell me about the sea and the ships that sail on it.",
+                   max_output_tokens=24, ignore_eos=True, temperature=0).json()
+    second = create(server.url, input="And the harbours?", previous_response_id=first["id"], max_output_tokens=8,
+                    temperature=0).json()
+    assert second["previous_response_id"] == first["id"]
+    # The history (turn 1's input and output) is sent to the model again, from the store...
+    assert second["usage"]["input_tokens"] > first["usage"]["input_tokens"] + first["usage"]["output_tokens"] - 2
+    # ...and its KV comes from the prefix cache: at least the whole blocks of turn 1's prompt.
+    assert second["usage"]["input_tokens_details"]["cached_tokens"] >= first["usage"]["input_tokens"] // 16 * 16 > 0
+
+
+def test_instructions_are_not_inherited(state_server):
+    server, _ = state_server
+    first = create(server.url, input="Hello.", instructions="Answer in French.", max_output_tokens=4).json()
+    assert first["instructions"] == "Answer in French."
+    second = create(server.url, input="Again.", previous_response_id=first["id"], max_output_tokens=4).json()
+    assert second["instructions"] is None
+    # Without the system text, turn 2's prompt is shorter than turn 1's prompt plus its reply.
+    with_instructions = create(server.url, input="Again.", previous_response_id=first["id"],
+                               instructions="Answer in French.", max_output_tokens=4).json()
+    assert with_instructions["usage"]["input_tokens"] > second["usage"]["input_tokens"]
+
+
+def test_unknown_previous_response_is_404(state_server):
+    server, _ = state_server
+    r = create(server.url, input="hi", previous_response_id="resp_doesnotexist")
+    assert r.status_code == 404
+    assert r.json()["error"]["param"] == "previous_response_id"
+
+
+def test_get_and_delete(state_server):
+    server, _ = state_server
+    body = create(server.url, input="Hello", max_output_tokens=3, temperature=0).json()
+    got = requests.get(server.url + "/v1/responses/" + body["id"], timeout=30)
+    assert got.status_code == 200
+    assert got.json() == body
+    deleted = requests.delete(server.url + "/v1/responses/" + body["id"], timeout=30)
+    assert deleted.status_code == 200
+    assert deleted.json()["deleted"] is True
+    assert requests.get(server.url + "/v1/responses/" + body["id"], timeout=30).status_code == 404
+    assert requests.delete(server.url + "/v1/responses/" + body["id"], timeout=30).status_code == 404
+
+
+def test_store_false_is_not_retrievable(state_server):
+    server, _ = state_server
+    body = create(server.url, input="Hello", max_output_tokens=2, store=False).json()
+    assert requests.get(server.url + "/v1/responses/" + body["id"], timeout=30).status_code == 404
+
+
+def test_streaming_events_in_order(state_server):
+    server, _ = state_server
+    r = requests.post(server.url + "/v1/responses", json={"input": "Say hello.", "max_output_tokens": 6,
+                                                          "temperature": 0, "stream": True}, stream=True, timeout=120)
+    assert r.status_code == 200
+    events = response_events(r)
+    types = [e["type"] for e in events]
+    assert types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert types[-4:-1] == ["response.output_text.done", "response.content_part.done", "response.output_item.done"]
+    assert types[-1] in ("response.completed", "response.incomplete")
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert deltas == done["text"]
+    final = events[-1]["response"]
+    assert final["usage"]["output_tokens"] == 6
+    assert output_text(final) == deltas
+
+
+def test_openai_client(state_server):
+    import openai
+
+    server, _ = state_server
+    with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120) as client:
+        first = client.responses.create(model="gemma-3-270m-q4_k_m", input="Hi there", max_output_tokens=4)
+        second = client.responses.create(model="gemma-3-270m-q4_k_m", input="Again", previous_response_id=first.id,
+                                         max_output_tokens=4)
+        assert second.output_text is not None
+        assert client.responses.retrieve(second.id).id == second.id
+
+
+def test_history_survives_kill_9(start_server):
+    """A conversation continues after the server is killed and restarted on the same state."""
+    state = tempfile.mkdtemp(prefix="mnemo-restart-")
+    a = start_server("--state-dir", state)
+    first = create(a.url, input="Describe a mountain village in winter.", max_output_tokens=16, ignore_eos=True,
+                   temperature=0).json()
+    expected = create(a.url, input="What do people eat there?", previous_response_id=first["id"],
+                      max_output_tokens=8, ignore_eos=True, temperature=0, store=False).json()
+    a.kill()  # SIGKILL: no shutdown path runs
+    b = start_server("--state-dir", state)
+    again = create(b.url, input="What do people eat there?", previous_response_id=first["id"],
+                   max_output_tokens=8, ignore_eos=True, temperature=0, store=False)
+    assert again.status_code == 200, again.text
+    body = again.json()
+    assert output_text(body) == output_text(expected)
+    assert body["usage"]["input_tokens"] == expected["usage"]["input_tokens"]
