@@ -3,7 +3,11 @@
 //   prefill: a P-token prompt in one forward pass (tokens/s);
 //   decode:  B sequences with a C-token context each, advancing one token per step together
 //            (generated tokens/s over all sequences).
-// Each figure is the median of --repeats runs.
+//   memory:  the machine's streaming read bandwidth with the same threads (a plain sum over a
+//            buffer far larger than the caches), measured in the same run;
+//   roofline: bytes of weights one batch-1 decode step reads (every layer matrix and the output
+//            matrix, once) divided by the step time, as a fraction of that bandwidth.
+// Each figure is the median of --repeats runs (the bandwidth: of kBandwidthPasses passes).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +44,42 @@ double median(std::vector<double> v) {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Streaming read bandwidth of the pool's threads, in bytes per second (median of the passes).
+constexpr size_t kBandwidthBytes = size_t{256} << 20;
+constexpr int kBandwidthPasses = 7;
+
+double measure_read_bandwidth(ThreadPool& pool) {
+  const size_t words = kBandwidthBytes / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(words, 1);  // written once, so every page is really there
+  std::vector<uint64_t> sums(static_cast<size_t>(pool.size()));
+  std::vector<double> rates;
+  for (int pass = 0; pass < kBandwidthPasses; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(static_cast<int64_t>(words / 8), [&](int64_t begin, int64_t end, int t) {
+      // Eight independent sums so that the loads, not the adds, set the pace.
+      uint64_t acc[8] = {};
+      for (int64_t i = begin; i < end; ++i) {
+        for (int k = 0; k < 8; ++k) acc[k] += buffer[static_cast<size_t>(i) * 8 + static_cast<size_t>(k)];
+      }
+      sums[static_cast<size_t>(t)] = std::accumulate(acc, acc + 8, uint64_t{0});
+    });
+    rates.push_back(static_cast<double>(kBandwidthBytes) / seconds_since(start));
+  }
+  if (std::accumulate(sums.begin(), sums.end(), uint64_t{0}) == 0) std::printf(" ");  // keeps the sums alive
+  return median(rates);
+}
+
+// Bytes of the weight matrices a batch-1 decode step reads: every layer matrix and the output
+// matrix once (the embedding lookup reads one row).
+double decode_weight_bytes(const Model& model) {
+  const auto bytes = [](const WeightMatrix& w) { return static_cast<double>(w.row_bytes()) * static_cast<double>(w.out_features); };
+  double total = bytes(model.weights().output);
+  for (const LayerWeights& l : model.weights().layers) {
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) total += bytes(*w);
+  }
+  return total;
 }
 
 std::vector<TokenId> random_tokens(int32_t n, int32_t vocab, uint32_t seed) {
@@ -89,6 +129,7 @@ int run_bench(const BenchArgs& args) {
   Sampler sampler;
   SamplingParams greedy;
   greedy.temperature = 0.0f;
+  double batch1_rate = 0.0;
   for (const int32_t batch_size : args.batches) {
     const int32_t per_seq_blocks = (args.context + args.steps + kBlock - 1) / kBlock;
     KvStorage kv(model.kv_layout(kBlock, kv_dtype), per_seq_blocks * batch_size);
@@ -121,6 +162,17 @@ int run_bench(const BenchArgs& args) {
       rates.push_back(static_cast<double>(batch_size) * args.steps / seconds_since(start));
     }
     std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", batch_size, args.context, median(rates));
+    if (batch_size == 1) batch1_rate = median(rates);
+  }
+
+  const double bandwidth = measure_read_bandwidth(pool);
+  std::printf("memory   read bandwidth      %8.1f GB/s (%d threads, median of %d passes over %zu MiB)\n", bandwidth / 1e9,
+              pool.size(), kBandwidthPasses, kBandwidthBytes >> 20);
+  if (batch1_rate > 0.0) {
+    const double weight_bytes = decode_weight_bytes(model);
+    const double achieved = weight_bytes * batch1_rate;
+    std::printf("roofline batch 1: %.1f MB of weights per step, %.1f GB/s = %.0f%% of measured bandwidth\n",
+                weight_bytes / 1e6, achieved / 1e9, 100.0 * achieved / bandwidth);
   }
   return 0;
 }

@@ -1,6 +1,8 @@
 // The forward pass over a ragged batch: every token of every sequence goes through each layer
-// together (one matrix product per weight for the whole batch); only attention looks at
-// sequences, through their block tables.
+// together (one matrix product per weight for the whole batch, Q/K/V and gate/up sharing their
+// quantised input); only attention looks at sequences, through their block tables. Every
+// operation is per token (or per (token, head) in attention) and computed the same way whatever
+// else is in the batch, so a token's logits do not depend on the batch (batch invariance).
 #include <cstring>
 
 #include "kernels/nn/attention.h"
@@ -25,6 +27,21 @@ void rms_norm_rows(const float* x, const std::vector<float>& weight, float* y, i
                    float eps, ThreadPool& pool) {
   pool.parallel_for(rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) kernels::rms_norm(x + r * n, weight, y + r * n, n, eps);
+  });
+}
+
+// The step between two sub-blocks in one pass over the rows (one pool job instead of three):
+// h = post_norm(h) (when the model has post norms), x += h, then h = next_norm(x) (when given).
+void residual_step(float* x, float* h, const std::vector<float>* post_norm, const std::vector<float>* next_norm,
+                   int64_t rows, int64_t n, float eps, ThreadPool& pool) {
+  pool.parallel_for(rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* hr = h + r * n;
+      float* xr = x + r * n;
+      if (post_norm != nullptr) kernels::rms_norm(hr, *post_norm, hr, n, eps);
+      kernels::add_inplace(xr, hr, n);
+      if (next_norm != nullptr) kernels::rms_norm(xr, *next_norm, hr, n, eps);
+    }
   });
 }
 
@@ -93,14 +110,14 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
                                         batch.sequences[static_cast<size_t>(place.sequence)].block_table};
   }
 
+  if (c.n_layers > 0) rms_norm_rows(b.x.data(), weights_.layers[0].attn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
     const bool local = c.is_local(il);
 
-    rms_norm_rows(b.x.data(), w.attn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
-    kernels::matmul(w.wq, b.h.data(), T, b.q.data(), pool, b.matmul);
-    kernels::matmul(w.wk, b.h.data(), T, b.k.data(), pool, b.matmul);
-    kernels::matmul(w.wv, b.h.data(), T, b.v.data(), pool, b.matmul);
+    // h holds attn_norm(x) (from the step before). Q, K and V share its quantised rows.
+    const kernels::MatmulTask qkv[] = {{&w.wq, b.q.data()}, {&w.wk, b.k.data()}, {&w.wv, b.v.data()}};
+    kernels::matmul_many(qkv, b.h.data(), T, pool, b.matmul);
     add_bias(b.q.data(), w.bq, T);
     add_bias(b.k.data(), w.bk, T);
     add_bias(b.v.data(), w.bv, T);
@@ -140,12 +157,11 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
     kernels::paged_attention(queries, kv, il, shape, pool);
 
     kernels::matmul(w.wo, b.attn.data(), T, b.h.data(), pool, b.matmul);
-    if (c.has_post_norms) rms_norm_rows(b.h.data(), w.post_attn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
-    kernels::add_inplace(b.x.data(), b.h.data(), T * n_embd);
+    residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_attn_norm : nullptr, &w.ffn_norm, T, n_embd,
+                  c.rms_eps, pool);
 
-    rms_norm_rows(b.x.data(), w.ffn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
-    kernels::matmul(w.w_gate, b.h.data(), T, b.gate.data(), pool, b.matmul);
-    kernels::matmul(w.w_up, b.h.data(), T, b.up.data(), pool, b.matmul);
+    const kernels::MatmulTask gate_up[] = {{&w.w_gate, b.gate.data()}, {&w.w_up, b.up.data()}};
+    kernels::matmul_many(gate_up, b.h.data(), T, pool, b.matmul);
     const int64_t n_ff = c.n_ff;
     pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
       for (int64_t t = begin; t < end; ++t) {
@@ -160,8 +176,10 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
       }
     });
     kernels::matmul(w.w_down, b.ffn.data(), T, b.h.data(), pool, b.matmul);
-    if (c.has_post_norms) rms_norm_rows(b.h.data(), w.post_ffn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
-    kernels::add_inplace(b.x.data(), b.h.data(), T * n_embd);
+    // x += post_ffn_norm(h), and the next layer's attn_norm(x) into h.
+    const std::vector<float>* next_norm = il + 1 < c.n_layers ? &weights_.layers[static_cast<size_t>(il) + 1].attn_norm : nullptr;
+    residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_ffn_norm : nullptr, next_norm, T, n_embd,
+                  c.rms_eps, pool);
   }
 
   // Logits only for the rows that want them.

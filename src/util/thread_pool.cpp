@@ -1,8 +1,54 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace mnemo {
+namespace {
+
+// How long an idle thread keeps polling before it sleeps. The jobs of one forward pass follow
+// each other within microseconds, so polling avoids a futex wake (tens of microseconds on a VM)
+// per job; between steps the workers fall asleep and leave the cores to others. After the first
+// few microseconds the polling yields the core between looks, so that on a machine with more
+// runnable threads than cores it does not take time from the thread it is waiting for.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+constexpr int kPausesBeforeYield = 1024;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Returns once `value` differs from `old`: polls for kSpinTime, then sleeps on it. `sleepers`
+// counts the threads that may be asleep, so that the publisher only makes the wake-up system
+// call when someone needs it (both sides use sequentially consistent operations: either the
+// sleeper sees the new value, or the publisher sees the sleeper).
+template <class T>
+T wait_for_change(const std::atomic<T>& value, T old, std::atomic<int>& sleepers) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 0;; ++i) {
+    const T now = value.load(std::memory_order_acquire);
+    if (now != old) return now;
+    if (i < kPausesBeforeYield) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+      if (std::chrono::steady_clock::now() > deadline) break;
+    }
+  }
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  T now = value.load(std::memory_order_seq_cst);
+  while (now == old) {
+    value.wait(old, std::memory_order_seq_cst);
+    now = value.load(std::memory_order_seq_cst);
+  }
+  sleepers.fetch_sub(1, std::memory_order_relaxed);
+  return now;
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -11,29 +57,20 @@ ThreadPool::ThreadPool(int n_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
+  stop_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  generation_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
 void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job = nullptr;
-    {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-    }
-    (*job)(index);
-    {
-      std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+    seen = wait_for_change(generation_, seen, sleepers_);
+    if (stop_.load(std::memory_order_acquire)) return;
+    (*job_)(index);
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && caller_sleeping_.load(std::memory_order_seq_cst) > 0) {
+      pending_.notify_one();
     }
   }
 }
@@ -43,16 +80,13 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
-  {
-    std::lock_guard lock(mutex_);
-    job_ = &fn;
-    pending_ = n_threads_ - 1;
-    ++generation_;
-  }
-  wake_.notify_all();
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_ and pending_
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
   fn(0);
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  int left = pending_.load(std::memory_order_acquire);
+  while (left != 0) left = wait_for_change(pending_, left, caller_sleeping_);
   job_ = nullptr;
 }
 
@@ -68,6 +102,23 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     const int64_t begin = n * t / threads;
     const int64_t end = n * (t + 1) / threads;
     fn(begin, end, t);
+  });
+}
+
+void ThreadPool::parallel_chunks(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  if (n_threads_ == 1 || n <= chunk) {
+    fn(0, n, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  run_on_all([&](int t) {
+    for (;;) {
+      const int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (begin >= n) return;
+      fn(begin, std::min(n, begin + chunk), t);
+    }
   });
 }
 

@@ -1,13 +1,20 @@
-// A persistent pool of worker threads shared by all kernels: started once, no thread creation
-// per step. parallel_for splits [0, n) into contiguous ranges, one per thread (the caller's
-// thread takes the first), and returns when all are done.
+// A persistent pool of worker threads shared by all kernels: started once (one worker per core by
+// default), no thread creation per step. The calling thread always takes part in the work.
+//
+// Dispatch is a generation counter the workers watch: after a job they spin on it for a short
+// while (a forward pass hands out the next job within microseconds) and only then sleep on it
+// (futex through std::atomic::wait), so back-to-back jobs cost no system call. The caller waits
+// for the last worker the same way.
+//
+// parallel_for splits [0, n) into one contiguous range per thread (the caller's thread takes the
+// first); parallel_chunks hands out chunks of a fixed size on demand, which keeps both cores
+// busy when one of them is slowed by other work on the machine. Neither decides *what* a thread
+// computes for one output element, so results never depend on the thread count or on timing.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -26,6 +33,10 @@ class ThreadPool {
   // fn(begin, end, thread_index) over a partition of [0, n). Not reentrant.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // fn(begin, end, thread_index) over chunks [begin, end) of `chunk` indices (the last one may be
+  // shorter), taken by whichever thread is free. Not reentrant.
+  void parallel_chunks(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn);
+
   // fn(thread_index) on every thread once.
   void run_on_all(const std::function<void(int)>& fn);
 
@@ -34,13 +45,13 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable done_;
-  const std::function<void(int)>* job_ = nullptr;  // guarded by mutex_
-  uint64_t generation_ = 0;                         // guarded by mutex_
-  int pending_ = 0;                                 // guarded by mutex_
-  bool stop_ = false;                               // guarded by mutex_
+  const std::function<void(int)>* job_ = nullptr;  // published by the release store of generation_
+  // 32-bit counters so that std::atomic::wait maps straight onto a futex.
+  std::atomic<uint32_t> generation_{0};  // bumped once per job (and at shutdown)
+  std::atomic<int> pending_{0};          // workers still running the current job
+  std::atomic<int> sleepers_{0};         // workers that may be asleep on generation_
+  std::atomic<int> caller_sleeping_{0};  // 1 while the caller may be asleep on pending_
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace mnemo

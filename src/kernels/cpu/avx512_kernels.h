@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/gemm.h"
+
 namespace mnemo::kernels::avx512 {
 
 float vec_dot_f32(int64_t n, const void* w, const void* a);
@@ -18,5 +20,24 @@ void q8_0_quantize_activations(const float* src, void* dst, int64_t n);
 float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* a);
 float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* a);
 float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* a);
+
+// GEMM kernels (gemm_avx512*.cpp; see gemm.h).
+extern const ActivationPacker kPackQ8_0;
+extern const ActivationPacker kPackQ8_1;
+extern const GemmKernel kGemmQ4_0;
+extern const GemmKernel kGemmQ4_1;
+extern const GemmKernel kGemmQ5_0;
+extern const GemmKernel kGemmQ5_1;
+extern const GemmKernel kGemmQ8_0;
+extern const ActivationPacker kPackQ8_K;
+extern const GemmKernel kGemmQ4_K;
+extern const GemmKernel kGemmQ5_K;
+extern const GemmKernel kGemmQ6_K;
+extern const ActivationPacker kPackF32;
+extern const ActivationPacker kPackF16;
+extern const ActivationPacker kPackBF16;
+extern const GemmKernel kGemmF32;
+extern const GemmKernel kGemmF16;
+extern const GemmKernel kGemmBF16;
 
 }  // namespace mnemo::kernels::avx512

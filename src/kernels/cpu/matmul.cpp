@@ -1,11 +1,18 @@
-// matmul: quantise the activations once into the weight type's vec_dot_type, then give each
-// thread a contiguous range of weight rows; every weight row is read once and dotted with all
-// activation rows while it is in cache.
+// matmul: quantise the activations once per activation format, then hand out tiles of weight
+// rows to the pool's threads on demand. Each tile's weights are read once and used for every
+// activation row, so a batch costs one pass over the weights.
+//
+// With a GEMM kernel (gemm.h) the activations are packed in its layout; otherwise each element
+// is one vec_dot of the weight row and the quantised activation row. Either way an output
+// element is computed by one thread, in an order fixed by the kernel, which is what makes the
+// result independent of the batch and of the threads.
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/type_kernels.h"
 
 namespace mnemo::kernels {
@@ -13,47 +20,149 @@ namespace {
 
 // Below this many multiply-adds, waking the pool costs more than it saves.
 constexpr int64_t kMinParallelWork = 1 << 16;
+// Packing many rows is worth spreading over the pool.
+constexpr int64_t kMinParallelPackElements = 1 << 16;
+// Rows of a tile on the vec_dot path (a multiple of every GEMM kernel's tile_rows is not
+// needed there).
+constexpr int64_t kFallbackTileRows = 16;
+
+// How one task's activations are prepared and multiplied.
+struct TaskPlan {
+  const GemmKernel* gemm = nullptr;          // null: vec_dot per element
+  const TypeKernels* weight_kernels = nullptr;
+  const uint8_t* activations = nullptr;      // the packed or quantised rows
+  size_t activation_row_bytes = 0;
+  int64_t tile_rows = kFallbackTileRows;
+  int64_t first_tile = 0;                    // in the concatenated tile numbering
+};
+
+// One activation format in use: either a GEMM packer or a vec_dot_type's quantiser.
+struct Format {
+  const ActivationPacker* packer = nullptr;
+  const TypeKernels* quantizer = nullptr;  // when packer is null; null too for F32 (x as is)
+  size_t row_bytes = 0;
+  size_t offset = 0;  // in scratch, bytes
+};
+
+void multiply_tiles(const MatmulTask& task, const TaskPlan& plan, int64_t n_rows, int64_t row_begin, int64_t row_end) {
+  const WeightMatrix& w = *task.w;
+  if (plan.gemm != nullptr) {
+    const GemmArgs args{w.data, w.row_bytes(), w.in_features, row_begin, row_end, plan.activations,
+                        plan.activation_row_bytes, n_rows, task.y, w.out_features};
+    plan.gemm->multiply(args);
+    return;
+  }
+  const auto vec_dot = plan.weight_kernels->vec_dot;
+  const size_t weight_row_bytes = w.row_bytes();
+  for (int64_t o = row_begin; o < row_end; ++o) {
+    const uint8_t* weight_row = w.data + static_cast<size_t>(o) * weight_row_bytes;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      task.y[r * w.out_features + o] =
+          vec_dot(w.in_features, weight_row, plan.activations + static_cast<size_t>(r) * plan.activation_row_bytes);
+    }
+  }
+}
 
 }  // namespace
 
-void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
-            MatmulScratch& scratch) {
-  if (n_rows <= 0 || w.out_features <= 0) return;
-  const TypeKernels* weight_kernels = type_kernels(w.type);
-  assert(weight_kernels != nullptr && weight_kernels->vec_dot != nullptr);
-  const TypeKernels* activation_kernels = type_kernels(weight_kernels->vec_dot_type);
-  const int64_t k = w.in_features;
-  assert(k % dtype_info(weight_kernels->vec_dot_type).block_elems == 0);
+void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_rows, ThreadPool& pool,
+                 MatmulScratch& scratch) {
+  if (n_rows <= 0 || tasks.empty()) return;
+  const int64_t k = tasks[0].w->in_features;
 
-  // F32 weights take the activations as they are.
-  const uint8_t* activations = reinterpret_cast<const uint8_t*>(x);
-  size_t activation_row_bytes = static_cast<size_t>(k) * sizeof(float);
-  if (weight_kernels->vec_dot_type != DType::F32) {
-    activation_row_bytes = row_bytes(weight_kernels->vec_dot_type, k);
-    scratch.activations.resize(static_cast<size_t>(n_rows) * activation_row_bytes);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      activation_kernels->quantize_activations(
-          x + r * k, scratch.activations.data() + static_cast<size_t>(r) * activation_row_bytes, k);
+  // Plan every task and collect the distinct activation formats (at most a few).
+  std::vector<TaskPlan> plans(tasks.size());
+  std::vector<Format> formats;
+  std::vector<size_t> format_of(tasks.size());
+  size_t scratch_bytes = 0;
+  int64_t total_tiles = 0;
+  int64_t work = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const WeightMatrix& w = *tasks[t].w;
+    assert(w.in_features == k);
+    TaskPlan& plan = plans[t];
+    plan.weight_kernels = type_kernels(w.type);
+    assert(plan.weight_kernels != nullptr && plan.weight_kernels->vec_dot != nullptr);
+    plan.gemm = gemm_kernel(w.type);
+    Format format;
+    if (plan.gemm != nullptr) {
+      format.packer = plan.gemm->packer;
+      format.row_bytes = format.packer->row_bytes(k);
+      plan.tile_rows = plan.gemm->tile_rows;
+    } else if (plan.weight_kernels->vec_dot_type != DType::F32) {
+      format.quantizer = type_kernels(plan.weight_kernels->vec_dot_type);
+      assert(k % dtype_info(plan.weight_kernels->vec_dot_type).block_elems == 0);
+      format.row_bytes = row_bytes(plan.weight_kernels->vec_dot_type, k);
     }
-    activations = scratch.activations.data();
+    const auto same = [&](const Format& f) { return f.packer == format.packer && f.quantizer == format.quantizer; };
+    auto found = std::find_if(formats.begin(), formats.end(), same);
+    if (found == formats.end()) {
+      format.offset = scratch_bytes;
+      scratch_bytes += (static_cast<size_t>(n_rows) * format.row_bytes + 63) / 64 * 64;
+      formats.push_back(format);
+      found = formats.end() - 1;
+    }
+    format_of[t] = static_cast<size_t>(found - formats.begin());
+    plan.first_tile = total_tiles;
+    total_tiles += (w.out_features + plan.tile_rows - 1) / plan.tile_rows;
+    work += w.out_features * k * n_rows;
   }
 
-  const size_t weight_row_bytes = w.row_bytes();
-  const auto vec_dot = weight_kernels->vec_dot;
-  const int64_t out = w.out_features;
-  const auto rows = [&](int64_t begin, int64_t end, int) {
-    for (int64_t o = begin; o < end; ++o) {
-      const uint8_t* weight_row = w.data + static_cast<size_t>(o) * weight_row_bytes;
-      for (int64_t r = 0; r < n_rows; ++r) {
-        y[r * out + o] = vec_dot(k, weight_row, activations + static_cast<size_t>(r) * activation_row_bytes);
+  // Quantise (pack) the activations once per format.
+  if (scratch.activations.size() * 64 < scratch_bytes) scratch.activations.resize(scratch_bytes / 64 + 1);
+  uint8_t* base = scratch.activations.data()->bytes;
+  const auto pack_rows = [&](int64_t begin, int64_t end, int) {
+    for (const Format& f : formats) {
+      for (int64_t r = begin; r < end; ++r) {
+        void* out = base + f.offset + static_cast<size_t>(r) * f.row_bytes;
+        if (f.packer != nullptr) {
+          f.packer->pack(x + r * k, k, out);
+        } else if (f.quantizer != nullptr) {
+          f.quantizer->quantize_activations(x + r * k, out, k);
+        }
       }
     }
   };
-  if (pool.size() == 1 || out * k * n_rows < kMinParallelWork) {
-    rows(0, out, 0);
+  if (pool.size() > 1 && n_rows * k >= kMinParallelPackElements) {
+    pool.parallel_for(n_rows, pack_rows);
   } else {
-    pool.parallel_for(out, rows);
+    pack_rows(0, n_rows, 0);
   }
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const Format& f = formats[format_of[t]];
+    const bool raw = f.packer == nullptr && f.quantizer == nullptr;
+    plans[t].activations = raw ? reinterpret_cast<const uint8_t*>(x) : base + f.offset;
+    plans[t].activation_row_bytes = raw ? static_cast<size_t>(k) * sizeof(float) : f.row_bytes;
+  }
+
+  // Tiles of all tasks, numbered one after the other, taken by the threads in chunks.
+  const auto run_tiles = [&](int64_t begin, int64_t end, int) {
+    size_t t = 0;
+    while (begin < end) {
+      while (plans[t].first_tile + (tasks[t].w->out_features + plans[t].tile_rows - 1) / plans[t].tile_rows <= begin) ++t;
+      const TaskPlan& plan = plans[t];
+      const int64_t task_tiles = (tasks[t].w->out_features + plan.tile_rows - 1) / plan.tile_rows;
+      const int64_t stop = std::min(end, plan.first_tile + task_tiles);
+      const int64_t row_begin = (begin - plan.first_tile) * plan.tile_rows;
+      const int64_t row_end = std::min(tasks[t].w->out_features, (stop - plan.first_tile) * plan.tile_rows);
+      multiply_tiles(tasks[t], plan, n_rows, row_begin, row_end);
+      begin = stop;
+    }
+  };
+  if (pool.size() == 1 || work < kMinParallelWork) {
+    run_tiles(0, total_tiles, 0);
+  } else {
+    // Chunks small enough that a thread slowed by other work on the machine is not waited for.
+    const int64_t chunk = std::max<int64_t>(1, total_tiles / (static_cast<int64_t>(pool.size()) * 16));
+    pool.parallel_chunks(total_tiles, chunk, run_tiles);
+  }
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
+            MatmulScratch& scratch) {
+  if (w.out_features <= 0) return;
+  const MatmulTask task{&w, y};
+  matmul_many({&task, 1}, x, n_rows, pool, scratch);
 }
 
 void dequantize_row(const WeightMatrix& w, int64_t index, float* out) {

@@ -1,10 +1,12 @@
 #include "kernels/nn/attention.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/nn/attention_tile.h"
 #include "kernels/nn/f16_ops.h"
 #include "util/fp16.h"
 
@@ -102,10 +104,273 @@ void attend_heads(const AttentionQuery& query, const KvStorage& kv, int32_t laye
   }
 }
 
+// ---- The tiled path (AVX-512): see attention_tile.h for the canonical order.
+
+using attention_tile::kChunkPositions;
+using attention_tile::kSubBlockPositions;
+
+constexpr int32_t kTileQueries = 8;  // query tokens of one sequence per tile
+
+// Consecutive queries of one sequence at consecutive positions.
+struct Tile {
+  int32_t first_query;
+  int32_t n_queries;
+  int32_t lo, hi;  // the union of the queries' ranges
+};
+
+struct TileScratch {
+  std::vector<float> q, acc, keys, values, total;
+  std::vector<attention_tile::Row> rows;
+  std::vector<attention_tile::SubBlock> blocks;
+};
+
+int32_t range_lo(int32_t position, const AttentionShape& s) {
+  return s.sliding_window > 0 ? std::max(0, position - s.sliding_window + 1) : 0;
+}
+
+std::vector<Tile> make_tiles(std::span<const AttentionQuery> queries, const AttentionShape& s) {
+  std::vector<Tile> tiles;
+  for (int32_t i = 0; i < static_cast<int32_t>(queries.size()); ++i) {
+    const AttentionQuery& q = queries[static_cast<size_t>(i)];
+    if (!tiles.empty()) {
+      Tile& last = tiles.back();
+      const AttentionQuery& prev = queries[static_cast<size_t>(i - 1)];
+      if (last.n_queries < kTileQueries && q.block_table.data() == prev.block_table.data() &&
+          q.block_table.size() == prev.block_table.size() && q.position == prev.position + 1) {
+        ++last.n_queries;
+        last.hi = q.position;
+        continue;
+      }
+    }
+    tiles.push_back({i, 1, range_lo(q.position, s), q.position});
+  }
+  return tiles;
+}
+
+// A row's state for one chunk, as stored between the two passes of a split context: max, sum,
+// then the accumulator.
+size_t state_floats(const AttentionShape& s) { return 2 + static_cast<size_t>(s.head_dim_v); }
+
+// total = merge(total, chunk), in chunk order; an empty chunk (sum 0) changes nothing and an
+// empty total takes the chunk as it is.
+void merge_state(float* total, float chunk_max, float chunk_sum, const float* chunk_acc, int32_t dim) {
+  if (chunk_sum == 0.0f) return;
+  if (total[1] == 0.0f) {
+    total[0] = chunk_max;
+    total[1] = chunk_sum;
+    std::copy(chunk_acc, chunk_acc + dim, total + 2);
+    return;
+  }
+  const float max = std::max(total[0], chunk_max);
+  const float a = std::exp(total[0] - max);
+  const float b = std::exp(chunk_max - max);
+  total[0] = max;
+  total[1] = total[1] * a + chunk_sum * b;
+  for (int32_t d = 0; d < dim; ++d) total[2 + d] = total[2 + d] * a + chunk_acc[d] * b;
+}
+
+void finish_row(const float* total, float* out, int32_t dim) {
+  const float inv = total[1] > 0.0f ? 1.0f / total[1] : 0.0f;
+  for (int32_t d = 0; d < dim; ++d) out[d] = total[2 + d] * inv;
+}
+
+struct TiledJob {
+  std::span<const AttentionQuery> queries;
+  const KvStorage& kv;
+  int32_t layer;
+  const AttentionShape& shape;
+  attention_tile::AttendFn attend;
+
+  int32_t group() const { return shape.n_heads / shape.n_kv_heads; }
+
+  // Attends the tile's queries with heads [head_begin, head_begin + n_heads) (one KV head) to
+  // chunks [first_chunk, last_chunk]. With `partial`, each chunk's row states are stored there
+  // ([chunk][row][state]); otherwise they are merged and the outputs written.
+  void run(const Tile& tile, int32_t head_begin, int32_t n_heads, int32_t first_chunk, int32_t last_chunk,
+           float* partial) const {
+    thread_local TileScratch scratch;
+    const AttentionShape& s = shape;
+    const int32_t kv_head = head_begin / group();
+    const int n_rows = tile.n_queries * n_heads;
+    const size_t state = state_floats(s);
+    scratch.q.resize(static_cast<size_t>(n_rows) * s.head_dim_k);
+    scratch.acc.resize(static_cast<size_t>(n_rows) * s.head_dim_v);
+    scratch.keys.resize(static_cast<size_t>(kSubBlockPositions) * s.head_dim_k);
+    scratch.values.resize(static_cast<size_t>(kSubBlockPositions) * s.head_dim_v);
+    scratch.rows.resize(static_cast<size_t>(n_rows));
+    if (partial == nullptr) scratch.total.assign(static_cast<size_t>(n_rows) * state, 0.0f);
+    const bool f16 = kv.layout().dtype != DType::F32;
+    for (int32_t qi = 0; qi < tile.n_queries; ++qi) {
+      const AttentionQuery& query = queries[static_cast<size_t>(tile.first_query + qi)];
+      for (int32_t h = 0; h < n_heads; ++h) {
+        const int r = qi * n_heads + h;
+        float* q = scratch.q.data() + static_cast<size_t>(r) * s.head_dim_k;
+        const float* src = query.q + static_cast<int64_t>(head_begin + h) * s.head_dim_k;
+        // Rounded through F16 for an F16 pool, as llama.cpp does before its K.Q products.
+        for (int32_t d = 0; d < s.head_dim_k; ++d) q[d] = f16 ? fp16_to_fp32(fp32_to_fp16(src[d])) : src[d];
+        scratch.rows[static_cast<size_t>(r)].q = q;
+        scratch.rows[static_cast<size_t>(r)].lo = range_lo(query.position, s);
+        scratch.rows[static_cast<size_t>(r)].hi = query.position;
+        scratch.rows[static_cast<size_t>(r)].acc = scratch.acc.data() + static_cast<size_t>(r) * s.head_dim_v;
+      }
+    }
+    const attention_tile::Params params{s.head_dim_k, s.head_dim_v, s.scale, s.softcap, f16};
+    const std::span<const BlockId> table = queries[static_cast<size_t>(tile.first_query)].block_table;
+    const int32_t block_size = kv.layout().block_size;
+    const size_t element = kv.layout().element_bytes();
+    for (int32_t c = first_chunk; c <= last_chunk; ++c) {
+      const int32_t first = std::max(tile.lo, c * kChunkPositions);
+      const int32_t last = std::min(tile.hi, c * kChunkPositions + kChunkPositions - 1);
+      for (attention_tile::Row& row : scratch.rows) {
+        std::fill_n(row.acc, s.head_dim_v, 0.0f);
+        row.max = -std::numeric_limits<float>::infinity();
+        row.sum = 0.0f;
+      }
+      scratch.blocks.clear();
+      for (int32_t start = first / kSubBlockPositions * kSubBlockPositions; start <= last; start += kSubBlockPositions) {
+        attention_tile::SubBlock& block = scratch.blocks.emplace_back();
+        block.first_position = start;
+        for (int32_t i = 0; i < kSubBlockPositions; ++i) {
+          const int32_t pos = start + i;
+          if (pos < first || pos > last) {
+            block.keys[i] = block.values[i] = nullptr;
+            continue;
+          }
+          const BlockId id = table[static_cast<size_t>(pos / block_size)];
+          const size_t slot = static_cast<size_t>(pos % block_size);
+          block.keys[i] = static_cast<const uint8_t*>(kv.keys(id, layer, kv_head)) + slot * s.head_dim_k * element;
+          block.values[i] = static_cast<const uint8_t*>(kv.values(id, layer, kv_head)) + slot * s.head_dim_v * element;
+        }
+      }
+      if (first <= last) {
+        attend(scratch.rows.data(), n_rows, scratch.blocks.data(), static_cast<int>(scratch.blocks.size()), params,
+               scratch.keys.data(), scratch.values.data());
+      }
+      for (int r = 0; r < n_rows; ++r) {
+        const attention_tile::Row& row = scratch.rows[static_cast<size_t>(r)];
+        float* dst = partial != nullptr ? partial + (static_cast<size_t>(c - first_chunk) * n_rows + r) * state
+                                        : scratch.total.data() + static_cast<size_t>(r) * state;
+        if (partial != nullptr) {
+          dst[0] = row.max;
+          dst[1] = row.sum;
+          std::copy(row.acc, row.acc + s.head_dim_v, dst + 2);
+        } else {
+          merge_state(dst, row.max, row.sum, row.acc, s.head_dim_v);
+        }
+      }
+    }
+    if (partial == nullptr) {
+      for (int r = 0; r < n_rows; ++r) finish_row(scratch.total.data() + static_cast<size_t>(r) * state, output(tile, head_begin, n_heads, r), s.head_dim_v);
+    }
+  }
+
+  float* output(const Tile& tile, int32_t head_begin, int32_t n_heads, int r) const {
+    const AttentionQuery& query = queries[static_cast<size_t>(tile.first_query + r / n_heads)];
+    return query.out + static_cast<int64_t>(head_begin + r % n_heads) * shape.head_dim_v;
+  }
+};
+
+int32_t chunk_of(int32_t position) { return position / kChunkPositions; }
+
+void paged_attention_tiled(std::span<const AttentionQuery> queries, const KvStorage& kv, int32_t layer,
+                           const AttentionShape& shape, ThreadPool& pool, attention_tile::AttendFn attend) {
+  const std::vector<Tile> tiles = make_tiles(queries, shape);
+  const TiledJob job{queries, kv, layer, shape, attend};
+  const int32_t group = job.group();
+  const int64_t n_tiles = static_cast<int64_t>(tiles.size());
+  const int64_t enough = 2 * pool.size();
+  // Work items: (tile, KV head) so the heads of a group share each K/V conversion; with too few
+  // of those, (tile, head); with still too few and long contexts, (tile, head, chunk), merged in
+  // a second pass. All three give the same bits (attention_tile.h).
+  const int32_t heads_per_item = n_tiles * shape.n_kv_heads >= enough ? group : 1;
+  const int32_t items_per_tile = shape.n_heads / heads_per_item;
+  int32_t max_chunks = 1;
+  for (const Tile& t : tiles) max_chunks = std::max(max_chunks, chunk_of(t.hi) - chunk_of(t.lo) + 1);
+  if (n_tiles * items_per_tile >= enough || max_chunks == 1) {
+    pool.parallel_for(n_tiles * items_per_tile, [&](int64_t begin, int64_t end, int) {
+      for (int64_t item = begin; item < end; ++item) {
+        const Tile& tile = tiles[static_cast<size_t>(item / items_per_tile)];
+        const int32_t head_begin = static_cast<int32_t>(item % items_per_tile) * heads_per_item;
+        job.run(tile, head_begin, heads_per_item, chunk_of(tile.lo), chunk_of(tile.hi), nullptr);
+      }
+    });
+    return;
+  }
+  // Flash-decoding: split each context into its chunks across the threads.
+  struct Piece {
+    int32_t tile, head, chunk;
+    size_t offset;  // into partial
+  };
+  std::vector<Piece> pieces;
+  std::vector<size_t> first_piece;  // per (tile, head)
+  const size_t state = state_floats(shape);
+  size_t floats = 0;
+  for (int32_t t = 0; t < static_cast<int32_t>(n_tiles); ++t) {
+    const Tile& tile = tiles[static_cast<size_t>(t)];
+    for (int32_t h = 0; h < shape.n_heads; ++h) {
+      first_piece.push_back(pieces.size());
+      for (int32_t c = chunk_of(tile.lo); c <= chunk_of(tile.hi); ++c) {
+        pieces.push_back({t, h, c, floats});
+        floats += static_cast<size_t>(tile.n_queries) * state;
+      }
+    }
+  }
+  first_piece.push_back(pieces.size());
+  // Kept by the calling thread across calls; the workers see it through this pointer (a
+  // thread_local named in the lambdas would be each worker's own).
+  thread_local std::vector<float> partial_storage;
+  partial_storage.resize(floats);
+  float* const partial = partial_storage.data();
+  pool.parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Piece& piece = pieces[static_cast<size_t>(i)];
+      job.run(tiles[static_cast<size_t>(piece.tile)], piece.head, 1, piece.chunk, piece.chunk, partial + piece.offset);
+    }
+  });
+  pool.parallel_for(static_cast<int64_t>(first_piece.size()) - 1, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> total(state);
+    for (int64_t g = begin; g < end; ++g) {
+      const Piece& head_piece = pieces[first_piece[static_cast<size_t>(g)]];
+      const Tile& tile = tiles[static_cast<size_t>(head_piece.tile)];
+      for (int32_t qi = 0; qi < tile.n_queries; ++qi) {
+        std::fill(total.begin(), total.end(), 0.0f);
+        for (size_t p = first_piece[static_cast<size_t>(g)]; p < first_piece[static_cast<size_t>(g) + 1]; ++p) {
+          const float* chunk = partial + pieces[p].offset + static_cast<size_t>(qi) * state;
+          merge_state(total.data(), chunk[0], chunk[1], chunk + 2, shape.head_dim_v);
+        }
+        finish_row(total.data(), job.output(tile, head_piece.head, 1, qi), shape.head_dim_v);
+      }
+    }
+  });
+}
+
+attention_tile::AttendFn tiled_kernel(Isa isa) {
+  return isa == Isa::kAvx512 && isa_supported(Isa::kAvx512) ? attention_avx512::attend : nullptr;
+}
+
 }  // namespace
 
 void paged_attention(std::span<const AttentionQuery> queries, const KvStorage& kv, int32_t layer,
                      const AttentionShape& shape, ThreadPool& pool) {
+  static const attention_tile::AttendFn attend = tiled_kernel(detected_isa());
+  if (attend != nullptr) {
+    paged_attention_tiled(queries, kv, layer, shape, pool, attend);
+  } else {
+    paged_attention_reference(queries, kv, layer, shape, pool);
+  }
+}
+
+bool paged_attention_has_tiles(Isa isa) { return tiled_kernel(isa) != nullptr; }
+
+void paged_attention_tiled(std::span<const AttentionQuery> queries, const KvStorage& kv, int32_t layer,
+                           const AttentionShape& shape, ThreadPool& pool, Isa isa) {
+  const attention_tile::AttendFn attend = tiled_kernel(isa);
+  assert(attend != nullptr);
+  paged_attention_tiled(queries, kv, layer, shape, pool, attend);
+}
+
+void paged_attention_reference(std::span<const AttentionQuery> queries, const KvStorage& kv, int32_t layer,
+                               const AttentionShape& shape, ThreadPool& pool) {
   const F16Elements f16{f16_ops()};
   const F32Elements f32;
   const bool f32_pool = kv.layout().dtype == DType::F32;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/cpu/type_kernels.h"
 #include "kv/kv_storage.h"
 #include "util/thread_pool.h"
 
@@ -32,8 +33,23 @@ struct AttentionQuery {
   std::span<const BlockId> block_table;  // the sequence's blocks; covers [0, position]
 };
 
-// Runs every query of `queries` for one layer, split over the pool by (query, kv head).
+// Runs every query of `queries` for one layer. Where the CPU has AVX-512, the tiled kernel
+// (attention_tile.h): the query tokens of a sequence's chunk and the heads of a GQA group share
+// each K/V load, and when there are too few (token, head) items for the threads (decode) the
+// context is split across them in fixed 256-position chunks merged in position order. Elsewhere
+// the reference below. Either way a query's output depends only on itself and its context, never
+// on the rest of the batch or the number of threads (batch invariance, bit for bit).
 void paged_attention(std::span<const AttentionQuery> queries, const KvStorage& kv, int32_t layer,
                      const AttentionShape& shape, ThreadPool& pool);
+
+// The portable implementation: per (query, KV head) (or query head, when there are few), keys
+// one at a time with an online softmax. The fallback, and the reference of the tiled kernel.
+void paged_attention_reference(std::span<const AttentionQuery> queries, const KvStorage& kv, int32_t layer,
+                               const AttentionShape& shape, ThreadPool& pool);
+
+// The tiled kernel for `isa` (tests); only when paged_attention_has_tiles(isa).
+bool paged_attention_has_tiles(Isa isa);
+void paged_attention_tiled(std::span<const AttentionQuery> queries, const KvStorage& kv, int32_t layer,
+                           const AttentionShape& shape, ThreadPool& pool, Isa isa);
 
 }  // namespace mnemo::kernels

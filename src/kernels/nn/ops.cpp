@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 
+#include "kernels/nn/f16_ops.h"
 #include "util/fp16.h"
 
 namespace mnemo::kernels {
@@ -66,19 +67,8 @@ const std::array<uint16_t, 65536>& gelu_table() {
 }  // namespace
 
 void geglu(const float* gate, const float* up, float* out, int64_t n) {
-  const auto& table = gelu_table();
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    float activated;
-    if (g <= -10.0f) {
-      activated = 0.0f;
-    } else if (g >= 10.0f) {
-      activated = g;
-    } else {
-      activated = fp16_to_fp32(table[fp32_to_fp16(g)]);
-    }
-    out[i] = activated * up[i];
-  }
+  static const F16Ops& ops = f16_ops();
+  ops.geglu_table(gelu_table().data(), gate, up, out, n);
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {

@@ -1,0 +1,32 @@
+// The GEMM dispatch table: AVX-512 VNNI kernels where the CPU has them, none otherwise (matmul
+// then uses vec_dot per element).
+#include "kernels/cpu/gemm.h"
+
+#include "kernels/cpu/avx512_kernels.h"
+
+namespace mnemo::kernels {
+
+const GemmKernel* gemm_kernel(DType type, Isa isa) {
+  if (isa != Isa::kAvx512 || !isa_supported(isa)) return nullptr;
+  switch (type) {
+    case DType::F32: return &avx512::kGemmF32;
+    case DType::F16: return &avx512::kGemmF16;
+    case DType::BF16: return &avx512::kGemmBF16;
+    case DType::Q4_0: return &avx512::kGemmQ4_0;
+    case DType::Q4_1: return &avx512::kGemmQ4_1;
+    case DType::Q5_0: return &avx512::kGemmQ5_0;
+    case DType::Q5_1: return &avx512::kGemmQ5_1;
+    case DType::Q8_0: return &avx512::kGemmQ8_0;
+    case DType::Q4_K: return &avx512::kGemmQ4_K;
+    case DType::Q5_K: return &avx512::kGemmQ5_K;
+    case DType::Q6_K: return &avx512::kGemmQ6_K;
+    default: return nullptr;
+  }
+}
+
+const GemmKernel* gemm_kernel(DType type) {
+  static const Isa isa = detected_isa();
+  return gemm_kernel(type, isa);
+}
+
+}  // namespace mnemo::kernels

@@ -1,0 +1,60 @@
+// Batched matrix products ("GEMM" kernels): a range of weight rows, read in place from the model
+// file, times a batch of activation rows packed once per call into the kernel's own layout.
+// matmul (matmul.h) uses these where the ISA has them and falls back to vec_dot per element
+// otherwise.
+//
+// Batch invariance (the serving engine depends on it): every output element is computed by the
+// same sequence of operations whatever the number of activation rows, the row's place in the
+// batch, the range of weight rows and the thread that runs it. The quantised kernels get there by
+// putting 16 *weight rows* in the 16 lanes of a vector: each lane computes one output element
+// from exact integer block sums and one float accumulation chain over the blocks, so nothing
+// about the other rows of either operand can change its result. The float kernels keep one
+// accumulator vector per (weight row, activation row) pair and reduce it with a fixed tree.
+//
+// Chosen once at start-up through the dispatch table like the per-type kernels; there are none
+// for the scalar and AVX2 variants (matmul then calls vec_dot per element, which is invariant by
+// construction).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/type_kernels.h"
+#include "tensor/dtype.h"
+
+namespace mnemo::kernels {
+
+// How activations are packed for a family of kernels (all weight types with the same
+// vec_dot_type share one packer, so Q, K and V can share the packed rows).
+struct ActivationPacker {
+  // Bytes of one packed row of k elements: a multiple of 64, so rows stay 64-byte aligned.
+  size_t (*row_bytes)(int64_t k);
+  // Packs x[0, k) into out (64-byte aligned). The values are those of the vec_dot_type's
+  // quantize_activations on the same ISA.
+  void (*pack)(const float* x, int64_t k, void* out);
+};
+
+struct GemmArgs {
+  const uint8_t* weights;  // row 0 of the matrix
+  size_t weight_row_bytes;
+  int64_t k;                          // elements per row
+  int64_t row_begin, row_end;         // the weight rows (output features) to compute
+  const uint8_t* activations;         // n_rows packed rows, activation_row_bytes apart
+  size_t activation_row_bytes;
+  int64_t n_rows;
+  float* y;  // y[r * y_stride + o] for o in [row_begin, row_end), r < n_rows
+  int64_t y_stride;
+};
+
+struct GemmKernel {
+  const ActivationPacker* packer;
+  // Work is best split in multiples of this many weight rows.
+  int32_t tile_rows;
+  void (*multiply)(const GemmArgs& args);
+};
+
+// For the weight type on the detected ISA, or on `isa`; nullptr when there is none.
+const GemmKernel* gemm_kernel(DType type);
+const GemmKernel* gemm_kernel(DType type, Isa isa);
+
+}  // namespace mnemo::kernels

@@ -1,0 +1,214 @@
+// Building blocks of the AVX-512 GEMM kernels (gemm_avx512*.cpp). Include only from translation
+// units compiled with the AVX-512 flags. Everything has internal linkage (an unnamed namespace)
+// for the reason given in avx2_helpers.h: no inline function or template instantiation made
+// with these flags may become the program-wide copy.
+//
+// Layout of a weight tile: 16 weight rows side by side. Each run of 32 elements ("unit") of the
+// 16 rows becomes 8 vectors; vector g holds, in lane r, the four levels 4g..4g+3 of row r as
+// unsigned bytes. VNNI's dpbusd then multiplies each lane's four bytes by the same four
+// activation bytes (a 32-bit broadcast straight from memory) and adds them to the lane: sixteen
+// output elements advance by four products per instruction, and each lane only ever sees its own
+// row.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace mnemo::kernels::avx512::gemm {
+namespace {
+
+inline constexpr int kTileRows = 16;
+inline constexpr int kUnit = 32;        // elements per transposed unit
+inline constexpr int kMaxChunkRows = 8; // activation rows whose accumulators stay in registers
+
+inline size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
+
+// The pairing of rows in the vectors transpose_unit takes: vector p holds row kPairFirst[p] in
+// its low 256 bits and row kPairFirst[p] + 4 in its high ones, so that the lanes come out in row
+// order.
+inline constexpr int kPairFirst[8] = {0, 1, 2, 3, 8, 9, 10, 11};
+
+// z[p] = the 32 levels of rows kPairFirst[p] and kPairFirst[p] + 4. Writes out[g], lane r = bytes
+// 4g..4g+3 of row r's levels: an 8x8 transpose of 32-bit words in each 256-bit half.
+inline void transpose_unit(const __m512i* z, __m512i* out) {
+  __m512i t[8];
+  for (int p = 0; p < 8; p += 2) {
+    t[p] = _mm512_unpacklo_epi32(z[p], z[p + 1]);
+    t[p + 1] = _mm512_unpackhi_epi32(z[p], z[p + 1]);
+  }
+  // u[k] / v[k]: rows 0-7 / 8-15, groups k (low 128 bits of each half) and k + 4 (high).
+  const __m512i u[4] = {_mm512_unpacklo_epi64(t[0], t[2]), _mm512_unpackhi_epi64(t[0], t[2]),
+                        _mm512_unpacklo_epi64(t[1], t[3]), _mm512_unpackhi_epi64(t[1], t[3])};
+  const __m512i v[4] = {_mm512_unpacklo_epi64(t[4], t[6]), _mm512_unpackhi_epi64(t[4], t[6]),
+                        _mm512_unpacklo_epi64(t[5], t[7]), _mm512_unpackhi_epi64(t[5], t[7])};
+  for (int k = 0; k < 4; ++k) {
+    out[k] = _mm512_shuffle_i32x4(u[k], v[k], _MM_SHUFFLE(2, 0, 2, 0));
+    out[k + 4] = _mm512_shuffle_i32x4(u[k], v[k], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+// The single-row path does not transpose the weights: per row it takes the dot product of a
+// unit with the activations in the elements' own lanes (p[r], eight 32-bit partial sums), then
+// reduces the 16 rows' partial sums into vectors with one row per lane. The integer sums are
+// exact, so the per-lane values equal those of the transposed path.
+// first_half, lane r = sum of p[r]'s lanes 0-3; second_half = sum of its lanes 4-7.
+inline void reduce_rows(const __m256i* p, __m512i& first_half, __m512i& second_half) {
+  __m256i q[8];
+  for (int i = 0; i < 8; ++i) {
+    // Per 128 bits: [row 2i: 0+2, row 2i+1: 0+2, row 2i: 1+3, row 2i+1: 1+3].
+    q[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2 * i], p[2 * i + 1]),
+                            _mm256_unpackhi_epi32(p[2 * i], p[2 * i + 1]));
+  }
+  __m256i r[4];
+  for (int i = 0; i < 4; ++i) {
+    // [rows 4i..4i+3: sums of lanes 0-3 | the same rows: sums of lanes 4-7].
+    r[i] = _mm256_add_epi32(_mm256_unpacklo_epi64(q[2 * i], q[2 * i + 1]),
+                            _mm256_unpackhi_epi64(q[2 * i], q[2 * i + 1]));
+  }
+  const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(r[0]), r[1], 1);
+  const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(r[2]), r[3], 1);
+  first_half = _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0));
+  second_half = _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// The same from pairs: p[i] holds row kPairFirst[i]'s eight partial sums in its low 256 bits and
+// row kPairFirst[i] + 4's in its high ones (the layout transpose_unit takes).
+inline void reduce_row_pairs(const __m512i* p, __m512i& first_half, __m512i& second_half) {
+  __m512i q[4];
+  for (int i = 0; i < 4; ++i) {
+    q[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_epi32(p[2 * i], p[2 * i + 1]));
+  }
+  // r[j], 128 bits at a time: rows 8j..8j+3 (lanes 0-3 sums, lanes 4-7 sums), then rows
+  // 8j+4..8j+7 (the same).
+  __m512i r[2];
+  for (int j = 0; j < 2; ++j) {
+    r[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(q[2 * j], q[2 * j + 1]), _mm512_unpackhi_epi64(q[2 * j], q[2 * j + 1]));
+  }
+  first_half = _mm512_shuffle_i32x4(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0));
+  second_half = _mm512_shuffle_i32x4(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// Two rows' 32 bytes side by side.
+inline __m512i join(__m256i low, __m256i high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+}
+
+// 16 bytes of packed nibbles from each of two rows -> [low nibbles, high nibbles] per row (the
+// element order of the 32-element formats and of a K format's 64-element run).
+inline __m512i unpack_nibbles2(const uint8_t* a, const uint8_t* b) {
+  const __m256i a2 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+  const __m256i b2 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m512i both = join(a2, b2);
+  // Shift the second copy of each row (128-bit lanes 1 and 3) to bring its high nibbles down.
+  const __m512i shifted = _mm512_mask_srli_epi32(both, 0xf0f0, both, 4);
+  return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+}
+
+// The 16 rows of a tile; rows past the end repeat the last one (their lanes are computed but
+// never stored).
+struct TileRows {
+  const uint8_t* row[kTileRows];
+  int valid;
+  TileRows(const uint8_t* weights, size_t row_bytes, int64_t first, int64_t end) {
+    valid = static_cast<int>(end - first < kTileRows ? end - first : kTileRows);
+    for (int r = 0; r < kTileRows; ++r) {
+      row[r] = weights + static_cast<size_t>(first + (r < valid ? r : valid - 1)) * row_bytes;
+    }
+  }
+  __mmask16 store_mask() const { return static_cast<__mmask16>((1u << valid) - 1); }
+  // The 32-bit word at byte `offset` of every row. Sixteen scalar loads through the stack beat
+  // vpgatherdd on Zen 4 by a wide margin.
+  __m512i gather_words(size_t offset) const {
+    alignas(64) uint32_t words[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) std::memcpy(&words[r], row[r] + offset, sizeof(uint32_t));
+    return _mm512_load_si512(words);
+  }
+  // The half at byte `offset` (low half of the word) of every row, as floats.
+  __m512 gather_halves(size_t offset) const { return low_halves(gather_words(offset)); }
+  static __m512 low_halves(__m512i words) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)); }
+  static __m512 high_halves(__m512i words) { return low_halves(_mm512_srli_epi32(words, 16)); }
+};
+
+// The weights are streamed from memory once, 16 rows in lockstep, which the hardware prefetcher
+// follows poorly; so while a tile is repacked, its successor (contiguous bytes) is requested a
+// slice per unit.
+class NextTilePrefetch {
+ public:
+  template <class Args>
+  NextTilePrefetch(const Args& args, int64_t next_row, int64_t n_units) {
+    const int64_t rows = next_row < args.row_end ? std::min<int64_t>(kTileRows, args.row_end - next_row) : 0;
+    next_ = reinterpret_cast<const char*>(args.weights) + static_cast<size_t>(next_row) * args.weight_row_bytes;
+    end_ = next_ + static_cast<size_t>(rows) * args.weight_row_bytes;
+    const size_t lines = (static_cast<size_t>(end_ - next_) + 63) / 64;
+    per_step_ = n_units > 0 ? (lines + static_cast<size_t>(n_units) - 1) / static_cast<size_t>(n_units) : lines;
+  }
+  void step() {
+    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += 64) _mm_prefetch(next_, _MM_HINT_T1);
+  }
+
+ private:
+  const char* next_;
+  const char* end_;
+  size_t per_step_;
+};
+
+// A thread's repacked tile, reused across calls (grows to the largest k seen).
+class TileBuffer {
+ public:
+  uint8_t* get(size_t bytes) {
+    if (storage_.size() * sizeof(Line) < bytes) storage_.resize((bytes + sizeof(Line) - 1) / sizeof(Line));
+    return storage_.data()->bytes;
+  }
+
+ private:
+  struct alignas(64) Line {
+    uint8_t bytes[64];
+  };
+  std::vector<Line> storage_;
+};
+
+inline TileBuffer& thread_tile_buffer() {
+  thread_local TileBuffer buffer;
+  return buffer;
+}
+
+// A second one, for the single-row path's partial sums.
+inline TileBuffer& thread_partial_buffer() {
+  thread_local TileBuffer buffer;
+  return buffer;
+}
+
+// Four activation bytes at p, broadcast to every lane (folds into dpbusd's memory operand).
+inline __m512i broadcast4(const int8_t* p) {
+  int32_t word;
+  std::memcpy(&word, p, sizeof(word));
+  return _mm512_set1_epi32(word);
+}
+
+// Calls f.template operator()<N>(first_row) over [0, n_rows) in chunks of kMaxChunkRows rows and
+// one shorter chunk, so that each chunk's accumulators are a fixed-size array in registers.
+template <class F>
+inline void for_each_row_chunk(int64_t n_rows, F&& f) {
+  int64_t j = 0;
+  for (; j + kMaxChunkRows <= n_rows; j += kMaxChunkRows) f.template operator()<kMaxChunkRows>(j);
+  switch (n_rows - j) {
+    case 1: f.template operator()<1>(j); break;
+    case 2: f.template operator()<2>(j); break;
+    case 3: f.template operator()<3>(j); break;
+    case 4: f.template operator()<4>(j); break;
+    case 5: f.template operator()<5>(j); break;
+    case 6: f.template operator()<6>(j); break;
+    case 7: f.template operator()<7>(j); break;
+    default: break;
+  }
+}
+
+static_assert(kMaxChunkRows == 8, "for_each_row_chunk lists the shorter chunks by hand");
+
+}  // namespace
+}  // namespace mnemo::kernels::avx512::gemm

@@ -1,0 +1,315 @@
+// AVX-512 VNNI GEMM kernels of the K formats (Q4_K, Q5_K, Q6_K) against Q8_K activations, and
+// the Q8_K packer. See gemm.h for the invariance argument and gemm_avx512_common.h for the tile
+// layout.
+//
+// Per super-block of 256 and lane (weight row), everything up to one float conversion is exact
+// integer arithmetic:
+//   Q4_K/Q5_K: I = sum_u sc_u * sum(q * a) over the 8 sub-blocks u of 32, M = sum_u m_u * A_u
+//              (A_u: the activations' sum over sub-block u);
+//              acc = fma(float(I), d * d_a, acc); acc = fnmadd(float(M), dmin * d_a, acc)
+//   Q6_K:      I = sum_s sc_s * (sum(q * a) - 32 * A_s) over the 16 sub-blocks s of 16;
+//              acc = fma(float(I), d * d_a, acc)
+// The levels q are unsigned (Q6_K's carry +32, removed through A_s).
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/avx2_helpers.h"
+#include "kernels/cpu/avx2_kernels.h"
+#include "kernels/cpu/avx512_kernels.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_avx512_common.h"
+#include "tensor/quant_blocks.h"
+
+namespace mnemo::kernels::avx512 {
+namespace {
+
+using namespace gemm;
+
+constexpr int kUnits = kQKK / kUnit;  // 8 units of 32 per super-block
+
+// ---- Packed Q8_K activations: levels; per super-block the scale, -32 times the 16 per-16
+// sums (Q6_K's offset, as int32) and the 8 per-32 sums as int16 pairs (for the Q4_K/Q5_K mins).
+struct PackedQ8K {
+  const int8_t* qs;
+  const float* d;
+  const int32_t* offset16;  // [super-block][16]
+  const int32_t* sum_pairs;  // [super-block][4]: sums of sub-blocks 2p (low 16 bits), 2p + 1
+  static size_t qs_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k)); }
+  static size_t d_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k / kQKK) * 4); }
+  static size_t offset_bytes(int64_t k) { return static_cast<size_t>(k / kQKK) * 64; }
+  static size_t pair_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k / kQKK) * 16); }
+  static size_t row_bytes(int64_t k) { return qs_bytes(k) + d_bytes(k) + offset_bytes(k) + pair_bytes(k); }
+  PackedQ8K(const uint8_t* row, int64_t k)
+      : qs(reinterpret_cast<const int8_t*>(row)),
+        d(reinterpret_cast<const float*>(row + qs_bytes(k))),
+        offset16(reinterpret_cast<const int32_t*>(row + qs_bytes(k) + d_bytes(k))),
+        sum_pairs(reinterpret_cast<const int32_t*>(row + qs_bytes(k) + d_bytes(k) + offset_bytes(k))) {}
+};
+
+void pack_q8_K(const float* x, int64_t k, void* out) {
+  auto* bytes = static_cast<uint8_t*>(out);
+  const PackedQ8K packed(bytes, k);
+  for (int64_t b = 0; b < k / kQKK; ++b) {
+    BlockQ8_K block;
+    avx2::q8_K_from_float(x + b * kQKK, &block, kQKK);
+    std::memcpy(const_cast<int8_t*>(packed.qs) + b * kQKK, block.qs, kQKK);
+    const_cast<float*>(packed.d)[b] = block.d;
+    auto* offsets = const_cast<int32_t*>(packed.offset16) + b * 16;
+    for (int s = 0; s < 16; ++s) offsets[s] = -32 * block.bsums[s];
+    auto* pairs = const_cast<int32_t*>(packed.sum_pairs) + b * 4;
+    for (int p = 0; p < 4; ++p) {
+      const int low = block.bsums[4 * p] + block.bsums[4 * p + 1];
+      const int high = block.bsums[4 * p + 2] + block.bsums[4 * p + 3];
+      pairs[p] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(low)) |
+                                      (static_cast<uint32_t>(static_cast<uint16_t>(high)) << 16));
+    }
+  }
+}
+
+// ---- Per super-block scales of a tile's 16 rows, one row per lane.
+struct AffineScales {  // Q4_K, Q5_K
+  __m512i scale[kUnits];  // int32
+  __m512i min_pairs[4];   // int16 pairs (m_2p, m_2p+1)
+  __m512 d, dmin;
+};
+struct SignedScales {  // Q6_K
+  __m512i scale[2 * kUnits];  // int32, one per sub-block of 16
+  __m512 d;
+};
+
+// The 12-byte scales field of 16 rows, unpacked word-wise as in k_scales.h.
+template <class Block>
+void affine_scales(const TileRows& rows, int64_t b, AffineScales& out) {
+  const size_t base = static_cast<size_t>(b) * sizeof(Block);
+  const __m512i w0 = rows.gather_words(base + offsetof(Block, scales));
+  const __m512i w1 = rows.gather_words(base + offsetof(Block, scales) + 4);
+  const __m512i w2 = rows.gather_words(base + offsetof(Block, scales) + 8);
+  const __m512i low6 = _mm512_set1_epi32(0x3f3f3f3f), low4 = _mm512_set1_epi32(0x0f0f0f0f),
+                low2 = _mm512_set1_epi32(0x03030303);
+  const __m512i scales_low = _mm512_and_si512(w0, low6);
+  const __m512i mins_low = _mm512_and_si512(w1, low6);
+  const __m512i scales_high = _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w0, 6), low2), 4));
+  const __m512i mins_high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w1, 6), low2), 4));
+  const __m512i byte = _mm512_set1_epi32(0xff);
+  for (int u = 0; u < 4; ++u) {
+    out.scale[u] = _mm512_and_si512(_mm512_srli_epi32(scales_low, 8 * u), byte);
+    out.scale[u + 4] = _mm512_and_si512(_mm512_srli_epi32(scales_high, 8 * u), byte);
+  }
+
+  // Bytes [m0 m1 m2 m3] -> words (m0, m1) and (m2, m3).
+  const __m512i low_byte = _mm512_set1_epi32(0xff), third_byte = _mm512_set1_epi32(0xff0000);
+  const auto first_pair = [&](__m512i x) {
+    return _mm512_or_si512(_mm512_and_si512(x, low_byte), _mm512_and_si512(_mm512_slli_epi32(x, 8), third_byte));
+  };
+  const auto second_pair = [&](__m512i x) {
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(x, 16), low_byte),
+                           _mm512_and_si512(_mm512_srli_epi32(x, 8), third_byte));
+  };
+  out.min_pairs[0] = first_pair(mins_low);
+  out.min_pairs[1] = second_pair(mins_low);
+  out.min_pairs[2] = first_pair(mins_high);
+  out.min_pairs[3] = second_pair(mins_high);
+  const __m512i halves = rows.gather_words(base);  // d, then dmin
+  out.d = TileRows::low_halves(halves);
+  out.dmin = TileRows::high_halves(halves);
+}
+
+void signed_scales(const TileRows& rows, int64_t b, SignedScales& out) {
+  const size_t base = static_cast<size_t>(b) * sizeof(BlockQ6_K);
+  for (int w = 0; w < 4; ++w) {
+    const __m512i word = rows.gather_words(base + offsetof(BlockQ6_K, scales) + 4 * static_cast<size_t>(w));
+    for (int i = 0; i < 4; ++i) out.scale[4 * w + i] = _mm512_srai_epi32(_mm512_slli_epi32(word, 24 - 8 * i), 24);
+  }
+  // d is the block's last field: read the word that ends with it (scales 14, 15, then d).
+  out.d = TileRows::high_halves(rows.gather_words(base + offsetof(BlockQ6_K, d) - 2));
+}
+
+// ---- Levels of unit u (32 elements) of a super-block, unsigned.
+
+struct Q4_KFormat {
+  using Block = BlockQ4_K;
+  using Scales = AffineScales;
+  static void scales(const TileRows& rows, int64_t b, Scales& out) { affine_scales<Block>(rows, b, out); }
+  static __m256i levels(const Block& x, int u) {
+    const __m256i packed = simd::load256(x.qs + 32 * (u / 2));
+    return _mm256_and_si256(u % 2 == 0 ? packed : _mm256_srli_epi16(packed, 4), _mm256_set1_epi8(0x0f));
+  }
+  static __m512i levels2(const Block& x, const Block& y, int u) { return join(levels(x, u), levels(y, u)); }
+};
+struct Q5_KFormat {
+  using Block = BlockQ5_K;
+  using Scales = AffineScales;
+  static void scales(const TileRows& rows, int64_t b, Scales& out) { affine_scales<Block>(rows, b, out); }
+  // Unit u's fifth bits are bit u of qh[l].
+  static __m256i levels(const Block& x, int u) {
+    const __m256i packed = simd::load256(x.qs + 32 * (u / 2));
+    const __m256i nibbles = _mm256_and_si256(u % 2 == 0 ? packed : _mm256_srli_epi16(packed, 4), _mm256_set1_epi8(0x0f));
+    const __mmask32 fifth = _mm256_test_epi8_mask(simd::load256(x.qh), _mm256_set1_epi8(static_cast<char>(1 << u)));
+    return _mm256_mask_add_epi8(nibbles, fifth, nibbles, _mm256_set1_epi8(16));
+  }
+  static __m512i levels2(const Block& x, const Block& y, int u) { return join(levels(x, u), levels(y, u)); }
+};
+struct Q6_KFormat {
+  using Block = BlockQ6_K;
+  using Scales = SignedScales;
+  static void scales(const TileRows& rows, int64_t b, Scales& out) { signed_scales(rows, b, out); }
+  // Unit u = group g of half h (see unpack_levels_q6): low 4 bits from ql, top 2 from qh.
+  static __m256i levels(const Block& x, int u) {
+    const int half = u / 4, g = u % 4;
+    const __m256i low = simd::load256(x.ql + 64 * half + 32 * (g & 1));
+    const __m256i nibble = _mm256_and_si256(g < 2 ? low : _mm256_srli_epi16(low, 4), _mm256_set1_epi8(0x0f));
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(simd::load256(x.qh + 32 * half), 2 * g), _mm256_set1_epi8(0x03));
+    return _mm256_or_si256(nibble, _mm256_slli_epi16(high, 4));
+  }
+  static __m512i levels2(const Block& x, const Block& y, int u) { return join(levels(x, u), levels(y, u)); }
+};
+
+// ---- The integer part per unit and the float part per super-block, shared by both paths.
+
+// sums_a / sums_b: the unit's dot products over its first / second 16 elements (lane = row).
+inline void add_unit(const AffineScales& s, int u, __m512i sums_a, __m512i sums_b, const PackedQ8K&, int64_t,
+                     __m512i& total) {
+  total = _mm512_add_epi32(total, _mm512_mullo_epi32(_mm512_add_epi32(sums_a, sums_b), s.scale[u]));
+}
+inline void add_unit(const SignedScales& s, int u, __m512i sums_a, __m512i sums_b, const PackedQ8K& a, int64_t b,
+                     __m512i& total) {
+  const int32_t* offsets = a.offset16 + b * 16 + 2 * u;
+  sums_a = _mm512_add_epi32(sums_a, _mm512_set1_epi32(offsets[0]));
+  sums_b = _mm512_add_epi32(sums_b, _mm512_set1_epi32(offsets[1]));
+  total = _mm512_add_epi32(total, _mm512_mullo_epi32(sums_a, s.scale[2 * u]));
+  total = _mm512_add_epi32(total, _mm512_mullo_epi32(sums_b, s.scale[2 * u + 1]));
+}
+
+inline __m512 finish_block(const AffineScales& s, __m512i total, const PackedQ8K& a, int64_t b, __m512 acc) {
+  __m512i mins = _mm512_setzero_si512();
+  for (int p = 0; p < 4; ++p) mins = _mm512_dpwssd_epi32(mins, s.min_pairs[p], _mm512_set1_epi32(a.sum_pairs[4 * b + p]));
+  const __m512 d_a = _mm512_set1_ps(a.d[b]);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(s.d, d_a), acc);
+  return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(s.dmin, d_a), acc);
+}
+inline __m512 finish_block(const SignedScales& s, __m512i total, const PackedQ8K& a, int64_t b, __m512 acc) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(s.d, _mm512_set1_ps(a.d[b])), acc);
+}
+
+// ---- Single activation row: no repacking (see reduce_rows).
+template <class Format>
+void multiply_one_row(const GemmArgs& args) {
+  using Block = typename Format::Block;
+  const int64_t n_blocks = args.k / kQKK;
+  const PackedQ8K packed(args.activations, args.k);
+  for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
+    const TileRows rows(args.weights, args.weight_row_bytes, o, args.row_end);
+    NextTilePrefetch prefetch(args, o + kTileRows, n_blocks * kUnits);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      typename Format::Scales scales;
+      Format::scales(rows, b, scales);
+      __m512i total = _mm512_setzero_si512();
+      for (int u = 0; u < kUnits; ++u) {
+        prefetch.step();
+        const __m256i a = simd::load256(packed.qs + b * kQKK + u * kUnit);
+        __m256i partial[kTileRows];
+        for (int r = 0; r < kTileRows; ++r) {
+          partial[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), Format::levels(reinterpret_cast<const Block*>(rows.row[r])[b], u), a);
+        }
+        __m512i first, second;
+        reduce_rows(partial, first, second);
+        add_unit(scales, u, first, second, packed, b, total);
+      }
+      acc = finish_block(scales, total, packed, b, acc);
+    }
+    _mm512_mask_storeu_ps(args.y + o, rows.store_mask(), acc);
+  }
+}
+
+// ---- Batched: the tile is repacked once (levels transposed, scales per super-block).
+template <class Format>
+constexpr size_t block_bytes() {
+  return kUnits * 8 * sizeof(__m512i) + sizeof(typename Format::Scales);
+}
+
+template <class Format>
+void repack_tile(const TileRows& rows, int64_t n_blocks, uint8_t* out, NextTilePrefetch prefetch) {
+  using Block = typename Format::Block;
+  for (int64_t b = 0; b < n_blocks; ++b, out += block_bytes<Format>()) {
+    auto* vectors = reinterpret_cast<__m512i*>(out);
+    for (int u = 0; u < kUnits; ++u) {
+      __m512i levels[8];
+      for (int p = 0; p < 8; ++p) {
+        const int r = kPairFirst[p];
+        levels[p] = Format::levels2(reinterpret_cast<const Block*>(rows.row[r])[b],
+                                    reinterpret_cast<const Block*>(rows.row[r + 4])[b], u);
+      }
+      prefetch.step();
+      transpose_unit(levels, vectors + 8 * u);
+    }
+    Format::scales(rows, b, *reinterpret_cast<typename Format::Scales*>(vectors + 8 * kUnits));
+  }
+}
+
+template <class Format, int kRows>
+void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args, int64_t first_row, int64_t o,
+                    __mmask16 store_mask) {
+  using Scales = typename Format::Scales;
+  __m512 acc[kRows];
+  for (int j = 0; j < kRows; ++j) acc[j] = _mm512_setzero_ps();
+  const auto packed = [&](int j) {
+    return PackedQ8K(args.activations + static_cast<size_t>(first_row + j) * args.activation_row_bytes, args.k);
+  };
+  for (int64_t b = 0; b < n_blocks; ++b, tile += block_bytes<Format>()) {
+    const auto* vectors = reinterpret_cast<const __m512i*>(tile);
+    const Scales& scales = *reinterpret_cast<const Scales*>(vectors + 8 * kUnits);
+    __m512i total[kRows];
+    for (int j = 0; j < kRows; ++j) total[j] = _mm512_setzero_si512();
+    for (int u = 0; u < kUnits; ++u) {
+      __m512i w[8];
+      for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(vectors + 8 * u + g);
+      for (int j = 0; j < kRows; ++j) {
+        const PackedQ8K a = packed(j);
+        const int8_t* q = a.qs + b * kQKK + u * kUnit;
+        // Groups 0-3 are the unit's first 16 elements, 4-7 its second (Q6_K's two sub-blocks).
+        __m512i first = _mm512_setzero_si512();
+        __m512i second = _mm512_setzero_si512();
+        for (int g = 0; g < 4; ++g) {
+          first = _mm512_dpbusd_epi32(first, w[g], broadcast4(q + 4 * g));
+          second = _mm512_dpbusd_epi32(second, w[g + 4], broadcast4(q + 16 + 4 * g));
+        }
+        add_unit(scales, u, first, second, a, b, total[j]);
+      }
+    }
+    for (int j = 0; j < kRows; ++j) acc[j] = finish_block(scales, total[j], packed(j), b, acc[j]);
+  }
+  for (int j = 0; j < kRows; ++j) _mm512_mask_storeu_ps(args.y + (first_row + j) * args.y_stride + o, store_mask, acc[j]);
+}
+
+template <class Format>
+void multiply(const GemmArgs& args) {
+  if (args.n_rows == 1) {
+    multiply_one_row<Format>(args);
+    return;
+  }
+  const int64_t n_blocks = args.k / kQKK;
+  uint8_t* tile = thread_tile_buffer().get(static_cast<size_t>(n_blocks) * block_bytes<Format>());
+  for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
+    const TileRows rows(args.weights, args.weight_row_bytes, o, args.row_end);
+    repack_tile<Format>(rows, n_blocks, tile, NextTilePrefetch(args, o + kTileRows, n_blocks * kUnits));
+    for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
+      multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, rows.store_mask());
+    });
+  }
+}
+
+}  // namespace
+
+const ActivationPacker kPackQ8_K{PackedQ8K::row_bytes, pack_q8_K};
+
+const GemmKernel kGemmQ4_K{&kPackQ8_K, kTileRows, multiply<Q4_KFormat>};
+const GemmKernel kGemmQ5_K{&kPackQ8_K, kTileRows, multiply<Q5_KFormat>};
+const GemmKernel kGemmQ6_K{&kPackQ8_K, kTileRows, multiply<Q6_KFormat>};
+
+}  // namespace mnemo::kernels::avx512

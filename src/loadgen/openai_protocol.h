@@ -1,0 +1,66 @@
+// The OpenAI wire format of a benchmark request, kept apart from the HTTP transport so that it
+// can be tested on its own: the body of one turn (Chat Completions with the whole history, or
+// the Responses API chained by previous_response_id), and the reading of its streamed reply.
+//
+// Every request streams with usage and forces its reply length: max_tokens (max_output_tokens)
+// plus "ignore_eos": true, which llama-server, vLLM and Mnemo accept.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "loadgen/request_record.h"
+#include "loadgen/sse_reader.h"
+#include "loadgen/workload.h"
+
+namespace mnemo::loadgen {
+
+enum class Api {
+  kChatCompletions,  // POST /v1/chat/completions, the whole history each turn (stateless)
+  kResponses,        // POST /v1/responses, the new question and previous_response_id (stateful)
+};
+
+struct RequestOptions {
+  std::string model;
+  double temperature = 0.0;
+};
+
+const char* api_path(Api api);
+
+nlohmann::json chat_request_body(const PlannedConversation& conversation, size_t turn, const RequestOptions& options);
+nlohmann::json responses_request_body(const PlannedConversation& conversation, size_t turn,
+                                      const std::string& previous_response_id, const RequestOptions& options);
+
+// Reads the events of one streamed reply into a record: the time of the first text, the end,
+// and the token counts the server reports. Chat Completions: usage (with
+// prompt_tokens_details.cached_tokens) in the last chunk; llama-server's "timings" (cache_n,
+// prompt_n, predicted_n) fill what usage lacks. Responses API: the usage of the terminal
+// response.completed / response.incomplete event.
+class StreamedReply {
+ public:
+  explicit StreamedReply(Api api) : api_(api) {}
+
+  // Returns false once the stream has said its last word (done, or an error).
+  bool on_event(const SseEvent& event, double now_s, RequestRecord& record);
+  bool finished() const { return finished_; }
+  // Fills what the server left unreported (completion tokens from the text chunks seen) and
+  // decides whether the request succeeded.
+  void finish(RequestRecord& record) const;
+
+ private:
+  bool on_chat_chunk(const nlohmann::json& chunk, double now_s, RequestRecord& record);
+  bool on_responses_event(const nlohmann::json& payload, double now_s, RequestRecord& record);
+  void take_text(const nlohmann::json& text, double now_s, RequestRecord& record);
+
+  Api api_;
+  bool finished_ = false;
+  int32_t text_chunks_ = 0;
+  int32_t timings_cache_n_ = -1;
+  int32_t timings_prompt_n_ = -1;
+  int32_t timings_predicted_n_ = -1;
+  std::string error_;
+};
+
+}  // namespace mnemo::loadgen
