@@ -4,8 +4,9 @@
     bench/plot_latency.py --output latency.png mnemo.json mnemo-stateless.json llama-server.json
 
 Each input is the JSON of `mnemo loadgen sweep` or of a single run; points are grouped by the
-system they name. Three panels share the
-x axis, the offered load in requests per second (conversation rate x turns per conversation):
+system they name. Three panels share the x axis, the conversation arrival rate (each rate's
+conversations are the same for every system, so systems compare at equal x; the requests per
+second also depend on how many turns that rate's conversations have: see the table):
 p50 (solid) and p90 (dashed) TTFT of all requests, p50 TTFT of turns >= 2 alone (where reuse
 of earlier turns shows), and p50/p90 end-to-end latency. Filled markers: the point met the
 SLO; hollow: it missed. The SLO's TTFT bound is the dotted line. Needs matplotlib (the project
@@ -19,15 +20,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FormatStrFormatter  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, NullFormatter  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from multiturn_report import load_all, slo_override  # noqa: E402
-
-
-def offered_load(point):
-    s = point["summary"]
-    return point["rate"] * s["turns_planned"] / s["conversations"] if s["conversations"] else 0.0
 
 
 def draw(ax, xs, ys, met, color, style, label):
@@ -50,8 +46,8 @@ def main():
     slo = None
     for i, result in enumerate(load_all(args.results, slo_override(args.slo_ttft, args.slo_tpot))):
         system, slo = result["system"], result["slo"]
-        points = sorted(result["points"], key=offered_load)
-        xs = [offered_load(p) for p in points]
+        points = sorted(result["points"], key=lambda p: p["rate"])
+        xs = [p["rate"] for p in points]
         met = [p["summary"]["slo_met"] for p in points]
         s = [p["summary"] for p in points]
         color = colors[i % len(colors)]
@@ -66,12 +62,11 @@ def main():
     for ax, title in ((ttft_ax, "TTFT, all requests"), (later_ax, "TTFT, turns >= 2 (p50)"),
                       (e2e_ax, "End-to-end latency")):
         ax.set_title(title)
-        ax.set_xlabel("offered load (requests/s)")
+        ax.set_xlabel("conversation arrival rate (conversations/s)")
         ax.set_ylabel("seconds")
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-        ax.tick_params(axis="y", which="minor", labelsize=7)
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(args.title + " (filled: SLO met, hollow: missed)")

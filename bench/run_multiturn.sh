@@ -5,6 +5,7 @@
 #   mnemo            Mnemo with its prefix cache (every turn reuses the KV of earlier ones)
 #   mnemo-stateless  Mnemo with --no-prefix-cache (every turn recomputes its whole prompt)
 #   llama-server     llama.cpp's server configured for multi-turn (bench/start_llama_server.sh)
+#                    (llama-server-npN in SYSTEMS: the same with N slots)
 # Rates go up one at a time, and each rate runs every system in turn (a fresh server each time,
 # the same conversations): on a machine shared with other work, interleaving spreads the noise
 # over the systems instead of giving one system a quiet quarter of an hour and another a busy
@@ -75,8 +76,10 @@ start_system() {  # NAME PORT
       nice -n "$NICE" "$MNEMO_BIN" serve -m "$MODEL" --host 127.0.0.1 --port "$2" -t "$THREADS" --kv-tokens "$KV_TOKENS" \
         --max-running "$SLOTS" --state-dir "$OUT/state-$1" "${extra[@]}" >> "$log" 2>&1 &
       ;;
-    llama-server)
-      nice -n "$NICE" "$ROOT/bench/start_llama_server.sh" "$2" >> "$log" 2>&1 &
+    llama-server | llama-server-np*)  # llama-server-npN: N slots instead of SLOTS
+      local slots=$SLOTS
+      [[ $1 == llama-server-np* ]] && slots=${1#llama-server-np}
+      SLOTS=$slots nice -n "$NICE" "$ROOT/bench/start_llama_server.sh" "$2" >> "$log" 2>&1 &
       ;;
     *) echo "unknown system $1" >&2; return 1 ;;
   esac
@@ -94,7 +97,7 @@ start_system() {  # NAME PORT
   echo "settings: rates $RATES, conversations arriving for $DURATION s per rate (drain $DRAIN s), max context $MAX_CONTEXT, max output $MAX_OUTPUT," \
        "think time $THINK s, KV $KV_TOKENS tokens, $SLOTS slots, $THREADS threads, nice $NICE," \
        "SLO p90 TTFT $SLO_TTFT s, p90 TPOT $SLO_TPOT s"
-} | tee "$OUT/machine.txt"
+} | tee -a "$OUT/machine.txt"
 
 declare -A violations
 point=0
@@ -122,10 +125,11 @@ for rate in ${RATES//,/ }; do
   point=$((point + 1))
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
-if [ -f "$OUT/llama-server.server.log" ]; then
-  echo "llama-server full re-processing events: $(grep -c 'forcing full prompt re-processing' "$OUT/llama-server.server.log" || true)" \
+for log in "$OUT"/llama-server*.server.log; do
+  [ -f "$log" ] || continue
+  echo "$(basename "$log" .server.log) full prompt re-processing events: $(grep -c 'forcing full prompt re-processing' "$log" || true)" \
     | tee -a "$OUT/machine.txt"
-fi
+done
 
 "$PYTHON" "$ROOT/bench/multiturn_report.py" "$OUT"/*-rate*.json | tee "$OUT/table.md"
 "$PYTHON" "$ROOT/bench/plot_latency.py" --output "$OUT/latency.png" "$OUT"/*-rate*.json
