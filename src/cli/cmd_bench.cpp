@@ -4,10 +4,10 @@
 //   decode:  B sequences with a C-token context each, advancing one token per step together
 //            (generated tokens/s over all sequences).
 //   memory:  the machine's streaming read bandwidth with the same threads (a plain sum over a
-//            buffer far larger than the caches), measured in the same run;
+//            buffer far larger than the caches), measured right before each batch-1 repeat;
 //   roofline: bytes of weights one batch-1 decode step reads (every layer matrix and the output
 //            matrix, once) divided by the step time, as a fraction of that bandwidth.
-// Each figure is the median of --repeats runs (the bandwidth: of kBandwidthPasses passes).
+// Each figure is the median of --repeats runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,30 +46,39 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Streaming read bandwidth of the pool's threads, in bytes per second (median of the passes).
-constexpr size_t kBandwidthBytes = size_t{256} << 20;
-constexpr int kBandwidthPasses = 7;
+// Streaming read bandwidth of the pool's threads, in bytes per second: a plain sum over a buffer
+// far larger than the caches. The memory of a shared machine is shared too, so the bandwidth is
+// measured next to each batch-1 decode repeat and the roofline pairs them.
+class BandwidthProbe {
+ public:
+  static constexpr size_t kBytes = size_t{256} << 20;
+  static constexpr int kPasses = 3;
 
-double measure_read_bandwidth(ThreadPool& pool) {
-  const size_t words = kBandwidthBytes / sizeof(uint64_t);
-  std::vector<uint64_t> buffer(words, 1);  // written once, so every page is really there
-  std::vector<uint64_t> sums(static_cast<size_t>(pool.size()));
-  std::vector<double> rates;
-  for (int pass = 0; pass < kBandwidthPasses; ++pass) {
-    const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(static_cast<int64_t>(words / 8), [&](int64_t begin, int64_t end, int t) {
-      // Eight independent sums so that the loads, not the adds, set the pace.
-      uint64_t acc[8] = {};
-      for (int64_t i = begin; i < end; ++i) {
-        for (int k = 0; k < 8; ++k) acc[k] += buffer[static_cast<size_t>(i) * 8 + static_cast<size_t>(k)];
-      }
-      sums[static_cast<size_t>(t)] = std::accumulate(acc, acc + 8, uint64_t{0});
-    });
-    rates.push_back(static_cast<double>(kBandwidthBytes) / seconds_since(start));
+  BandwidthProbe() : buffer_(kBytes / sizeof(uint64_t), 1) {}  // written once: every page present
+
+  // The median of kPasses passes.
+  double measure(ThreadPool& pool) {
+    std::vector<uint64_t> sums(static_cast<size_t>(pool.size()));
+    std::vector<double> rates;
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const auto start = std::chrono::steady_clock::now();
+      pool.parallel_for(static_cast<int64_t>(buffer_.size() / 8), [&](int64_t begin, int64_t end, int t) {
+        // Eight independent sums so that the loads, not the adds, set the pace.
+        uint64_t acc[8] = {};
+        for (int64_t i = begin; i < end; ++i) {
+          for (int k = 0; k < 8; ++k) acc[k] += buffer_[static_cast<size_t>(i) * 8 + static_cast<size_t>(k)];
+        }
+        sums[static_cast<size_t>(t)] = std::accumulate(acc, acc + 8, uint64_t{0});
+      });
+      rates.push_back(static_cast<double>(kBytes) / seconds_since(start));
+    }
+    if (std::accumulate(sums.begin(), sums.end(), uint64_t{0}) == 0) std::printf(" ");  // keeps the sums alive
+    return median(rates);
   }
-  if (std::accumulate(sums.begin(), sums.end(), uint64_t{0}) == 0) std::printf(" ");  // keeps the sums alive
-  return median(rates);
-}
+
+ private:
+  std::vector<uint64_t> buffer_;
+};
 
 // Bytes of the weight matrices a batch-1 decode step reads: every layer matrix and the output
 // matrix once (the embedding lookup reads one row).
@@ -126,11 +135,15 @@ int run_bench(const BenchArgs& args) {
     std::printf("prefill  pp%-4d            %8.1f tokens/s\n", args.prompt, median(rates));
   }
 
-  Sampler sampler;
+  std::vector<Sampler> samplers(static_cast<size_t>(pool.size()));
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   double batch1_rate = 0.0;
+  std::vector<double> bandwidths, roofline_fractions;
+  const double weight_bytes = decode_weight_bytes(model);
   for (const int32_t batch_size : args.batches) {
+    std::unique_ptr<BandwidthProbe> probe;
+    if (batch_size == 1) probe = std::make_unique<BandwidthProbe>();
     const int32_t per_seq_blocks = (args.context + args.steps + kBlock - 1) / kBlock;
     KvStorage kv(model.kv_layout(kBlock, kv_dtype), per_seq_blocks * batch_size);
     Batch batch;
@@ -148,31 +161,35 @@ int run_bench(const BenchArgs& args) {
       Batch prefill = batch;
       for (SequenceInput& seq : prefill.sequences) seq.tokens.resize(static_cast<size_t>(args.context));
       if (!model.forward(prefill, kv, pool, out).ok()) return 1;
+      if (probe) bandwidths.push_back(probe->measure(pool));
       Batch step = batch;
       const auto start = std::chrono::steady_clock::now();
       for (int32_t i = 0; i < args.steps; ++i) {
-        for (size_t s = 0; s < step.sequences.size(); ++s) {
-          const TokenId next = sampler.sample(greedy, {out.last_row(s), static_cast<size_t>(out.n_vocab)}, {},
-                                              static_cast<uint64_t>(i));
-          step.sequences[s].tokens = {next};
-          step.sequences[s].ranges = {{args.context + i, 1}};
-        }
+        // The sequences are sampled in parallel, as an engine would (one sampler per thread).
+        pool.parallel_for(static_cast<int64_t>(step.sequences.size()), [&](int64_t begin, int64_t end, int t) {
+          for (int64_t s = begin; s < end; ++s) {
+            const TokenId next = samplers[static_cast<size_t>(t)].sample(
+                greedy, {out.last_row(static_cast<size_t>(s)), static_cast<size_t>(out.n_vocab)}, {}, static_cast<uint64_t>(i));
+            step.sequences[static_cast<size_t>(s)].tokens = {next};
+            step.sequences[static_cast<size_t>(s)].ranges = {{args.context + i, 1}};
+          }
+        });
         if (!model.forward(step, kv, pool, out).ok()) return 1;
       }
       rates.push_back(static_cast<double>(batch_size) * args.steps / seconds_since(start));
+      if (probe) roofline_fractions.push_back(weight_bytes * rates.back() / bandwidths.back());
     }
     std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", batch_size, args.context, median(rates));
     if (batch_size == 1) batch1_rate = median(rates);
   }
 
-  const double bandwidth = measure_read_bandwidth(pool);
-  std::printf("memory   read bandwidth      %8.1f GB/s (%d threads, median of %d passes over %zu MiB)\n", bandwidth / 1e9,
-              pool.size(), kBandwidthPasses, kBandwidthBytes >> 20);
   if (batch1_rate > 0.0) {
-    const double weight_bytes = decode_weight_bytes(model);
-    const double achieved = weight_bytes * batch1_rate;
-    std::printf("roofline batch 1: %.1f MB of weights per step, %.1f GB/s = %.0f%% of measured bandwidth\n",
-                weight_bytes / 1e6, achieved / 1e9, 100.0 * achieved / bandwidth);
+    std::printf("memory   read bandwidth      %8.1f GB/s (%d threads; median of %d passes over %zu MiB next to each "
+                "batch-1 repeat)\n",
+                median(bandwidths) / 1e9, pool.size(), BandwidthProbe::kPasses, BandwidthProbe::kBytes >> 20);
+    std::printf("roofline batch 1: %.1f MB of weights per step, %.1f GB/s = %.0f%% of measured bandwidth "
+                "(median over repeats)\n",
+                weight_bytes / 1e6, weight_bytes * batch1_rate / 1e9, 100.0 * median(roofline_fractions));
   }
   return 0;
 }

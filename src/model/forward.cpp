@@ -138,8 +138,10 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
           for (int32_t h = 0; h < c.n_kv_heads; ++h) kernels::rms_norm(k + h * c.head_dim_k, w.k_norm, k + h * c.head_dim_k, c.head_dim_k, c.rms_eps);
         }
         const int32_t position = places[static_cast<size_t>(t)].position;
-        kernels::rope(q, c.n_heads, position, rope);
-        kernels::rope(k, c.n_kv_heads, position, rope);
+        kernels::RopeAngles angles;  // once for Q and K
+        kernels::rope_angles(position, rope, angles);
+        kernels::rope_apply(q, c.n_heads, angles, rope);
+        kernels::rope_apply(k, c.n_kv_heads, angles, rope);
         // Store this token's K and V in its slot of the paged pool.
         const TokenPlace& place = places[static_cast<size_t>(t)];
         const auto& table = batch.sequences[static_cast<size_t>(place.sequence)].block_table;

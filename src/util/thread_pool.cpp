@@ -122,4 +122,27 @@ void ThreadPool::parallel_chunks(int64_t n, int64_t chunk, const std::function<v
   });
 }
 
+void ThreadPool::parallel_guided(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  min_chunk = std::max<int64_t>(min_chunk, 1);
+  if (n_threads_ == 1 || n <= min_chunk) {
+    fn(0, n, 0);
+    return;
+  }
+  const int64_t divisor = 2 * static_cast<int64_t>(n_threads_);
+  std::atomic<int64_t> next{0};
+  run_on_all([&](int t) {
+    int64_t begin = next.load(std::memory_order_relaxed);
+    for (;;) {
+      if (begin >= n) return;
+      const int64_t size = std::max(min_chunk, (n - begin) / divisor);
+      const int64_t end = std::min(n, begin + size);
+      if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+        fn(begin, end, t);
+        begin = next.load(std::memory_order_relaxed);
+      }
+    }
+  });
+}
+
 }  // namespace mnemo

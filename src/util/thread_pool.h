@@ -7,8 +7,8 @@
 // for the last worker the same way.
 //
 // parallel_for splits [0, n) into one contiguous range per thread (the caller's thread takes the
-// first); parallel_chunks hands out chunks of a fixed size on demand, which keeps both cores
-// busy when one of them is slowed by other work on the machine. Neither decides *what* a thread
+// first); parallel_chunks and parallel_guided hand out chunks on demand, which keeps both cores
+// busy when one of them is slowed by other work on the machine. None decides *what* a thread
 // computes for one output element, so results never depend on the thread count or on timing.
 #pragma once
 
@@ -36,6 +36,11 @@ class ThreadPool {
   // fn(begin, end, thread_index) over chunks [begin, end) of `chunk` indices (the last one may be
   // shorter), taken by whichever thread is free. Not reentrant.
   void parallel_chunks(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn);
+
+  // The same with guided chunk sizes: each thread takes what is left / (2 * threads) indices (at
+  // least min_chunk), so the first chunks are long contiguous runs (one cold start each when
+  // streaming weights) and the last ones short (a slowed thread is not waited for long).
+  void parallel_guided(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t, int)>& fn);
 
   // fn(thread_index) on every thread once.
   void run_on_all(const std::function<void(int)>& fn);

@@ -38,6 +38,10 @@ TEST_P(F16OpsTest, ConversionIsBitIdenticalToTheReference) {
     simd().to_f16(x.data(), a.data(), n);
     scalar().to_f16(x.data(), b.data(), n);
     EXPECT_EQ(a, b) << n;
+    std::vector<float> back_simd(x.size()), back_scalar(x.size());
+    simd().from_f16(a.data(), back_simd.data(), n);
+    scalar().from_f16(a.data(), back_scalar.data(), n);
+    EXPECT_EQ(std::memcmp(back_simd.data(), back_scalar.data(), x.size() * sizeof(float)), 0) << n;
   }
 }
 
@@ -91,6 +95,20 @@ INSTANTIATE_TEST_SUITE_P(Kernels, F16OpsTest, ::testing::ValuesIn([] {
                            return isas;
                          }()),
                          [](const auto& param_info) { return std::string(isa_name(param_info.param)); });
+
+TEST(NnOps, SumOfSquaresMatchesTheReference) {
+  std::mt19937 rng(5);
+  const SumOfSquaresFn reference = sum_of_squares_kernel(Isa::kScalar);
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    const SumOfSquaresFn simd = sum_of_squares_kernel(isa);
+    for (int64_t n : {1, 15, 16, 17, 256, 640, 2049}) {
+      const std::vector<float> x = random_floats(n, rng, 30.0f);
+      const double want = reference(x.data(), n);
+      EXPECT_NEAR(simd(x.data(), n), want, 1e-13 * want) << n;
+    }
+  }
+}
 
 TEST(NnOps, GegluIsGeluTanhTimesUp) {
   // Through ggml's F16 table: within F16 rounding of the exact GELU.

@@ -22,7 +22,9 @@ float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* a);
 float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* a);
 
 // GEMM kernels (gemm_avx512*.cpp; see gemm.h).
-extern const ActivationPacker kPackQ8_0;
+extern const ActivationPacker kPackQ8_0Offset8;
+extern const ActivationPacker kPackQ8_0Offset16;
+extern const ActivationPacker kPackQ8_0Offset128;
 extern const ActivationPacker kPackQ8_1;
 extern const GemmKernel kGemmQ4_0;
 extern const GemmKernel kGemmQ4_1;

@@ -25,8 +25,10 @@ namespace {
 
 using namespace gemm;
 
-// ---- Packed Q8_0 / Q8_1 activations: levels, then per block the scale (float) and either the
-// sum of the levels (int32, Q8_0) or ggml's s = d * sum (float, Q8_1).
+// ---- Packed Q8_0 / Q8_1 activations: levels, then per block the scale (float) and either
+// -offset * the sum of the levels (int32, Q8_0; the correction for weights carrying that offset,
+// so there is one packer per offset and the kernels broadcast it straight from memory) or ggml's
+// s = d * sum (float, Q8_1).
 struct PackedQ8 {
   const int8_t* qs;
   const float* d;
@@ -40,11 +42,12 @@ struct PackedQ8 {
         aux(row + qs_bytes(k) + field_bytes(k)) {}
 };
 
+template <int kOffset>
 void pack_q8_0(const float* x, int64_t k, void* out) {
   auto* bytes = static_cast<uint8_t*>(out);
   auto* qs = reinterpret_cast<int8_t*>(bytes);
   auto* d = reinterpret_cast<float*>(bytes + PackedQ8::qs_bytes(k));
-  auto* sums = reinterpret_cast<int32_t*>(bytes + PackedQ8::qs_bytes(k) + PackedQ8::field_bytes(k));
+  auto* corrections = reinterpret_cast<int32_t*>(bytes + PackedQ8::qs_bytes(k) + PackedQ8::field_bytes(k));
   for (int64_t b = 0; b < k / kQK; ++b) {
     BlockQ8_0 block;
     q8_0_quantize_activations(x + b * kQK, &block, kQK);
@@ -52,7 +55,7 @@ void pack_q8_0(const float* x, int64_t k, void* out) {
     d[b] = simd::half_to_float(block.d);
     int sum = 0;
     for (int i = 0; i < kQK; ++i) sum += block.qs[i];
-    sums[b] = sum;
+    corrections[b] = -kOffset * sum;
   }
 }
 
@@ -178,12 +181,12 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
       // Two dependency chains (even and odd groups); integer sums are exact in any order.
       __m512i even = _mm512_setzero_si512();
       if constexpr (Format::kOffset != 0) {
-        even = _mm512_set1_epi32(-Format::kOffset * static_cast<const int32_t*>(aux[j])[b]);
+        even = _mm512_set1_epi32(static_cast<const int32_t*>(aux[j])[b]);
       }
       __m512i odd = _mm512_setzero_si512();
       for (int g = 0; g < 8; g += 2) {
-        even = _mm512_dpbusd_epi32(even, w[g], broadcast4(a + 4 * g));
-        odd = _mm512_dpbusd_epi32(odd, w[g + 1], broadcast4(a + 4 * g + 4));
+        even = dpbusd_broadcast(even, w[g], a + 4 * g);
+        odd = dpbusd_broadcast(odd, w[g + 1], a + 4 * g + 4);
       }
       const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
       acc[j] = _mm512_fmadd_ps(sums, _mm512_mul_ps(d_w, _mm512_set1_ps(scale[j][b])), acc[j]);
@@ -193,7 +196,7 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
       }
     }
   }
-  for (int j = 0; j < kRows; ++j) _mm512_mask_storeu_ps(args.y + (first_row + j) * args.y_stride + o, store_mask, acc[j]);
+  for (int j = 0; j < kRows; ++j) store_outputs(args.y + (first_row + j) * args.y_stride + o, store_mask, acc[j]);
 }
 
 // One activation row against the weight rows, without repacking (see reduce_rows). Per lane the
@@ -221,7 +224,7 @@ void multiply_one_row(const GemmArgs& args) {
       reduce_row_pairs(partial, first, second);
       __m512i sums = _mm512_add_epi32(first, second);
       if constexpr (Format::kOffset != 0) {
-        sums = _mm512_add_epi32(_mm512_set1_epi32(-Format::kOffset * static_cast<const int32_t*>(packed.aux)[b]), sums);
+        sums = _mm512_add_epi32(_mm512_set1_epi32(static_cast<const int32_t*>(packed.aux)[b]), sums);
       }
       const __m512i words = rows.gather_words(static_cast<size_t>(b) * sizeof(Block));
       const __m512 d_w = TileRows::low_halves(words);
@@ -230,7 +233,7 @@ void multiply_one_row(const GemmArgs& args) {
         acc = _mm512_fmadd_ps(TileRows::high_halves(words), _mm512_set1_ps(static_cast<const float*>(packed.aux)[b]), acc);
       }
     }
-    _mm512_mask_storeu_ps(args.y + o, rows.store_mask(), acc);
+    store_outputs(args.y + o, rows.store_mask(), acc);
   }
 }
 
@@ -253,12 +256,14 @@ void multiply(const GemmArgs& args) {
 
 }  // namespace
 
-const ActivationPacker kPackQ8_0{PackedQ8::row_bytes, pack_q8_0};
+const ActivationPacker kPackQ8_0Offset8{PackedQ8::row_bytes, pack_q8_0<Q4_0Format::kOffset>};
+const ActivationPacker kPackQ8_0Offset16{PackedQ8::row_bytes, pack_q8_0<Q5_0Format::kOffset>};
+const ActivationPacker kPackQ8_0Offset128{PackedQ8::row_bytes, pack_q8_0<Q8_0Format::kOffset>};
 const ActivationPacker kPackQ8_1{PackedQ8::row_bytes, pack_q8_1};
 
-const GemmKernel kGemmQ4_0{&kPackQ8_0, kTileRows, multiply<Q4_0Format>};
-const GemmKernel kGemmQ5_0{&kPackQ8_0, kTileRows, multiply<Q5_0Format>};
-const GemmKernel kGemmQ8_0{&kPackQ8_0, kTileRows, multiply<Q8_0Format>};
+const GemmKernel kGemmQ4_0{&kPackQ8_0Offset8, kTileRows, multiply<Q4_0Format>};
+const GemmKernel kGemmQ5_0{&kPackQ8_0Offset16, kTileRows, multiply<Q5_0Format>};
+const GemmKernel kGemmQ8_0{&kPackQ8_0Offset128, kTileRows, multiply<Q8_0Format>};
 const GemmKernel kGemmQ4_1{&kPackQ8_1, kTileRows, multiply<Q4_1Format>};
 const GemmKernel kGemmQ5_1{&kPackQ8_1, kTileRows, multiply<Q5_1Format>};
 

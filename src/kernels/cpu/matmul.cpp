@@ -152,9 +152,9 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
   if (pool.size() == 1 || work < kMinParallelWork) {
     run_tiles(0, total_tiles, 0);
   } else {
-    // Chunks small enough that a thread slowed by other work on the machine is not waited for.
-    const int64_t chunk = std::max<int64_t>(1, total_tiles / (static_cast<int64_t>(pool.size()) * 16));
-    pool.parallel_chunks(total_tiles, chunk, run_tiles);
+    // Long runs first (each thread streams its weights with one cold start), short ones last (a
+    // thread slowed by other work on the machine is not waited for long).
+    pool.parallel_guided(total_tiles, 1, run_tiles);
   }
 }
 

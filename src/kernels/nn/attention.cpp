@@ -119,7 +119,8 @@ struct Tile {
 };
 
 struct TileScratch {
-  std::vector<float> q, acc, keys, values, total;
+  std::vector<float> q, acc, keys, values, weights, total;
+  std::vector<uint16_t> half;
   std::vector<attention_tile::Row> rows;
   std::vector<attention_tile::SubBlock> blocks;
 };
@@ -197,6 +198,7 @@ struct TiledJob {
     scratch.acc.resize(static_cast<size_t>(n_rows) * s.head_dim_v);
     scratch.keys.resize(static_cast<size_t>(kSubBlockPositions) * s.head_dim_k);
     scratch.values.resize(static_cast<size_t>(kSubBlockPositions) * s.head_dim_v);
+    scratch.weights.resize(static_cast<size_t>(kSubBlockPositions) * static_cast<size_t>(n_rows));
     scratch.rows.resize(static_cast<size_t>(n_rows));
     if (partial == nullptr) scratch.total.assign(static_cast<size_t>(n_rows) * state, 0.0f);
     const bool f16 = kv.layout().dtype != DType::F32;
@@ -207,7 +209,13 @@ struct TiledJob {
         float* q = scratch.q.data() + static_cast<size_t>(r) * s.head_dim_k;
         const float* src = query.q + static_cast<int64_t>(head_begin + h) * s.head_dim_k;
         // Rounded through F16 for an F16 pool, as llama.cpp does before its K.Q products.
-        for (int32_t d = 0; d < s.head_dim_k; ++d) q[d] = f16 ? fp16_to_fp32(fp32_to_fp16(src[d])) : src[d];
+        if (f16) {
+          scratch.half.resize(static_cast<size_t>(s.head_dim_k));
+          f16_ops().to_f16(src, scratch.half.data(), s.head_dim_k);
+          f16_ops().from_f16(scratch.half.data(), q, s.head_dim_k);
+        } else {
+          std::copy(src, src + s.head_dim_k, q);
+        }
         scratch.rows[static_cast<size_t>(r)].q = q;
         scratch.rows[static_cast<size_t>(r)].lo = range_lo(query.position, s);
         scratch.rows[static_cast<size_t>(r)].hi = query.position;
@@ -244,7 +252,7 @@ struct TiledJob {
       }
       if (first <= last) {
         attend(scratch.rows.data(), n_rows, scratch.blocks.data(), static_cast<int>(scratch.blocks.size()), params,
-               scratch.keys.data(), scratch.values.data());
+               scratch.keys.data(), scratch.values.data(), scratch.weights.data());
       }
       for (int r = 0; r < n_rows; ++r) {
         const attention_tile::Row& row = scratch.rows[static_cast<size_t>(r)];

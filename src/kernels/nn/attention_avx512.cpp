@@ -14,6 +14,7 @@
 #include <math.h>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/nn/attention_tile.h"
 
@@ -27,8 +28,24 @@ using attention_tile::SubBlock;
 
 static_assert(kSubBlockPositions == 16, "one key per lane");
 
+constexpr int kMaxRows = 64;  // rows attended together per sub-block (bounds the stack arrays)
+
 __mmask16 tail_mask(int32_t n, int32_t i) {
   return n - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
+}
+
+// Loads and stores of 16 floats at p (or the masked first ones at the tail of a row). Masked
+// stores are slow on Zen 4 even with a full mask, so full vectors use the plain instructions.
+__m512 load16(const float* p, __mmask16 m) { return m == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p); }
+__m512 load16(const uint16_t* p, __mmask16 m) {
+  return _mm512_cvtph_ps(m == 0xffff ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_maskz_loadu_epi16(m, p));
+}
+void store16(float* p, __mmask16 m, __m512 v) {
+  if (m == 0xffff) {
+    _mm512_storeu_ps(p, v);
+  } else {
+    _mm512_mask_storeu_ps(p, m, v);
+  }
 }
 
 // exp(x) lane-wise: x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for e^r, times 2^n.
@@ -79,8 +96,25 @@ __m512 transpose_sum(const __m512* a) {
                        _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// Where the keys and values of a sub-block are read from. A tile with several rows converts
+// them to F32 once (Converted); one with few reads the pool directly (Direct), converting on
+// the fly. The conversion is exact, so both give the same bits.
+struct Converted {
+  const float* data;
+  int32_t dim;
+  __m512 load(int k, int32_t i, __mmask16 m) const { return load16(data + k * dim + i, m); }
+};
+struct Direct {
+  const void* const* rows;  // null rows replaced by zeros
+  bool f16;
+  __m512 load(int k, int32_t i, __mmask16 m) const {
+    return f16 ? load16(static_cast<const uint16_t*>(rows[k]) + i, m) : load16(static_cast<const float*>(rows[k]) + i, m);
+  }
+};
+
 // Converts the present rows of a sub-block to F32 (absent ones to zero) into out[16][dim].
 void load_rows(const void* const* rows, int32_t dim, bool f16, float* out) {
+  const Direct source{rows, f16};
   for (int k = 0; k < kSubBlockPositions; ++k, out += dim) {
     if (rows[k] == nullptr) {
       std::memset(out, 0, static_cast<size_t>(dim) * sizeof(float));
@@ -88,28 +122,28 @@ void load_rows(const void* const* rows, int32_t dim, bool f16, float* out) {
     }
     for (int32_t i = 0; i < dim; i += 16) {
       const __mmask16 m = tail_mask(dim, i);
-      const __m512 v = f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(rows[k]) + i))
-                           : _mm512_maskz_loadu_ps(m, static_cast<const float*>(rows[k]) + i);
-      _mm512_mask_storeu_ps(out + i, m, v);
+      store16(out + i, m, source.load(k, i, m));
     }
   }
 }
 
 // The 16 scores of one row, lane k = key k.
-__m512 scores(const float* q, const float* keys, int32_t dim) {
+template <class Source>
+__m512 scores(const float* q, const Source& keys, int32_t dim) {
   __m512 acc[16];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   for (int32_t i = 0; i < dim; i += 16) {
     const __mmask16 m = tail_mask(dim, i);
-    const __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
-    for (int k = 0; k < 16; ++k) acc[k] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, keys + k * dim + i), acc[k]);
+    const __m512 qv = load16(q + i, m);
+    for (int k = 0; k < 16; ++k) acc[k] = _mm512_fmadd_ps(qv, keys.load(k, i, m), acc[k]);
   }
   return transpose_sum(acc);
 }
 
 // acc[0, dim) += sum over keys k in [first, last] of weight[k] * values[k], keys in order; eight
 // vectors of the row at a time stay in registers.
-void add_values(float* acc, const float* weight, const float* values, int32_t dim, int first, int last) {
+template <class Source>
+void add_values(float* acc, const float* weight, const Source& values, int32_t dim, int first, int last) {
   constexpr int kVectors = 8;
   for (int32_t d0 = 0; d0 < dim; d0 += 16 * kVectors) {
     __m512 a[kVectors];
@@ -117,15 +151,17 @@ void add_values(float* acc, const float* weight, const float* values, int32_t di
     for (int v = 0; v < kVectors; ++v) {
       const int32_t i = d0 + 16 * v;
       m[v] = i < dim ? tail_mask(dim, i) : __mmask16(0);
-      a[v] = _mm512_maskz_loadu_ps(m[v], acc + i);
+      a[v] = m[v] != 0 ? load16(acc + i, m[v]) : _mm512_setzero_ps();
     }
     for (int k = first; k <= last; ++k) {
       const __m512 w = _mm512_set1_ps(weight[k]);
       for (int v = 0; v < kVectors; ++v) {
-        a[v] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m[v], values + k * dim + d0 + 16 * v), a[v]);
+        if (m[v] != 0) a[v] = _mm512_fmadd_ps(w, values.load(k, d0 + 16 * v, m[v]), a[v]);
       }
     }
-    for (int v = 0; v < kVectors; ++v) _mm512_mask_storeu_ps(acc + d0 + 16 * v, m[v], a[v]);
+    for (int v = 0; v < kVectors; ++v) {
+      if (m[v] != 0) store16(acc + d0 + 16 * v, m[v], a[v]);
+    }
   }
 }
 
@@ -133,15 +169,20 @@ void scale_row(float* acc, int32_t dim, float factor) {
   const __m512 f = _mm512_set1_ps(factor);
   for (int32_t i = 0; i < dim; i += 16) {
     const __mmask16 m = tail_mask(dim, i);
-    _mm512_mask_storeu_ps(acc + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + i), f));
+    store16(acc + i, m, _mm512_mul_ps(load16(acc + i, m), f));
   }
 }
 
-void attend_block(Row& row, const SubBlock& block, const Params& p, const float* keys, const float* values) {
-  const int first = row.lo > block.first_position ? row.lo - block.first_position : 0;
-  const int last = row.hi - block.first_position < kSubBlockPositions - 1 ? row.hi - block.first_position
-                                                                           : kSubBlockPositions - 1;
-  if (first > last) return;
+// The first phase of a sub-block for one row: its weights exp(score - max) into weight[16] (zero
+// outside the row's range), after rescaling what it accumulated when the maximum grows. Returns
+// false when the sub-block holds none of the row's positions; [first, last] are its positions in
+// the sub-block.
+template <class Source>
+bool weigh_block(Row& row, const SubBlock& block, const Params& p, const Source& keys, float* weight, int& first,
+                 int& last) {
+  first = row.lo > block.first_position ? row.lo - block.first_position : 0;
+  last = row.hi - block.first_position < kSubBlockPositions - 1 ? row.hi - block.first_position : kSubBlockPositions - 1;
+  if (first > last) return false;
   __m512 s = _mm512_mul_ps(scores(row.q, keys, p.head_dim_k), _mm512_set1_ps(p.scale));
   if (p.softcap > 0.0f) {
     alignas(64) float lanes[16];
@@ -160,21 +201,63 @@ void attend_block(Row& row, const SubBlock& block, const Params& p, const float*
     }
     row.max = block_max;
   }
-  alignas(64) float weight[16];
   const __m512 w = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(s, _mm512_set1_ps(row.max))));
-  _mm512_store_ps(weight, w);
+  _mm512_storeu_ps(weight, w);
   row.sum += sum16(w);
-  add_values(row.acc, weight, values, p.head_dim_v, first, last);
+  return true;
+}
+
+// Both phases over every row: keys first (the weights of all rows), then values, so that only
+// one 16-position buffer is hot at a time.
+template <class Source>
+void attend_rows(Row* rows, int n_rows, const SubBlock& block, const Params& p, const Source& keys,
+                 const Source& values, float* weights) {
+  int first[kMaxRows], last[kMaxRows];
+  bool active[kMaxRows];
+  for (int r = 0; r < n_rows; ++r) active[r] = weigh_block(rows[r], block, p, keys, weights + 16 * r, first[r], last[r]);
+  if constexpr (std::is_same_v<Source, Converted>) load_rows(block.values, p.head_dim_v, p.f16_elements, const_cast<float*>(values.data));
+  for (int r = 0; r < n_rows; ++r) {
+    if (active[r]) add_values(rows[r].acc, weights + 16 * r, values, p.head_dim_v, first[r], last[r]);
+  }
 }
 
 }  // namespace
 
+// The KV pool is read from memory once per step (a batch of long contexts reads as much as the
+// weights): ask for the next sub-block's rows while this one is computed.
+void prefetch_block(const SubBlock& block, const Params& p) {
+  const size_t element = p.f16_elements ? 2 : 4;
+  const size_t key_bytes = static_cast<size_t>(p.head_dim_k) * element, value_bytes = static_cast<size_t>(p.head_dim_v) * element;
+  for (int k = 0; k < kSubBlockPositions; ++k) {
+    if (block.keys[k] == nullptr) continue;
+    for (size_t i = 0; i < key_bytes; i += 64) _mm_prefetch(static_cast<const char*>(block.keys[k]) + i, _MM_HINT_T1);
+    for (size_t i = 0; i < value_bytes; i += 64) _mm_prefetch(static_cast<const char*>(block.values[k]) + i, _MM_HINT_T1);
+  }
+}
+
+// Below this many rows per tile, converting a sub-block's keys and values once costs more than
+// converting them on each use.
+constexpr int kConvertedRows = 3;
+
 void attend(Row* rows, int n_rows, const SubBlock* blocks, int n_blocks, const Params& params, float* keys,
-            float* values) {
-  for (int b = 0; b < n_blocks; ++b) {
-    load_rows(blocks[b].keys, params.head_dim_k, params.f16_elements, keys);
-    load_rows(blocks[b].values, params.head_dim_v, params.f16_elements, values);
-    for (int r = 0; r < n_rows; ++r) attend_block(rows[r], blocks[b], params, keys, values);
+            float* values, float* weights) {
+  for (int start = 0; start < n_rows; start += kMaxRows) {
+    const int count = n_rows - start < kMaxRows ? n_rows - start : kMaxRows;
+    for (int b = 0; b < n_blocks; ++b) {
+      if (b + 1 < n_blocks) prefetch_block(blocks[b + 1], params);
+      if (count >= kConvertedRows) {
+        load_rows(blocks[b].keys, params.head_dim_k, params.f16_elements, keys);
+        const Converted k{keys, params.head_dim_k}, v{values, params.head_dim_v};
+        attend_rows(rows + start, count, blocks[b], params, k, v, weights);
+      } else {
+        // Absent positions read as zeros (the scratch, zeroed, is large enough for a row).
+        std::memset(keys, 0, static_cast<size_t>(params.head_dim_k) * sizeof(float));
+        const void* key_rows[kSubBlockPositions];
+        for (int k = 0; k < kSubBlockPositions; ++k) key_rows[k] = blocks[b].keys[k] != nullptr ? blocks[b].keys[k] : keys;
+        const Direct k{key_rows, params.f16_elements}, v{blocks[b].values, params.f16_elements};
+        attend_rows(rows + start, count, blocks[b], params, k, v, weights);
+      }
+    }
   }
 }
 

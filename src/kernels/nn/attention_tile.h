@@ -41,14 +41,15 @@ struct Params {
   bool f16_elements;    // else F32
 };
 
-// Attends rows[0, n_rows) to the sub-blocks (all of one chunk, in position order). `keys` and
-// `values` are scratch of kSubBlockPositions * head_dim floats each.
+// Attends rows[0, n_rows) to the sub-blocks (all of one chunk, in position order). Scratch:
+// `keys` and `values` of kSubBlockPositions * head_dim floats each, `weights` of
+// kSubBlockPositions floats per row.
 using AttendFn = void (*)(Row* rows, int n_rows, const SubBlock* blocks, int n_blocks, const Params& params,
-                          float* keys, float* values);
+                          float* keys, float* values, float* weights);
 
 }  // namespace mnemo::kernels::attention_tile
 
 namespace mnemo::kernels::attention_avx512 {
 void attend(attention_tile::Row* rows, int n_rows, const attention_tile::SubBlock* blocks, int n_blocks,
-            const attention_tile::Params& params, float* keys, float* values);
+            const attention_tile::Params& params, float* keys, float* values, float* weights);
 }  // namespace mnemo::kernels::attention_avx512

@@ -7,6 +7,7 @@ namespace f16_avx2 {
 float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
 void axpy_f16(float scale, const uint16_t* b, float* acc, int64_t n);
 void to_f16(const float* src, uint16_t* dst, int64_t n);
+void from_f16(const uint16_t* src, float* dst, int64_t n);
 void geglu_table(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n);
 }  // namespace f16_avx2
 
@@ -26,6 +27,10 @@ void to_f16_scalar(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }
 
+void from_f16_scalar(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+
 void geglu_table_scalar(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
@@ -41,8 +46,9 @@ void geglu_table_scalar(const uint16_t* table, const float* gate, const float* u
   }
 }
 
-constexpr F16Ops kScalarOps{dot_f32_f16_scalar, axpy_f16_scalar, to_f16_scalar, geglu_table_scalar};
-constexpr F16Ops kAvx2Ops{f16_avx2::dot_f32_f16, f16_avx2::axpy_f16, f16_avx2::to_f16, f16_avx2::geglu_table};
+constexpr F16Ops kScalarOps{dot_f32_f16_scalar, axpy_f16_scalar, to_f16_scalar, from_f16_scalar, geglu_table_scalar};
+constexpr F16Ops kAvx2Ops{f16_avx2::dot_f32_f16, f16_avx2::axpy_f16, f16_avx2::to_f16, f16_avx2::from_f16,
+                          f16_avx2::geglu_table};
 
 }  // namespace
 

@@ -15,6 +15,8 @@ struct F16Ops {
   void (*axpy_f16)(float scale, const uint16_t* b, float* acc, int64_t n);
   // dst[i] = f16(src[i]) with round-to-nearest-even
   void (*to_f16)(const float* src, uint16_t* dst, int64_t n);
+  // dst[i] = f32(src[i]) (exact)
+  void (*from_f16)(const uint16_t* src, float* dst, int64_t n);
   // out[i] = f32(table[f16(gate[i])]) * up[i], or 0 / gate[i] itself outside (-10, 10)
   void (*geglu_table)(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n);
 };

@@ -58,6 +58,12 @@ void to_f16(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = float_to_half(src[i]);
 }
 
+void from_f16(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16x8(src + i));
+  for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
+
 // The GELU table lookup of geglu (ops.cpp) eight at a time: the conversions to and from F16 in
 // F16C (the same rounding as util/fp16.h), the lookups scalar (a gather is slower on Zen 4).
 void geglu_table(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n) {

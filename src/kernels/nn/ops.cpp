@@ -7,10 +7,30 @@
 #include "util/fp16.h"
 
 namespace mnemo::kernels {
+namespace ops_avx512 {
+double sum_of_squares(const float* x, int64_t n);
+}  // namespace ops_avx512
+
+namespace {
+
+// Squares in float summed in double, as ggml does: long rows of large activations lose bits in a
+// float sum. The scalar version adds in order; the SIMD one in 16 lanes (the float result of the
+// norm is the same but for double roundings that land on a float rounding boundary).
+double sum_of_squares_scalar(const float* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  return sum;
+}
+
+}  // namespace
+
+SumOfSquaresFn sum_of_squares_kernel(Isa isa) {
+  return isa == Isa::kAvx512 && isa_supported(Isa::kAvx512) ? ops_avx512::sum_of_squares : sum_of_squares_scalar;
+}
 
 void rms_norm(const float* x, std::span<const float> weight, float* y, int64_t n, float eps) {
-  double sum = 0.0;  // double as in ggml: long rows of large activations lose bits in float
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  static const SumOfSquaresFn sum_of_squares = sum_of_squares_kernel(detected_isa());
+  const double sum = sum_of_squares(x, n);
   const float mean = static_cast<float>(sum / static_cast<double>(n));
   const float scale = 1.0f / std::sqrt(mean + eps);
   if (weight.empty()) {
@@ -20,11 +40,11 @@ void rms_norm(const float* x, std::span<const float> weight, float* y, int64_t n
   }
 }
 
-void rope(float* x, int32_t n_heads, int32_t position, const RopeParams& p) {
+void rope_angles(int32_t position, const RopeParams& p, RopeAngles& angles) {
   const int32_t half = p.rope_dims / 2;
   // Angles by repeated multiplication, as ggml computes its rope cache, for bit-closeness.
   const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dims));
-  float cs[2 * kMaxRopeDims / 2];
+  float* cs = angles.cos_sin;
   float theta = static_cast<float>(position);
   for (int32_t i = 0; i < half; ++i) {
     const float extrapolated = p.freq_factors != nullptr ? theta / p.freq_factors[i] : theta;
@@ -33,6 +53,11 @@ void rope(float* x, int32_t n_heads, int32_t position, const RopeParams& p) {
     cs[2 * i + 1] = std::sin(angle);
     theta *= theta_scale;
   }
+}
+
+void rope_apply(float* x, int32_t n_heads, const RopeAngles& angles, const RopeParams& p) {
+  const int32_t half = p.rope_dims / 2;
+  const float* cs = angles.cos_sin;
   for (int32_t h = 0; h < n_heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * p.head_dim;
     for (int32_t i = 0; i < half; ++i) {
@@ -44,6 +69,12 @@ void rope(float* x, int32_t n_heads, int32_t position, const RopeParams& p) {
       v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
     }
   }
+}
+
+void rope(float* x, int32_t n_heads, int32_t position, const RopeParams& p) {
+  RopeAngles angles;
+  rope_angles(position, p, angles);
+  rope_apply(x, n_heads, angles, p);
 }
 
 namespace {

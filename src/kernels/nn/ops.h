@@ -5,10 +5,16 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/cpu/type_kernels.h"
+
 namespace mnemo::kernels {
 
 // y = x / sqrt(mean(x^2) + eps) * weight; y may alias x. weight may be empty (no scaling).
 void rms_norm(const float* x, std::span<const float> weight, float* y, int64_t n, float eps);
+
+// The sum of squares rms_norm uses on `isa` (the scalar one is the reference; tests).
+using SumOfSquaresFn = double (*)(const float* x, int64_t n);
+SumOfSquaresFn sum_of_squares_kernel(Isa isa);
 
 inline constexpr int32_t kMaxRopeDims = 1024;
 
@@ -25,6 +31,13 @@ struct RopeParams {
 
 // Rotates n_heads vectors of head_dim at one position in place.
 void rope(float* x, int32_t n_heads, int32_t position, const RopeParams& params);
+
+// The same in two steps, so that Q and K of a token share one computation of the angles.
+struct RopeAngles {
+  float cos_sin[kMaxRopeDims];  // cos, sin of each rotated pair
+};
+void rope_angles(int32_t position, const RopeParams& params, RopeAngles& angles);
+void rope_apply(float* x, int32_t n_heads, const RopeAngles& angles, const RopeParams& params);
 
 // out[i] = gelu_tanh(gate[i]) * up[i], GELU through an F16 table as ggml does.
 void geglu(const float* gate, const float* up, float* out, int64_t n);
