@@ -10,9 +10,10 @@ namespace mnemo {
 struct Engine::Step {
   struct Item {
     Sequence* seq;
-    int32_t start;
-    int32_t length;
-    bool sample;  // the run reaches the end of the sequence's tokens: sample the next one
+    std::vector<QueryRange> ranges;  // holes taken (SPEC P5), then new tokens from n_computed
+    int32_t hole_tokens = 0;
+    int32_t new_tokens = 0;
+    bool sample = false;  // the run reaches the end of the sequence's tokens: sample the next one
   };
   std::vector<Item> items;
   int32_t tokens = 0;
@@ -30,6 +31,17 @@ void insert_in_order(std::list<std::unique_ptr<Sequence>>& list, std::unique_ptr
   list.insert(it, std::move(seq));
 }
 
+KvPoolConfig pool_config(const EngineConfig& config) {
+  KvPoolConfig c;
+  c.device_blocks = config.kv_blocks;
+  c.host_blocks = config.host_swap_blocks;
+  c.policy = config.cache_policy;
+  c.cost = config.cost;
+  c.swap_out_threshold = config.prefix_caching ? config.swap_out_threshold : 0.0f;
+  c.disk = config.prefix_caching ? config.disk : nullptr;
+  return c;
+}
+
 // A per-choice seed: choices of one request must differ, yet each is reproducible.
 uint64_t choice_seed(uint64_t seed, int32_t choice) {
   return choice == 0 ? seed : seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(choice));
@@ -42,8 +54,13 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineConfig config)
       tokenizer_(tokenizer),
       config_(config),
       pool_(config.threads),
-      kv_(model.kv_layout(config.block_size, config.kv_dtype), config.kv_blocks, config.host_swap_blocks) {
-  metrics_.update([&](MetricsSnapshot& m) { m.kv_blocks_total = config_.kv_blocks; });
+      kv_(model.kv_layout(config.block_size, config.kv_dtype), pool_config(config)) {
+  kv_.restore_from_disk();
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.kv_blocks_total = config_.kv_blocks;
+    m.host_blocks_total = config_.host_swap_blocks;
+  });
+  publish_cache_metrics();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -56,6 +73,39 @@ void Engine::shutdown() {
   }
   inbox_ready_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void Engine::publish_cache_metrics() {
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.running = static_cast<int64_t>(running_.size());
+    m.waiting = static_cast<int64_t>(waiting_.size());
+    m.kv_blocks_used = kv_.n_blocks() - kv_.n_available();
+    m.kv_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDevice));
+    m.host_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kHost));
+    m.disk_chunks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDisk));
+    m.chunks_dropped_indexed = static_cast<int64_t>(kv_.n_dropped_chunks());
+    if (const DiskTier* disk = kv_.disk()) {
+      m.disk_bytes_used = disk->used_bytes();
+      m.disk_bytes_total = disk->capacity_bytes();
+      m.disk_writes_queued = static_cast<int64_t>(disk->queued());
+    }
+    const KvManager::Counters& c = kv_.counters();
+    const auto tokens = [&](int64_t chunks) { return static_cast<uint64_t>(chunks * config_.block_size); };
+    m.cache_device_hit_tokens = tokens(c.device_hit_chunks);
+    m.cache_host_hit_tokens = tokens(c.host_hit_chunks);
+    m.cache_disk_hit_tokens = tokens(c.disk_hit_chunks);
+    m.cache_recomputed_tokens = tokens(c.recomputed_chunks);
+    m.cache_demoted_blocks = static_cast<uint64_t>(c.demoted_chunks);
+    m.cache_ahead_copied_blocks = static_cast<uint64_t>(c.ahead_copied_chunks);
+    m.cache_evicted_copies = static_cast<uint64_t>(c.evicted_chunks);
+    m.cache_dropped_blocks = static_cast<uint64_t>(c.dropped_chunks);
+    m.cache_disk_written_chunks = static_cast<uint64_t>(c.disk_written_chunks);
+    m.cache_disk_corrupt_chunks = static_cast<uint64_t>(c.disk_corrupt_chunks);
+    m.bytes_device_to_host = static_cast<uint64_t>(c.bytes_device_to_host);
+    m.bytes_host_to_device = static_cast<uint64_t>(c.bytes_host_to_device);
+    m.bytes_to_disk = static_cast<uint64_t>(c.bytes_to_disk);
+    m.bytes_disk_to_device = static_cast<uint64_t>(c.bytes_disk_to_device);
+  });
 }
 
 double Engine::now() const {
@@ -120,18 +170,7 @@ void Engine::loop() {
     }
     std::erase_if(running_, [](const auto& s) { return s->state == SequenceState::kFinished; });
     std::erase_if(waiting_, [](const auto& s) { return s->state == SequenceState::kFinished; });
-    metrics_.update([&](MetricsSnapshot& m) {
-      m.running = static_cast<int64_t>(running_.size());
-      m.waiting = static_cast<int64_t>(waiting_.size());
-      m.kv_blocks_used = kv_.n_blocks() - kv_.n_available();
-      m.kv_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDevice));
-      m.host_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kHost));
-      const KvManager::CacheCounters& c = kv_.counters();
-      m.cache_device_hit_tokens = static_cast<uint64_t>(c.device_hit_blocks * config_.block_size);
-      m.cache_host_hit_tokens = static_cast<uint64_t>(c.host_hit_blocks * config_.block_size);
-      m.cache_demoted_blocks = static_cast<uint64_t>(c.demoted_blocks);
-      m.cache_dropped_blocks = static_cast<uint64_t>(c.dropped_blocks);
-    });
+    publish_cache_metrics();
   }
   // Shutdown: whatever is left ends as cancelled.
   admit_new_requests();
@@ -197,6 +236,7 @@ void Engine::preempt(std::list<std::unique_ptr<Sequence>>::iterator it) {
     cache_blocks(*victim);  // a later re-admission may find them still cached
     kv_.release(victim->blocks);
     victim->n_computed = 0;
+    victim->holes.clear();
     victim->state = SequenceState::kWaiting;
   }
   metrics_.update([&](MetricsSnapshot& m) {
@@ -211,16 +251,14 @@ bool Engine::plan_step(Step& step) {
   // 1. Running sequences, oldest first: decode tokens and unfinished prefill chunks.
   for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
     Sequence& seq = **it;
-    const int32_t n = std::min(seq.n_pending(), budget);
-    bool room = grow(seq, n);
-    while (!room && preempt_latest(&seq)) room = grow(seq, n);
+    bool room = plan_work(seq, budget, step);
+    while (!room && preempt_latest(&seq)) room = plan_work(seq, budget, step);
     if (!room) {
       // seq is the latest itself: it yields its blocks to the older ones.
       preempt(it++);
       continue;
     }
-    step.items.push_back({&seq, seq.n_computed, n, seq.n_computed + n == static_cast<int32_t>(seq.tokens.size())});
-    budget -= n;
+    budget -= step.items.back().hole_tokens + step.items.back().new_tokens;
     ++it;
   }
   // 2. Waiting sequences, FCFS, while the budget, the running limit and the reserve allow.
@@ -228,7 +266,7 @@ bool Engine::plan_step(Step& step) {
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_running) {
     Sequence& seq = *waiting_.front();
     if (seq.state == SequenceState::kWaiting && seq.blocks.empty()) reuse_cached_prefix(seq);
-    const int32_t n = std::min(seq.n_pending(), budget);
+    const int32_t n = std::max(0, std::min(seq.n_pending() - seq.n_hole_tokens(), budget - seq.n_hole_tokens()));
     const int32_t swap_blocks = static_cast<int32_t>(seq.host_blocks.size());
     const int32_t needed = swap_blocks + kv_.blocks_needed(seq.blocks, seq.n_computed, seq.n_computed + n) + 1;
     if (!running_.empty() && kv_.n_available() - needed < reserve) break;
@@ -236,10 +274,9 @@ bool Engine::plan_step(Step& step) {
       if (!kv_.swap_in(seq.host_blocks, seq.blocks)) break;
       seq.state = SequenceState::kWaiting;  // back on the device; it may still wait for room to grow
     }
-    if (!grow(seq, n)) break;
+    if (!plan_work(seq, budget, step)) break;
     seq.state = SequenceState::kRunning;
-    step.items.push_back({&seq, seq.n_computed, n, seq.n_computed + n == static_cast<int32_t>(seq.tokens.size())});
-    budget -= n;
+    budget -= step.items.back().hole_tokens + step.items.back().new_tokens;
     std::unique_ptr<Sequence> moved = std::move(waiting_.front());
     waiting_.pop_front();
     insert_in_order(running_, std::move(moved));
@@ -248,23 +285,59 @@ bool Engine::plan_step(Step& step) {
   return !step.items.empty();
 }
 
+bool Engine::plan_work(Sequence& seq, int32_t budget, Step& step) {
+  Step::Item item{&seq, {}, 0, 0, false};
+  for (const QueryRange& hole : seq.holes) {
+    if (item.hole_tokens == budget) break;
+    const int32_t take = std::min(hole.length, budget - item.hole_tokens);
+    item.ranges.push_back({hole.start, take});
+    item.hole_tokens += take;
+  }
+  // New tokens attend to every earlier position: only once no hole is left after this step.
+  if (item.hole_tokens == seq.n_hole_tokens()) {
+    item.new_tokens = std::min(static_cast<int32_t>(seq.tokens.size()) - seq.n_computed, budget - item.hole_tokens);
+    if (item.new_tokens > 0 && !grow(seq, item.new_tokens)) return false;
+    if (item.new_tokens > 0) item.ranges.push_back({seq.n_computed, item.new_tokens});
+    item.sample = seq.n_computed + item.new_tokens == static_cast<int32_t>(seq.tokens.size());
+  }
+  step.items.push_back(std::move(item));
+  return true;
+}
+
 // Starts a sequence from the longest cached prefix of its tokens (automatic prefix caching, and
 // the previous turn of a conversation). At least the last token is always computed: its logits
 // are needed.
 void Engine::reuse_cached_prefix(Sequence& seq) {
   if (!config_.prefix_caching) return;
-  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / config_.block_size;
-  seq.blocks = kv_.match_prefix(seq.request->request.cache_namespace, seq.tokens, max_blocks);
-  seq.n_computed = static_cast<int32_t>(seq.blocks.size()) * config_.block_size;
-  if (seq.n_generated() == 0 && seq.choice == 0 && !seq.request->forked) {
-    seq.request->usage.cached_tokens = std::max(seq.request->usage.cached_tokens, seq.n_computed);
+  const int32_t bs = config_.block_size;
+  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / bs;
+  PrefixMatch match = kv_.match_prefix(seq.request->request.cache_namespace, seq.tokens, max_blocks);
+  seq.blocks = std::move(match.table);
+  seq.n_computed = static_cast<int32_t>(seq.blocks.size()) * bs;
+  seq.holes.clear();
+  for (int32_t chunk : match.recompute) {
+    if (!seq.holes.empty() && seq.holes.back().end() == chunk * bs) {
+      seq.holes.back().length += bs;
+    } else {
+      seq.holes.push_back({chunk * bs, bs});
+    }
   }
-  metrics_.update([&](MetricsSnapshot& m) { m.prefix_cache_hit_tokens += static_cast<uint64_t>(seq.n_computed); });
+  const int32_t recomputed = seq.n_hole_tokens();
+  const int32_t reused = seq.n_computed - recomputed;
+  RequestUsage& usage = seq.request->usage;
+  if (seq.n_generated() == 0 && seq.choice == 0 && !seq.request->forked && reused >= usage.cached_tokens) {
+    usage.cached_tokens = reused;
+    usage.device_cached_tokens = match.device_chunks * bs;
+    usage.host_cached_tokens = match.host_chunks * bs;
+    usage.disk_cached_tokens = match.disk_chunks * bs;
+    usage.recomputed_tokens = recomputed;
+  }
+  metrics_.update([&](MetricsSnapshot& m) { m.prefix_cache_hit_tokens += static_cast<uint64_t>(reused); });
 }
 
 // Offers a sequence's computed blocks to the prefix index before it lets them go.
 void Engine::cache_blocks(Sequence& seq) {
-  if (config_.prefix_caching) kv_.cache_prefix(seq.request->request.cache_namespace, seq.tokens, seq.n_computed, seq.blocks);
+  if (config_.prefix_caching) kv_.cache_prefix(seq.request->request.cache_namespace, seq.tokens, seq.n_valid(), seq.blocks);
 }
 
 void Engine::run_step(Step& step) {
@@ -272,13 +345,17 @@ void Engine::run_step(Step& step) {
   batch.sequences.reserve(step.items.size());
   for (const Step::Item& item : step.items) {
     SequenceInput in;
-    in.tokens.assign(item.seq->tokens.begin() + item.start, item.seq->tokens.begin() + item.start + item.length);
-    in.ranges = {{item.start, item.length}};
+    for (const QueryRange& r : item.ranges) {
+      in.tokens.insert(in.tokens.end(), item.seq->tokens.begin() + r.start, item.seq->tokens.begin() + r.end());
+    }
+    in.ranges = item.ranges;
     in.block_table = item.seq->blocks;
     in.logits = item.sample ? LogitsFor::kLast : LogitsFor::kNone;
     batch.sequences.push_back(std::move(in));
   }
+  kv_.begin_background_work();  // copies ahead of need run beside the forward pass
   const Status status = model_.forward(batch, kv_.device(), pool_, output_);
+  kv_.end_background_work();
   metrics_.update([&](MetricsSnapshot& m) {
     ++m.steps_total;
     m.batch_tokens.observe(step.tokens);
@@ -291,7 +368,16 @@ void Engine::run_step(Step& step) {
   for (size_t i = 0; i < step.items.size(); ++i) {
     const Step::Item& item = step.items[i];
     Sequence& seq = *item.seq;
-    seq.n_computed += item.length;
+    int32_t done = item.hole_tokens;
+    while (done > 0) {  // the holes taken are consumed from the front
+      QueryRange& h = seq.holes.front();
+      const int32_t n = std::min(done, h.length);
+      h.start += n;
+      h.length -= n;
+      done -= n;
+      if (h.length == 0) seq.holes.erase(seq.holes.begin());
+    }
+    seq.n_computed += item.new_tokens;
     if (!item.sample || seq.state == SequenceState::kFinished) continue;
     const float* logits = output_.last_row(i);
     RequestState& state = *seq.request;

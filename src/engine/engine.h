@@ -43,6 +43,10 @@ struct EngineConfig {
   float decode_reserve = 0.10f;
   DType kv_dtype = DType::F16;
   bool prefix_caching = true;  // reuse cached KV of any earlier request with the same prefix
+  RetentionPolicy cache_policy = RetentionPolicy::kPensieve;
+  CostModel cost;                   // `mnemo profile`'s measurements, or the defaults
+  float swap_out_threshold = 0.25f;  // copy cached chunks to host ahead of need below this free share
+  std::shared_ptr<DiskTier> disk;   // optional third tier; its extents are restored at start-up
 };
 
 class Engine {
@@ -70,6 +74,9 @@ class Engine {
   void admit_new_requests();
   void handle_cancellations();
   bool plan_step(Step& step);
+  // The work a sequence can do within `budget` tokens: its holes first, then new tokens.
+  // False when the pool has no room for the new tokens' blocks.
+  bool plan_work(Sequence& seq, int32_t budget, Step& step);
   bool grow(Sequence& seq, int32_t n_tokens);
   bool preempt_latest(const Sequence* keep);
   void preempt(std::list<std::unique_ptr<Sequence>>::iterator it);
@@ -80,6 +87,7 @@ class Engine {
   void emit_token(Sequence& seq, TokenId token, const float* logits);
   void finish(Sequence& seq, FinishReason reason);
   double now() const;
+  void publish_cache_metrics();
 
   Model& model_;
   const Tokenizer& tokenizer_;

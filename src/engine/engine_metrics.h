@@ -33,10 +33,26 @@ struct MetricsSnapshot {
   int64_t kv_blocks_used = 0;    // referenced by sequences
   int64_t kv_blocks_cached = 0;  // kept by the prefix index (reusable, evictable when unused)
   int64_t host_blocks_cached = 0;
+  int64_t host_blocks_total = 0;
+  int64_t disk_chunks_cached = 0;
+  int64_t disk_bytes_used = 0;
+  int64_t disk_bytes_total = 0;
+  int64_t disk_writes_queued = 0;
+  int64_t chunks_dropped_indexed = 0;  // dropped chunks the index still knows (recomputable)
   uint64_t cache_device_hit_tokens = 0;
   uint64_t cache_host_hit_tokens = 0;
+  uint64_t cache_disk_hit_tokens = 0;
+  uint64_t cache_recomputed_tokens = 0;
   uint64_t cache_demoted_blocks = 0;
+  uint64_t cache_ahead_copied_blocks = 0;
+  uint64_t cache_evicted_copies = 0;
   uint64_t cache_dropped_blocks = 0;
+  uint64_t cache_disk_written_chunks = 0;
+  uint64_t cache_disk_corrupt_chunks = 0;
+  uint64_t bytes_device_to_host = 0;
+  uint64_t bytes_host_to_device = 0;
+  uint64_t bytes_to_disk = 0;
+  uint64_t bytes_disk_to_device = 0;
   int64_t kv_blocks_total = 0;
   Histogram ttft_seconds;
   Histogram tpot_seconds;

@@ -1,109 +1,112 @@
+// KvManager: block tables (growth, copy-on-write, sharing, swapping) and the background copier.
+// The cache side (match, retention, tiers) is in kv_cache.cpp.
 #include "engine/kv_manager.h"
 
-#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace mnemo {
 
+// One persistent thread that runs block copies while the engine thread runs the forward pass
+// (on a GPU machine: a copy stream). Started once; no thread per step.
+class KvManager::BackgroundCopier {
+ public:
+  struct Copy {
+    const uint8_t* from;
+    uint8_t* to;
+    size_t bytes;
+  };
+
+  BackgroundCopier() : thread_([this] { run(); }) {}
+  ~BackgroundCopier() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    thread_.join();
+  }
+
+  void start(std::vector<Copy> copies) {
+    {
+      std::lock_guard lock(mutex_);
+      copies_ = std::move(copies);
+      done_ = false;
+    }
+    ready_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    finished_.wait(lock, [&] { return done_; });
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      ready_.wait(lock, [&] { return stopping_ || !done_; });
+      if (stopping_) return;
+      lock.unlock();
+      for (const Copy& c : copies_) std::memcpy(c.to, c.from, c.bytes);
+      lock.lock();
+      done_ = true;
+      finished_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::condition_variable finished_;
+  std::vector<Copy> copies_;  // guarded by mutex_ (read by the copier while !done_)
+  bool done_ = true;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+namespace {
+
+KvPoolConfig two_tier(int32_t device_blocks, int32_t host_blocks) {
+  KvPoolConfig c;
+  c.device_blocks = device_blocks;
+  c.host_blocks = host_blocks;
+  return c;
+}
+
+}  // namespace
+
+KvManager::KvManager(const KvLayout& layout, KvPoolConfig config)
+    : config_(std::move(config)),
+      device_(layout, config_.device_blocks),
+      device_alloc_(config_.device_blocks),
+      host_(layout, config_.host_blocks),
+      host_alloc_(config_.host_blocks),
+      index_(layout.block_size),
+      copier_(std::make_unique<BackgroundCopier>()) {
+  if (!config_.clock) {
+    config_.clock = [] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    };
+  }
+}
+
 KvManager::KvManager(const KvLayout& layout, int32_t device_blocks, int32_t host_blocks)
-    : device_(layout, device_blocks),
-      device_alloc_(device_blocks),
-      host_(layout, host_blocks),
-      host_alloc_(host_blocks),
-      index_(layout.block_size) {}
+    : KvManager(layout, two_tier(device_blocks, host_blocks)) {}
 
-bool KvManager::make_room(int32_t n) {
-  const auto index_only = [&](BlockId id) { return device_alloc_.ref_count(id) == 1; };
-  while (device_alloc_.n_free() < n) {
-    const auto victim = index_.least_recently_used(Tier::kDevice, /*leaves_only=*/false, index_only);
-    if (!victim) return false;
-    if (demote(*victim)) continue;
-    // No host room: drop a device leaf instead (its KV is gone; its tokens recompute later).
-    const auto leaf = index_.least_recently_used(Tier::kDevice, /*leaves_only=*/true, index_only);
-    if (!leaf) return false;
-    index_.remove_leaf(leaf->node);
-    device_alloc_.release(leaf->block);
-    ++counters_.dropped_blocks;
-  }
-  return true;
+KvManager::~KvManager() {
+  if (!pending_copies_.empty()) end_background_work();
+  if (config_.disk) config_.disk->flush();
 }
 
-bool KvManager::demote(const PrefixIndex::Chunk& chunk) {
-  if (host_alloc_.n_free() == 0 && !drop_host_leaf()) return false;
-  auto host = host_alloc_.allocate(1);
-  if (!host) return false;
-  std::memcpy(host_.block((*host)[0]), device_.block(chunk.block), layout().block_bytes());
-  index_.relocate(chunk.node, Tier::kHost, (*host)[0]);
-  device_alloc_.release(chunk.block);
-  ++counters_.demoted_blocks;
-  return true;
-}
-
-bool KvManager::drop_host_leaf() {
-  const auto leaf = index_.least_recently_used(Tier::kHost, /*leaves_only=*/true,
-                                               [&](BlockId id) { return host_alloc_.ref_count(id) == 1; });
-  if (!leaf) return false;
-  index_.remove_leaf(leaf->node);
-  host_alloc_.release(leaf->block);
-  ++counters_.dropped_blocks;
-  return true;
-}
-
-int32_t KvManager::n_available() const {
-  int32_t index_only = 0;
-  for (BlockId id = 0; id < device_alloc_.n_blocks(); ++id) {
-    if (device_alloc_.ref_count(id) == 1 && index_.holds(id, Tier::kDevice)) ++index_only;
-  }
-  return device_alloc_.n_free() + index_only;
-}
-
-std::vector<BlockId> KvManager::match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_blocks) {
-  const std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_blocks, ++clock_);
-  // Pin the whole chain first, so making room for one chunk never evicts another of it.
-  for (const auto& c : chain) (c.tier == Tier::kDevice ? device_alloc_ : host_alloc_).add_ref(c.block);
-  std::vector<BlockId> table;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    const PrefixIndex::Chunk& c = chain[i];
-    if (c.tier == Tier::kDevice) {
-      table.push_back(c.block);  // the pin becomes the caller's reference
-      ++counters_.device_hit_blocks;
-      continue;
-    }
-    // On the host: copy it back to a device block, which the index then keeps.
-    auto device = make_room(1) ? device_alloc_.allocate(1) : std::nullopt;
-    if (!device) {
-      for (size_t j = i; j < chain.size(); ++j) {
-        (chain[j].tier == Tier::kDevice ? device_alloc_ : host_alloc_).release(chain[j].block);
-      }
-      break;
-    }
-    const BlockId block = (*device)[0];
-    std::memcpy(device_.block(block), host_.block(c.block), layout().block_bytes());
-    index_.relocate(c.node, Tier::kDevice, block);
-    host_alloc_.release(c.block);  // the pin
-    host_alloc_.release(c.block);  // the index's host copy
-    device_alloc_.add_ref(block);  // the caller's reference (the allocation is the index's)
-    table.push_back(block);
-    ++counters_.host_hit_blocks;
-  }
-  return table;
-}
-
-void KvManager::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_computed,
-                             const std::vector<BlockId>& table) {
-  const size_t whole = std::min(table.size(), static_cast<size_t>(n_computed / block_size()));
-  const auto kept = index_.insert(ns, tokens.first(whole * static_cast<size_t>(block_size())),
-                                  std::span<const BlockId>(table).first(whole), ++clock_);
-  for (BlockId id : kept) device_alloc_.add_ref(id);
-}
+double KvManager::now() const { return config_.clock(); }
 
 int32_t KvManager::blocks_needed(const std::vector<BlockId>& table, int32_t begin, int32_t end) const {
   if (end <= begin) return 0;
   const int32_t bs = block_size();
-  const int32_t first = begin / bs;
-  const int32_t last = (end - 1) / bs;
   int32_t needed = 0;
-  for (int32_t b = first; b <= last; ++b) {
+  for (int32_t b = begin / bs; b <= (end - 1) / bs; ++b) {
     if (b >= static_cast<int32_t>(table.size()) || device_alloc_.ref_count(table[static_cast<size_t>(b)]) > 1) ++needed;
   }
   return needed;
@@ -123,7 +126,7 @@ bool KvManager::prepare_write(std::vector<BlockId>& table, int32_t begin, int32_
     } else if (device_alloc_.ref_count(table[static_cast<size_t>(b)]) > 1) {
       // Copy-on-write: this sequence gets its own copy of the shared block.
       const BlockId copy = (*fresh)[next++];
-      std::memcpy(device_.block(copy), device_.block(table[static_cast<size_t>(b)]), layout().block_bytes());
+      std::memcpy(device_.block(copy), device_.block(table[static_cast<size_t>(b)]), chunk_bytes());
       device_alloc_.release(table[static_cast<size_t>(b)]);
       table[static_cast<size_t>(b)] = copy;
     }
@@ -147,27 +150,83 @@ void KvManager::release_host(std::vector<BlockId>& host_table) {
 }
 
 bool KvManager::swap_out(std::vector<BlockId>& device_table, std::vector<BlockId>& host_table) {
-  auto host = host_alloc_.allocate(static_cast<int32_t>(device_table.size()));
+  const auto n = static_cast<int32_t>(device_table.size());
+  if (!make_host_room(n)) return false;
+  auto host = host_alloc_.allocate(n);
   if (!host) return false;
   for (size_t i = 0; i < device_table.size(); ++i) {
-    std::memcpy(host_.block((*host)[i]), device_.block(device_table[i]), layout().block_bytes());
+    std::memcpy(host_.block((*host)[i]), device_.block(device_table[i]), chunk_bytes());
   }
-  swapped_out_blocks_ += static_cast<int64_t>(device_table.size());
+  swapped_out_blocks_ += n;
+  counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes()) * n;
   release(device_table);
   host_table = std::move(*host);
   return true;
 }
 
 bool KvManager::swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& device_table) {
-  if (!make_room(static_cast<int32_t>(host_table.size()))) return false;
-  auto device = device_alloc_.allocate(static_cast<int32_t>(host_table.size()));
+  const auto n = static_cast<int32_t>(host_table.size());
+  if (!make_room(n)) return false;
+  auto device = device_alloc_.allocate(n);
   if (!device) return false;
   for (size_t i = 0; i < host_table.size(); ++i) {
-    std::memcpy(device_.block((*device)[i]), host_.block(host_table[i]), layout().block_bytes());
+    std::memcpy(device_.block((*device)[i]), host_.block(host_table[i]), chunk_bytes());
   }
+  counters_.bytes_host_to_device += static_cast<int64_t>(chunk_bytes()) * n;
   release_host(host_table);
   device_table = std::move(*device);
   return true;
+}
+
+void KvManager::begin_background_work() {
+  take_disk_completions();
+  if (config_.swap_out_threshold <= 0 || config_.host_blocks == 0) return;
+  // Device blocks an allocation could get without a copy: free ones, and cached chunks the
+  // index alone holds that already have a copy below.
+  int32_t reclaimable = device_alloc_.n_free();
+  std::vector<PrefixIndex::Chunk> dirty;
+  index_.for_each_in(Tier::kDevice, [&](const PrefixIndex::Chunk& c) {
+    if (!index_only_device(c)) return;
+    if (c.has(Tier::kHost) || c.has(Tier::kDisk)) {
+      ++reclaimable;
+    } else {
+      dirty.push_back(c);
+    }
+  });
+  const auto target = static_cast<int32_t>(config_.swap_out_threshold * static_cast<float>(n_blocks()));
+  if (reclaimable >= target || dirty.empty()) return;
+  const double t = now();
+  std::sort(dirty.begin(), dirty.end(),
+            [&](const PrefixIndex::Chunk& a, const PrefixIndex::Chunk& b) { return score(a, t) < score(b, t); });
+  const int32_t wanted = std::min({target - reclaimable, config_.max_background_copies,
+                                   static_cast<int32_t>(dirty.size()), host_alloc_.n_free()});
+  if (wanted <= 0) return;  // ahead-of-need copies never evict the host tier
+  auto host = host_alloc_.allocate(wanted);
+  if (!host) return;
+  std::vector<BackgroundCopier::Copy> copies;
+  for (int32_t i = 0; i < wanted; ++i) {
+    const PrefixIndex::Chunk& c = dirty[static_cast<size_t>(i)];
+    device_alloc_.add_ref(c.device);  // pinned until the copy is committed
+    pending_copies_.push_back({c.node, c.device, (*host)[static_cast<size_t>(i)]});
+    copies.push_back({device_.block(c.device), host_.block((*host)[static_cast<size_t>(i)]), chunk_bytes()});
+  }
+  copier_->start(std::move(copies));
+}
+
+void KvManager::end_background_work() {
+  if (pending_copies_.empty()) return;
+  copier_->wait();
+  for (const PendingCopy& p : pending_copies_) {
+    device_alloc_.release(p.device);
+    if (index_.live(p.node) && index_.chunk(p.node).device == p.device && !index_.chunk(p.node).has(Tier::kHost)) {
+      index_.set_host(p.node, p.host);
+      ++counters_.ahead_copied_chunks;
+      counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes());
+    } else {
+      host_alloc_.release(p.host);
+    }
+  }
+  pending_copies_.clear();
 }
 
 }  // namespace mnemo

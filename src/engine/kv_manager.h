@@ -1,27 +1,66 @@
-// The engine's KV blocks: the device pool the forward pass reads, a host pool (swapped-out
-// sequences, SPEC V6, and cached chunks, SPEC P2), and the prefix index (SPEC V4) that keeps
-// finished sequences' blocks for reuse by any later request with the same prefix. Block tables
-// live in the sequences; this class grows, shares, copies-on-write, swaps and frees them.
+// The engine's KV memory pool (SPEC M1, V3-V6, P2-P5): a device tier the forward pass reads, a
+// host tier (preempted sequences and cached chunks; on the CPU backend a separate region, so the
+// paths a GPU machine takes run here too), an optional disk tier (kv/disk_tier.h), and the
+// prefix index (SPEC V4, P3) that keeps finished sequences' chunks for reuse by any later
+// request with the same prefix. Block tables live in the sequences; this class grows, shares,
+// copies-on-write, swaps and frees them.
 //
-// When the device pool runs short, cached chunks no sequence uses move to the host pool (least
-// recently used first); when the host pool is full, its least recently used leaf chunks are
-// dropped. A match that finds chunks on the host copies them back. Check, then commit: every
-// operation that can run out of blocks reports it as a value and leaves everything unchanged.
+// Retention (SPEC P3): when a tier needs room, the cached chunk with the lowest retention value
+// leaves it: V = Cost(chunk)/T with Cost the recompute time of the chunk at its position
+// (kv/cost_model.h) and T the idle time of the conversations using it. From the device it moves
+// to the host, from the host to the disk, from the disk it is dropped. A chunk that already has a
+// copy in a lower tier leaves for free. Leading chunks are cheapest, so an idle conversation
+// loses its head first; a later match recomputes the dropped head and reuses the rest (SPEC P5).
+// Ahead of need (SPEC P4), when the device's free or freely reclaimable blocks fall below a
+// threshold, the lowest-value chunks are copied to the host while the forward pass runs, so a
+// later shortage reclaims them without a copy.
+//
+// Check, then commit: every operation that can run out of blocks reports it as a value and
+// leaves the tables it was given unchanged.
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <span>
 #include <vector>
 
-#include <span>
-
 #include "kv/block_allocator.h"
+#include "kv/cost_model.h"
+#include "kv/disk_tier.h"
 #include "kv/kv_storage.h"
 #include "kv/prefix_index.h"
 
 namespace mnemo {
 
+enum class RetentionPolicy { kPensieve, kLru };
+
+struct KvPoolConfig {
+  int32_t device_blocks = 0;
+  int32_t host_blocks = 0;
+  RetentionPolicy policy = RetentionPolicy::kPensieve;
+  CostModel cost;
+  // Copy cached chunks to the host ahead of need when the device's free plus freely reclaimable
+  // blocks fall below this share of the pool (0: only on demand).
+  float swap_out_threshold = 0.25f;
+  int32_t max_background_copies = 64;  // per step
+  std::shared_ptr<DiskTier> disk;      // optional; chunks are written through to it when cached
+  std::function<double()> clock;       // seconds; default: a steady clock
+};
+
+struct PrefixMatch {
+  std::vector<BlockId> table;            // device blocks for the first table.size() chunks
+  std::vector<int32_t> recompute;        // chunk positions whose blocks are fresh: KV to compute
+  int32_t device_chunks = 0;             // chunks reused from each tier
+  int32_t host_chunks = 0;
+  int32_t disk_chunks = 0;
+};
+
 class KvManager {
  public:
+  KvManager(const KvLayout& layout, KvPoolConfig config);
+  // Convenience for the common two-tier pool.
   KvManager(const KvLayout& layout, int32_t device_blocks, int32_t host_blocks);
+  ~KvManager();
 
   const KvLayout& layout() const { return device_.layout(); }
   KvStorage& device() { return device_; }
@@ -29,6 +68,8 @@ class KvManager {
   int32_t n_free() const { return device_alloc_.n_free(); }
   int32_t n_blocks() const { return device_alloc_.n_blocks(); }
   int32_t n_host_free() const { return host_alloc_.n_free(); }
+  int32_t n_host_blocks() const { return host_alloc_.n_blocks(); }
+  const DiskTier* disk() const { return config_.disk.get(); }
 
   // Blocks that writing positions [begin, end) would need: new ones past the table's end plus
   // copies of shared ones (copy-on-write).
@@ -46,40 +87,79 @@ class KvManager {
   bool swap_out(std::vector<BlockId>& device_table, std::vector<BlockId>& host_table);
   bool swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& device_table);
 
-  int64_t swapped_out_blocks() const { return swapped_out_blocks_; }
-
-  // Blocks holding the longest cached prefix of `tokens` (whole blocks, at most max_blocks),
-  // each with a new reference for the caller's table.
-  std::vector<BlockId> match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_blocks);
-  // Offers the whole blocks of a sequence's computed tokens to the index.
-  void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_computed, const std::vector<BlockId>& table);
+  // The longest cached prefix of `tokens` (whole chunks, at most max_chunks), brought to the
+  // device: each block of the table carries a new reference for the caller. Chunks that were
+  // dropped, or whose disk extent turned out damaged, get fresh blocks listed in `recompute`.
+  PrefixMatch match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks);
+  // Offers the whole chunks of a sequence's first `n_valid` tokens (their KV computed) to the
+  // index, and writes newly cached ones through to the disk tier.
+  void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_valid, const std::vector<BlockId>& table);
   // Free blocks plus blocks only the index holds (what an allocation could get).
   int32_t n_available() const;
   size_t n_cached_blocks(Tier tier) const { return index_.size(tier); }
+  size_t n_dropped_chunks() const { return index_.n_dropped(); }
 
-  struct CacheCounters {
-    int64_t device_hit_blocks = 0;  // matched chunks found on the device
-    int64_t host_hit_blocks = 0;    // matched chunks brought back from the host
-    int64_t demoted_blocks = 0;     // cached chunks moved device -> host
-    int64_t dropped_blocks = 0;     // cached chunks whose KV was discarded
+  // Once per engine step, around the forward pass: background copies ahead of need (SPEC P4)
+  // start before it and are committed after it; finished disk writes are taken in.
+  void begin_background_work();
+  void end_background_work();
+  // Rebuilds the index from the disk tier's extents (at start-up). Returns the chunks restored.
+  size_t restore_from_disk();
+
+  struct Counters {
+    int64_t device_hit_chunks = 0;   // matched chunks found on the device
+    int64_t host_hit_chunks = 0;     // matched chunks brought back from the host
+    int64_t disk_hit_chunks = 0;     // matched chunks read from the disk
+    int64_t recomputed_chunks = 0;   // matched but dropped chunks, computed again
+    int64_t demoted_chunks = 0;      // cached chunks moved device -> host on demand
+    int64_t ahead_copied_chunks = 0; // cached chunks copied device -> host ahead of need
+    int64_t disk_written_chunks = 0; // extents made durable
+    int64_t disk_corrupt_chunks = 0; // extents that failed their checksum or read, dropped
+    int64_t evicted_chunks = 0;      // copies that left a tier
+    int64_t dropped_chunks = 0;      // chunks whose last copy went
+    int64_t bytes_device_to_host = 0;
+    int64_t bytes_host_to_device = 0;
+    int64_t bytes_to_disk = 0;
+    int64_t bytes_disk_to_device = 0;
   };
-  const CacheCounters& counters() const { return counters_; }
+  const Counters& counters() const { return counters_; }
+  int64_t swapped_out_blocks() const { return swapped_out_blocks_; }
 
  private:
-  // Frees device blocks by moving (or, without host room, dropping) cached chunks no sequence
-  // uses, until `n` are free. False if it cannot.
+  double now() const;
+  size_t chunk_bytes() const { return layout().block_bytes(); }
+  double score(const PrefixIndex::Chunk& c, double now) const;
+  // The cached chunk with a copy in `tier` that leaves it first; `eligible` filters.
+  std::optional<PrefixIndex::Chunk> lowest_value(Tier tier,
+                                                 const std::function<bool(const PrefixIndex::Chunk&)>& eligible) const;
+  bool index_only_device(const PrefixIndex::Chunk& c) const;
   bool make_room(int32_t n);
-  bool demote(const PrefixIndex::Chunk& chunk);
-  bool drop_host_leaf();
+  bool make_host_room(int32_t n);
+  bool make_disk_room(size_t bytes);
+  void evict_device_copy(const PrefixIndex::Chunk& c);
+  void evict_host_copy(const PrefixIndex::Chunk& c);
+  void write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes);
+  void take_disk_completions();
+  // Brings a chunk to the device into `block`. False if its KV could not be had.
+  bool load_chunk(const PrefixIndex::Chunk& c, BlockId block);
 
+  KvPoolConfig config_;
   KvStorage device_;
   BlockAllocator device_alloc_;
   KvStorage host_;
   BlockAllocator host_alloc_;
   PrefixIndex index_;
-  uint64_t clock_ = 0;  // logical time of index use
-  CacheCounters counters_;
+  Counters counters_;
   int64_t swapped_out_blocks_ = 0;
+
+  class BackgroundCopier;
+  std::unique_ptr<BackgroundCopier> copier_;
+  struct PendingCopy {
+    PrefixIndex::NodeId node;
+    BlockId device;
+    BlockId host;
+  };
+  std::vector<PendingCopy> pending_copies_;
 };
 
 }  // namespace mnemo

@@ -39,6 +39,11 @@ struct RequestUsage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens whose KV was reused instead of computed
+  // Where the reused KV came from, and dropped cached tokens computed again (SPEC P5).
+  int32_t device_cached_tokens = 0;
+  int32_t host_cached_tokens = 0;
+  int32_t disk_cached_tokens = 0;
+  int32_t recomputed_tokens = 0;
 };
 
 // New text (and the token that completed it) for one choice.

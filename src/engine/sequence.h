@@ -16,6 +16,7 @@
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
 #include "kv/kv_layout.h"
+#include "model/batch.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo {
@@ -37,6 +38,9 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t n_computed = 0;
   std::vector<BlockId> blocks;       // device blocks covering [0, n_computed)
+  // Ranges inside [0, n_computed) whose cached KV had been dropped: their blocks are fresh and
+  // they run (SPEC P5) before any token past n_computed does. Ascending.
+  std::vector<QueryRange> holes;
   std::vector<BlockId> host_blocks;  // while swapped out
   SamplingParams sampling;           // seeded per choice
 
@@ -45,7 +49,14 @@ struct Sequence {
   double last_token_seconds = -1;  // for time-per-output-token
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
-  int32_t n_pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+  int32_t n_hole_tokens() const {
+    int32_t n = 0;
+    for (const QueryRange& h : holes) n += h.length;
+    return n;
+  }
+  // Positions before the first hole: their KV is valid.
+  int32_t n_valid() const { return holes.empty() ? n_computed : holes.front().start; }
+  int32_t n_pending() const { return static_cast<int32_t>(tokens.size()) - n_computed + n_hole_tokens(); }
 };
 
 // What the engine keeps per request, shared by its sequences (n > 1 samples).

@@ -24,67 +24,91 @@ PrefixIndex::PrefixIndex(int32_t chunk_tokens) : chunk_tokens_(chunk_tokens) {
 uint64_t PrefixIndex::chunk_key(uint64_t parent_key, uint64_t ns, std::span<const TokenId> chunk) const {
   uint64_t h = mix(parent_key ^ mix(ns));
   for (TokenId t : chunk) h = mix(h ^ static_cast<uint32_t>(t));
-  return h;
+  return h == 0 ? 1 : h;  // 0 names the root
 }
 
-int32_t PrefixIndex::find_child(int32_t parent, uint64_t key, std::span<const TokenId> chunk) const {
+PrefixIndex::NodeId PrefixIndex::find_child(NodeId parent, uint64_t key, std::span<const TokenId> chunk) const {
   auto [begin, end] = by_key_.equal_range(key);
   for (auto it = begin; it != end; ++it) {
-    const Node& n = nodes_[static_cast<size_t>(it->second)];
+    const Node& n = at(it->second);
     if (n.parent == parent && std::equal(n.tokens.begin(), n.tokens.end(), chunk.begin(), chunk.end())) return it->second;
   }
   return kRoot;
 }
 
+PrefixIndex::Chunk PrefixIndex::to_chunk(NodeId id) const {
+  const Node& n = at(id);
+  const uint64_t parent_key = n.parent == kRoot ? 0 : at(n.parent).key;
+  return Chunk{id, n.position, n.device, n.host, n.disk, n.key, parent_key, n.last_use};
+}
+
 std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks,
-                                                   uint64_t now) {
+                                                   double now) {
   std::vector<Chunk> out;
-  int32_t parent = kRoot;
+  NodeId parent = kRoot;
   uint64_t parent_key = 0;
   const int32_t n_chunks = std::min<int32_t>(max_chunks, static_cast<int32_t>(tokens.size()) / chunk_tokens_);
   for (int32_t c = 0; c < n_chunks; ++c) {
     const auto chunk = tokens.subspan(static_cast<size_t>(c) * static_cast<size_t>(chunk_tokens_), static_cast<size_t>(chunk_tokens_));
     const uint64_t key = chunk_key(parent_key, ns, chunk);
-    const int32_t node = find_child(parent, key, chunk);
-    if (node == kRoot) break;
-    Node& n = nodes_[static_cast<size_t>(node)];
-    if (n.ns != ns) break;
-    n.last_use = now;
-    out.push_back({node, n.tier, n.block});
+    const NodeId node = find_child(parent, key, chunk);
+    if (node == kRoot || at(node).ns != ns) break;
+    at(node).last_use = now;
+    out.push_back(to_chunk(node));
     parent = node;
     parent_key = key;
   }
+  while (!out.empty() && out.back().dropped()) out.pop_back();
   return out;
 }
 
+PrefixIndex::NodeId PrefixIndex::add_node(NodeId parent, uint64_t ns, uint64_t key, std::span<const TokenId> chunk,
+                                          int32_t position, double now) {
+  NodeId id;
+  if (free_nodes_.empty()) {
+    id = static_cast<NodeId>(nodes_.size());
+    nodes_.emplace_back();
+  } else {
+    id = free_nodes_.back();
+    free_nodes_.pop_back();
+  }
+  Node& n = at(id);
+  n = Node{};
+  n.parent = parent;
+  n.ns = ns;
+  n.key = key;
+  n.tokens.assign(chunk.begin(), chunk.end());
+  n.position = position;
+  n.last_use = now;
+  n.live = true;
+  if (parent != kRoot) ++at(parent).children;
+  by_key_.emplace(key, id);
+  ++live_nodes_;
+  return id;
+}
+
 std::vector<BlockId> PrefixIndex::insert(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> blocks,
-                                         uint64_t now) {
+                                         double now) {
   std::vector<BlockId> kept;
-  int32_t parent = kRoot;
+  NodeId parent = kRoot;
   uint64_t parent_key = 0;
   const size_t n_chunks = std::min(blocks.size(), tokens.size() / static_cast<size_t>(chunk_tokens_));
   for (size_t c = 0; c < n_chunks; ++c) {
     const auto chunk = tokens.subspan(c * static_cast<size_t>(chunk_tokens_), static_cast<size_t>(chunk_tokens_));
     const uint64_t key = chunk_key(parent_key, ns, chunk);
-    int32_t node = find_child(parent, key, chunk);
+    NodeId node = find_child(parent, key, chunk);
+    const bool block_taken = by_location_.count(location_key(Tier::kDevice, blocks[c])) != 0;
     if (node == kRoot) {
-      if (by_location_.count(location_key(Tier::kDevice, blocks[c])) != 0) break;  // it holds another chunk
-      if (free_nodes_.empty()) {
-        node = static_cast<int32_t>(nodes_.size());
-        nodes_.emplace_back();
-      } else {
-        node = free_nodes_.back();
-        free_nodes_.pop_back();
-      }
-      Node& n = nodes_[static_cast<size_t>(node)];
-      n = Node{parent, ns, key, std::vector<TokenId>(chunk.begin(), chunk.end()), blocks[c], Tier::kDevice, 0, now, true};
-      if (parent != kRoot) ++nodes_[static_cast<size_t>(parent)].children;
-      by_key_.emplace(key, node);
-      by_location_.emplace(location_key(Tier::kDevice, blocks[c]), node);
-      ++live_nodes_;
+      if (block_taken) break;  // the block holds another chunk
+      node = add_node(parent, ns, key, chunk, static_cast<int32_t>(c), now);
+      set_device(node, blocks[c]);
       kept.push_back(blocks[c]);
     } else {
-      nodes_[static_cast<size_t>(node)].last_use = now;
+      at(node).last_use = now;
+      if (at(node).device == kNoBlock && !block_taken) {
+        set_device(node, blocks[c]);
+        kept.push_back(blocks[c]);
+      }
     }
     parent = node;
     parent_key = key;
@@ -92,64 +116,108 @@ std::vector<BlockId> PrefixIndex::insert(uint64_t ns, std::span<const TokenId> t
   return kept;
 }
 
-void PrefixIndex::remove_leaf(int32_t node) {
-  Node& n = nodes_[static_cast<size_t>(node)];
-  MNEMO_CHECK(n.live && n.children == 0, "removing node {} with {} children", node, n.children);
-  auto [begin, end] = by_key_.equal_range(n.key);
-  for (auto it = begin; it != end; ++it) {
-    if (it->second == node) {
-      by_key_.erase(it);
-      break;
+std::optional<PrefixIndex::NodeId> PrefixIndex::restore(uint64_t ns, uint64_t parent_key, uint64_t key,
+                                                        std::span<const TokenId> chunk, double now) {
+  if (static_cast<int32_t>(chunk.size()) != chunk_tokens_ || chunk_key(parent_key, ns, chunk) != key) return std::nullopt;
+  NodeId parent = kRoot;
+  int32_t position = 0;
+  if (parent_key != 0) {
+    const auto p = find_by_key(parent_key);
+    if (!p || at(*p).ns != ns) return std::nullopt;
+    parent = *p;
+    position = at(parent).position + 1;
+  }
+  if (find_child(parent, key, chunk) != kRoot) return std::nullopt;  // already known
+  const NodeId node = add_node(parent, ns, key, chunk, position, now);
+  at(node).disk = DiskCopy::kPresent;
+  return node;
+}
+
+void PrefixIndex::set_device(NodeId node, BlockId block) {
+  Node& n = at(node);
+  MNEMO_CHECK(n.live, "device copy for dead node {}", node);
+  if (n.device != kNoBlock) by_location_.erase(location_key(Tier::kDevice, n.device));
+  n.device = block;
+  if (block != kNoBlock) by_location_.emplace(location_key(Tier::kDevice, block), node);
+  forget_if_empty(node);
+}
+
+void PrefixIndex::set_host(NodeId node, BlockId block) {
+  Node& n = at(node);
+  MNEMO_CHECK(n.live, "host copy for dead node {}", node);
+  if (n.host != kNoBlock) by_location_.erase(location_key(Tier::kHost, n.host));
+  n.host = block;
+  if (block != kNoBlock) by_location_.emplace(location_key(Tier::kHost, block), node);
+  forget_if_empty(node);
+}
+
+void PrefixIndex::set_disk(NodeId node, DiskCopy state) {
+  MNEMO_CHECK(at(node).live, "disk copy for dead node {}", node);
+  at(node).disk = state;
+  forget_if_empty(node);
+}
+
+void PrefixIndex::forget_if_empty(NodeId node) {
+  while (node != kRoot) {
+    Node& n = at(node);
+    if (n.children != 0 || n.device != kNoBlock || n.host != kNoBlock || n.disk != DiskCopy::kNone) return;
+    auto [begin, end] = by_key_.equal_range(n.key);
+    for (auto it = begin; it != end; ++it) {
+      if (it->second == node) {
+        by_key_.erase(it);
+        break;
+      }
     }
+    const NodeId parent = n.parent;
+    if (parent != kRoot) --at(parent).children;
+    n.live = false;
+    n.tokens.clear();
+    free_nodes_.push_back(node);
+    --live_nodes_;
+    node = parent;  // a dropped parent left without children has nothing below it to serve
   }
-  by_location_.erase(location_key(n.tier, n.block));
-  if (n.parent != kRoot) --nodes_[static_cast<size_t>(n.parent)].children;
-  n.live = false;
-  n.tokens.clear();
-  free_nodes_.push_back(node);
-  --live_nodes_;
 }
 
-void PrefixIndex::relocate(int32_t node, Tier tier, BlockId block) {
-  Node& n = nodes_[static_cast<size_t>(node)];
-  MNEMO_CHECK(n.live, "relocating dead node {}", node);
-  by_location_.erase(location_key(n.tier, n.block));
-  n.tier = tier;
-  n.block = block;
-  by_location_.emplace(location_key(tier, block), node);
+PrefixIndex::Chunk PrefixIndex::chunk(NodeId node) const {
+  MNEMO_CHECK(at(node).live, "dead node {}", node);
+  return to_chunk(node);
 }
 
-std::optional<PrefixIndex::Chunk> PrefixIndex::least_recently_used(Tier tier, bool leaves_only,
-                                                                   const std::function<bool(BlockId)>& evictable) const {
-  // A linear scan: simple and exact; the retention policy (issue: Pensieve's cost-aware eviction)
-  // replaces it with an ordered structure.
-  int32_t victim = kRoot;
+bool PrefixIndex::live(NodeId node) const {
+  return node >= 0 && static_cast<size_t>(node) < nodes_.size() && at(node).live;
+}
+
+void PrefixIndex::for_each_in(Tier tier, const std::function<void(const Chunk&)>& visit) const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    const Node& node = nodes_[i];
-    if (!node.live || node.tier != tier || (leaves_only && node.children != 0) || !evictable(node.block)) continue;
-    if (victim == kRoot || node.last_use < nodes_[static_cast<size_t>(victim)].last_use) victim = static_cast<int32_t>(i);
+    if (!nodes_[i].live) continue;
+    const Chunk c = to_chunk(static_cast<NodeId>(i));
+    if (c.has(tier)) visit(c);
   }
-  if (victim == kRoot) return std::nullopt;
-  const Node& v = nodes_[static_cast<size_t>(victim)];
-  return Chunk{victim, v.tier, v.block};
 }
 
-std::vector<BlockId> PrefixIndex::evict(int32_t n, const std::function<bool(BlockId)>& evictable) {
-  std::vector<BlockId> out;
-  while (static_cast<int32_t>(out.size()) < n) {
-    const auto victim = least_recently_used(Tier::kDevice, /*leaves_only=*/true, evictable);
-    if (!victim) break;
-    out.push_back(victim->block);
-    remove_leaf(victim->node);
-  }
-  return out;
+std::optional<PrefixIndex::NodeId> PrefixIndex::find_by_key(uint64_t key) const {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<PrefixIndex::NodeId> PrefixIndex::node_at(BlockId block, Tier tier) const {
+  auto it = by_location_.find(location_key(tier, block));
+  if (it == by_location_.end()) return std::nullopt;
+  return it->second;
 }
 
 bool PrefixIndex::holds(BlockId block, Tier tier) const { return by_location_.count(location_key(tier, block)) != 0; }
 
 size_t PrefixIndex::size(Tier tier) const {
   size_t n = 0;
-  for (const Node& node : nodes_) n += node.live && node.tier == tier ? 1 : 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) n += nodes_[i].live && to_chunk(static_cast<NodeId>(i)).has(tier) ? 1 : 0;
+  return n;
+}
+
+size_t PrefixIndex::n_dropped() const {
+  size_t n = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) n += nodes_[i].live && to_chunk(static_cast<NodeId>(i)).dropped() ? 1 : 0;
   return n;
 }
 

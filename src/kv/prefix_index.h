@@ -1,11 +1,16 @@
-// An index of cached KV by token prefix (SPEC V4, P2, M1 index API): a trie whose edges are whole
-// chunks of `chunk_tokens` tokens (one chunk = one KV block), keyed by a namespace (the tenant's
-// cache salt) so that one tenant's prefix never matches another's. Each node records where the KV
-// of its chunk (given the whole path above it) is: a device block or a host block.
+// An index of cached KV by token prefix (SPEC V4, P2, P3, M1 index API): a trie whose edges are
+// whole chunks of `chunk_tokens` tokens (one chunk = one KV block), keyed by a namespace (the
+// tenant's cache salt) so that one tenant's prefix never matches another's.
 //
-// Device-free metadata: the index only maps token chunks to block ids and keeps the order of use.
-// Who holds references to blocks is the allocator's business; the engine adds a reference for
-// every block the index keeps (insert() returns them) and drops it when the index evicts.
+// Each node records where copies of its chunk's KV (given the whole path above it) are: a device
+// block, a host block, a disk extent, any of them at once (a chunk copied down a tier keeps its
+// upper copy until that space is needed: reclaiming it is then free), or none: the chunk is
+// DROPPED, its tokens known and its KV gone. A dropped chunk stays in the trie while chunks below
+// it still hold KV, so a later match reuses them and recomputes only the dropped ones (SPEC P5).
+//
+// Device-free metadata: the index maps token chunks to block ids and keeps the time of last use.
+// Who holds references to blocks is the allocator's business; the manager adds a reference for
+// every block the index keeps and drops it when the index lets the copy go.
 #pragma once
 
 #include <cstdint>
@@ -21,14 +26,29 @@ namespace mnemo {
 
 using TokenId = int32_t;
 
-enum class Tier : uint8_t { kDevice, kHost };
+enum class Tier : uint8_t { kDevice, kHost, kDisk };
+
+// The state of a chunk's disk extent: being written (not yet readable), or durable.
+enum class DiskCopy : uint8_t { kNone, kWriting, kPresent };
 
 class PrefixIndex {
  public:
+  using NodeId = int32_t;
+
   struct Chunk {
-    int32_t node;
-    Tier tier;
-    BlockId block;
+    NodeId node = -1;
+    int32_t position = 0;  // index of the chunk in its sequence: tokens [position*C, (position+1)*C)
+    BlockId device = kNoBlock;
+    BlockId host = kNoBlock;
+    DiskCopy disk = DiskCopy::kNone;
+    uint64_t key = 0;  // identifies the chunk's extent on disk
+    uint64_t parent_key = 0;
+    double last_use = 0;
+
+    bool has(Tier tier) const {
+      return tier == Tier::kDevice ? device != kNoBlock : tier == Tier::kHost ? host != kNoBlock : disk == DiskCopy::kPresent;
+    }
+    bool dropped() const { return device == kNoBlock && host == kNoBlock && disk == DiskCopy::kNone; }
   };
 
   explicit PrefixIndex(int32_t chunk_tokens);
@@ -36,58 +56,79 @@ class PrefixIndex {
   int32_t chunk_tokens() const { return chunk_tokens_; }
   size_t size() const { return live_nodes_; }
 
-  // The chunks of the longest cached prefix of `tokens` (whole chunks, at most `max_chunks`), in
-  // order, wherever they are; marks them used at `now`.
-  std::vector<Chunk> match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks, uint64_t now);
+  // The chunks along the longest indexed path matching `tokens` (whole chunks, at most
+  // `max_chunks`), in order, dropped ones included but never at the end: the path stops at its
+  // last chunk that has a copy somewhere. Marks the path used at `now` (seconds).
+  std::vector<Chunk> match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks, double now);
 
   // Records the whole chunks of `tokens` whose KV is in the device `blocks` (blocks[i] holds
-  // chunk i). Chunks already indexed keep their block. Returns the blocks the index newly keeps.
+  // chunk i). A chunk already indexed keeps its device copy; one without a device copy (dropped,
+  // or only on host or disk) adopts the block. Returns the blocks the index newly keeps, each of
+  // which the caller must add a reference to.
   std::vector<BlockId> insert(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> blocks,
-                              uint64_t now);
+                              double now);
 
-  // The least recently used chunk in `tier` that `evictable` accepts (its block is not used by a
-  // sequence) and, when `leaves_only`, has no children (a dropped chunk's descendants would be
-  // unreachable). nullopt if none.
-  std::optional<Chunk> least_recently_used(Tier tier, bool leaves_only,
-                                           const std::function<bool(BlockId)>& evictable) const;
-  // The chunk's KV moved (device <-> host).
-  void relocate(int32_t node, Tier tier, BlockId block);
-  // Forgets a leaf chunk (its KV is dropped).
-  void remove_leaf(int32_t node);
+  // Rebuilds a chunk from its disk extent at start-up: its parent is the node with key
+  // `parent_key` (0: the root). Returns the node, or nullopt when the parent is unknown or the
+  // stored key does not match the tokens (a stale or foreign extent).
+  std::optional<NodeId> restore(uint64_t ns, uint64_t parent_key, uint64_t key, std::span<const TokenId> chunk,
+                                double now);
 
-  // Compatibility shorthand: drops up to `n` least recently used device leaves `evictable`
-  // accepts and returns their blocks.
-  std::vector<BlockId> evict(int32_t n, const std::function<bool(BlockId)>& evictable);
+  // Copies of a node's KV appear and disappear. Removing the last copy of a node without
+  // children forgets it (and its parents that are dropped and childless): there is nothing left
+  // to reuse below it.
+  void set_device(NodeId node, BlockId block);
+  void set_host(NodeId node, BlockId block);
+  void set_disk(NodeId node, DiskCopy state);
+  Chunk chunk(NodeId node) const;
+  bool live(NodeId node) const;
+  uint64_t chunk_namespace(NodeId node) const { return at(node).ns; }
+  std::span<const TokenId> chunk_tokens_of(NodeId node) const { return at(node).tokens; }
+  // The node whose copy in `tier` is `block`.
+  std::optional<NodeId> node_at(BlockId block, Tier tier) const;
+
+  // The chunks that have a copy in `tier`, in no particular order, for the retention policy.
+  void for_each_in(Tier tier, const std::function<void(const Chunk&)>& visit) const;
+  std::optional<NodeId> find_by_key(uint64_t key) const;
 
   // Whether the index keeps this block of this tier.
-  bool holds(BlockId block, Tier tier = Tier::kDevice) const;
+  bool holds(BlockId block, Tier tier) const;
   size_t size(Tier tier) const;
+  size_t n_dropped() const;
 
  private:
-  static constexpr int32_t kRoot = -1;
+  static constexpr NodeId kRoot = -1;
   struct Node {
-    int32_t parent = kRoot;
+    NodeId parent = kRoot;
     uint64_t ns = 0;
-    uint64_t key = 0;              // hash of (parent key, chunk tokens)
+    uint64_t key = 0;              // hash of (parent key, namespace, chunk tokens)
     std::vector<TokenId> tokens;   // the chunk, to rule out hash collisions
-    BlockId block = kNoBlock;
-    Tier tier = Tier::kDevice;
+    int32_t position = 0;
+    BlockId device = kNoBlock;
+    BlockId host = kNoBlock;
+    DiskCopy disk = DiskCopy::kNone;
     int32_t children = 0;
-    uint64_t last_use = 0;
+    double last_use = 0;
     bool live = false;
   };
 
   uint64_t chunk_key(uint64_t parent_key, uint64_t ns, std::span<const TokenId> chunk) const;
-  int32_t find_child(int32_t parent, uint64_t key, std::span<const TokenId> chunk) const;
+  NodeId find_child(NodeId parent, uint64_t key, std::span<const TokenId> chunk) const;
+  NodeId add_node(NodeId parent, uint64_t ns, uint64_t key, std::span<const TokenId> chunk, int32_t position,
+                  double now);
+  Chunk to_chunk(NodeId id) const;
+  void forget_if_empty(NodeId node);
   static int64_t location_key(Tier tier, BlockId block) {
     return (static_cast<int64_t>(tier) << 32) | static_cast<uint32_t>(block);
   }
+  Node& at(NodeId id) { return nodes_[static_cast<size_t>(id)]; }
+  const Node& at(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
 
   int32_t chunk_tokens_;
   std::vector<Node> nodes_;
-  std::vector<int32_t> free_nodes_;
-  std::unordered_multimap<uint64_t, int32_t> by_key_;
-  std::unordered_map<int64_t, int32_t> by_location_;
+  std::vector<NodeId> free_nodes_;
+  std::unordered_multimap<uint64_t, NodeId> by_key_;
+  std::unordered_map<int64_t, NodeId> by_location_;
   size_t live_nodes_ = 0;
 };
 

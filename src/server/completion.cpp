@@ -35,11 +35,19 @@ Completion::Completion(Endpoint endpoint, std::string model_id, ParsedRequest re
       stream_(std::move(stream)),
       tokenizer_(tokenizer) {}
 
+json cached_tokens_details(const RequestUsage& usage) {
+  return {{"cached_tokens", usage.cached_tokens},
+          {"cached_tokens_device", usage.device_cached_tokens},
+          {"cached_tokens_host", usage.host_cached_tokens},
+          {"cached_tokens_disk", usage.disk_cached_tokens},
+          {"recomputed_tokens", usage.recomputed_tokens}};
+}
+
 json Completion::usage_json() const {
   return {{"prompt_tokens", usage_.prompt_tokens},
           {"completion_tokens", usage_.completion_tokens},
           {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", usage_.cached_tokens}}}};
+          {"prompt_tokens_details", cached_tokens_details(usage_)}};
 }
 
 json Completion::logprobs_json(const TokenDelta& delta) const {

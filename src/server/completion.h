@@ -15,6 +15,11 @@
 
 namespace mnemo::server {
 
+// usage.prompt_tokens_details (and input_tokens_details): OpenAI's cached_tokens, plus where the
+// reused KV came from and how many dropped cached tokens were computed again.
+nlohmann::json cached_tokens_details(const RequestUsage& usage);
+
+
 enum class Endpoint { kChat, kCompletions };
 
 class Completion {

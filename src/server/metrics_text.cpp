@@ -41,10 +41,26 @@ std::string render_metrics(const MetricsSnapshot& m) {
   gauge(out, "kv_blocks_used", "KV blocks of the device pool in use by sequences.", static_cast<double>(m.kv_blocks_used));
   gauge(out, "kv_blocks_cached", "Device KV blocks kept by the prefix cache.", static_cast<double>(m.kv_blocks_cached));
   gauge(out, "host_blocks_cached", "Host KV blocks kept by the prefix cache.", static_cast<double>(m.host_blocks_cached));
+  gauge(out, "host_blocks_total", "KV blocks in the host pool.", static_cast<double>(m.host_blocks_total));
+  gauge(out, "disk_chunks_cached", "Cached chunks with a durable extent in the disk tier.", static_cast<double>(m.disk_chunks_cached));
+  gauge(out, "disk_bytes_used", "Bytes of the disk tier in use (extents on disk or being written).", static_cast<double>(m.disk_bytes_used));
+  gauge(out, "disk_bytes_total", "Capacity of the disk tier in bytes (0: no disk tier).", static_cast<double>(m.disk_bytes_total));
+  gauge(out, "disk_writes_queued", "Extent writes and removals queued for the disk tier.", static_cast<double>(m.disk_writes_queued));
+  gauge(out, "cache_chunks_dropped", "Indexed chunks whose KV is gone (recomputed when reused).", static_cast<double>(m.chunks_dropped_indexed));
   counter(out, "cache_device_hit_tokens_total", "Reused prompt tokens found on the device.", m.cache_device_hit_tokens);
   counter(out, "cache_host_hit_tokens_total", "Reused prompt tokens brought back from host memory.", m.cache_host_hit_tokens);
-  counter(out, "cache_demoted_blocks_total", "Cached blocks moved from device to host.", m.cache_demoted_blocks);
-  counter(out, "cache_dropped_blocks_total", "Cached blocks whose KV was discarded.", m.cache_dropped_blocks);
+  counter(out, "cache_disk_hit_tokens_total", "Reused prompt tokens read back from the disk tier.", m.cache_disk_hit_tokens);
+  counter(out, "cache_recomputed_tokens_total", "Cached prompt tokens whose KV had been dropped, computed again.", m.cache_recomputed_tokens);
+  counter(out, "cache_demoted_blocks_total", "Cached blocks copied from device to host when the device needed room.", m.cache_demoted_blocks);
+  counter(out, "cache_ahead_copied_blocks_total", "Cached blocks copied from device to host ahead of need.", m.cache_ahead_copied_blocks);
+  counter(out, "cache_evicted_copies_total", "Copies of cached chunks that left a tier.", m.cache_evicted_copies);
+  counter(out, "cache_dropped_blocks_total", "Cached chunks whose last copy was discarded.", m.cache_dropped_blocks);
+  counter(out, "cache_disk_written_chunks_total", "Extents made durable in the disk tier.", m.cache_disk_written_chunks);
+  counter(out, "cache_disk_corrupt_chunks_total", "Disk extents that failed their checksum and were dropped.", m.cache_disk_corrupt_chunks);
+  counter(out, "kv_bytes_device_to_host_total", "KV bytes copied from the device to the host tier.", m.bytes_device_to_host);
+  counter(out, "kv_bytes_host_to_device_total", "KV bytes copied from the host tier to the device.", m.bytes_host_to_device);
+  counter(out, "kv_bytes_to_disk_total", "KV bytes queued for writing to the disk tier.", m.bytes_to_disk);
+  counter(out, "kv_bytes_disk_to_device_total", "KV bytes read from the disk tier to the device.", m.bytes_disk_to_device);
   gauge(out, "kv_blocks_total", "KV blocks in the device pool.", static_cast<double>(m.kv_blocks_total));
   gauge(out, "kv_usage_ratio", "Share of the device KV pool in use.",
         m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_used) / static_cast<double>(m.kv_blocks_total) : 0.0);

@@ -185,7 +185,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
               {"error", nullptr}};
     if (usage != nullptr) {
       r["usage"] = {{"input_tokens", usage->prompt_tokens},
-                    {"input_tokens_details", {{"cached_tokens", usage->cached_tokens}}},
+                    {"input_tokens_details", cached_tokens_details(*usage)},
                     {"output_tokens", usage->completion_tokens},
                     {"output_tokens_details", {{"reasoning_tokens", 0}}},
                     {"total_tokens", usage->prompt_tokens + usage->completion_tokens}};

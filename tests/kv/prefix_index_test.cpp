@@ -1,6 +1,8 @@
-// PrefixIndex: exact states of matches, inserts, namespaces and eviction order.
+// PrefixIndex: exact states of matches, inserts, namespaces, copies across tiers, dropped chunks
+// and the rebuild from disk extents.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -17,7 +19,7 @@ std::vector<TokenId> seq(TokenId first, int n) {
 
 std::vector<BlockId> blocks(const std::vector<PrefixIndex::Chunk>& chunks) {
   std::vector<BlockId> out;
-  for (const auto& c : chunks) out.push_back(c.block);
+  for (const auto& c : chunks) out.push_back(c.device);
   return out;
 }
 
@@ -54,57 +56,106 @@ TEST(PrefixIndex, InsertKeepsExistingChunksAndExtendsBranches) {
   EXPECT_EQ(index.insert(0, other, std::vector<BlockId>{20, 21, 22}, 2), (std::vector<BlockId>{21, 22}));
   EXPECT_EQ(blocks(index.match(0, other, 10, 3)), (std::vector<BlockId>{10, 21, 22}));
   EXPECT_EQ(index.size(), 4u);
-  EXPECT_TRUE(index.holds(10));
-  EXPECT_FALSE(index.holds(20));
+  EXPECT_TRUE(index.holds(10, Tier::kDevice));
+  EXPECT_FALSE(index.holds(20, Tier::kDevice));
 }
 
-TEST(PrefixIndex, EvictsLeastRecentlyUsedLeavesFirstAndRespectsBlocksInUse) {
+TEST(PrefixIndex, ChunksKeepCopiesInSeveralTiersAndAreForgottenWithTheLast) {
   PrefixIndex index(2);
-  index.insert(0, std::vector<TokenId>{1, 1, 2, 2, 3, 3}, std::vector<BlockId>{0, 1, 2}, 1);  // path A: 0-1-2
-  index.insert(0, std::vector<TokenId>{5, 5, 6, 6}, std::vector<BlockId>{3, 4}, 2);           // path B: 3-4
-  index.match(0, std::vector<TokenId>{1, 1, 2, 2, 3, 3}, 10, 5);                               // A used last
-  // Leaves are 2 (A, used at 5) and 4 (B, used at 2): B's leaf first, then B's root (now a leaf).
-  EXPECT_EQ(index.evict(2, [](BlockId) { return true; }), (std::vector<BlockId>{4, 3}));
-  // Block 2 is in use by a sequence: nothing else is a leaf, so nothing more can go.
-  EXPECT_TRUE(index.evict(1, [](BlockId b) { return b != 2; }).empty());
-  EXPECT_EQ(index.evict(5, [](BlockId) { return true; }), (std::vector<BlockId>{2, 1, 0}));
-  EXPECT_EQ(index.size(), 0u);
-  // Freed nodes are reused.
-  EXPECT_EQ(index.insert(0, std::vector<TokenId>{7, 7}, std::vector<BlockId>{9}, 6), (std::vector<BlockId>{9}));
-  EXPECT_EQ(index.size(), 1u);
-}
-
-TEST(PrefixIndex, ChunksMoveBetweenTiersAndKeepTheirPlaceInTheTrie) {
-  PrefixIndex index(2);
-  index.insert(0, std::vector<TokenId>{1, 1, 2, 2, 3, 3}, std::vector<BlockId>{0, 1, 2}, 1);
-  const auto all = [](BlockId) { return true; };
-  // Any device chunk may move to host (it can come back); the LRU one goes first.
-  index.match(0, std::vector<TokenId>{1, 1}, 10, 5);  // chunk 0 used recently
-  auto lru = index.least_recently_used(Tier::kDevice, /*leaves_only=*/false, all);
-  ASSERT_TRUE(lru.has_value());
-  EXPECT_EQ(lru->block, 1);
-  index.relocate(lru->node, Tier::kHost, 7);
+  index.insert(0, seq(1, 6), std::vector<BlockId>{10, 11, 12}, 1);
+  const auto chain = index.match(0, seq(1, 6), 10, 2);
+  ASSERT_EQ(chain.size(), 3u);
+  index.set_host(chain[1].node, 7);  // copied down: both copies
+  EXPECT_TRUE(index.holds(11, Tier::kDevice));
   EXPECT_TRUE(index.holds(7, Tier::kHost));
-  EXPECT_FALSE(index.holds(1, Tier::kDevice));
+  index.set_device(chain[1].node, kNoBlock);  // device copy reclaimed
   EXPECT_EQ(index.size(Tier::kDevice), 2u);
   EXPECT_EQ(index.size(Tier::kHost), 1u);
-  const auto chain = index.match(0, std::vector<TokenId>{1, 1, 2, 2, 3, 3}, 10, 6);
-  ASSERT_EQ(chain.size(), 3u);
-  EXPECT_EQ(chain[0].tier, Tier::kDevice);
-  EXPECT_EQ(chain[1].tier, Tier::kHost);
-  EXPECT_EQ(chain[1].block, 7);
-  EXPECT_EQ(chain[2].tier, Tier::kDevice);
-  // Only leaves are dropped: the host chunk has a child, so no host leaf exists.
-  EXPECT_FALSE(index.least_recently_used(Tier::kHost, /*leaves_only=*/true, all).has_value());
-  index.relocate(chain[1].node, Tier::kDevice, 4);
-  EXPECT_EQ(blocks(index.match(0, std::vector<TokenId>{1, 1, 2, 2}, 10, 7)), (std::vector<BlockId>{0, 4}));
+  const auto again = index.match(0, seq(1, 6), 10, 3);
+  ASSERT_EQ(again.size(), 3u);
+  EXPECT_EQ(again[1].device, kNoBlock);
+  EXPECT_EQ(again[1].host, 7);
+  EXPECT_TRUE(again[1].has(Tier::kHost));
+  EXPECT_FALSE(again[1].dropped());
+  EXPECT_EQ(again[2].position, 2);
+  EXPECT_DOUBLE_EQ(again[2].last_use, 3.0);
+  // The leaf's last copy goes: the leaf is forgotten; the middle one still has its host copy.
+  index.set_device(again[2].node, kNoBlock);
+  EXPECT_EQ(index.size(), 2u);
+  EXPECT_FALSE(index.live(again[2].node));
+}
+
+TEST(PrefixIndex, DroppedLeadingChunksStayWhileLaterChunksHoldKv) {
+  PrefixIndex index(2);
+  index.insert(0, seq(1, 8), std::vector<BlockId>{10, 11, 12, 13}, 1);
+  auto chain = index.match(0, seq(1, 8), 10, 2);
+  index.set_device(chain[0].node, kNoBlock);  // dropped: tokens known, KV gone
+  index.set_device(chain[1].node, kNoBlock);
+  EXPECT_EQ(index.size(), 4u);
+  EXPECT_EQ(index.n_dropped(), 2u);
+  chain = index.match(0, seq(1, 8), 10, 3);
+  ASSERT_EQ(chain.size(), 4u);
+  EXPECT_TRUE(chain[0].dropped());
+  EXPECT_TRUE(chain[1].dropped());
+  EXPECT_EQ(blocks(chain), (std::vector<BlockId>{kNoBlock, kNoBlock, 12, 13}));
+  // A match never ends on dropped chunks: with only the dropped prefix in reach, it is empty.
+  EXPECT_TRUE(index.match(0, seq(1, 4), 10, 4).empty());
+  // Re-inserting the recomputed chunks gives them their new blocks back.
+  EXPECT_EQ(index.insert(0, seq(1, 8), std::vector<BlockId>{20, 21, 12, 13}, 5), (std::vector<BlockId>{20, 21}));
+  EXPECT_EQ(index.n_dropped(), 0u);
+  // Dropping the later chunks now forgets the whole dropped tail, then stops at a chunk with KV.
+  chain = index.match(0, seq(1, 8), 10, 6);
+  index.set_device(chain[1].node, kNoBlock);
+  index.set_device(chain[3].node, kNoBlock);  // leaf gone
+  EXPECT_EQ(index.size(), 3u);
+  index.set_device(chain[2].node, kNoBlock);  // leaf gone, and its dropped parent with it
+  EXPECT_EQ(index.size(), 1u);
+  EXPECT_EQ(blocks(index.match(0, seq(1, 8), 10, 7)), (std::vector<BlockId>{20}));
 }
 
 TEST(PrefixIndex, ABlockHoldsOneChunkOnly) {
   PrefixIndex index(2);
-  index.insert(0, std::vector<TokenId>{1, 2}, std::vector<BlockId>{3}, 1);
-  EXPECT_TRUE(index.insert(0, std::vector<TokenId>{4, 5}, std::vector<BlockId>{3}, 1).empty());
+  index.insert(0, seq(1, 2), std::vector<BlockId>{3}, 1);
+  // Another chunk offered in the same block (a bug upstream) is not indexed.
+  EXPECT_TRUE(index.insert(0, seq(50, 2), std::vector<BlockId>{3}, 1).empty());
   EXPECT_EQ(index.size(), 1u);
+  EXPECT_EQ(index.node_at(3, Tier::kDevice), index.match(0, seq(1, 2), 1, 2)[0].node);
+}
+
+TEST(PrefixIndex, RebuildsFromExtentHeaders) {
+  PrefixIndex original(2);
+  std::vector<TokenId> a = {1, 2, 3, 4, 5, 6};
+  std::vector<TokenId> b = {1, 2, 9, 9};
+  original.insert(4, a, std::vector<BlockId>{0, 1, 2}, 1);
+  original.insert(4, b, std::vector<BlockId>{0, 3}, 1);
+  struct Header {
+    uint64_t key, parent_key;
+    int32_t position;
+    std::vector<TokenId> tokens;
+  };
+  std::vector<Header> headers;
+  original.for_each_in(Tier::kDevice, [&](const PrefixIndex::Chunk& c) {
+    const auto t = original.chunk_tokens_of(c.node);
+    headers.push_back({c.key, c.parent_key, c.position, {t.begin(), t.end()}});
+  });
+  ASSERT_EQ(headers.size(), 4u);
+  std::sort(headers.begin(), headers.end(), [](const Header& x, const Header& y) { return x.position < y.position; });
+  PrefixIndex restored(2);
+  // A child before its parent, a wrong key, a foreign namespace: refused.
+  EXPECT_FALSE(restored.restore(4, headers.back().parent_key, headers.back().key, headers.back().tokens, 1).has_value());
+  EXPECT_FALSE(restored.restore(4, 0, headers[0].key ^ 1, headers[0].tokens, 1).has_value());
+  EXPECT_FALSE(restored.restore(5, 0, headers[0].key, headers[0].tokens, 1).has_value());
+  for (const Header& h : headers) EXPECT_TRUE(restored.restore(4, h.parent_key, h.key, h.tokens, 1).has_value());
+  EXPECT_EQ(restored.size(), 4u);
+  EXPECT_EQ(restored.size(Tier::kDisk), 4u);
+  const auto chain = restored.match(4, a, 10, 2);
+  ASSERT_EQ(chain.size(), 3u);
+  for (const auto& c : chain) {
+    EXPECT_EQ(c.disk, DiskCopy::kPresent);
+    EXPECT_EQ(c.device, kNoBlock);
+  }
+  EXPECT_EQ(restored.match(4, b, 10, 2).size(), 2u);
+  EXPECT_TRUE(restored.match(5, a, 10, 2).empty());
 }
 
 }  // namespace

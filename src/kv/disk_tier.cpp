@@ -1,0 +1,333 @@
+#include "kv/disk_tier.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include <xxhash.h>
+
+namespace mnemo {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'N', 'E', 'M', 'O', 'K', 'V', '1'};
+constexpr const char* kExtentSuffix = ".kv";
+constexpr const char* kTempSuffix = ".tmp";
+constexpr size_t kMaxTokens = 1 << 16;
+
+// Fixed part of a header; then n_tokens int32 tokens; then the trailer.
+struct HeaderPrefix {
+  char magic[8];
+  uint64_t fingerprint;
+  uint64_t ns;
+  uint64_t key;
+  uint64_t parent_key;
+  int32_t position;
+  int32_t n_tokens;
+};
+struct HeaderTrailer {
+  uint64_t payload_bytes;
+  uint64_t payload_hash;
+  uint64_t header_hash;  // of everything before it
+};
+
+size_t header_bytes(size_t n_tokens) { return sizeof(HeaderPrefix) + n_tokens * sizeof(int32_t) + sizeof(HeaderTrailer); }
+
+bool write_all(int fd, const uint8_t* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, uint8_t* data, size_t n, off_t offset) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, data, n, offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    data += r;
+    n -= static_cast<size_t>(r);
+    offset += r;
+  }
+  return true;
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+uint64_t kv_fingerprint(std::string_view model_identity, int32_t n_layers, int32_t n_kv_heads, int32_t head_dim_k,
+                        int32_t head_dim_v, int32_t block_size, int32_t dtype) {
+  const int32_t dims[] = {n_layers, n_kv_heads, head_dim_k, head_dim_v, block_size, dtype};
+  const uint64_t seed = XXH3_64bits(model_identity.data(), model_identity.size());
+  return XXH3_64bits_withSeed(dims, sizeof(dims), seed);
+}
+
+DiskTier::DiskTier(std::string dir, uint64_t fingerprint, size_t payload_bytes, int64_t capacity_bytes)
+    : dir_(std::move(dir)), fingerprint_(fingerprint), payload_bytes_(payload_bytes), capacity_bytes_(capacity_bytes) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& dir, uint64_t fingerprint, size_t payload_bytes,
+                                                 int64_t capacity_bytes) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return make_error("KV disk tier {}: cannot create the directory: {}", dir, ec.message());
+  const std::string probe = dir + "/.probe";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return make_error("KV disk tier {}: not writable: {}", dir, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (capacity_bytes <= 0) return make_error("KV disk tier {}: capacity must be > 0 bytes", dir);
+  return std::unique_ptr<DiskTier>(new DiskTier(dir, fingerprint, payload_bytes, capacity_bytes));
+}
+
+DiskTier::~DiskTier() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  thread_.join();
+}
+
+std::string DiskTier::path_of(uint64_t key) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%016llx", static_cast<unsigned long long>(key));
+  return dir_ + "/" + name + kExtentSuffix;
+}
+
+size_t DiskTier::extent_bytes(size_t n_tokens) const { return header_bytes(n_tokens) + payload_bytes_; }
+
+int64_t DiskTier::used_bytes() const {
+  std::lock_guard lock(mutex_);
+  return used_bytes_;
+}
+
+size_t DiskTier::queued() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size() + (busy_ ? 1 : 0);
+}
+
+bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> payload) {
+  if (payload.size() != payload_bytes_ || header.tokens.size() > kMaxTokens) return false;
+  std::vector<uint8_t> bytes(header_bytes(header.tokens.size()) + payload.size());
+  HeaderPrefix prefix{};
+  std::memcpy(prefix.magic, kMagic, sizeof(kMagic));
+  prefix.fingerprint = fingerprint_;
+  prefix.ns = header.ns;
+  prefix.key = header.key;
+  prefix.parent_key = header.parent_key;
+  prefix.position = header.position;
+  prefix.n_tokens = static_cast<int32_t>(header.tokens.size());
+  uint8_t* p = bytes.data();
+  std::memcpy(p, &prefix, sizeof(prefix));
+  p += sizeof(prefix);
+  std::memcpy(p, header.tokens.data(), header.tokens.size() * sizeof(int32_t));
+  p += header.tokens.size() * sizeof(int32_t);
+  HeaderTrailer trailer{};
+  trailer.payload_bytes = payload.size();
+  trailer.payload_hash = XXH3_64bits(payload.data(), payload.size());
+  trailer.header_hash = XXH3_64bits(bytes.data(), static_cast<size_t>(p - bytes.data()));
+  std::memcpy(p, &trailer, sizeof(trailer));
+  p += sizeof(trailer);
+  std::memcpy(p, payload.data(), payload.size());
+
+  const auto size = static_cast<int64_t>(bytes.size());
+  {
+    std::lock_guard lock(mutex_);
+    if (queued_bytes_ + bytes.size() > kMaxQueuedBytes || used_bytes_ + size > capacity_bytes_) return false;
+    if (extents_.count(header.key) != 0) return false;  // one extent per key
+    extents_[header.key] = size;
+    used_bytes_ += size;
+    queued_bytes_ += bytes.size();
+    queue_.push_back(Job{header.key, std::move(bytes)});
+  }
+  work_ready_.notify_one();
+  return true;
+}
+
+void DiskTier::remove(uint64_t key) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = extents_.find(key);
+    if (it == extents_.end()) return;
+    used_bytes_ -= it->second;
+    extents_.erase(it);
+    queue_.push_back(Job{key, {}});
+  }
+  work_ready_.notify_one();
+}
+
+std::vector<std::pair<uint64_t, bool>> DiskTier::take_completed() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(completed_, {});
+}
+
+void DiskTier::flush() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+void DiskTier::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) break;  // stopping, and every queued write is done
+    // Take everything queued: one directory fsync makes the whole batch durable.
+    std::deque<Job> batch = std::exchange(queue_, {});
+    busy_ = true;
+    lock.unlock();
+    std::vector<std::pair<uint64_t, bool>> done;
+    bool renamed_any = false;
+    for (const Job& job : batch) {
+      if (job.bytes.empty()) {
+        ::unlink(path_of(job.key).c_str());
+        continue;
+      }
+      const bool ok = write_extent(job);
+      renamed_any |= ok;
+      done.emplace_back(job.key, ok);
+    }
+    if (renamed_any) fsync_dir(dir_);
+    lock.lock();
+    for (const Job& job : batch) queued_bytes_ -= job.bytes.size();
+    for (const auto& [key, ok] : done) {
+      if (!ok) {
+        auto it = extents_.find(key);
+        if (it != extents_.end()) {
+          used_bytes_ -= it->second;
+          extents_.erase(it);
+        }
+      }
+      completed_.emplace_back(key, ok);
+    }
+    busy_ = false;
+    if (queue_.empty()) idle_.notify_all();
+  }
+  busy_ = false;
+  idle_.notify_all();
+}
+
+bool DiskTier::write_extent(const Job& job) const {
+  const std::string path = path_of(job.key);
+  const std::string tmp = path + kTempSuffix;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = write_all(fd, job.bytes.data(), job.bytes.size()) && ::fdatasync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_size) const {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
+  HeaderPrefix prefix{};
+  Result<ExtentHeader> result = make_error("{}: unreadable", path);
+  if (!read_all(fd, reinterpret_cast<uint8_t*>(&prefix), sizeof(prefix), 0)) {
+    result = make_error("{}: truncated header", path);
+  } else if (std::memcmp(prefix.magic, kMagic, sizeof(kMagic)) != 0) {
+    result = make_error("{}: not a Mnemo KV extent", path);
+  } else if (prefix.fingerprint != fingerprint_) {
+    result = make_error("{}: written for another model or KV layout", path);
+  } else if (prefix.n_tokens < 0 || static_cast<size_t>(prefix.n_tokens) > kMaxTokens) {
+    result = make_error("{}: bad token count {}", path, prefix.n_tokens);
+  } else {
+    const size_t head = header_bytes(static_cast<size_t>(prefix.n_tokens));
+    std::vector<uint8_t> bytes(head);
+    HeaderTrailer trailer{};
+    if (!read_all(fd, bytes.data(), head, 0)) {
+      result = make_error("{}: truncated header", path);
+    } else {
+      std::memcpy(&trailer, bytes.data() + head - sizeof(trailer), sizeof(trailer));
+      if (XXH3_64bits(bytes.data(), head - sizeof(trailer)) != trailer.header_hash) {
+        result = make_error("{}: header checksum mismatch", path);
+      } else if (trailer.payload_bytes != payload_bytes_ || file_size != head + payload_bytes_) {
+        result = make_error("{}: size {} does not match the extent's {} bytes", path, file_size, head + payload_bytes_);
+      } else {
+        ExtentHeader h;
+        h.ns = prefix.ns;
+        h.key = prefix.key;
+        h.parent_key = prefix.parent_key;
+        h.position = prefix.position;
+        h.tokens.resize(static_cast<size_t>(prefix.n_tokens));
+        std::memcpy(h.tokens.data(), bytes.data() + sizeof(prefix), h.tokens.size() * sizeof(int32_t));
+        result = std::move(h);
+      }
+    }
+  }
+  ::close(fd);
+  return result;
+}
+
+std::vector<ExtentHeader> DiskTier::scan() {
+  std::vector<ExtentHeader> headers;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string path = entry.path().string();
+    const std::string ext = entry.path().extension().string();
+    if (ext == kTempSuffix) {
+      ::unlink(path.c_str());  // a write a crash interrupted
+      continue;
+    }
+    if (ext != kExtentSuffix || !entry.is_regular_file(ec)) continue;
+    auto header = read_header(path, static_cast<size_t>(entry.file_size(ec)));
+    if (!header.ok()) {
+      // Another model's extents stay for it; damaged ones go.
+      if (header.error().message().find("another model") == std::string::npos) ::unlink(path.c_str());
+      continue;
+    }
+    if (path != path_of(header->key)) {
+      ::unlink(path.c_str());
+      continue;
+    }
+    std::lock_guard lock(mutex_);
+    const auto size = static_cast<int64_t>(entry.file_size(ec));
+    extents_[header->key] = size;
+    used_bytes_ += size;
+    headers.push_back(std::move(*header));
+  }
+  std::sort(headers.begin(), headers.end(),
+            [](const ExtentHeader& a, const ExtentHeader& b) { return a.position < b.position; });
+  return headers;
+}
+
+Status DiskTier::read(uint64_t key, std::span<uint8_t> out) const {
+  const std::string path = path_of(key);
+  if (out.size() != payload_bytes_) return make_error("{}: read of {} bytes, extents hold {}", path, out.size(), payload_bytes_);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return make_error("{}: missing: {}", path, std::strerror(errno));
+  MNEMO_ASSIGN_OR_RETURN(const ExtentHeader header, read_header(path, static_cast<size_t>(st.st_size)));
+  if (header.key != key) return make_error("{}: holds key {:016x}", path, header.key);
+  const size_t head = header_bytes(header.tokens.size());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
+  HeaderTrailer trailer{};
+  const bool ok = read_all(fd, reinterpret_cast<uint8_t*>(&trailer), sizeof(trailer),
+                           static_cast<off_t>(head - sizeof(trailer))) &&
+                  read_all(fd, out.data(), out.size(), static_cast<off_t>(head));
+  ::close(fd);
+  if (!ok) return make_error("{}: truncated payload", path);
+  if (XXH3_64bits(out.data(), out.size()) != trailer.payload_hash) return make_error("{}: payload checksum mismatch", path);
+  return ok_status();
+}
+
+}  // namespace mnemo

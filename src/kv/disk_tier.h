@@ -1,0 +1,108 @@
+// The disk tier of the KV pool (SPEC M1, P2): one extent file per cached chunk in a directory
+// with a size limit, written by a background thread so the engine never waits for the disk.
+//
+// An extent is a header (magic, version, the layout fingerprint, namespace, the chunk's key and
+// its parent's key, its position and tokens, payload size, payload checksum, header checksum)
+// followed by the chunk's KV block. The header alone is enough to rebuild the prefix index at
+// start-up; the payload is checked (XXH3) on every read, so a corrupted or truncated extent is
+// detected and dropped, never served.
+//
+// Durability: an extent is written to "<key>.tmp", fdatasync'ed, renamed to "<key>.kv", and the
+// directory fsync'ed before the write is reported complete; only then does the index count the
+// chunk as on disk. A crash at any point leaves either no extent or a whole one (temporaries are
+// deleted at start-up).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "util/result.h"
+
+namespace mnemo {
+
+struct ExtentHeader {
+  uint64_t ns = 0;
+  uint64_t key = 0;
+  uint64_t parent_key = 0;  // 0: the chunk starts a sequence
+  int32_t position = 0;
+  std::vector<int32_t> tokens;
+};
+
+class DiskTier {
+ public:
+  // Opens (creating it if needed) `dir` for extents of `payload_bytes` each whose layout has the
+  // given fingerprint; extents of another fingerprint in the directory are left alone.
+  static Result<std::unique_ptr<DiskTier>> open(const std::string& dir, uint64_t fingerprint, size_t payload_bytes,
+                                                int64_t capacity_bytes);
+  ~DiskTier();  // finishes the queued writes
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // The headers of the intact extents in the directory, parents before children. Extents whose
+  // header is damaged, whose size is wrong, and leftover temporaries are deleted.
+  std::vector<ExtentHeader> scan();
+
+  // Queues the write of one extent (the payload is copied). False, and nothing queued, when the
+  // queue already holds its bound of bytes or the extent would not fit the capacity.
+  bool write(const ExtentHeader& header, std::span<const uint8_t> payload);
+  // Writes finished since the last call: the key and whether it is durable.
+  std::vector<std::pair<uint64_t, bool>> take_completed();
+  // Reads a durable extent's payload, checking its checksums. An Error says what is wrong.
+  Status read(uint64_t key, std::span<uint8_t> out) const;
+  // Deletes an extent (after any queued write of it).
+  void remove(uint64_t key);
+  // Blocks until every queued write and removal is done (tests, shutdown).
+  void flush();
+
+  size_t extent_bytes(size_t n_tokens) const;  // header and payload of one extent
+  size_t payload_bytes() const { return payload_bytes_; }
+  int64_t capacity_bytes() const { return capacity_bytes_; }
+  int64_t used_bytes() const;  // extents on disk or queued
+  size_t queued() const;
+  const std::string& dir() const { return dir_; }
+  std::string path_of(uint64_t key) const;
+
+  static constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
+
+ private:
+  DiskTier(std::string dir, uint64_t fingerprint, size_t payload_bytes, int64_t capacity_bytes);
+  struct Job {
+    uint64_t key = 0;
+    std::vector<uint8_t> bytes;  // the whole extent; empty: remove it
+  };
+  void run();
+  bool write_extent(const Job& job) const;
+  Result<ExtentHeader> read_header(const std::string& path, size_t file_size) const;
+
+  const std::string dir_;
+  const uint64_t fingerprint_;
+  const size_t payload_bytes_;
+  const int64_t capacity_bytes_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable idle_;
+  std::deque<Job> queue_;              // guarded by mutex_
+  size_t queued_bytes_ = 0;            // guarded by mutex_
+  bool busy_ = false;                  // guarded by mutex_
+  bool stopping_ = false;              // guarded by mutex_
+  std::vector<std::pair<uint64_t, bool>> completed_;  // guarded by mutex_
+  std::unordered_map<uint64_t, int64_t> extents_;     // key -> bytes, on disk or queued; guarded by mutex_
+  int64_t used_bytes_ = 0;             // guarded by mutex_
+  std::thread thread_;
+};
+
+// A fingerprint of what makes extents interchangeable: the model file's identity and the KV
+// layout. Extents written for another model or layout never match.
+uint64_t kv_fingerprint(std::string_view model_identity, int32_t n_layers, int32_t n_kv_heads, int32_t head_dim_k,
+                        int32_t head_dim_v, int32_t block_size, int32_t dtype);
+
+}  // namespace mnemo
