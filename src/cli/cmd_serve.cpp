@@ -28,7 +28,35 @@ struct ServeArgs {
   int32_t host_swap_tokens = 65536;
   int32_t grace_seconds = 30;
   std::string state_dir;
+  int64_t disk_cache_bytes = int64_t{2} << 30;
+  std::string cache_policy = "pensieve";
+  std::string profile_path;  // empty: the model's profile if `mnemo profile` wrote one
 };
+
+// The cost model the cache's retention policy uses: the profile given, else the one beside the
+// model, else the defaults (the policy still orders chunks sensibly).
+Result<CostModel> cost_model_for(const ServeArgs& args) {
+  if (!args.profile_path.empty()) return load_cost_model(args.profile_path);
+  const std::string beside = cost_model_path_for(args.model_path);
+  if (std::filesystem::exists(beside)) return load_cost_model(beside);
+  return CostModel{};
+}
+
+// The disk tier lives in the state folder; its extents carry a fingerprint of the model file
+// and the KV layout, so another model (or KV type, or chunk size) never reads them.
+Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const Model& model, const EngineConfig& config) {
+  if (args.disk_cache_bytes == 0 || !config.prefix_caching) return std::shared_ptr<DiskTier>();
+  const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
+  std::error_code ec;
+  const auto model_bytes = std::filesystem::file_size(args.model_path, ec);
+  const std::string identity =
+      std::filesystem::path(args.model_path).filename().string() + ":" + std::to_string(ec ? 0 : model_bytes);
+  const uint64_t fingerprint = kv_fingerprint(identity, layout.n_layers, layout.n_kv_heads, layout.head_dim_k,
+                                              layout.head_dim_v, layout.block_size, static_cast<int32_t>(layout.dtype));
+  MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(args.state_dir + "/kv", fingerprint, layout.block_bytes(),
+                                                   args.disk_cache_bytes));
+  return std::shared_ptr<DiskTier>(std::move(disk));
+}
 
 int run_serve(ServeArgs args) {
   // Signals are taken by one thread with sigwait, never by whichever thread happens to run.
@@ -58,7 +86,25 @@ int run_serve(ServeArgs args) {
   engine_config.kv_dtype = args.kv_type == "f32" ? DType::F32 : DType::F16;
   engine_config.kv_blocks = std::max(1, args.kv_tokens / engine_config.block_size);
   engine_config.host_swap_blocks = std::max(0, args.host_swap_tokens / engine_config.block_size);
+  engine_config.cache_policy = args.cache_policy == "lru" ? RetentionPolicy::kLru : RetentionPolicy::kPensieve;
+  auto cost = cost_model_for(args);
+  if (!cost.ok()) {
+    std::fprintf(stderr, "error: %s\n", cost.error().message().c_str());
+    return 1;
+  }
+  engine_config.cost = *cost;
+  auto disk = open_disk_tier(args, **model, engine_config);
+  if (!disk.ok()) {
+    std::fprintf(stderr, "error: %s\n", disk.error().message().c_str());
+    return 1;
+  }
+  engine_config.disk = *disk;
   Engine engine(**model, **tokenizer, engine_config);
+  if (engine_config.disk) {
+    std::printf("mnemo: KV disk tier %s (%.1f GiB); %lld cached chunks restored; cost model: %s\n",
+                engine_config.disk->dir().c_str(), static_cast<double>(args.disk_cache_bytes) / (1 << 30),
+                static_cast<long long>(engine.metrics().disk_chunks_cached), engine_config.cost.source.c_str());
+  }
 
   server::ServerConfig config = args.server;
   std::error_code ec;
@@ -101,6 +147,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   args->model_path = default_model_path();
   args->server.ui_dir = MNEMO_UI_DIR;
   args->state_dir = cache_dir() + "/state";
+  args->engine.block_size = 32;  // SPEC P3's chunk
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API with a web chat page");
   cmd->add_option("-m,--model", args->model_path, "GGUF model file")->capture_default_str();
   cmd->add_option("--model-name", args->model_name, "Model id clients use (default: the file name)");
@@ -122,8 +169,23 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag_callback("--no-prefix-cache", [args] { args->engine.prefix_caching = false; },
                          "Do not reuse the KV of earlier requests (stateless baseline)");
   cmd->add_option("--max-connections", args->server.max_connections, "Requests in flight before 429")->capture_default_str();
-  cmd->add_option("--state-dir", args->state_dir, "Folder of durable state (the Responses API's conversations)")
+  cmd->add_option("--state-dir", args->state_dir, "Folder of durable state (the Responses API's conversations, the KV disk tier)")
       ->capture_default_str();
+  cmd->add_option("--chunk-tokens", args->engine.block_size, "Tokens per KV block, the unit of caching and of every tier")
+      ->capture_default_str()
+      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
+  cmd->add_option("--disk-cache-bytes", args->disk_cache_bytes,
+                  "Size limit of the KV disk tier under --state-dir (0: no disk tier; KV then does not outlive the process)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
+  cmd->add_option("--cache-policy", args->cache_policy, "Which cached chunks leave a tier first")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"pensieve", "lru"}));
+  cmd->add_option("--swap-out-threshold", args->engine.swap_out_threshold,
+                  "Copy cached KV to host ahead of need while free device blocks are below this share")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--profile", args->profile_path, "Cost model from `mnemo profile` (default: the one beside the model, if any)");
   cmd->add_option("--grace-seconds", args->grace_seconds, "On SIGTERM, time for requests in flight to finish")->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }

@@ -108,6 +108,15 @@ void Engine::publish_cache_metrics() {
   });
 }
 
+MetricsSnapshot Engine::metrics() const {
+  MetricsSnapshot m = metrics_.snapshot();
+  if (config_.disk) {
+    m.disk_bytes_used = config_.disk->used_bytes();
+    m.disk_writes_queued = static_cast<int64_t>(config_.disk->queued());
+  }
+  return m;
+}
+
 double Engine::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

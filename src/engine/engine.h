@@ -65,7 +65,9 @@ class Engine {
 
   const EngineConfig& config() const { return config_; }
   const Model& model() const { return model_; }
-  MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  // The engine's last published figures, with the disk tier's queue and usage read live (its
+  // writes finish while the engine idles).
+  MetricsSnapshot metrics() const;
 
  private:
   struct Step;  // one step's plan (engine.cpp)

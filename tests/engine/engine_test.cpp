@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -328,6 +329,67 @@ TEST_F(EngineTest, CachedChunksMoveToHostAndComeBackWithIdenticalOutput) {
   const Outcome second = collect(**engine.submit(a2));
   EXPECT_GT(engine.metrics().cache_host_hit_tokens, 0u);
   EXPECT_GT(second.usage.cached_tokens, 0);
+  EngineConfig no_cache = roomy();
+  no_cache.prefix_caching = false;
+  EXPECT_EQ(second.tokens, run_all(no_cache, {a2})[0].tokens);
+}
+
+TEST_F(EngineTest, DroppedLeadingChunksAreRecomputedWithIdenticalOutput) {
+  EngineConfig one_tier = roomy();
+  one_tier.kv_blocks = 24;  // 96 tokens, no host tier: chunks that leave the device are dropped
+  one_tier.decode_reserve = 0.0f;
+  one_tier.swap_out_threshold = 0.0f;
+  Engine engine(*model_, *tokenizer_, one_tier);
+  GenerationRequest a = make_request(61, 40, 8, 0.0f);
+  const Outcome a1 = collect(**engine.submit(a));
+  // Other traffic needs room: a's idle chunks leave, the leading ones first (the cheapest to
+  // recompute), while its later chunks stay.
+  collect(**engine.submit(make_request(62, 60, 8, 0.0f)));
+  EXPECT_GT(engine.metrics().cache_dropped_blocks, 0u);
+  GenerationRequest a2 = a;
+  a2.prompt.insert(a2.prompt.end(), a1.tokens[0].begin(), a1.tokens[0].end());
+  a2.prompt.push_back(50);
+  const Outcome second = collect(**engine.submit(a2));
+  EXPECT_GT(second.usage.recomputed_tokens, 0);
+  EXPECT_GT(second.usage.cached_tokens, 0);
+  EXPECT_EQ(second.usage.cached_tokens, second.usage.device_cached_tokens);
+  EXPECT_GT(engine.metrics().cache_recomputed_tokens, 0u);
+  EngineConfig no_cache = roomy();
+  no_cache.prefix_caching = false;
+  EXPECT_EQ(second.tokens, run_all(no_cache, {a2})[0].tokens);
+}
+
+TEST_F(EngineTest, AConversationsKvOutlivesTheEngineInTheDiskTier) {
+  char tmpl[] = "/tmp/mnemo-engine-disk-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const KvLayout layout = model_->kv_layout(4, DType::F16);
+  const auto open_disk = [&] {
+    auto disk = DiskTier::open(dir, 7, layout.block_bytes(), 1 << 24);
+    EXPECT_TRUE(disk.ok());
+    return std::shared_ptr<DiskTier>(std::move(*disk));
+  };
+  GenerationRequest a = make_request(71, 40, 8, 0.0f);
+  Outcome a1;
+  {
+    EngineConfig c = roomy();
+    c.disk = open_disk();
+    Engine engine(*model_, *tokenizer_, c);
+    a1 = collect(**engine.submit(a));
+  }
+  GenerationRequest a2 = a;
+  a2.prompt.insert(a2.prompt.end(), a1.tokens[0].begin(), a1.tokens[0].end());
+  a2.prompt.push_back(50);
+  Outcome second;
+  {
+    EngineConfig c = roomy();
+    c.disk = open_disk();
+    Engine restarted(*model_, *tokenizer_, c);
+    EXPECT_EQ(restarted.metrics().disk_chunks_cached, 11);  // 47 computed tokens: 11 whole blocks
+    second = collect(**restarted.submit(a2));
+  }  // its disk tier finishes its writes before the folder goes
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(second.usage.disk_cached_tokens, 44);
+  EXPECT_EQ(second.usage.cached_tokens, 44);
   EngineConfig no_cache = roomy();
   no_cache.prefix_caching = false;
   EXPECT_EQ(second.tokens, run_all(no_cache, {a2})[0].tokens);

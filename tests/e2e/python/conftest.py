@@ -166,7 +166,9 @@ def start_server(mnemo_bin):
     servers: list[MnemoServer] = []
 
     def start(*extra: str) -> MnemoServer:
-        args = [mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", *extra]
+        # Every server gets its own state (conversations, KV disk tier) unless a test shares one.
+        state = [] if "--state-dir" in extra else ["--state-dir", tempfile.mkdtemp(prefix="mnemo-e2e-state-")]
+        args = [mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", *state, *extra]
         server = MnemoServer(args)
         servers.append(server)
         return server.start()

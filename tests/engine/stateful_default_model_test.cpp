@@ -1,0 +1,183 @@
+// The stateful cache on the real default model: a conversation's second turn produces the same
+// tokens (greedy and seeded sampling) whether its history's KV is found on the device, brought
+// back from the host tier, read from the disk tier after a restart, partly dropped and
+// recomputed (SPEC P5), or computed from scratch with the cache off.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/engine.h"
+#include "util/paths.h"
+
+namespace mnemo {
+namespace {
+
+struct Turn {
+  std::vector<TokenId> tokens;
+  RequestUsage usage;
+};
+
+Turn collect(RequestStream& stream) {
+  Turn t;
+  for (;;) {
+    auto event = stream.next(std::chrono::milliseconds(120000));
+    if (!event) {
+      ADD_FAILURE() << "timed out";
+      return t;
+    }
+    if (auto* d = std::get_if<TokenDelta>(&*event)) {
+      if (d->token >= 0) t.tokens.push_back(d->token);
+    } else if (auto* done = std::get_if<RequestDone>(&*event)) {
+      EXPECT_TRUE(done->error.empty()) << done->error;
+      t.usage = done->usage;
+      return t;
+    }
+  }
+}
+
+class StatefulDefaultModelTest : public ::testing::TestWithParam<float> {
+ protected:
+  static void SetUpTestSuite() {
+    auto model = Model::load(default_model_path());
+    ASSERT_TRUE(model.ok()) << model.error().message() << " (run scripts/setup.sh to fetch the default model)";
+    model_ = std::move(*model).release();
+    auto tokenizer = Tokenizer::from_gguf(model_->file());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message();
+    tokenizer_ = std::move(*tokenizer).release();
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete model_;
+  }
+
+  static EngineConfig config() {
+    EngineConfig c;
+    c.threads = 2;
+    c.block_size = 32;
+    c.kv_blocks = 64;
+    c.host_swap_blocks = 0;
+    c.decode_reserve = 0.0f;
+    c.swap_out_threshold = 0.0f;
+    return c;
+  }
+
+  GenerationRequest request(const std::string& text, int32_t max_tokens) const {
+    GenerationRequest r;
+    r.prompt = tokenizer_->encode(text, /*add_special=*/true, /*parse_special=*/false);
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = GetParam();
+    r.sampling.seed = 1234;
+    r.top_logprobs = 0;
+    return r;
+  }
+  static Turn run(Engine& engine, const GenerationRequest& r) {
+    auto stream = engine.submit(r);
+    if (!stream.ok()) {
+      ADD_FAILURE() << stream.error().message();
+      return {};
+    }
+    return collect(**stream);
+  }
+
+  // Turn 1, then turn 2 = turn 1's prompt + reply + a new message.
+  GenerationRequest second_turn(const GenerationRequest& first, const Turn& reply) const {
+    GenerationRequest r = first;
+    r.prompt.insert(r.prompt.end(), reply.tokens.begin(), reply.tokens.end());
+    const auto more = tokenizer_->encode("\nUser: And what happened next in the village?\nAssistant:", false, false);
+    r.prompt.insert(r.prompt.end(), more.begin(), more.end());
+    r.max_tokens = 24;
+    return r;
+  }
+  // Traffic that needs most of a 16-block device pool: 400 prompt tokens and 64 new ones fill 15
+  // blocks, so at most one block of anything else stays.
+  void other_traffic(Engine& engine) const {
+    GenerationRequest r = request("", 64);
+    const auto words = tokenizer_->encode(" apple banana cherry date elderberry fig grape honeydew kiwi lemon", false, false);
+    while (r.prompt.size() < 400) r.prompt.insert(r.prompt.end(), words.begin(), words.end());
+    r.prompt.resize(400);
+    run(engine, r);
+  }
+
+  static Model* model_;
+  static Tokenizer* tokenizer_;
+};
+Model* StatefulDefaultModelTest::model_ = nullptr;
+Tokenizer* StatefulDefaultModelTest::tokenizer_ = nullptr;
+
+constexpr const char* kFirst =
+    "User: Tell me a short story about a fox who lived at the edge of a mountain village, and about the "
+    "baker who left bread on the windowsill every winter morning.\nAssistant:";
+
+TEST_P(StatefulDefaultModelTest, SecondTurnIsIdenticalFromEveryTierAndFromScratch) {
+  const GenerationRequest first = request(kFirst, 120);
+  EngineConfig off = config();
+  off.prefix_caching = false;
+  Engine reference_engine(*model_, *tokenizer_, off);
+  const Turn reply = run(reference_engine, first);
+  const GenerationRequest second = second_turn(first, reply);
+  const Turn expected = run(reference_engine, second);
+  std::printf("turn 1: %zu prompt tokens + %zu generated; turn 2: %zu prompt tokens\n", first.prompt.size(),
+              reply.tokens.size(), second.prompt.size());
+  ASSERT_EQ(expected.usage.cached_tokens, 0);
+  ASSERT_EQ(expected.tokens.size(), 24u);
+
+  {  // device
+    Engine engine(*model_, *tokenizer_, config());
+    EXPECT_EQ(run(engine, first).tokens, reply.tokens);
+    const Turn t = run(engine, second);
+    EXPECT_EQ(t.usage.device_cached_tokens, 128);  // 38 + 119 computed tokens: 4 whole chunks
+    EXPECT_EQ(t.tokens, expected.tokens) << "history on the device";
+  }
+  {  // host: other traffic pushes the history down
+    EngineConfig c = config();
+    c.kv_blocks = 16;
+    c.host_swap_blocks = 64;
+    Engine engine(*model_, *tokenizer_, c);
+    run(engine, first);
+    other_traffic(engine);
+    const Turn t = run(engine, second);
+    EXPECT_GT(t.usage.host_cached_tokens, 0);
+    EXPECT_EQ(t.tokens, expected.tokens) << "history from the host tier";
+  }
+  {  // partly dropped: no lower tier, so the history's leading chunks are dropped, the rest kept
+    EngineConfig c = config();
+    c.kv_blocks = 16;
+    Engine engine(*model_, *tokenizer_, c);
+    run(engine, first);
+    other_traffic(engine);
+    const Turn t = run(engine, second);
+    EXPECT_GT(t.usage.recomputed_tokens, 0);
+    EXPECT_GT(t.usage.cached_tokens, 0);
+    EXPECT_EQ(t.tokens, expected.tokens) << "dropped leading chunks recomputed";
+  }
+  {  // disk, across a restart of the engine
+    char tmpl[] = "/tmp/mnemo-stateful-XXXXXX";
+    const std::string dir = mkdtemp(tmpl);
+    const KvLayout layout = model_->kv_layout(32, DType::F16);
+    const auto engine_config = [&] {
+      EngineConfig c = config();
+      c.disk = std::shared_ptr<DiskTier>(std::move(*DiskTier::open(dir, 1, layout.block_bytes(), 1 << 30)));
+      return c;
+    };
+    {
+      Engine engine(*model_, *tokenizer_, engine_config());
+      run(engine, first);
+    }
+    {
+      Engine restarted(*model_, *tokenizer_, engine_config());
+      const Turn t = run(restarted, second);
+      EXPECT_EQ(t.usage.disk_cached_tokens, 128);
+      EXPECT_EQ(t.tokens, expected.tokens) << "history from the disk tier after a restart";
+    }  // its disk tier finishes its writes before the folder goes
+    std::filesystem::remove_all(dir);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sampling, StatefulDefaultModelTest, ::testing::Values(0.0f, 0.8f),
+                         [](const ::testing::TestParamInfo<float>& param_info) {
+                           return param_info.param == 0.0f ? std::string("Greedy") : std::string("Seeded");
+                         });
+
+}  // namespace
+}  // namespace mnemo
