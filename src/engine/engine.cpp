@@ -232,13 +232,18 @@ bool Engine::preempt_latest(const Sequence* keep) {
   return true;
 }
 
-// Moves a running sequence back to the waiting queue (SPEC V6): swapped to the host pool when it
-// has room (a copy is far cheaper than recomputing on this backend), else dropped for recompute.
+// Moves a running sequence back to the waiting queue (SPEC V6): swapped to the host pool when the
+// cost model says a copy out and back is cheaper than recomputing (on a CPU it nearly always is)
+// and the host has room; else its blocks are offered to the cache and it recomputes what is gone.
 void Engine::preempt(std::list<std::unique_ptr<Sequence>>::iterator it) {
   std::unique_ptr<Sequence> victim = std::move(*it);
   running_.erase(it);
   bool swapped = false;
-  if (!victim->blocks.empty() && kv_.swap_out(victim->blocks, victim->host_blocks)) {
+  // SPEC V6: swap when copying the KV out and back costs less than computing it again.
+  const int64_t bytes = static_cast<int64_t>(victim->blocks.size() * kv_.layout().block_bytes());
+  const bool swap_is_cheaper =
+      2 * config_.cost.copy_seconds(bytes) < config_.cost.recompute_seconds(0, victim->n_computed);
+  if (!victim->blocks.empty() && swap_is_cheaper && kv_.swap_out(victim->blocks, victim->host_blocks)) {
     victim->state = SequenceState::kSwapped;
     swapped = true;
   } else {
