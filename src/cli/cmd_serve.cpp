@@ -26,6 +26,7 @@ struct ServeArgs {
   std::string kv_type = "f16";
   int32_t kv_tokens = 65536;
   int32_t host_swap_tokens = 65536;
+  int32_t host_compact_tokens = 262144;
   int32_t grace_seconds = 30;
   std::string state_dir;
   int64_t disk_cache_bytes = int64_t{2} << 30;
@@ -53,8 +54,17 @@ Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const Mo
       std::filesystem::path(args.model_path).filename().string() + ":" + std::to_string(ec ? 0 : model_bytes);
   const uint64_t fingerprint = kv_fingerprint(identity, layout.n_layers, layout.n_kv_heads, layout.head_dim_k,
                                               layout.head_dim_v, layout.block_size, static_cast<int32_t>(layout.dtype));
+  // Sliding-window models store history a window before its conversation's end compact: the
+  // global layers only.
+  size_t compact_bytes = 0;
+  if (model.config().sliding_window > 0) {
+    KvLayout compact = layout;
+    compact.n_layers = 0;
+    for (int32_t l = 0; l < model.config().n_layers; ++l) compact.n_layers += model.config().is_local(l) ? 0 : 1;
+    compact_bytes = compact.block_bytes();
+  }
   MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(args.state_dir + "/kv", fingerprint, layout.block_bytes(),
-                                                   args.disk_cache_bytes));
+                                                   args.disk_cache_bytes, compact_bytes));
   return std::shared_ptr<DiskTier>(std::move(disk));
 }
 
@@ -86,6 +96,7 @@ int run_serve(ServeArgs args) {
   engine_config.kv_dtype = args.kv_type == "f32" ? DType::F32 : DType::F16;
   engine_config.kv_blocks = std::max(1, args.kv_tokens / engine_config.block_size);
   engine_config.host_swap_blocks = std::max(0, args.host_swap_tokens / engine_config.block_size);
+  engine_config.host_compact_blocks = std::max(0, args.host_compact_tokens / engine_config.block_size);
   engine_config.cache_policy = args.cache_policy == "lru" ? RetentionPolicy::kLru : RetentionPolicy::kPensieve;
   auto cost = cost_model_for(args);
   if (!cost.ok()) {
@@ -160,6 +171,10 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--host-swap-tokens", args->host_swap_tokens, "Host swap space for preempted sequences, in tokens")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 26));
+  cmd->add_option("--host-compact-tokens", args->host_compact_tokens,
+                  "Host space, in tokens, for sliding-window history kept as its global layers only")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 28));
   cmd->add_option("--kv-type", args->kv_type, "KV element type")->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens, "Tokens per forward pass")
       ->capture_default_str()

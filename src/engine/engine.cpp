@@ -31,8 +31,15 @@ void insert_in_order(std::list<std::unique_ptr<Sequence>>& list, std::unique_ptr
   list.insert(it, std::move(seq));
 }
 
-KvPoolConfig pool_config(const EngineConfig& config) {
+KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
   KvPoolConfig c;
+  if (model.sliding_window > 0) {
+    c.sliding_window = model.sliding_window;
+    for (int32_t layer = 0; layer < model.n_layers; ++layer) {
+      if (!model.is_local(layer)) c.global_layers.push_back(layer);
+    }
+    c.host_compact_blocks = config.host_compact_blocks;
+  }
   c.device_blocks = config.kv_blocks;
   c.host_blocks = config.host_swap_blocks;
   c.policy = config.cache_policy;
@@ -54,11 +61,12 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineConfig config)
       tokenizer_(tokenizer),
       config_(config),
       pool_(config.threads),
-      kv_(model.kv_layout(config.block_size, config.kv_dtype), pool_config(config)) {
+      kv_(model.kv_layout(config.block_size, config.kv_dtype), pool_config(config, model.config())) {
   kv_.restore_from_disk();
   metrics_.update([&](MetricsSnapshot& m) {
     m.kv_blocks_total = config_.kv_blocks;
     m.host_blocks_total = config_.host_swap_blocks;
+    m.host_compact_blocks_total = kv_.n_host_compact_blocks();
   });
   publish_cache_metrics();
   thread_ = std::thread([this] { loop(); });
@@ -83,6 +91,7 @@ void Engine::publish_cache_metrics() {
     m.kv_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDevice));
     m.host_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kHost));
     m.disk_chunks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDisk));
+    m.host_compact_blocks_cached = kv_.n_host_compact_used();
     m.chunks_dropped_indexed = static_cast<int64_t>(kv_.n_dropped_chunks());
     if (const DiskTier* disk = kv_.disk()) {
       m.disk_bytes_used = disk->used_bytes();
@@ -251,6 +260,7 @@ void Engine::preempt(std::list<std::unique_ptr<Sequence>>::iterator it) {
     kv_.release(victim->blocks);
     victim->n_computed = 0;
     victim->holes.clear();
+    victim->partial_chunks.clear();
     victim->state = SequenceState::kWaiting;
   }
   metrics_.update([&](MetricsSnapshot& m) {
@@ -327,6 +337,7 @@ void Engine::reuse_cached_prefix(Sequence& seq) {
   const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / bs;
   PrefixMatch match = kv_.match_prefix(seq.request->request.cache_namespace, seq.tokens, max_blocks);
   seq.blocks = std::move(match.table);
+  seq.partial_chunks = std::move(match.partial);
   seq.n_computed = static_cast<int32_t>(seq.blocks.size()) * bs;
   seq.holes.clear();
   for (int32_t chunk : match.recompute) {
@@ -351,7 +362,7 @@ void Engine::reuse_cached_prefix(Sequence& seq) {
 
 // Offers a sequence's computed blocks to the prefix index before it lets them go.
 void Engine::cache_blocks(Sequence& seq) {
-  if (config_.prefix_caching) kv_.cache_prefix(seq.request->request.cache_namespace, seq.tokens, seq.n_valid(), seq.blocks);
+  if (config_.prefix_caching) kv_.cache_prefix(seq.request->request.cache_namespace, seq.tokens, seq.n_valid(), seq.blocks, seq.partial_chunks);
 }
 
 void Engine::run_step(Step& step) {
@@ -421,6 +432,7 @@ void Engine::fork_choices(Sequence& parent) {
     child->n_prompt = parent.n_prompt;
     child->n_computed = parent.n_computed;
     child->blocks = kv_.share(parent.blocks);
+    child->partial_chunks = parent.partial_chunks;
     child->sampling = state.request.sampling;
     child->sampling.seed = choice_seed(state.request.sampling.seed, c);
     child->state = SequenceState::kRunning;

@@ -47,6 +47,9 @@ struct EngineConfig {
   CostModel cost;                   // `mnemo profile`'s measurements, or the defaults
   float swap_out_threshold = 0.25f;  // copy cached chunks to host ahead of need below this free share
   std::shared_ptr<DiskTier> disk;   // optional third tier; its extents are restored at start-up
+  // Host blocks of global layers only, for a sliding-window model's history a window before its
+  // conversation's end (0: none; every host copy is whole).
+  int32_t host_compact_blocks = 0;
 };
 
 class Engine {

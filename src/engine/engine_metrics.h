@@ -34,6 +34,8 @@ struct MetricsSnapshot {
   int64_t kv_blocks_cached = 0;  // kept by the prefix index (reusable, evictable when unused)
   int64_t host_blocks_cached = 0;
   int64_t host_blocks_total = 0;
+  int64_t host_compact_blocks_cached = 0;  // global-layer-only copies of sliding-window history
+  int64_t host_compact_blocks_total = 0;
   int64_t disk_chunks_cached = 0;
   int64_t disk_bytes_used = 0;
   int64_t disk_bytes_total = 0;

@@ -48,16 +48,45 @@ bool KvManager::make_room(int32_t n) {
   return true;
 }
 
+bool KvManager::compactable(const PrefixIndex::Chunk& c) const {
+  if (config_.sliding_window <= 0 || compact_.layout().n_layers == 0) return false;
+  const int64_t chunk_end = static_cast<int64_t>(c.position + 1) * block_size();
+  return static_cast<int64_t>(c.end_chunks) * block_size() - chunk_end >= config_.sliding_window;
+}
+
+void KvManager::pack_global_layers(const uint8_t* block, uint8_t* compact) const {
+  const size_t layer_bytes = layout().layer_elems() * layout().element_bytes();
+  for (size_t i = 0; i < config_.global_layers.size(); ++i) {
+    std::memcpy(compact + i * layer_bytes, block + static_cast<size_t>(config_.global_layers[i]) * layer_bytes, layer_bytes);
+  }
+}
+
+void KvManager::unpack_global_layers(const uint8_t* compact, uint8_t* block) const {
+  // Local layers are zeros: never read (out of every query's window), and harmless if a masked
+  // kernel loads them.
+  std::memset(block, 0, chunk_bytes());
+  const size_t layer_bytes = layout().layer_elems() * layout().element_bytes();
+  for (size_t i = 0; i < config_.global_layers.size(); ++i) {
+    std::memcpy(block + static_cast<size_t>(config_.global_layers[i]) * layer_bytes, compact + i * layer_bytes, layer_bytes);
+  }
+}
+
 void KvManager::evict_device_copy(const PrefixIndex::Chunk& c) {
   if (!c.has(Tier::kHost) && !c.has(Tier::kDisk) && c.disk != DiskCopy::kWriting) {
-    if (make_host_room(1)) {
+    if (compactable(c) && make_compact_room(1)) {
+      const BlockId host = (*compact_alloc_.allocate(1))[0];
+      pack_global_layers(device_.block(c.device), compact_.block(host));
+      index_.set_host(c.node, host, /*compact=*/true);
+      ++counters_.demoted_chunks;
+      counters_.bytes_device_to_host += static_cast<int64_t>(compact_bytes());
+    } else if (make_host_room(1)) {
       const BlockId host = (*host_alloc_.allocate(1))[0];
       std::memcpy(host_.block(host), device_.block(c.device), chunk_bytes());
       index_.set_host(c.node, host);
       ++counters_.demoted_chunks;
       counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes());
     } else if (config_.disk) {
-      write_to_disk(c, device_.block(c.device));
+      write_to_disk(c, device_.block(c.device), /*compact=*/false);
     }
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
@@ -72,11 +101,13 @@ bool KvManager::make_host_room(int32_t n) {
   if (n > host_alloc_.n_blocks()) return false;
   while (host_alloc_.n_free() < n) {
     const auto free_copy = [&](const PrefixIndex::Chunk& c) {
-      return host_alloc_.ref_count(c.host) == 1 && (c.device != kNoBlock || c.has(Tier::kDisk));
+      return !c.host_compact && host_alloc_.ref_count(c.host) == 1 && (c.device != kNoBlock || c.has(Tier::kDisk));
     };
     auto victim = lowest_value(Tier::kHost, free_copy);
     if (!victim) {
-      victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) { return host_alloc_.ref_count(c.host) == 1; });
+      victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) {
+        return !c.host_compact && host_alloc_.ref_count(c.host) == 1;
+      });
     }
     if (!victim) return false;
     evict_host_copy(*victim);
@@ -84,12 +115,31 @@ bool KvManager::make_host_room(int32_t n) {
   return true;
 }
 
+bool KvManager::make_compact_room(int32_t n) {
+  if (n > compact_alloc_.n_blocks()) return false;
+  while (compact_alloc_.n_free() < n) {
+    const auto victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) { return c.host_compact; });
+    if (!victim) return false;
+    evict_host_copy(*victim);
+  }
+  return true;
+}
+
 void KvManager::evict_host_copy(const PrefixIndex::Chunk& c) {
-  if (c.device == kNoBlock && c.disk == DiskCopy::kNone && config_.disk) write_to_disk(c, host_.block(c.host));
+  if (c.device == kNoBlock && c.disk == DiskCopy::kNone && config_.disk) {
+    if (c.host_compact) {
+      write_to_disk(c, compact_.block(c.host), /*compact=*/true);
+    } else if (compactable(c)) {
+      pack_global_layers(host_.block(c.host), compact_buffer_.data());
+      write_to_disk(c, compact_buffer_.data(), /*compact=*/true);
+    } else {
+      write_to_disk(c, host_.block(c.host), /*compact=*/false);
+    }
+  }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
   const bool last_copy = now_c.device == kNoBlock && now_c.disk == DiskCopy::kNone;
   index_.set_host(c.node, kNoBlock);
-  host_alloc_.release(c.host);
+  (c.host_compact ? compact_alloc_ : host_alloc_).release(c.host);
   ++counters_.evicted_chunks;
   counters_.dropped_chunks += last_copy ? 1 : 0;
 }
@@ -109,10 +159,11 @@ bool KvManager::make_disk_room(size_t bytes) {
   return true;
 }
 
-void KvManager::write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes) {
+void KvManager::write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact) {
   DiskTier& disk = *config_.disk;
   if (c.disk != DiskCopy::kNone) return;
-  const size_t extent = disk.extent_bytes(static_cast<size_t>(block_size()));
+  if (compact && disk.compact_payload_bytes() == 0) return;
+  const size_t extent = disk.extent_bytes(static_cast<size_t>(block_size()), compact);
   if (!make_disk_room(extent)) return;
   const auto node = index_.chunk(c.node);  // the room made may not touch it: it has no extent
   ExtentHeader header;
@@ -122,9 +173,10 @@ void KvManager::write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes)
   header.ns = index_.chunk_namespace(c.node);
   const auto tokens = index_.chunk_tokens_of(c.node);
   header.tokens.assign(tokens.begin(), tokens.end());
-  if (disk.write(header, {bytes, chunk_bytes()})) {
-    index_.set_disk(c.node, DiskCopy::kWriting);
-    counters_.bytes_to_disk += static_cast<int64_t>(chunk_bytes());
+  const size_t n = compact ? compact_bytes() : chunk_bytes();
+  if (disk.write(header, {bytes, n})) {
+    index_.set_disk(c.node, DiskCopy::kWriting, compact);
+    counters_.bytes_to_disk += static_cast<int64_t>(n);
   }
 }
 
@@ -133,7 +185,7 @@ void KvManager::take_disk_completions() {
   for (const auto& [key, ok] : config_.disk->take_completed()) {
     const auto node = index_.find_by_key(key);
     if (!node || index_.chunk(*node).disk != DiskCopy::kWriting) continue;
-    index_.set_disk(*node, ok ? DiskCopy::kPresent : DiskCopy::kNone);
+    index_.set_disk(*node, ok ? DiskCopy::kPresent : DiskCopy::kNone, index_.chunk(*node).disk_compact);
     counters_.disk_written_chunks += ok ? 1 : 0;
   }
 }
@@ -143,7 +195,11 @@ size_t KvManager::restore_from_disk() {
   size_t restored = 0;
   const double t = now();
   for (const ExtentHeader& h : config_.disk->scan()) {
-    if (index_.restore(h.ns, h.parent_key, h.key, h.tokens, t)) {
+    if (h.compact && compact_.layout().n_layers == 0) {
+      config_.disk->remove(h.key);  // this configuration cannot use it
+      continue;
+    }
+    if (index_.restore(h.ns, h.parent_key, h.key, h.tokens, t, h.compact)) {
       ++restored;
     } else {
       config_.disk->remove(h.key);  // its parent is gone: nothing can reach it
@@ -152,85 +208,158 @@ size_t KvManager::restore_from_disk() {
   return restored;
 }
 
-bool KvManager::load_chunk(const PrefixIndex::Chunk& c, BlockId block) {
-  if (c.host != kNoBlock) {
-    std::memcpy(device_.block(block), host_.block(c.host), chunk_bytes());
+KvManager::Loaded KvManager::load_chunk(const PrefixIndex::Chunk& c, BlockId block, bool allow_compact, Tier& from) {
+  uint8_t* to = device_.block(block);
+  if (c.host != kNoBlock && !c.host_compact) {
+    std::memcpy(to, host_.block(c.host), chunk_bytes());
     counters_.bytes_host_to_device += static_cast<int64_t>(chunk_bytes());
-    ++counters_.host_hit_chunks;
-    return true;
+    from = Tier::kHost;
+    return Loaded::kFull;
   }
-  if (c.disk == DiskCopy::kPresent) {
-    const Status read = config_.disk->read(c.key, {device_.block(block), chunk_bytes()});
+  const auto read_disk = [&](std::span<uint8_t> out) {
+    const Status read = config_.disk->read(c.key, out);
     if (read.ok()) {
-      counters_.bytes_disk_to_device += static_cast<int64_t>(chunk_bytes());
-      ++counters_.disk_hit_chunks;
+      counters_.bytes_disk_to_device += static_cast<int64_t>(out.size());
+      from = Tier::kDisk;
       return true;
     }
     // Damaged: never served. The chunk is recomputed like a dropped one.
     ++counters_.disk_corrupt_chunks;
     config_.disk->remove(c.key);
     index_.set_disk(c.node, DiskCopy::kNone);
+    return false;
+  };
+  if (c.disk == DiskCopy::kPresent && !c.disk_compact) return read_disk({to, chunk_bytes()}) ? Loaded::kFull : Loaded::kNothing;
+  if (!allow_compact) return Loaded::kNothing;
+  if (c.host != kNoBlock) {
+    unpack_global_layers(compact_.block(c.host), to);
+    counters_.bytes_host_to_device += static_cast<int64_t>(compact_bytes());
+    from = Tier::kHost;
+    return Loaded::kCompact;
   }
-  return false;
+  if (c.disk == DiskCopy::kPresent && read_disk({compact_buffer_.data(), compact_bytes()})) {
+    unpack_global_layers(compact_buffer_.data(), to);
+    return Loaded::kCompact;
+  }
+  return Loaded::kNothing;
 }
 
 PrefixMatch KvManager::match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks) {
   take_disk_completions();
-  PrefixMatch result;
   const std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_chunks, now());
   // Pin the chain's device blocks first, so making room for one chunk never evicts another.
   for (const auto& c : chain) {
     if (c.device != kNoBlock) device_alloc_.add_ref(c.device);
   }
+  enum class Use : uint8_t { kFull, kCompact, kRecompute };
+  std::vector<Use> use(chain.size());
+  std::vector<Tier> from(chain.size(), Tier::kDevice);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    use[i] = chain[i].has_full() ? Use::kFull : chain[i].dropped() ? Use::kRecompute : Use::kCompact;
+  }
+  // A chunk with only its global layers is usable if no query of this sequence reads its local
+  // layers: every position computed after it (recomputed chunks, and the new tokens from the end
+  // of the match on) is a whole window past its end. Requirements only reach backwards.
+  const auto enforce_windows = [&](size_t n) {
+    int64_t earliest_query = static_cast<int64_t>(n) * block_size();
+    for (size_t p = n; p-- > 0;) {
+      const int64_t chunk_end = static_cast<int64_t>(p + 1) * block_size();
+      if (use[p] == Use::kCompact && chunk_end + config_.sliding_window - 1 > earliest_query) use[p] = Use::kRecompute;
+      if (use[p] == Use::kRecompute) earliest_query = static_cast<int64_t>(p) * block_size();
+    }
+  };
+  enforce_windows(chain.size());
+
+  PrefixMatch result;
   size_t i = 0;
   for (; i < chain.size(); ++i) {
     const PrefixIndex::Chunk& c = chain[i];
     if (c.device != kNoBlock) {
       result.table.push_back(c.device);  // the pin becomes the caller's reference
-      ++counters_.device_hit_chunks;
-      ++result.device_chunks;
       continue;
     }
     auto fresh = make_room(1) ? device_alloc_.allocate(1) : std::nullopt;
     if (!fresh) break;
     const BlockId block = (*fresh)[0];
-    // Making room may have moved this chunk's lower copies: look again.
-    const bool known = index_.live(c.node);
-    const bool from_host = known && index_.chunk(c.node).host != kNoBlock;
-    if (known && load_chunk(index_.chunk(c.node), block)) {
-      // The index keeps the device copy too (its lower copies stay: leaving the device is then free).
-      index_.set_device(c.node, block);
-      device_alloc_.add_ref(block);
-      ++(from_host ? result.host_chunks : result.disk_chunks);
-    } else {
-      result.recompute.push_back(static_cast<int32_t>(i));
-      ++counters_.recomputed_chunks;
-    }
     result.table.push_back(block);
+    // Making room may have moved this chunk's lower copies: look again.
+    if (use[i] == Use::kRecompute || !index_.live(c.node)) {
+      use[i] = Use::kRecompute;
+      continue;
+    }
+    switch (load_chunk(index_.chunk(c.node), block, /*allow_compact=*/true, from[i])) {
+      case Loaded::kFull:
+        // The index keeps the device copy too (its lower copies stay: leaving the device is then free).
+        index_.set_device(c.node, block);
+        device_alloc_.add_ref(block);
+        use[i] = Use::kFull;
+        break;
+      case Loaded::kCompact:
+        use[i] = Use::kCompact;  // the sequence's own block: the index keeps its compact copies
+        break;
+      case Loaded::kNothing:
+        use[i] = Use::kRecompute;
+        break;
+    }
   }
   for (size_t j = i; j < chain.size(); ++j) {
     if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
   }
+  use.resize(i);
+  enforce_windows(i);  // the match may have ended early, or loads turned out compact
   // Chunks to recompute at the end of the match save nothing: the caller computes them anyway.
-  while (!result.recompute.empty() && result.recompute.back() + 1 == static_cast<int32_t>(result.table.size())) {
+  while (!use.empty() && use.back() == Use::kRecompute) {
     device_alloc_.release(result.table.back());
     result.table.pop_back();
-    result.recompute.pop_back();
-    --counters_.recomputed_chunks;
+    use.pop_back();
+  }
+  for (size_t p = 0; p < use.size(); ++p) {
+    if (use[p] == Use::kRecompute) {
+      result.recompute.push_back(static_cast<int32_t>(p));
+      ++counters_.recomputed_chunks;
+      continue;
+    }
+    if (use[p] == Use::kCompact) result.partial.push_back(static_cast<int32_t>(p));
+    switch (from[p]) {
+      case Tier::kDevice:
+        ++result.device_chunks;
+        ++counters_.device_hit_chunks;
+        break;
+      case Tier::kHost:
+        ++result.host_chunks;
+        ++counters_.host_hit_chunks;
+        break;
+      case Tier::kDisk:
+        ++result.disk_chunks;
+        ++counters_.disk_hit_chunks;
+        break;
+    }
   }
   return result;
 }
 
 void KvManager::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_valid,
-                             const std::vector<BlockId>& table) {
+                             const std::vector<BlockId>& table, std::span<const int32_t> partial_chunks) {
   const size_t whole = std::min(table.size(), static_cast<size_t>(n_valid / block_size()));
+  const auto adoptable = [&](size_t chunk) {
+    return std::find(partial_chunks.begin(), partial_chunks.end(), static_cast<int32_t>(chunk)) == partial_chunks.end();
+  };
   const auto kept = index_.insert(ns, tokens.first(whole * static_cast<size_t>(block_size())),
-                                  std::span<const BlockId>(table).first(whole), now());
+                                  std::span<const BlockId>(table).first(whole), now(), adoptable);
   for (BlockId id : kept) {
     device_alloc_.add_ref(id);
     if (config_.disk) {
       // Written through: the disk tier holds every cached chunk, so a restart finds them all.
-      if (const auto node = index_.node_at(id, Tier::kDevice)) write_to_disk(index_.chunk(*node), device_.block(id));
+      // A chunk already a window before its conversation's end goes compact.
+      if (const auto node = index_.node_at(id, Tier::kDevice)) {
+        const PrefixIndex::Chunk c = index_.chunk(*node);
+        if (compactable(c) && config_.disk->compact_payload_bytes() != 0) {
+          pack_global_layers(device_.block(id), compact_buffer_.data());
+          write_to_disk(c, compact_buffer_.data(), /*compact=*/true);
+        } else {
+          write_to_disk(c, device_.block(id), /*compact=*/false);
+        }
+      }
     }
   }
 }

@@ -68,6 +68,11 @@ class KvManager::BackgroundCopier {
 
 namespace {
 
+KvLayout compact_layout(KvLayout layout, const KvPoolConfig& config) {
+  layout.n_layers = config.sliding_window > 0 ? static_cast<int32_t>(config.global_layers.size()) : 0;
+  return layout;
+}
+
 KvPoolConfig two_tier(int32_t device_blocks, int32_t host_blocks) {
   KvPoolConfig c;
   c.device_blocks = device_blocks;
@@ -83,6 +88,9 @@ KvManager::KvManager(const KvLayout& layout, KvPoolConfig config)
       device_alloc_(config_.device_blocks),
       host_(layout, config_.host_blocks),
       host_alloc_(config_.host_blocks),
+      compact_(compact_layout(layout, config_), compact_layout(layout, config_).n_layers > 0 ? config_.host_compact_blocks : 0),
+      compact_alloc_(compact_layout(layout, config_).n_layers > 0 ? config_.host_compact_blocks : 0),
+      compact_buffer_(compact_layout(layout, config_).block_bytes()),
       index_(layout.block_size),
       copier_(std::make_unique<BackgroundCopier>()) {
   if (!config_.clock) {

@@ -45,11 +45,20 @@ struct KvPoolConfig {
   int32_t max_background_copies = 64;  // per step
   std::shared_ptr<DiskTier> disk;      // optional; chunks are written through to it when cached
   std::function<double()> clock;       // seconds; default: a steady clock
+  // Sliding-window models (SPEC item: SWA): a chunk a window or more before the end of its
+  // conversation keeps only its global layers when it leaves the device, in a host pool of
+  // compact blocks (and compact disk extents), a fraction of the bytes.
+  int32_t sliding_window = 0;           // tokens; 0: every layer is global
+  std::vector<int32_t> global_layers;   // the layers that attend to the whole context
+  int32_t host_compact_blocks = 0;
 };
 
 struct PrefixMatch {
   std::vector<BlockId> table;            // device blocks for the first table.size() chunks
   std::vector<int32_t> recompute;        // chunk positions whose blocks are fresh: KV to compute
+  // Chunk positions whose blocks hold only the global layers (their local layers are zero and
+  // no query of this sequence reads them); they must not be offered back to the cache.
+  std::vector<int32_t> partial;
   int32_t device_chunks = 0;             // chunks reused from each tier
   int32_t host_chunks = 0;
   int32_t disk_chunks = 0;
@@ -69,6 +78,8 @@ class KvManager {
   int32_t n_blocks() const { return device_alloc_.n_blocks(); }
   int32_t n_host_free() const { return host_alloc_.n_free(); }
   int32_t n_host_blocks() const { return host_alloc_.n_blocks(); }
+  int32_t n_host_compact_free() const { return compact_alloc_.n_free(); }
+  size_t compact_bytes() const { return compact_.layout().block_bytes(); }
   const DiskTier* disk() const { return config_.disk.get(); }
 
   // Blocks that writing positions [begin, end) would need: new ones past the table's end plus
@@ -93,11 +104,14 @@ class KvManager {
   PrefixMatch match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks);
   // Offers the whole chunks of a sequence's first `n_valid` tokens (their KV computed) to the
   // index, and writes newly cached ones through to the disk tier.
-  void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_valid, const std::vector<BlockId>& table);
+  void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_valid, const std::vector<BlockId>& table,
+                    std::span<const int32_t> partial_chunks = {});
   // Free blocks plus blocks only the index holds (what an allocation could get).
   int32_t n_available() const;
   size_t n_cached_blocks(Tier tier) const { return index_.size(tier); }
   size_t n_dropped_chunks() const { return index_.n_dropped(); }
+  int32_t n_host_compact_blocks() const { return compact_alloc_.n_blocks(); }
+  int32_t n_host_compact_used() const { return compact_alloc_.n_blocks() - compact_alloc_.n_free(); }
 
   // Once per engine step, around the forward pass: background copies ahead of need (SPEC P4)
   // start before it and are committed after it; finished disk writes are taken in.
@@ -135,19 +149,28 @@ class KvManager {
   bool index_only_device(const PrefixIndex::Chunk& c) const;
   bool make_room(int32_t n);
   bool make_host_room(int32_t n);
+  bool make_compact_room(int32_t n);
   bool make_disk_room(size_t bytes);
   void evict_device_copy(const PrefixIndex::Chunk& c);
   void evict_host_copy(const PrefixIndex::Chunk& c);
-  void write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes);
+  void write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact);
   void take_disk_completions();
-  // Brings a chunk to the device into `block`. False if its KV could not be had.
-  bool load_chunk(const PrefixIndex::Chunk& c, BlockId block);
+  // Whether no later query of the conversation through this chunk reads its local layers.
+  bool compactable(const PrefixIndex::Chunk& c) const;
+  void pack_global_layers(const uint8_t* block, uint8_t* compact) const;
+  void unpack_global_layers(const uint8_t* compact, uint8_t* block) const;
+  // Brings a chunk to the device into `block`: all of its layers, only the global ones, or none.
+  enum class Loaded { kFull, kCompact, kNothing };
+  Loaded load_chunk(const PrefixIndex::Chunk& c, BlockId block, bool allow_compact, Tier& from);
 
   KvPoolConfig config_;
   KvStorage device_;
   BlockAllocator device_alloc_;
   KvStorage host_;
   BlockAllocator host_alloc_;
+  KvStorage compact_;  // host blocks of a sliding-window model's global layers
+  BlockAllocator compact_alloc_;
+  std::vector<uint8_t> compact_buffer_;  // a compact disk extent on its way to the device
   PrefixIndex index_;
   Counters counters_;
   int64_t swapped_out_blocks_ = 0;

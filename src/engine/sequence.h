@@ -41,6 +41,9 @@ struct Sequence {
   // Ranges inside [0, n_computed) whose cached KV had been dropped: their blocks are fresh and
   // they run (SPEC P5) before any token past n_computed does. Ascending.
   std::vector<QueryRange> holes;
+  // Chunks whose blocks hold only a sliding-window model's global layers (history a window
+  // before any position this sequence computes); never offered back to the cache.
+  std::vector<int32_t> partial_chunks;
   std::vector<BlockId> host_blocks;  // while swapped out
   SamplingParams sampling;           // seeded per choice
 

@@ -36,6 +36,11 @@ struct HeaderTrailer {
   uint64_t header_hash;  // of everything before it
 };
 
+// memcpy that allows an empty (possibly null) range: memcpy(dst, nullptr, 0) is undefined.
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n != 0) std::memcpy(dst, src, n);
+}
+
 size_t header_bytes(size_t n_tokens) { return sizeof(HeaderPrefix) + n_tokens * sizeof(int32_t) + sizeof(HeaderTrailer); }
 
 bool write_all(int fd, const uint8_t* data, size_t n) {
@@ -77,13 +82,18 @@ uint64_t kv_fingerprint(std::string_view model_identity, int32_t n_layers, int32
   return XXH3_64bits_withSeed(dims, sizeof(dims), seed);
 }
 
-DiskTier::DiskTier(std::string dir, uint64_t fingerprint, size_t payload_bytes, int64_t capacity_bytes)
-    : dir_(std::move(dir)), fingerprint_(fingerprint), payload_bytes_(payload_bytes), capacity_bytes_(capacity_bytes) {
+DiskTier::DiskTier(std::string dir, uint64_t fingerprint, size_t payload_bytes, int64_t capacity_bytes,
+                   size_t compact_payload_bytes)
+    : dir_(std::move(dir)),
+      fingerprint_(fingerprint),
+      payload_bytes_(payload_bytes),
+      capacity_bytes_(capacity_bytes),
+      compact_payload_bytes_(compact_payload_bytes) {
   thread_ = std::thread([this] { run(); });
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& dir, uint64_t fingerprint, size_t payload_bytes,
-                                                 int64_t capacity_bytes) {
+                                                 int64_t capacity_bytes, size_t compact_payload_bytes) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return make_error("KV disk tier {}: cannot create the directory: {}", dir, ec.message());
@@ -93,7 +103,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& dir, uint64_
   ::close(fd);
   ::unlink(probe.c_str());
   if (capacity_bytes <= 0) return make_error("KV disk tier {}: capacity must be > 0 bytes", dir);
-  return std::unique_ptr<DiskTier>(new DiskTier(dir, fingerprint, payload_bytes, capacity_bytes));
+  return std::unique_ptr<DiskTier>(new DiskTier(dir, fingerprint, payload_bytes, capacity_bytes, compact_payload_bytes));
 }
 
 DiskTier::~DiskTier() {
@@ -111,7 +121,9 @@ std::string DiskTier::path_of(uint64_t key) const {
   return dir_ + "/" + name + kExtentSuffix;
 }
 
-size_t DiskTier::extent_bytes(size_t n_tokens) const { return header_bytes(n_tokens) + payload_bytes_; }
+size_t DiskTier::extent_bytes(size_t n_tokens, bool compact) const {
+  return header_bytes(n_tokens) + (compact ? compact_payload_bytes_ : payload_bytes_);
+}
 
 int64_t DiskTier::used_bytes() const {
   std::lock_guard lock(mutex_);
@@ -124,7 +136,7 @@ size_t DiskTier::queued() const {
 }
 
 bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> payload) {
-  if (payload.size() != payload_bytes_ || header.tokens.size() > kMaxTokens) return false;
+  if (!valid_payload_size(payload.size()) || header.tokens.size() > kMaxTokens) return false;
   std::vector<uint8_t> bytes(header_bytes(header.tokens.size()) + payload.size());
   HeaderPrefix prefix{};
   std::memcpy(prefix.magic, kMagic, sizeof(kMagic));
@@ -137,7 +149,7 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> payloa
   uint8_t* p = bytes.data();
   std::memcpy(p, &prefix, sizeof(prefix));
   p += sizeof(prefix);
-  std::memcpy(p, header.tokens.data(), header.tokens.size() * sizeof(int32_t));
+  copy_bytes(p, header.tokens.data(), header.tokens.size() * sizeof(int32_t));
   p += header.tokens.size() * sizeof(int32_t);
   HeaderTrailer trailer{};
   trailer.payload_bytes = payload.size();
@@ -145,7 +157,7 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> payloa
   trailer.header_hash = XXH3_64bits(bytes.data(), static_cast<size_t>(p - bytes.data()));
   std::memcpy(p, &trailer, sizeof(trailer));
   p += sizeof(trailer);
-  std::memcpy(p, payload.data(), payload.size());
+  copy_bytes(p, payload.data(), payload.size());
 
   const auto size = static_cast<int64_t>(bytes.size());
   {
@@ -246,8 +258,6 @@ Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_
     result = make_error("{}: truncated header", path);
   } else if (std::memcmp(prefix.magic, kMagic, sizeof(kMagic)) != 0) {
     result = make_error("{}: not a Mnemo KV extent", path);
-  } else if (prefix.fingerprint != fingerprint_) {
-    result = make_error("{}: written for another model or KV layout", path);
   } else if (prefix.n_tokens < 0 || static_cast<size_t>(prefix.n_tokens) > kMaxTokens) {
     result = make_error("{}: bad token count {}", path, prefix.n_tokens);
   } else {
@@ -258,18 +268,22 @@ Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_
       result = make_error("{}: truncated header", path);
     } else {
       std::memcpy(&trailer, bytes.data() + head - sizeof(trailer), sizeof(trailer));
+      // The checksum first: a damaged fingerprint must not pass for another model's extent.
       if (XXH3_64bits(bytes.data(), head - sizeof(trailer)) != trailer.header_hash) {
         result = make_error("{}: header checksum mismatch", path);
-      } else if (trailer.payload_bytes != payload_bytes_ || file_size != head + payload_bytes_) {
-        result = make_error("{}: size {} does not match the extent's {} bytes", path, file_size, head + payload_bytes_);
+      } else if (prefix.fingerprint != fingerprint_) {
+        result = make_error("{}: written for another model or KV layout", path);
+      } else if (!valid_payload_size(trailer.payload_bytes) || file_size != head + trailer.payload_bytes) {
+        result = make_error("{}: size {} does not match the extent's {} bytes", path, file_size, head + trailer.payload_bytes);
       } else {
         ExtentHeader h;
         h.ns = prefix.ns;
         h.key = prefix.key;
         h.parent_key = prefix.parent_key;
         h.position = prefix.position;
+        h.compact = trailer.payload_bytes != payload_bytes_;
         h.tokens.resize(static_cast<size_t>(prefix.n_tokens));
-        std::memcpy(h.tokens.data(), bytes.data() + sizeof(prefix), h.tokens.size() * sizeof(int32_t));
+        copy_bytes(h.tokens.data(), bytes.data() + sizeof(prefix), h.tokens.size() * sizeof(int32_t));
         result = std::move(h);
       }
     }
@@ -295,14 +309,16 @@ std::vector<ExtentHeader> DiskTier::scan() {
       if (header.error().message().find("another model") == std::string::npos) ::unlink(path.c_str());
       continue;
     }
-    if (path != path_of(header->key)) {
+    // Compare names, not paths: a `dir_` ending in '/' spells the same file differently.
+    if (entry.path().filename() != std::filesystem::path(path_of(header->key)).filename()) {
       ::unlink(path.c_str());
       continue;
     }
     std::lock_guard lock(mutex_);
     const auto size = static_cast<int64_t>(entry.file_size(ec));
-    extents_[header->key] = size;
-    used_bytes_ += size;
+    const auto it = extents_.try_emplace(header->key, 0).first;  // a second scan must not count it twice
+    used_bytes_ += size - it->second;
+    it->second = size;
     headers.push_back(std::move(*header));
   }
   std::sort(headers.begin(), headers.end(),
@@ -312,11 +328,13 @@ std::vector<ExtentHeader> DiskTier::scan() {
 
 Status DiskTier::read(uint64_t key, std::span<uint8_t> out) const {
   const std::string path = path_of(key);
-  if (out.size() != payload_bytes_) return make_error("{}: read of {} bytes, extents hold {}", path, out.size(), payload_bytes_);
+  if (!valid_payload_size(out.size())) return make_error("{}: read of {} bytes, extents hold {}", path, out.size(), payload_bytes_);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return make_error("{}: missing: {}", path, std::strerror(errno));
   MNEMO_ASSIGN_OR_RETURN(const ExtentHeader header, read_header(path, static_cast<size_t>(st.st_size)));
   if (header.key != key) return make_error("{}: holds key {:016x}", path, header.key);
+  const size_t stored = header.compact ? compact_payload_bytes_ : payload_bytes_;
+  if (out.size() != stored) return make_error("{}: holds {} payload bytes, {} asked for", path, stored, out.size());
   const size_t head = header_bytes(header.tokens.size());
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));

@@ -34,14 +34,16 @@ struct ExtentHeader {
   uint64_t parent_key = 0;  // 0: the chunk starts a sequence
   int32_t position = 0;
   std::vector<int32_t> tokens;
+  bool compact = false;  // the payload holds the global layers only (set by scan from its size)
 };
 
 class DiskTier {
  public:
   // Opens (creating it if needed) `dir` for extents of `payload_bytes` each whose layout has the
   // given fingerprint; extents of another fingerprint in the directory are left alone.
+  // Extents of `compact_payload_bytes` (if not 0) hold a sliding-window model's global layers.
   static Result<std::unique_ptr<DiskTier>> open(const std::string& dir, uint64_t fingerprint, size_t payload_bytes,
-                                                int64_t capacity_bytes);
+                                                int64_t capacity_bytes, size_t compact_payload_bytes = 0);
   ~DiskTier();  // finishes the queued writes
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
@@ -55,15 +57,17 @@ class DiskTier {
   bool write(const ExtentHeader& header, std::span<const uint8_t> payload);
   // Writes finished since the last call: the key and whether it is durable.
   std::vector<std::pair<uint64_t, bool>> take_completed();
-  // Reads a durable extent's payload, checking its checksums. An Error says what is wrong.
+  // Reads a durable extent's payload (full or compact: `out` has its size), checking its
+  // checksums. An Error says what is wrong.
   Status read(uint64_t key, std::span<uint8_t> out) const;
   // Deletes an extent (after any queued write of it).
   void remove(uint64_t key);
   // Blocks until every queued write and removal is done (tests, shutdown).
   void flush();
 
-  size_t extent_bytes(size_t n_tokens) const;  // header and payload of one extent
+  size_t extent_bytes(size_t n_tokens, bool compact = false) const;  // header and payload of one extent
   size_t payload_bytes() const { return payload_bytes_; }
+  size_t compact_payload_bytes() const { return compact_payload_bytes_; }
   int64_t capacity_bytes() const { return capacity_bytes_; }
   int64_t used_bytes() const;  // extents on disk or queued
   size_t queued() const;
@@ -73,7 +77,9 @@ class DiskTier {
   static constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
 
  private:
-  DiskTier(std::string dir, uint64_t fingerprint, size_t payload_bytes, int64_t capacity_bytes);
+  DiskTier(std::string dir, uint64_t fingerprint, size_t payload_bytes, int64_t capacity_bytes,
+           size_t compact_payload_bytes);
+  bool valid_payload_size(size_t n) const { return n == payload_bytes_ || (compact_payload_bytes_ != 0 && n == compact_payload_bytes_); }
   struct Job {
     uint64_t key = 0;
     std::vector<uint8_t> bytes;  // the whole extent; empty: remove it
@@ -86,6 +92,7 @@ class DiskTier {
   const uint64_t fingerprint_;
   const size_t payload_bytes_;
   const int64_t capacity_bytes_;
+  const size_t compact_payload_bytes_;
 
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;

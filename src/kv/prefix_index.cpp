@@ -39,7 +39,8 @@ PrefixIndex::NodeId PrefixIndex::find_child(NodeId parent, uint64_t key, std::sp
 PrefixIndex::Chunk PrefixIndex::to_chunk(NodeId id) const {
   const Node& n = at(id);
   const uint64_t parent_key = n.parent == kRoot ? 0 : at(n.parent).key;
-  return Chunk{id, n.position, n.device, n.host, n.disk, n.key, parent_key, n.last_use};
+  return Chunk{id, n.position, n.device, n.host, n.disk, n.host_compact, n.disk_compact, n.key, parent_key, n.last_use,
+               n.end_chunks};
 }
 
 std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks,
@@ -88,8 +89,11 @@ PrefixIndex::NodeId PrefixIndex::add_node(NodeId parent, uint64_t ns, uint64_t k
 }
 
 std::vector<BlockId> PrefixIndex::insert(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> blocks,
-                                         double now) {
+                                         double now, const std::function<bool(size_t chunk)>& adoptable,
+                                         std::vector<NodeId>* path) {
   std::vector<BlockId> kept;
+  std::vector<NodeId> own_path;
+  if (path == nullptr) path = &own_path;
   NodeId parent = kRoot;
   uint64_t parent_key = 0;
   const size_t n_chunks = std::min(blocks.size(), tokens.size() / static_cast<size_t>(chunk_tokens_));
@@ -98,26 +102,29 @@ std::vector<BlockId> PrefixIndex::insert(uint64_t ns, std::span<const TokenId> t
     const uint64_t key = chunk_key(parent_key, ns, chunk);
     NodeId node = find_child(parent, key, chunk);
     const bool block_taken = by_location_.count(location_key(Tier::kDevice, blocks[c])) != 0;
+    const bool may_adopt = !block_taken && (!adoptable || adoptable(c));
     if (node == kRoot) {
-      if (block_taken) break;  // the block holds another chunk
+      if (!may_adopt) break;  // the block holds another chunk, or not all of this one's KV
       node = add_node(parent, ns, key, chunk, static_cast<int32_t>(c), now);
       set_device(node, blocks[c]);
       kept.push_back(blocks[c]);
     } else {
       at(node).last_use = now;
-      if (at(node).device == kNoBlock && !block_taken) {
+      if (at(node).device == kNoBlock && may_adopt) {
         set_device(node, blocks[c]);
         kept.push_back(blocks[c]);
       }
     }
+    path->push_back(node);
     parent = node;
     parent_key = key;
   }
+  for (NodeId id : *path) at(id).end_chunks = static_cast<int32_t>(path->size());
   return kept;
 }
 
 std::optional<PrefixIndex::NodeId> PrefixIndex::restore(uint64_t ns, uint64_t parent_key, uint64_t key,
-                                                        std::span<const TokenId> chunk, double now) {
+                                                        std::span<const TokenId> chunk, double now, bool compact) {
   if (static_cast<int32_t>(chunk.size()) != chunk_tokens_ || chunk_key(parent_key, ns, chunk) != key) return std::nullopt;
   NodeId parent = kRoot;
   int32_t position = 0;
@@ -130,6 +137,7 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::restore(uint64_t ns, uint64_t pa
   if (find_child(parent, key, chunk) != kRoot) return std::nullopt;  // already known
   const NodeId node = add_node(parent, ns, key, chunk, position, now);
   at(node).disk = DiskCopy::kPresent;
+  at(node).disk_compact = compact;
   return node;
 }
 
@@ -142,18 +150,20 @@ void PrefixIndex::set_device(NodeId node, BlockId block) {
   forget_if_empty(node);
 }
 
-void PrefixIndex::set_host(NodeId node, BlockId block) {
+void PrefixIndex::set_host(NodeId node, BlockId block, bool compact) {
   Node& n = at(node);
   MNEMO_CHECK(n.live, "host copy for dead node {}", node);
-  if (n.host != kNoBlock) by_location_.erase(location_key(Tier::kHost, n.host));
+  if (n.host != kNoBlock) by_location_.erase(location_key(n.host_compact ? kCompactHost : Tier::kHost, n.host));
   n.host = block;
-  if (block != kNoBlock) by_location_.emplace(location_key(Tier::kHost, block), node);
+  n.host_compact = compact && block != kNoBlock;
+  if (block != kNoBlock) by_location_.emplace(location_key(n.host_compact ? kCompactHost : Tier::kHost, block), node);
   forget_if_empty(node);
 }
 
-void PrefixIndex::set_disk(NodeId node, DiskCopy state) {
+void PrefixIndex::set_disk(NodeId node, DiskCopy state, bool compact) {
   MNEMO_CHECK(at(node).live, "disk copy for dead node {}", node);
   at(node).disk = state;
+  at(node).disk_compact = compact && state != DiskCopy::kNone;
   forget_if_empty(node);
 }
 

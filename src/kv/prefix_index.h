@@ -5,7 +5,9 @@
 // Each node records where copies of its chunk's KV (given the whole path above it) are: a device
 // block, a host block, a disk extent, any of them at once (a chunk copied down a tier keeps its
 // upper copy until that space is needed: reclaiming it is then free), or none: the chunk is
-// DROPPED, its tokens known and its KV gone. A dropped chunk stays in the trie while chunks below
+// DROPPED, its tokens known and its KV gone. Host and disk copies may be COMPACT: only the
+// global layers of a sliding-window model, kept for chunks a window or more before the end of
+// the last conversation through them (whose local layers no later query of it reads). A dropped chunk stays in the trie while chunks below
 // it still hold KV, so a later match reuses them and recomputes only the dropped ones (SPEC P5).
 //
 // Device-free metadata: the index maps token chunks to block ids and keeps the time of last use.
@@ -41,9 +43,17 @@ class PrefixIndex {
     BlockId device = kNoBlock;
     BlockId host = kNoBlock;
     DiskCopy disk = DiskCopy::kNone;
+    bool host_compact = false;
+    bool disk_compact = false;
     uint64_t key = 0;  // identifies the chunk's extent on disk
     uint64_t parent_key = 0;
     double last_use = 0;
+    int32_t end_chunks = 0;  // where the last conversation cached through this chunk ended
+
+    // A copy with every layer's KV exists (the device's always has).
+    bool has_full() const {
+      return device != kNoBlock || (host != kNoBlock && !host_compact) || (disk == DiskCopy::kPresent && !disk_compact);
+    }
 
     bool has(Tier tier) const {
       return tier == Tier::kDevice ? device != kNoBlock : tier == Tier::kHost ? host != kNoBlock : disk == DiskCopy::kPresent;
@@ -63,23 +73,26 @@ class PrefixIndex {
 
   // Records the whole chunks of `tokens` whose KV is in the device `blocks` (blocks[i] holds
   // chunk i). A chunk already indexed keeps its device copy; one without a device copy (dropped,
-  // or only on host or disk) adopts the block. Returns the blocks the index newly keeps, each of
-  // which the caller must add a reference to.
+  // or only on host or disk) adopts the block unless `adoptable` refuses it (a block holding
+  // only some layers' KV). Every chunk on the path records the path's length as its
+  // conversation's end. Returns the blocks the index newly keeps, each of which the caller must
+  // add a reference to; `path`, if given, receives the path's nodes.
   std::vector<BlockId> insert(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> blocks,
-                              double now);
+                              double now, const std::function<bool(size_t chunk)>& adoptable = {},
+                              std::vector<NodeId>* path = nullptr);
 
   // Rebuilds a chunk from its disk extent at start-up: its parent is the node with key
   // `parent_key` (0: the root). Returns the node, or nullopt when the parent is unknown or the
   // stored key does not match the tokens (a stale or foreign extent).
   std::optional<NodeId> restore(uint64_t ns, uint64_t parent_key, uint64_t key, std::span<const TokenId> chunk,
-                                double now);
+                                double now, bool compact = false);
 
   // Copies of a node's KV appear and disappear. Removing the last copy of a node without
   // children forgets it (and its parents that are dropped and childless): there is nothing left
   // to reuse below it.
   void set_device(NodeId node, BlockId block);
-  void set_host(NodeId node, BlockId block);
-  void set_disk(NodeId node, DiskCopy state);
+  void set_host(NodeId node, BlockId block, bool compact = false);
+  void set_disk(NodeId node, DiskCopy state, bool compact = false);
   Chunk chunk(NodeId node) const;
   bool live(NodeId node) const;
   uint64_t chunk_namespace(NodeId node) const { return at(node).ns; }
@@ -98,6 +111,7 @@ class PrefixIndex {
 
  private:
   static constexpr NodeId kRoot = -1;
+  static constexpr Tier kCompactHost = static_cast<Tier>(3);  // a location key: compact host blocks are a pool of their own
   struct Node {
     NodeId parent = kRoot;
     uint64_t ns = 0;
@@ -107,6 +121,9 @@ class PrefixIndex {
     BlockId device = kNoBlock;
     BlockId host = kNoBlock;
     DiskCopy disk = DiskCopy::kNone;
+    bool host_compact = false;
+    bool disk_compact = false;
+    int32_t end_chunks = 0;
     int32_t children = 0;
     double last_use = 0;
     bool live = false;

@@ -42,6 +42,10 @@ std::string render_metrics(const MetricsSnapshot& m) {
   gauge(out, "kv_blocks_cached", "Device KV blocks kept by the prefix cache.", static_cast<double>(m.kv_blocks_cached));
   gauge(out, "host_blocks_cached", "Host KV blocks kept by the prefix cache.", static_cast<double>(m.host_blocks_cached));
   gauge(out, "host_blocks_total", "KV blocks in the host pool.", static_cast<double>(m.host_blocks_total));
+  gauge(out, "host_compact_blocks_cached", "Host blocks holding only the global layers of sliding-window history.",
+        static_cast<double>(m.host_compact_blocks_cached));
+  gauge(out, "host_compact_blocks_total", "Host blocks for global-layer-only copies (sliding-window models).",
+        static_cast<double>(m.host_compact_blocks_total));
   gauge(out, "disk_chunks_cached", "Cached chunks with a durable extent in the disk tier.", static_cast<double>(m.disk_chunks_cached));
   gauge(out, "disk_bytes_used", "Bytes of the disk tier in use (extents on disk or being written).", static_cast<double>(m.disk_bytes_used));
   gauge(out, "disk_bytes_total", "Capacity of the disk tier in bytes (0: no disk tier).", static_cast<double>(m.disk_bytes_total));

@@ -276,3 +276,139 @@ TEST_F(KvManagerTest, TheIndexIsRebuiltFromTheDiskTierAfterARestart) {
 
 }  // namespace
 }  // namespace mnemo
+
+namespace mnemo {
+namespace {
+
+// A sliding-window model in miniature: 3 layers, layers 0 and 1 local with a 4-token window,
+// layer 2 global; 2 tokens per block. A chunk is compactable when it ends 4 or more tokens before
+// its conversation's end: of an 8-chunk conversation, chunks 0..5.
+class CompactKvTest : public ::testing::Test {
+ protected:
+  static KvLayout layout() {
+    KvLayout l = tiny_layout();
+    l.n_layers = 3;
+    return l;
+  }
+  KvPoolConfig config(int32_t device, int32_t host, int32_t compact) {
+    KvPoolConfig c;
+    c.device_blocks = device;
+    c.host_blocks = host;
+    c.host_compact_blocks = compact;
+    c.sliding_window = 4;
+    c.global_layers = {2};
+    c.swap_out_threshold = 0;
+    c.clock = [this] { return clock_; };
+    return c;
+  }
+  static size_t layer_floats() { return layout().layer_elems(); }
+  static void fill(KvManager& kv, BlockId block, TokenId first) {
+    auto* f = reinterpret_cast<float*>(kv.device().block(block));
+    for (size_t i = 0; i < layout().block_elems(); ++i) f[i] = static_cast<float>(first) + 0.001f * static_cast<float>(i);
+  }
+  // Whole (all layers) or global layer only, with the local layers zero.
+  static bool holds(KvManager& kv, BlockId block, TokenId first, bool whole) {
+    const auto* f = reinterpret_cast<const float*>(kv.device().block(block));
+    for (size_t i = 0; i < layout().block_elems(); ++i) {
+      const bool global = i >= 2 * layer_floats();
+      const float want = whole || global ? static_cast<float>(first) + 0.001f * static_cast<float>(i) : 0.0f;
+      if (f[i] != want) return false;
+    }
+    return true;
+  }
+  static void run_and_cache(KvManager& kv, const std::vector<TokenId>& tokens) {
+    std::vector<BlockId> table;
+    ASSERT_TRUE(kv.prepare_write(table, 0, static_cast<int32_t>(tokens.size())));
+    for (size_t b = 0; b < table.size(); ++b) fill(kv, table[b], tokens[b * 2]);
+    kv.cache_prefix(0, tokens, static_cast<int32_t>(tokens.size()), table);
+    kv.release(table);
+  }
+  static void flush_disk(KvManager& kv, DiskTier& disk) {
+    disk.flush();
+    kv.begin_background_work();
+    kv.end_background_work();
+  }
+  double clock_ = 1000;
+};
+
+TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndKeepsOnlyItsGlobalLayersOnTheHost) {
+  KvManager kv(layout(), config(8, 2, 16));
+  const auto conversation = tokens_from(100, 16);  // 8 chunks
+  run_and_cache(kv, conversation);
+  clock_ += 10;
+  std::vector<BlockId> other;
+  ASSERT_TRUE(kv.prepare_write(other, 0, 16));  // the whole device: every chunk leaves it
+  kv.release(other);
+  EXPECT_EQ(kv.n_host_compact_free(), 16 - 6);  // chunks 0..5 compact
+  EXPECT_EQ(kv.n_host_free(), 0);               // chunks 6 and 7 whole: the last window
+  EXPECT_EQ(kv.counters().dropped_chunks, 0);
+  EXPECT_EQ(kv.counters().bytes_device_to_host,
+            static_cast<int64_t>(6 * kv.compact_bytes() + 2 * layout().block_bytes()));
+  // The conversation continues: every chunk is reused; the old ones with their global layer only.
+  auto next = conversation;
+  next.push_back(7);
+  PrefixMatch m = kv.match_prefix(0, next, 8);
+  ASSERT_EQ(m.table.size(), 8u);
+  EXPECT_TRUE(m.recompute.empty());
+  EXPECT_EQ(m.partial, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(m.host_chunks, 8);
+  for (int32_t p = 0; p < 8; ++p) EXPECT_TRUE(holds(kv, m.table[static_cast<size_t>(p)], 100 + 2 * p, p >= 6)) << p;
+  // Offered back, the partial blocks are not adopted: the index still has no device copy of them.
+  kv.cache_prefix(0, next, 16, m.table, m.partial);
+  kv.release(m.table);
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 2u);
+}
+
+TEST_F(CompactKvTest, AMatchEndingWithinAWindowOfCompactHistoryRecomputesIt) {
+  KvManager kv(layout(), config(8, 2, 16));
+  run_and_cache(kv, tokens_from(100, 16));
+  std::vector<BlockId> other;
+  ASSERT_TRUE(kv.prepare_write(other, 0, 16));
+  kv.release(other);
+  // Another request shares only the first 4 chunks, then diverges: its new tokens' windows
+  // reach into compact chunks 2 and 3, whose recompute reaches into 0 and 1: nothing is usable.
+  auto branch = tokens_from(100, 8);
+  branch.push_back(1);
+  EXPECT_TRUE(kv.match_prefix(0, branch, 4).table.empty());
+  // Sharing 6 chunks: chunks 4 and 5 are compact and within the window of position 12: the same.
+  auto longer = tokens_from(100, 12);
+  longer.push_back(1);
+  EXPECT_TRUE(kv.match_prefix(0, longer, 6).table.empty());
+}
+
+TEST_F(CompactKvTest, CompactExtentsOnDiskSurviveARestart) {
+  char tmpl[] = "/tmp/mnemo-compact-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  KvLayout compact_layout = layout();
+  compact_layout.n_layers = 1;
+  const auto open = [&] {
+    return std::shared_ptr<DiskTier>(
+        std::move(*DiskTier::open(dir, 9, layout().block_bytes(), 1 << 20, compact_layout.block_bytes())));
+  };
+  const auto conversation = tokens_from(100, 16);
+  {
+    KvPoolConfig c = config(8, 0, 0);
+    auto disk = open();
+    c.disk = disk;
+    KvManager kv(layout(), std::move(c));
+    run_and_cache(kv, conversation);  // written through: chunks 0..5 compact, 6..7 whole
+    flush_disk(kv, *disk);
+    EXPECT_EQ(kv.counters().bytes_to_disk,
+              static_cast<int64_t>(6 * compact_layout.block_bytes() + 2 * layout().block_bytes()));
+  }
+  KvPoolConfig c = config(8, 0, 0);
+  c.disk = open();
+  KvManager kv(layout(), std::move(c));
+  EXPECT_EQ(kv.restore_from_disk(), 8u);
+  auto next = conversation;
+  next.push_back(7);
+  const PrefixMatch m = kv.match_prefix(0, next, 8);
+  ASSERT_EQ(m.table.size(), 8u);
+  EXPECT_EQ(m.disk_chunks, 8);
+  EXPECT_EQ(m.partial, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  for (int32_t p = 0; p < 8; ++p) EXPECT_TRUE(holds(kv, m.table[static_cast<size_t>(p)], 100 + 2 * p, p >= 6)) << p;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mnemo

@@ -174,6 +174,42 @@ TEST_P(StatefulDefaultModelTest, SecondTurnIsIdenticalFromEveryTierAndFromScratc
   }
 }
 
+// Gemma 3's local layers see 512 positions: history a window before the conversation's end
+// leaves the device as its 3 global layers only (1/6 of the bytes) and still gives identical output.
+TEST_P(StatefulDefaultModelTest, SlidingWindowHistoryKeptCompactIsIdentical) {
+  ASSERT_GT(model_->config().sliding_window, 0);
+  std::string long_text = kFirst;
+  while (tokenizer_->encode(long_text, true, false).size() < 700) {
+    long_text += " The fox watched the baker, the baker watched the snow, and the village slept under the stars.";
+  }
+  const GenerationRequest first = request(long_text, 48);
+  EngineConfig off = config();
+  off.prefix_caching = false;
+  off.kv_blocks = 64;
+  Engine reference_engine(*model_, *tokenizer_, off);
+  const Turn reply = run(reference_engine, first);
+  const GenerationRequest second = second_turn(first, reply);
+  const Turn expected = run(reference_engine, second);
+
+  EngineConfig c = config();
+  c.kv_blocks = 40;
+  c.host_swap_blocks = 20;
+  c.host_compact_blocks = 64;
+  Engine engine(*model_, *tokenizer_, c);
+  EXPECT_EQ(run(engine, first).tokens, reply.tokens);
+  GenerationRequest other = request("", 64);  // 1136 + 64 tokens: 38 of the 40 device blocks
+  const auto words = tokenizer_->encode(" apple banana cherry date elderberry fig grape honeydew kiwi lemon", false, false);
+  while (other.prompt.size() < 1136) other.prompt.insert(other.prompt.end(), words.begin(), words.end());
+  other.prompt.resize(1136);
+  run(engine, other);
+  const MetricsSnapshot m = engine.metrics();
+  EXPECT_GT(m.host_compact_blocks_cached, 0);
+  const Turn t = run(engine, second);
+  EXPECT_GT(t.usage.host_cached_tokens, 0);
+  EXPECT_EQ(t.usage.recomputed_tokens, 0);
+  EXPECT_EQ(t.tokens, expected.tokens) << "history kept as global layers only";
+}
+
 INSTANTIATE_TEST_SUITE_P(Sampling, StatefulDefaultModelTest, ::testing::Values(0.0f, 0.8f),
                          [](const ::testing::TestParamInfo<float>& param_info) {
                            return param_info.param == 0.0f ? std::string("Greedy") : std::string("Seeded");
