@@ -9,6 +9,8 @@
 
 #include <pthread.h>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -63,7 +65,10 @@ Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const Mo
     for (int32_t l = 0; l < model.config().n_layers; ++l) compact.n_layers += model.config().is_local(l) ? 0 : 1;
     compact_bytes = compact.block_bytes();
   }
-  MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(args.state_dir + "/kv", fingerprint, layout.block_bytes(),
+  // One folder per fingerprint: chunk keys do not depend on the model, so two models' extents
+  // must not share a folder (one would overwrite the other's files).
+  const std::string dir = fmt::format("{}/kv/{:016x}", args.state_dir, fingerprint);
+  MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(dir, fingerprint, layout.block_bytes(),
                                                    args.disk_cache_bytes, compact_bytes));
   return std::shared_ptr<DiskTier>(std::move(disk));
 }

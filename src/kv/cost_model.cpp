@@ -75,6 +75,9 @@ Result<CostProvenance> parse_provenance(const json& m, const std::string& path) 
                            number_field(e, field + ".seconds_per_token", "seconds_per_token", Bound::kPositive, path));
     p.points.push_back(point);
   }
+  // Interpolation walks the points in order of position.
+  std::sort(p.points.begin(), p.points.end(),
+            [](const CostPoint& x, const CostPoint& y) { return x.mean_position() < y.mean_position(); });
   return p;
 }
 
@@ -92,6 +95,33 @@ constexpr FieldSpec kFields[] = {
 };
 
 }  // namespace
+
+double CostModel::seconds_per_token_at(double position) const {
+  const std::vector<CostPoint>& pts = measured.points;
+  if (pts.size() < 2) return per_token_seconds + per_context_token_seconds * position;
+  if (position <= pts.front().mean_position()) return pts.front().seconds_per_token;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    const double x0 = pts[i - 1].mean_position();
+    const double x1 = pts[i].mean_position();
+    if (position <= x1 && x1 > x0) {
+      const double t = (position - x0) / (x1 - x0);
+      return pts[i - 1].seconds_per_token + t * (pts[i].seconds_per_token - pts[i - 1].seconds_per_token);
+    }
+  }
+  return pts.back().seconds_per_token + per_context_token_seconds * (position - pts.back().mean_position());
+}
+
+double CostModel::recompute_seconds(int64_t begin, int64_t end) const {
+  // Piecewise: each step of up to kStep tokens at its mean position (exact for a line, and
+  // within a step of the bends for the interpolated curve).
+  constexpr int64_t kStep = 256;
+  double total = 0;
+  for (int64_t b = begin; b < end; b += kStep) {
+    const int64_t e = std::min(end, b + kStep);
+    total += static_cast<double>(e - b) * seconds_per_token_at(0.5 * static_cast<double>(b + e - 1));
+  }
+  return total;
+}
 
 Result<CostModel> load_cost_model(const std::string& path) {
   std::ifstream in(path);

@@ -49,13 +49,13 @@ struct CostModel {
   std::string source = "default";            // "default" or the profile's path
   CostProvenance measured;
 
+  // Seconds to compute one token at `position` with everything before it cached: interpolated
+  // between the measured points where a profile has two or more (the cost of a sliding-window
+  // model bends at its window: a line alone misses by a third), else the fitted line; past the
+  // last point, the last point plus the line's slope.
+  double seconds_per_token_at(double position) const;
   // Seconds to compute positions [begin, end) of one sequence (with everything before cached).
-  double recompute_seconds(int64_t begin, int64_t end) const {
-    if (end <= begin) return 0;
-    const double n = static_cast<double>(end - begin);
-    const double mean_position = 0.5 * static_cast<double>(begin + end - 1);
-    return n * (per_token_seconds + per_context_token_seconds * mean_position);
-  }
+  double recompute_seconds(int64_t begin, int64_t end) const;
   double copy_seconds(int64_t bytes) const { return static_cast<double>(bytes) / copy_bytes_per_second; }
   double disk_read_seconds(int64_t bytes) const { return static_cast<double>(bytes) / disk_read_bytes_per_second; }
 

@@ -237,7 +237,9 @@ def test_corrupted_or_truncated_extents_are_recomputed_never_served(start_server
     previous = run_turns(a.url, THREE_TURNS)
     wait_for_disk_writes(a.url)
     a.kill()
-    extents = sorted(os.path.join(state, "kv", f) for f in os.listdir(os.path.join(state, "kv")) if f.endswith(".kv"))
+    (folder,) = os.listdir(os.path.join(state, "kv"))  # one model: one fingerprint's folder
+    kv_dir = os.path.join(state, "kv", folder)
+    extents = sorted(os.path.join(kv_dir, f) for f in os.listdir(kv_dir) if f.endswith(".kv"))
     assert len(extents) >= 4
     # Damage every other extent's payload (the header stays valid: found at start-up, caught on
     # read) and truncate one.
