@@ -46,6 +46,7 @@ KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
   c.cost = config.cost;
   c.swap_out_threshold = config.prefix_caching ? config.swap_out_threshold : 0.0f;
   c.disk = config.prefix_caching ? config.disk : nullptr;
+  c.layerwise_swap_in = true;
   return c;
 }
 
@@ -181,7 +182,10 @@ void Engine::loop() {
     Step step;
     if (plan_step(step)) {
       run_step(step);
-    } else if (running_.empty() && !waiting_.empty()) {
+    } else {
+      kv_.finish_loads();  // no pass to overlap with
+    }
+    if (step.items.empty() && running_.empty() && !waiting_.empty()) {
       // Nothing can run although the pool is empty: the head request cannot fit (submit()
       // bounds requests by the pool, so this is a defence, not a path).
       finish(*waiting_.front(), FinishReason::kError);
@@ -378,7 +382,8 @@ void Engine::run_step(Step& step) {
     in.logits = item.sample ? LogitsFor::kLast : LogitsFor::kNone;
     batch.sequences.push_back(std::move(in));
   }
-  kv_.begin_background_work();  // copies ahead of need run beside the forward pass
+  kv_.begin_background_work();  // swap-ins layer by layer, then copies ahead of need, beside the pass
+  if (kv_.has_pending_loads()) batch.before_attention = [this](int32_t layer) { kv_.wait_for_layer(layer); };
   const Status status = model_.forward(batch, kv_.device(), pool_, output_);
   kv_.end_background_work();
   metrics_.update([&](MetricsSnapshot& m) {

@@ -211,7 +211,12 @@ size_t KvManager::restore_from_disk() {
 KvManager::Loaded KvManager::load_chunk(const PrefixIndex::Chunk& c, BlockId block, bool allow_compact, Tier& from) {
   uint8_t* to = device_.block(block);
   if (c.host != kNoBlock && !c.host_compact) {
-    std::memcpy(to, host_.block(c.host), chunk_bytes());
+    if (config_.layerwise_swap_in) {
+      host_alloc_.add_ref(c.host);  // kept until the layer-by-layer copy is done
+      pending_loads_.push_back({c.host, block});
+    } else {
+      std::memcpy(to, host_.block(c.host), chunk_bytes());
+    }
     counters_.bytes_host_to_device += static_cast<int64_t>(chunk_bytes());
     from = Tier::kHost;
     return Loaded::kFull;

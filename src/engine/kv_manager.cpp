@@ -14,12 +14,6 @@ namespace mnemo {
 // (on a GPU machine: a copy stream). Started once; no thread per step.
 class KvManager::BackgroundCopier {
  public:
-  struct Copy {
-    const uint8_t* from;
-    uint8_t* to;
-    size_t bytes;
-  };
-
   BackgroundCopier() : thread_([this] { run(); }) {}
   ~BackgroundCopier() {
     {
@@ -30,10 +24,10 @@ class KvManager::BackgroundCopier {
     thread_.join();
   }
 
-  void start(std::vector<Copy> copies) {
+  void start(std::function<void()> job) {
     {
       std::lock_guard lock(mutex_);
-      copies_ = std::move(copies);
+      job_ = std::move(job);
       done_ = false;
     }
     ready_.notify_all();
@@ -50,7 +44,7 @@ class KvManager::BackgroundCopier {
       ready_.wait(lock, [&] { return stopping_ || !done_; });
       if (stopping_) return;
       lock.unlock();
-      for (const Copy& c : copies_) std::memcpy(c.to, c.from, c.bytes);
+      job_();
       lock.lock();
       done_ = true;
       finished_.notify_all();
@@ -60,7 +54,7 @@ class KvManager::BackgroundCopier {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::condition_variable finished_;
-  std::vector<Copy> copies_;  // guarded by mutex_ (read by the copier while !done_)
+  std::function<void()> job_;  // guarded by mutex_ (run by the copier while !done_)
   bool done_ = true;
   bool stopping_ = false;
   std::thread thread_;
@@ -104,7 +98,8 @@ KvManager::KvManager(const KvLayout& layout, int32_t device_blocks, int32_t host
     : KvManager(layout, two_tier(device_blocks, host_blocks)) {}
 
 KvManager::~KvManager() {
-  if (!pending_copies_.empty()) end_background_work();
+  finish_loads();
+  end_background_work();
   if (config_.disk) config_.disk->flush();
 }
 
@@ -188,6 +183,46 @@ bool KvManager::swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& 
 
 void KvManager::begin_background_work() {
   take_disk_completions();
+  plan_ahead_copies();
+  if (pending_loads_.empty() && pending_copies_.empty()) return;
+  // One job, swap-ins first (the forward pass waits for them layer by layer, SPEC P8), then the
+  // copies ahead of need: swap-outs never compete with a swap-in in flight.
+  layers_loaded_.store(0);
+  const size_t layer_bytes = layout().layer_elems() * layout().element_bytes();
+  std::vector<std::pair<const uint8_t*, uint8_t*>> loads;
+  for (const PendingLoad& l : pending_loads_) loads.emplace_back(host_.block(l.host), device_.block(l.device));
+  std::vector<std::pair<const uint8_t*, uint8_t*>> copies;
+  for (const PendingCopy& c : pending_copies_) copies.emplace_back(device_.block(c.device), host_.block(c.host));
+  const size_t bytes = chunk_bytes();
+  const int32_t n_layers = layout().n_layers;
+  copier_->start([this, loads = std::move(loads), copies = std::move(copies), layer_bytes, bytes, n_layers] {
+    for (int32_t layer = 0; layer < n_layers; ++layer) {
+      const size_t offset = static_cast<size_t>(layer) * layer_bytes;
+      for (const auto& [from, to] : loads) std::memcpy(to + offset, from + offset, layer_bytes);
+      layers_loaded_.store(layer + 1, std::memory_order_release);
+      layers_loaded_.notify_all();
+    }
+    for (const auto& [from, to] : copies) std::memcpy(to, from, bytes);
+  });
+  loads_started_ = true;
+}
+
+void KvManager::wait_for_layer(int32_t layer) {
+  if (!loads_started_ || pending_loads_.empty()) return;
+  int32_t loaded = layers_loaded_.load(std::memory_order_acquire);
+  while (loaded <= layer) {
+    layers_loaded_.wait(loaded, std::memory_order_acquire);
+    loaded = layers_loaded_.load(std::memory_order_acquire);
+  }
+}
+
+void KvManager::finish_loads() {
+  if (pending_loads_.empty()) return;
+  if (!loads_started_) begin_background_work();
+  end_background_work();
+}
+
+void KvManager::plan_ahead_copies() {
   if (config_.swap_out_threshold <= 0 || config_.host_blocks == 0) return;
   // Device blocks an allocation could get without a copy: free ones, and cached chunks the
   // index alone holds that already have a copy below.
@@ -211,19 +246,19 @@ void KvManager::begin_background_work() {
   if (wanted <= 0) return;  // ahead-of-need copies never evict the host tier
   auto host = host_alloc_.allocate(wanted);
   if (!host) return;
-  std::vector<BackgroundCopier::Copy> copies;
   for (int32_t i = 0; i < wanted; ++i) {
     const PrefixIndex::Chunk& c = dirty[static_cast<size_t>(i)];
     device_alloc_.add_ref(c.device);  // pinned until the copy is committed
     pending_copies_.push_back({c.node, c.device, (*host)[static_cast<size_t>(i)]});
-    copies.push_back({device_.block(c.device), host_.block((*host)[static_cast<size_t>(i)]), chunk_bytes()});
   }
-  copier_->start(std::move(copies));
 }
 
 void KvManager::end_background_work() {
-  if (pending_copies_.empty()) return;
+  if (!loads_started_) return;
   copier_->wait();
+  loads_started_ = false;
+  for (const PendingLoad& l : pending_loads_) host_alloc_.release(l.host);  // the pins
+  pending_loads_.clear();
   for (const PendingCopy& p : pending_copies_) {
     device_alloc_.release(p.device);
     if (index_.live(p.node) && index_.chunk(p.node).device == p.device && !index_.chunk(p.node).has(Tier::kHost)) {

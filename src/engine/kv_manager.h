@@ -19,6 +19,7 @@
 // leaves the tables it was given unchanged.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <span>
@@ -43,6 +44,9 @@ struct KvPoolConfig {
   // blocks fall below this share of the pool (0: only on demand).
   float swap_out_threshold = 0.25f;
   int32_t max_background_copies = 64;  // per step
+  // Host chunks a match brings back are copied layer by layer beside the forward pass (the engine
+  // sets this); otherwise at once, inside match_prefix.
+  bool layerwise_swap_in = false;
   std::shared_ptr<DiskTier> disk;      // optional; chunks are written through to it when cached
   std::function<double()> clock;       // seconds; default: a steady clock
   // Sliding-window models (SPEC item: SWA): a chunk a window or more before the end of its
@@ -113,10 +117,16 @@ class KvManager {
   int32_t n_host_compact_blocks() const { return compact_alloc_.n_blocks(); }
   int32_t n_host_compact_used() const { return compact_alloc_.n_blocks() - compact_alloc_.n_free(); }
 
-  // Once per engine step, around the forward pass: background copies ahead of need (SPEC P4)
-  // start before it and are committed after it; finished disk writes are taken in.
+  // Once per engine step, around the forward pass: host chunks matched this step are copied to
+  // the device layer by layer while it runs (SPEC P8; the pass calls wait_for_layer before each
+  // layer's attention), then copies ahead of need (SPEC P4) run; both are committed after it.
+  // Finished disk writes are taken in.
   void begin_background_work();
+  void wait_for_layer(int32_t layer);
   void end_background_work();
+  bool has_pending_loads() const { return !pending_loads_.empty(); }
+  // Completes matched chunks' copies now (when no forward pass follows).
+  void finish_loads();
   // Rebuilds the index from the disk tier's extents (at start-up). Returns the chunks restored.
   size_t restore_from_disk();
 
@@ -183,6 +193,14 @@ class KvManager {
     BlockId host;
   };
   std::vector<PendingCopy> pending_copies_;
+  struct PendingLoad {
+    BlockId host;    // pinned until the copy is done
+    BlockId device;
+  };
+  std::vector<PendingLoad> pending_loads_;
+  std::atomic<int32_t> layers_loaded_{0};
+  bool loads_started_ = false;
+  void plan_ahead_copies();
 };
 
 }  // namespace mnemo

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kv/kv_layout.h"
@@ -38,6 +39,9 @@ struct SequenceInput {
 
 struct Batch {
   std::vector<SequenceInput> sequences;
+  // Called before each layer's attention reads the pool: KV still being copied in (a swap-in
+  // layer by layer, SPEC P8) is waited for here, so the copy of layer i overlaps layers < i.
+  std::function<void(int32_t layer)> before_attention;
 };
 
 // Logits of the tokens that asked for them: rows in batch order (sequence, then token).

@@ -156,6 +156,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
 
     const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim_k, c.head_dim_v, c.attention_scale,
                                         local ? c.sliding_window : 0, 0.0f};
+    if (batch.before_attention) batch.before_attention(il);
     kernels::paged_attention(queries, kv, il, shape, pool);
 
     kernels::matmul(w.wo, b.attn.data(), T, b.h.data(), pool, b.matmul);

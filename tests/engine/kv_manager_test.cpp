@@ -215,6 +215,49 @@ TEST_F(KvManagerTest, CopiesAheadOfNeedKeepAQuarterOfTheDeviceReclaimable) {
   EXPECT_TRUE(holds_pattern(kv, m.table[0], 10));
 }
 
+TEST_F(KvManagerTest, HostChunksAreCopiedLayerByLayerBesideTheForwardPass) {
+  KvLayout layout = tiny_layout();
+  layout.n_layers = 4;
+  KvPoolConfig c = config(2, 4);
+  c.layerwise_swap_in = true;
+  KvManager kv(layout, std::move(c));
+  const auto a = tokens_from(10, 4);
+  std::vector<BlockId> table;
+  ASSERT_TRUE(kv.prepare_write(table, 0, 4));
+  for (size_t b = 0; b < table.size(); ++b) {
+    auto* f = reinterpret_cast<float*>(kv.device().block(table[b]));
+    for (size_t i = 0; i < layout.block_elems(); ++i) f[i] = static_cast<float>(b * 1000 + i);
+  }
+  kv.cache_prefix(7, a, 4, table);
+  kv.release(table);
+  ASSERT_TRUE(kv.prepare_write(table, 0, 4));  // both chunks to the host
+  for (BlockId id : table) std::memset(kv.device().block(id), 0, layout.block_bytes());
+  kv.release(table);
+  const int32_t host_free = kv.n_host_free();
+  const PrefixMatch m = kv.match_prefix(7, a, 2);
+  ASSERT_EQ(m.host_chunks, 2);
+  EXPECT_TRUE(kv.has_pending_loads());
+  EXPECT_EQ(kv.n_host_free(), host_free);  // the host copies stay (and are pinned) meanwhile
+  const auto layer_ok = [&](int32_t layer) {
+    for (size_t b = 0; b < 2; ++b) {
+      const auto* f = reinterpret_cast<const float*>(kv.device().block(m.table[b]));
+      for (size_t i = layer * layout.layer_elems(); i < (layer + 1) * layout.layer_elems(); ++i) {
+        if (f[i] != static_cast<float>(b * 1000 + i)) return false;
+      }
+    }
+    return true;
+  };
+  EXPECT_FALSE(layer_ok(0));  // nothing copied before the pass starts
+  kv.begin_background_work();
+  for (int32_t layer = 0; layer < 4; ++layer) {
+    kv.wait_for_layer(layer);
+    EXPECT_TRUE(layer_ok(layer)) << layer;
+  }
+  kv.end_background_work();
+  EXPECT_FALSE(kv.has_pending_loads());
+  EXPECT_EQ(kv.counters().bytes_host_to_device, 2 * static_cast<int64_t>(layout.block_bytes()));
+}
+
 TEST_F(KvManagerTest, DamagedDiskExtentsAreRecomputedNeverServed) {
   TempDir dir;
   KvPoolConfig c = config(2, 0);
