@@ -15,5 +15,6 @@ void add_bench_command(CLI::App& app, std::function<int()>& run);
 void add_serve_command(CLI::App& app, std::function<int()>& run);
 void add_loadgen_command(CLI::App& app, std::function<int()>& run);
 void add_profile_command(CLI::App& app, std::function<int()>& run);
+void add_simulate_command(CLI::App& app, std::function<int()>& run);
 
 }  // namespace mnemo::cli

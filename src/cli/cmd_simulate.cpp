@@ -1,0 +1,130 @@
+// `mnemo simulate`: replays ShareGPT conversations (Poisson arrivals, think times between turns)
+// against the KV cache's eviction policy alone, with no model, and reports per policy the tokens
+// recomputed, hits per tier and bytes moved. See src/sim/ and docs/benchmarks.md.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "loadgen/loadgen.h"
+#include "loadgen/report.h"
+#include "sim/byte_size.h"
+#include "sim/policy_report.h"
+#include "sim/simulation.h"
+#include "util/paths.h"
+
+namespace mnemo::cli {
+namespace {
+
+struct SimulateArgs {
+  sim::SimulationOptions options;
+  std::string device_bytes = "128M";
+  std::string host_bytes = "256M";
+  std::string disk_bytes = "0";
+  std::string profile_path;
+  std::string json_path;
+};
+
+int fail(const Error& error) {
+  std::fprintf(stderr, "error: %s\n", error.message().c_str());
+  return 1;
+}
+
+Status resolve(SimulateArgs& args) {
+  sim::SimulationOptions& o = args.options;
+  const std::string* texts[] = {&args.device_bytes, &args.host_bytes, &args.disk_bytes};
+  for (size_t t = 0; t < o.cache.capacity_bytes.size(); ++t) {
+    auto bytes = sim::parse_byte_size(*texts[t]);
+    if (!bytes.ok()) return bytes.error().with_context(fmt::format("--{}-bytes", sim::tier_name(sim::kTiers[t])));
+    o.cache.capacity_bytes[t] = *bytes;
+  }
+  if (!args.profile_path.empty()) {
+    MNEMO_ASSIGN_OR_RETURN(o.cache.cost, load_cost_model(args.profile_path));
+  }
+  return ok_status();
+}
+
+std::string describe_capacities(const sim::SimConfig& cache) {
+  std::string out = fmt::format("cache: {}-token chunks of {};", cache.chunk_tokens, sim::format_byte_size(cache.chunk_bytes()));
+  const auto chunks = cache.capacity_chunks();
+  for (const sim::Tier t : sim::kTiers) {
+    const size_t i = static_cast<size_t>(sim::tier_index(t));
+    if (cache.capacity_bytes[i] == 0) continue;
+    out += fmt::format(" {} {} ({} chunks, {} tokens)", sim::tier_name(t), sim::format_byte_size(cache.capacity_bytes[i]),
+                       chunks[i], chunks[i] * cache.chunk_tokens);
+  }
+  return out + "\n";
+}
+
+int run_simulate(SimulateArgs args) {
+  if (const Status resolved = resolve(args); !resolved.ok()) return fail(resolved.error());
+  const sim::SimulationOptions& o = args.options;
+  auto result = sim::run_simulation(o);
+  if (!result.ok()) return fail(result.error());
+
+  std::printf("%s", sim::describe_trace(result->trace, o.cache.chunk_tokens, o.cache.kv_bytes_per_token).c_str());
+  std::printf("%s", describe_capacities(o.cache).c_str());
+  std::printf("cost model: %s\n\n%s", o.cache.cost.source.c_str(), sim::format_policy_table(result->outcomes).c_str());
+  // Pins do not depend on the policy, so neither does this count: one line for all.
+  const int64_t overcommits = result->outcomes.front().counters.device_overcommits;
+  if (overcommits > 0) {
+    std::printf("warning: %lld chunk placements found the device full of pinned chunks (running turns) and went over its "
+                "capacity; a device of at least the running peak above avoids it\n",
+                static_cast<long long>(overcommits));
+  }
+  if (!args.json_path.empty()) {
+    const nlohmann::json json = {{"config", sim::simulation_options_json(o)},
+                                 {"trace", sim::trace_stats_json(result->trace)},
+                                 {"policies", sim::policy_outcomes_json(result->outcomes)}};
+    if (const Status written = loadgen::write_text_file(args.json_path, json.dump(1) + "\n"); !written.ok()) {
+      return fail(written.error());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app, std::function<int()>& run) {
+  auto args = std::make_shared<SimulateArgs>();
+  sim::SimulationOptions& o = args->options;
+  o.data_path = loadgen::default_dataset_path();
+  o.model_path = default_model_path();
+  o.policies = sim::eviction_policy_names();
+  CLI::App* cmd = app.add_subcommand("simulate", "Replay conversations against the KV cache's eviction policies (no model)");
+  cmd->add_option("--data", o.data_path, "ShareGPT-format conversations (JSONL)")->capture_default_str();
+  cmd->add_option("-m,--model", o.model_path, "GGUF whose tokenizer and chat template count tokens")->capture_default_str();
+  cmd->add_flag("--estimate-tokens", o.estimate_tokens, "Count a token per 4 bytes of text instead (no model needed)");
+  cmd->add_option("-n,--conversations", o.conversations, "Conversations to replay (0: the whole data set)")->capture_default_str();
+  cmd->add_option("--max-context", o.max_context, "A conversation ends before a turn longer than this (tokens)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 24));
+  cmd->add_option("-r,--rate", o.rate, "Conversation arrivals per second (Poisson)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--think-mean", o.think_mean_s, "Mean think time between turns, seconds (exponential)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--think-time-trace", o.think_time_trace, "Draw think times from the turn gaps of this Mooncake trace instead");
+  cmd->add_option("--think-time-scale", o.think_time_scale, "Multiplies the trace's gaps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--decode-seconds", o.decode_seconds_per_token, "Seconds per reply token: how long a turn pins its chunks")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--chunk", o.cache.chunk_tokens, "Tokens per cached chunk")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--kv-bytes-per-token", o.cache.kv_bytes_per_token,
+                  "KV bytes per token (layers x KV heads x (K + V dims) x element bytes; default Gemma 3 270M, F16)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--device-bytes", args->device_bytes, "Device tier capacity (e.g. 64M, 1.5G)")->capture_default_str();
+  cmd->add_option("--host-bytes", args->host_bytes, "Host tier capacity (0: none)")->capture_default_str();
+  cmd->add_option("--disk-bytes", args->disk_bytes, "Disk tier capacity (0: none)")->capture_default_str();
+  cmd->add_option("--policies", o.policies, "Policies to compare: pensieve, lru, tail-first, oracle")
+      ->capture_default_str()
+      ->delimiter(',')
+      ->check(CLI::IsMember(sim::eviction_policy_names()));
+  cmd->add_option("--profile", args->profile_path, "Cost model JSON written by `mnemo profile` (default: the built-in costs)");
+  cmd->add_option("--seed", o.seed, "Seed of the conversation order, arrivals and think times (0: file order)")->capture_default_str();
+  cmd->add_option("--json", args->json_path, "Write the configuration, trace and per-policy results as JSON here");
+  cmd->callback([&run, args] { run = [args] { return run_simulate(*args); }; });
+}
+
+}  // namespace mnemo::cli

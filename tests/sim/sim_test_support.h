@@ -1,0 +1,44 @@
+// Small hand-made traces and cache configurations for the simulator tests: 4-token chunks and
+// 1 byte of KV per token, so a chunk is 4 bytes and capacities read as chunk counts; costs with
+// round numbers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kv/cost_model.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+
+namespace mnemo::sim::testing {
+
+inline constexpr int32_t kChunk = 4;
+
+// A token at context position l costs 1 + l seconds, so chunk j (tokens 4j to 4j + 3) costs
+// 16j + 10: chunk 0 costs 10, chunk 1 costs 26, chunk 2 costs 42, chunk 3 costs 58.
+inline CostModel simple_costs() {
+  CostModel m;
+  m.per_token_seconds = 1;
+  m.per_context_token_seconds = 1;
+  m.source = "test";
+  return m;
+}
+
+inline SimConfig small_config(int64_t device_chunks, int64_t host_chunks = 0, int64_t disk_chunks = 0) {
+  SimConfig c;
+  c.chunk_tokens = kChunk;
+  c.kv_bytes_per_token = 1;
+  c.capacity_bytes = {device_chunks * kChunk, host_chunks * kChunk, disk_chunks * kChunk};
+  c.cost = simple_costs();
+  return c;
+}
+
+inline TraceTurn turn(double start_s, double end_s, int64_t prompt_tokens, int64_t reply_tokens) {
+  return {start_s, end_s, prompt_tokens, reply_tokens};
+}
+
+inline TraceConversation conversation(std::string id, std::vector<TraceTurn> turns) {
+  return {std::move(id), std::move(turns)};
+}
+
+}  // namespace mnemo::sim::testing
