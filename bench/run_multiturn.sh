@@ -3,6 +3,8 @@
 # same threads and the same machine, each driven by `mnemo loadgen` over the same conversation
 # rates:
 #   mnemo            Mnemo with its prefix cache (every turn reuses the KV of earlier ones)
+#   mnemo-responses  Mnemo with its cache, driven statefully through the Responses API
+#                    (previous_response_id: the server holds the history, its replies included)
 #   mnemo-stateless  Mnemo with --no-prefix-cache (every turn recomputes its whole prompt)
 #   llama-server     llama.cpp's server configured for multi-turn (bench/start_llama_server.sh)
 #                    (llama-server-npN in SYSTEMS: the same with N slots)
@@ -70,7 +72,7 @@ wait_ready() {  # URL LOG
 start_system() {  # NAME PORT
   local log=$OUT/$1.server.log  # appended to, one server per rate
   case $1 in
-    mnemo | mnemo-stateless)
+    mnemo | mnemo-responses | mnemo-stateless)
       local extra=()
       [ "$1" = mnemo-stateless ] && extra=(--no-prefix-cache)
       nice -n "$NICE" "$MNEMO_BIN" serve -m "$MODEL" --host 127.0.0.1 --port "$2" -t "$THREADS" --kv-tokens "$KV_TOKENS" \
@@ -110,7 +112,9 @@ for rate in ${RATES//,/ }; do
     # Each rate replays its own conversations (every system the same ones): a server must not
     # find a rate's conversations cached from the one before.
     result=$OUT/$system-rate$rate
-    nice -n "$NICE" "$MNEMO_BIN" loadgen --url "http://127.0.0.1:$port" --label "$system" --tokenizer-model "$MODEL" \
+    api=chat
+    [ "$system" = mnemo-responses ] && api=responses
+    nice -n "$NICE" "$MNEMO_BIN" loadgen --url "http://127.0.0.1:$port" --label "$system" --api "$api" --tokenizer-model "$MODEL" \
       --rate "$rate" -n 0 --duration "$DURATION" --drain-timeout "$DRAIN" --conversation-offset $((point * 100)) \
       --max-context "$MAX_CONTEXT" --max-output-tokens "$MAX_OUTPUT" --think-time "$THINK" \
       --slo-ttft-p90 "$SLO_TTFT" --slo-tpot-p90 "$SLO_TPOT" --seed "$SEED" --json "$result.json" --csv "$result.csv" \
