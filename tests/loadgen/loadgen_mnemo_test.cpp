@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -28,7 +29,16 @@ const std::string kFixture = std::string(MNEMO_SOURCE_DIR) + "/tests/loadgen/fix
 // A `mnemo serve --port 0` child process; its port is read from the line it prints on start.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::string& extra_args) {
+  explicit ServerProcess(std::string extra_args) {
+    // Each server gets its own state (the KV disk tier persists): a conversation cached by an
+    // earlier test or run must not be found by this one.
+    if (extra_args.find("--state-dir") == std::string::npos) {
+      char tmpl[] = "/tmp/mnemo-loadgen-state-XXXXXX";
+      if (mkdtemp(tmpl) != nullptr) {
+        state_dir_ = tmpl;
+        extra_args += " --state-dir " + state_dir_;
+      }
+    }
     int out[2];
     if (pipe(out) != 0) return;
     pid_ = fork();
@@ -67,6 +77,10 @@ class ServerProcess {
       waitpid(pid_, &status, 0);
     }
     if (stdout_ >= 0) close(stdout_);
+    if (!state_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(state_dir_, ec);
+    }
   }
 
   int port() const { return port_; }
@@ -76,6 +90,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int stdout_ = -1;
   int port_ = 0;
+  std::string state_dir_;
 };
 
 LoadgenOptions tiny_options(const std::string& url) {
