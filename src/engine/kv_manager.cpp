@@ -224,6 +224,9 @@ void KvManager::finish_loads() {
 
 void KvManager::plan_ahead_copies() {
   if (config_.swap_out_threshold <= 0 || config_.host_blocks == 0) return;
+  const auto target = static_cast<int32_t>(config_.swap_out_threshold * static_cast<float>(n_blocks()));
+  // Every step: free blocks alone usually suffice, and then the index is not scanned.
+  if (device_alloc_.n_free() >= target) return;
   // Device blocks an allocation could get without a copy: free ones, and cached chunks the
   // index alone holds that already have a copy below.
   int32_t reclaimable = device_alloc_.n_free();
@@ -236,7 +239,6 @@ void KvManager::plan_ahead_copies() {
       dirty.push_back(c);
     }
   });
-  const auto target = static_cast<int32_t>(config_.swap_out_threshold * static_cast<float>(n_blocks()));
   if (reclaimable >= target || dirty.empty()) return;
   const double t = now();
   std::sort(dirty.begin(), dirty.end(),

@@ -252,6 +252,12 @@ bool DiskTier::write_extent(const Job& job) const {
 Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_size) const {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
+  Result<ExtentHeader> result = read_header(fd, path, file_size);
+  ::close(fd);
+  return result;
+}
+
+Result<ExtentHeader> DiskTier::read_header(int fd, const std::string& path, size_t file_size) const {
   HeaderPrefix prefix{};
   Result<ExtentHeader> result = make_error("{}: unreadable", path);
   if (!read_all(fd, reinterpret_cast<uint8_t*>(&prefix), sizeof(prefix), 0)) {
@@ -282,13 +288,13 @@ Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_
         h.parent_key = prefix.parent_key;
         h.position = prefix.position;
         h.compact = trailer.payload_bytes != payload_bytes_;
+        h.payload_hash = trailer.payload_hash;
         h.tokens.resize(static_cast<size_t>(prefix.n_tokens));
         copy_bytes(h.tokens.data(), bytes.data() + sizeof(prefix), h.tokens.size() * sizeof(int32_t));
         result = std::move(h);
       }
     }
   }
-  ::close(fd);
   return result;
 }
 
@@ -329,23 +335,26 @@ std::vector<ExtentHeader> DiskTier::scan() {
 Status DiskTier::read(uint64_t key, std::span<uint8_t> out) const {
   const std::string path = path_of(key);
   if (!valid_payload_size(out.size())) return make_error("{}: read of {} bytes, extents hold {}", path, out.size(), payload_bytes_);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return make_error("{}: missing: {}", path, std::strerror(errno));
-  MNEMO_ASSIGN_OR_RETURN(const ExtentHeader header, read_header(path, static_cast<size_t>(st.st_size)));
-  if (header.key != key) return make_error("{}: holds key {:016x}", path, header.key);
-  const size_t stored = header.compact ? compact_payload_bytes_ : payload_bytes_;
-  if (out.size() != stored) return make_error("{}: holds {} payload bytes, {} asked for", path, stored, out.size());
-  const size_t head = header_bytes(header.tokens.size());
+  // One open: the header, then the payload, of the same file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
-  HeaderTrailer trailer{};
-  const bool ok = read_all(fd, reinterpret_cast<uint8_t*>(&trailer), sizeof(trailer),
-                           static_cast<off_t>(head - sizeof(trailer))) &&
-                  read_all(fd, out.data(), out.size(), static_cast<off_t>(head));
+  if (fd < 0) return make_error("{}: missing: {}", path, std::strerror(errno));
+  struct stat st {};
+  Result<ExtentHeader> header = ::fstat(fd, &st) == 0 ? read_header(fd, path, static_cast<size_t>(st.st_size))
+                                                      : Result<ExtentHeader>(make_error("{}: cannot stat", path));
+  Status status = ok_status();
+  if (!header.ok()) {
+    status = header.error();
+  } else if (header->key != key) {
+    status = make_error("{}: holds key {:016x}", path, header->key);
+  } else if (const size_t stored = header->compact ? compact_payload_bytes_ : payload_bytes_; out.size() != stored) {
+    status = make_error("{}: holds {} payload bytes, {} asked for", path, stored, out.size());
+  } else if (!read_all(fd, out.data(), out.size(), static_cast<off_t>(header_bytes(header->tokens.size())))) {
+    status = make_error("{}: truncated payload", path);
+  } else if (XXH3_64bits(out.data(), out.size()) != header->payload_hash) {
+    status = make_error("{}: payload checksum mismatch", path);
+  }
   ::close(fd);
-  if (!ok) return make_error("{}: truncated payload", path);
-  if (XXH3_64bits(out.data(), out.size()) != trailer.payload_hash) return make_error("{}: payload checksum mismatch", path);
-  return ok_status();
+  return status;
 }
 
 }  // namespace mnemo

@@ -35,6 +35,7 @@ struct ExtentHeader {
   int32_t position = 0;
   std::vector<int32_t> tokens;
   bool compact = false;  // the payload holds the global layers only (set by scan from its size)
+  uint64_t payload_hash = 0;  // XXH3 of the payload, as the header records it
 };
 
 class DiskTier {
@@ -86,6 +87,8 @@ class DiskTier {
   };
   void run();
   bool write_extent(const Job& job) const;
+  // The validated header of the open extent `fd` (named `path` in errors) of `file_size` bytes.
+  Result<ExtentHeader> read_header(int fd, const std::string& path, size_t file_size) const;
   Result<ExtentHeader> read_header(const std::string& path, size_t file_size) const;
 
   const std::string dir_;

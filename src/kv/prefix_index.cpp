@@ -85,6 +85,7 @@ PrefixIndex::NodeId PrefixIndex::add_node(NodeId parent, uint64_t ns, uint64_t k
   if (parent != kRoot) ++at(parent).children;
   by_key_.emplace(key, id);
   ++live_nodes_;
+  tally(n, +1);
   return id;
 }
 
@@ -136,34 +137,42 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::restore(uint64_t ns, uint64_t pa
   }
   if (find_child(parent, key, chunk) != kRoot) return std::nullopt;  // already known
   const NodeId node = add_node(parent, ns, key, chunk, position, now);
+  tally(at(node), -1);
   at(node).disk = DiskCopy::kPresent;
   at(node).disk_compact = compact;
+  tally(at(node), +1);
   return node;
 }
 
 void PrefixIndex::set_device(NodeId node, BlockId block) {
   Node& n = at(node);
   MNEMO_CHECK(n.live, "device copy for dead node {}", node);
+  tally(n, -1);
   if (n.device != kNoBlock) by_location_.erase(location_key(Tier::kDevice, n.device));
   n.device = block;
   if (block != kNoBlock) by_location_.emplace(location_key(Tier::kDevice, block), node);
+  tally(n, +1);
   forget_if_empty(node);
 }
 
 void PrefixIndex::set_host(NodeId node, BlockId block, bool compact) {
   Node& n = at(node);
   MNEMO_CHECK(n.live, "host copy for dead node {}", node);
+  tally(n, -1);
   if (n.host != kNoBlock) by_location_.erase(location_key(n.host_compact ? kCompactHost : Tier::kHost, n.host));
   n.host = block;
   n.host_compact = compact && block != kNoBlock;
   if (block != kNoBlock) by_location_.emplace(location_key(n.host_compact ? kCompactHost : Tier::kHost, block), node);
+  tally(n, +1);
   forget_if_empty(node);
 }
 
 void PrefixIndex::set_disk(NodeId node, DiskCopy state, bool compact) {
   MNEMO_CHECK(at(node).live, "disk copy for dead node {}", node);
+  tally(at(node), -1);
   at(node).disk = state;
   at(node).disk_compact = compact && state != DiskCopy::kNone;
+  tally(at(node), +1);
   forget_if_empty(node);
 }
 
@@ -180,6 +189,7 @@ void PrefixIndex::forget_if_empty(NodeId node) {
     }
     const NodeId parent = n.parent;
     if (parent != kRoot) --at(parent).children;
+    tally(n, -1);
     n.live = false;
     n.tokens.clear();
     free_nodes_.push_back(node);
@@ -219,16 +229,17 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::node_at(BlockId block, Tier tier
 
 bool PrefixIndex::holds(BlockId block, Tier tier) const { return by_location_.count(location_key(tier, block)) != 0; }
 
-size_t PrefixIndex::size(Tier tier) const {
-  size_t n = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) n += nodes_[i].live && to_chunk(static_cast<NodeId>(i)).has(tier) ? 1 : 0;
-  return n;
+void PrefixIndex::tally(const Node& n, int sign) {
+  device_count_ += n.device != kNoBlock ? sign : 0;
+  host_count_ += n.host != kNoBlock ? sign : 0;
+  disk_count_ += n.disk == DiskCopy::kPresent ? sign : 0;
+  dropped_count_ += n.device == kNoBlock && n.host == kNoBlock && n.disk == DiskCopy::kNone ? sign : 0;
 }
 
-size_t PrefixIndex::n_dropped() const {
-  size_t n = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) n += nodes_[i].live && to_chunk(static_cast<NodeId>(i)).dropped() ? 1 : 0;
-  return n;
+size_t PrefixIndex::size(Tier tier) const {
+  return static_cast<size_t>(tier == Tier::kDevice ? device_count_ : tier == Tier::kHost ? host_count_ : disk_count_);
 }
+
+size_t PrefixIndex::n_dropped() const { return static_cast<size_t>(dropped_count_); }
 
 }  // namespace mnemo

@@ -138,6 +138,8 @@ class PrefixIndex {
   static int64_t location_key(Tier tier, BlockId block) {
     return (static_cast<int64_t>(tier) << 32) | static_cast<uint32_t>(block);
   }
+  // Keeps the per-tier counts: -1 before a node's copies change, +1 after.
+  void tally(const Node& n, int sign);
   Node& at(NodeId id) { return nodes_[static_cast<size_t>(id)]; }
   const Node& at(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
 
@@ -147,6 +149,8 @@ class PrefixIndex {
   std::unordered_multimap<uint64_t, NodeId> by_key_;
   std::unordered_map<int64_t, NodeId> by_location_;
   size_t live_nodes_ = 0;
+  // Live nodes with a device copy, a host copy, a durable disk copy, and with none (dropped).
+  int64_t device_count_ = 0, host_count_ = 0, disk_count_ = 0, dropped_count_ = 0;
 };
 
 }  // namespace mnemo

@@ -3,28 +3,14 @@
 // every step (tests/fixtures/gemma3_greedy.json), and bad arguments fail cleanly.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
+
+#include "e2e/run_mnemo.h"
 
 namespace {
 
-struct CommandResult {
-  int status;
-  std::string output;
-};
-
-CommandResult run_mnemo(const std::string& args) {
-  const std::string command = std::string(MNEMO_BIN) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
-}
+using mnemo::testing::CommandResult;
+using mnemo::testing::run_mnemo;
 
 TEST(Cli, InfoDescribesTheDefaultModel) {
   const CommandResult r = run_mnemo("info");

@@ -89,13 +89,13 @@ class StatefulDefaultModelTest : public ::testing::TestWithParam<float> {
     r.max_tokens = 24;
     return r;
   }
-  // Traffic that needs most of a 16-block device pool: 400 prompt tokens and 64 new ones fill 15
-  // blocks, so at most one block of anything else stays.
-  void other_traffic(Engine& engine) const {
+  // Traffic that needs most of the device pool: `prompt_tokens` and 64 new ones (400 fill 15 of
+  // 16 blocks, so at most one block of anything else stays).
+  void other_traffic(Engine& engine, size_t prompt_tokens = 400) const {
     GenerationRequest r = request("", 64);
     const auto words = tokenizer_->encode(" apple banana cherry date elderberry fig grape honeydew kiwi lemon", false, false);
-    while (r.prompt.size() < 400) r.prompt.insert(r.prompt.end(), words.begin(), words.end());
-    r.prompt.resize(400);
+    while (r.prompt.size() < prompt_tokens) r.prompt.insert(r.prompt.end(), words.begin(), words.end());
+    r.prompt.resize(prompt_tokens);
     run(engine, r);
   }
 
@@ -197,11 +197,7 @@ TEST_P(StatefulDefaultModelTest, SlidingWindowHistoryKeptCompactIsIdentical) {
   c.host_compact_blocks = 64;
   Engine engine(*model_, *tokenizer_, c);
   EXPECT_EQ(run(engine, first).tokens, reply.tokens);
-  GenerationRequest other = request("", 64);  // 1136 + 64 tokens: 38 of the 40 device blocks
-  const auto words = tokenizer_->encode(" apple banana cherry date elderberry fig grape honeydew kiwi lemon", false, false);
-  while (other.prompt.size() < 1136) other.prompt.insert(other.prompt.end(), words.begin(), words.end());
-  other.prompt.resize(1136);
-  run(engine, other);
+  other_traffic(engine, 1136);  // 1136 + 64 tokens: 38 of the 40 device blocks
   const MetricsSnapshot m = engine.metrics();
   EXPECT_GT(m.host_compact_blocks_cached, 0);
   const Turn t = run(engine, second);

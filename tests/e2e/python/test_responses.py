@@ -9,6 +9,8 @@ import tempfile
 import pytest
 import requests
 
+from helpers import read_metrics, wait_for
+
 
 
 def response_events(response: requests.Response) -> list[dict]:
@@ -167,19 +169,11 @@ def test_history_survives_kill_9(start_server):
 
 
 def metric(url: str, name: str) -> float:
-    text = requests.get(url + "/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(f"mnemo_{name} ") or line.startswith(f"{name} "):
-            return float(line.split()[-1])
-    raise AssertionError(f"metric {name} not found")
+    return read_metrics(url)[f"mnemo_{name}"]
 
 
 def wait_for_disk_writes(url: str) -> None:
-    import time
-    deadline = time.monotonic() + 60
-    while metric(url, "disk_writes_queued") > 0:
-        assert time.monotonic() < deadline, "disk writes never finished"
-        time.sleep(0.05)
+    wait_for(lambda: metric(url, "disk_writes_queued") == 0, timeout=60, what="disk writes")
 
 
 THREE_TURNS = ["Describe a mountain village in winter.", "What do people eat there?", "And in summer?"]
