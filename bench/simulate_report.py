@@ -8,13 +8,16 @@ recomputed tokens of each policy in the run with the lowest seed and their ratio
 device overcommits of that run, equal for every policy, and LRU's hit rate as a measure of
 pressure); the
 second, the ratio to LRU over all seeds of the setting: median (min-max), in tokens and, for
-Pensieve (which weighs cost), in recompute seconds under the run's cost model.
+Pensieve (which weighs cost) and mnemo, in recompute seconds under the run's cost model. Last, per
+policy, in how many runs it recomputed fewer tokens than LRU, as many, and more.
 """
 import json
 import statistics
 import sys
 
-POLICIES = ["pensieve", "lru", "tail-first", "oracle"]
+POLICIES = ["pensieve", "lru", "tail-first", "mnemo", "mnemo-no-ghosts", "oracle"]
+FIRST_TABLE = ["pensieve", "lru", "tail-first", "mnemo", "oracle"]
+SECONDS = ["pensieve", "mnemo"]
 
 
 def mib(n):
@@ -23,7 +26,16 @@ def mib(n):
 
 def setting(config):
     caps = config["capacity_bytes"]
-    return (config["think_time"].get("exponential_mean_s", 0), caps["device"], caps["host"], caps["disk"], config["rate"])
+    think = config["think_time"]
+    # Exponential means first, then the Mooncake gaps (by their scale).
+    kind = (0, think["exponential_mean_s"]) if "exponential_mean_s" in think else (1, think.get("scale", 1.0))
+    return (kind, caps["device"], caps["host"], caps["disk"], config["rate"])
+
+
+def think_label(kind):
+    if kind[0] == 0:
+        return f"{kind[1]:g} s"
+    return "Mooncake" if kind[1] == 1 else f"Mooncake x{kind[1]:g}"
 
 
 def main(paths):
@@ -35,14 +47,14 @@ def main(paths):
     for key in runs:
         runs[key].sort(key=lambda r: r["config"]["seed"])
 
-    print("| think mean | device | host | disk | overcommits | LRU hit rate | " + " | ".join(POLICIES) + " |")
-    print("|---|---|---|---|---|---|" + "---|" * len(POLICIES))
+    print("| think time | device | host | disk | overcommits | LRU hit rate | " + " | ".join(FIRST_TABLE) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(FIRST_TABLE))
     for key in sorted(runs):
         think, device, host, disk, _ = key
         first = runs[key][0]
         by_name = {p["policy"]: p for p in first["policies"]}
         cells = []
-        for name in POLICIES:
+        for name in FIRST_TABLE:
             p = by_name.get(name)
             if p is None:
                 cells.append("-")
@@ -51,13 +63,13 @@ def main(paths):
             cells.append(f"{p['recomputed_tokens']:,} ({ratio:.3f})" if ratio is not None else f"{p['recomputed_tokens']:,}")
         lru_hit = by_name["lru"]["hit_rate"] if "lru" in by_name else None
         overcommits = first["policies"][0]["device_overcommits"]
-        print(f"| {think:g} s | {mib(device)} | {mib(host)} | {mib(disk) if disk else '-'} | {overcommits} | "
+        print(f"| {think_label(think)} | {mib(device)} | {mib(host)} | {mib(disk) if disk else '-'} | {overcommits} | "
               f"{'-' if lru_hit is None else f'{100 * lru_hit:.1f}%'} | " + " | ".join(cells) + " |")
 
     print()
-    print("| think mean | device | host | disk | seeds | " + " | ".join(f"{p} / LRU" for p in POLICIES if p != "lru")
-          + " | pensieve / LRU, seconds |")
-    print("|---|---|---|---|---|" + "---|" * len(POLICIES))
+    print("| think time | device | host | disk | seeds | " + " | ".join(f"{p} / LRU" for p in POLICIES if p != "lru")
+          + " | " + " | ".join(f"{p} / LRU, seconds" for p in SECONDS) + " |")
+    print("|---|---|---|---|---|" + "---|" * (len(POLICIES) - 1 + len(SECONDS)))
     for key in sorted(runs):
         think, device, host, disk, _ = key
         cells = []
@@ -67,14 +79,33 @@ def main(paths):
             ratios = [p["recomputed_vs_lru"] for r in runs[key] for p in r["policies"]
                       if p["policy"] == name and p["recomputed_vs_lru"] is not None]
             cells.append(f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})" if ratios else "-")
-        seconds = []
-        for r in runs[key]:
-            by_name = {p["policy"]: p for p in r["policies"]}
-            if "pensieve" in by_name and "lru" in by_name and by_name["lru"]["recomputed_seconds"] > 0:
-                seconds.append(by_name["pensieve"]["recomputed_seconds"] / by_name["lru"]["recomputed_seconds"])
-        cells.append(f"{statistics.median(seconds):.3f} ({min(seconds):.3f}-{max(seconds):.3f})" if seconds else "-")
+        for name in SECONDS:
+            seconds = []
+            for r in runs[key]:
+                by_name = {p["policy"]: p for p in r["policies"]}
+                if name in by_name and "lru" in by_name and by_name["lru"]["recomputed_seconds"] > 0:
+                    seconds.append(by_name[name]["recomputed_seconds"] / by_name["lru"]["recomputed_seconds"])
+            cells.append(f"{statistics.median(seconds):.3f} ({min(seconds):.3f}-{max(seconds):.3f})" if seconds else "-")
         seeds = ",".join(str(r["config"]["seed"]) for r in runs[key])
-        print(f"| {think:g} s | {mib(device)} | {mib(host)} | {mib(disk) if disk else '-'} | {seeds} | " + " | ".join(cells) + " |")
+        print(f"| {think_label(think)} | {mib(device)} | {mib(host)} | {mib(disk) if disk else '-'} | {seeds} | "
+              + " | ".join(cells) + " |")
+
+    print()
+    print("| policy | runs | fewer tokens than LRU | as many | more |")
+    print("|---|---|---|---|---|")
+    for name in POLICIES:
+        if name == "lru":
+            continue
+        counts = [0, 0, 0]
+        for key in runs:
+            for r in runs[key]:
+                by_name = {p["policy"]: p for p in r["policies"]}
+                if name not in by_name or "lru" not in by_name:
+                    continue
+                mine, lru = by_name[name]["recomputed_tokens"], by_name["lru"]["recomputed_tokens"]
+                counts[0 if mine < lru else 1 if mine == lru else 2] += 1
+        if sum(counts):
+            print(f"| {name} | {sum(counts)} | {counts[0]} | {counts[1]} | {counts[2]} |")
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--device-bytes", args->device_bytes, "Device tier capacity (e.g. 64M, 1.5G)")->capture_default_str();
   cmd->add_option("--host-bytes", args->host_bytes, "Host tier capacity (0: none)")->capture_default_str();
   cmd->add_option("--disk-bytes", args->disk_bytes, "Disk tier capacity (0: none)")->capture_default_str();
-  cmd->add_option("--policies", o.policies, "Policies to compare: pensieve, lru, tail-first, oracle")
+  cmd->add_option("--policies", o.policies, "Policies to compare: pensieve, lru, tail-first, mnemo, mnemo-no-ghosts, oracle")
       ->capture_default_str()
       ->delimiter(',')
       ->check(CLI::IsMember(sim::eviction_policy_names()));

@@ -1,5 +1,6 @@
 // What the simulated cache knows about one conversation: where each of its chunks is, when it
-// was last used, whether a turn of it is running, and (for the oracle only) when it is next used.
+// was last used and how long it was then (what the real index records too), whether a turn of it
+// is running, and (for the oracle only) when it is next used.
 #pragma once
 
 #include <array>
@@ -20,6 +21,7 @@ struct ConversationState {
   std::vector<int8_t> where;                            // per chunk position: a tier_index, or kNotCached
   std::array<std::set<int32_t>, kTierCount> chunks_in;  // chunk positions held in each tier, ascending
   double last_used_s = 0;                               // end of its latest turn
+  int32_t end_chunks = 0;                               // whole chunks of its context at that turn's end
   double next_use_s = kNever;                           // start of its next turn (the oracle's knowledge)
   bool pinned = false;                                  // a turn is running: nothing of it may move
 

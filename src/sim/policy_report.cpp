@@ -27,12 +27,12 @@ std::string mib(int64_t bytes) { return fmt::format("{:.0f}", static_cast<double
 }  // namespace
 
 std::string format_policy_table(const std::vector<PolicyOutcome>& outcomes) {
-  std::string out = fmt::format("{:<11} {:>12} {:>7} {:>11} {:>12} {:>12} {:>12} {:>7} {:>10} {:>10} {:>10} {:>10}\n",
+  std::string out = fmt::format("{:<15} {:>12} {:>7} {:>11} {:>12} {:>12} {:>12} {:>7} {:>10} {:>10} {:>10} {:>10}\n",
                                 "policy", "recomputed", "vs LRU", "recompute s", "hit device", "hit host", "hit disk",
                                 "hit %", "dev>host", "host>disk", "host>dev", "disk>dev");
   for (const PolicyOutcome& o : outcomes) {
     const std::optional<double> ratio = ratio_to_lru(o, outcomes);
-    out += fmt::format("{:<11} {:>12} {:>7} {:>11.1f} {:>12} {:>12} {:>12} {:>7.1f} {:>10} {:>10} {:>10} {:>10}\n", o.policy,
+    out += fmt::format("{:<15} {:>12} {:>7} {:>11.1f} {:>12} {:>12} {:>12} {:>7.1f} {:>10} {:>10} {:>10} {:>10}\n", o.policy,
                        o.recomputed_tokens, ratio ? fmt::format("{:.3f}", *ratio) : std::string("-"), o.recomputed_seconds,
                        o.hit_tokens[0],
                        o.hit_tokens[1], o.hit_tokens[2], 100.0 * hit_rate(o), mib(o.moved_bytes(Tier::kDevice, Tier::kHost)),

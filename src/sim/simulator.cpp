@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <queue>
 #include <tuple>
 #include <vector>
@@ -25,14 +26,21 @@ constexpr int kStart = 1;
 
 class Replay {
  public:
-  Replay(const Trace& trace, const SimConfig& config, const EvictionPolicy& policy)
+  // `learner`: the policy's own copy for this replay when it learns from events (else `policy`
+  // itself, told nothing).
+  Replay(const Trace& trace, const SimConfig& config, const EvictionPolicy& policy, EvictionPolicy* learner)
       : trace_(trace),
         c_(config.chunk_tokens),
         cost_(config.cost),
-        policy_(policy),
-        cache_(config.capacity_chunks(), policy, trace.size()) {
+        policy_(learner ? *learner : policy),
+        learner_(learner),
+        cache_(config.capacity_chunks(), policy_, trace.size()) {
     out_.policy = std::string(policy.name());
     out_.chunk_bytes = config.chunk_bytes();
+    if (learner_) {
+      cache_.set_drop_listener(
+          [this](ChunkRef c, double now) { learner_->on_drop(cache_.conversation(c.conversation), c.chunk, now); });
+    }
   }
 
   PolicyOutcome run() {
@@ -93,10 +101,19 @@ class Replay {
     }
     // Cached chunks this turn does not reuse are recomputed over: drop the stale copies.
     std::vector<ChunkRef> stale;
+    std::vector<int32_t> matched;
     for (const Tier tier : kTiers) {
       for (const int32_t j : state.chunks_in[static_cast<size_t>(tier_index(tier))]) {
-        if (j >= n_reusable || !hit[static_cast<size_t>(j)]) stale.push_back({id, j});
+        if (j >= n_reusable || !hit[static_cast<size_t>(j)]) {
+          stale.push_back({id, j});
+        } else {
+          matched.push_back(j);
+        }
       }
+    }
+    if (learner_) {
+      learner_->on_match(state, matched, now);
+      for (const ChunkRef& s : stale) learner_->on_drop(state, s.chunk, now);
     }
     for (const ChunkRef& s : stale) cache_.discard(s);
     for (int32_t j = 0; j < whole_chunks(turn.prompt_tokens); ++j) cache_.place_on_device({id, j}, now);
@@ -115,7 +132,9 @@ class Replay {
     cache_.set_last_used(id, now);
     cache_.set_next_use(id, static_cast<size_t>(t) + 1 < turns.size() ? turns[static_cast<size_t>(t) + 1].start_s
                                                                       : ConversationState::kNever);
+    cache_.set_end_chunks(id, whole_chunks(turn.prompt_tokens + turn.reply_tokens));
     cache_.set_pinned(id, false);
+    if (learner_) learner_->on_idle(cache_.conversation(id), now);
     cache_.shrink_device_to_capacity(now);
   }
 
@@ -123,6 +142,7 @@ class Replay {
   int64_t c_;
   const CostModel& cost_;
   const EvictionPolicy& policy_;
+  EvictionPolicy* learner_;
   TieredChunkCache cache_;
   PolicyOutcome out_;
 };
@@ -154,7 +174,8 @@ Result<PolicyOutcome> simulate_policy(const Trace& trace, const SimConfig& confi
       }
     }
   }
-  return Replay(trace, config, policy).run();
+  const std::unique_ptr<EvictionPolicy> learner = policy.start_replay();
+  return Replay(trace, config, policy, learner.get()).run();
 }
 
 }  // namespace mnemo::sim

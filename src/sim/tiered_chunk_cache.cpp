@@ -94,6 +94,7 @@ void TieredChunkCache::demote(ChunkRef c, Tier from, double now_s) {
     // The tier keeps what it has; the newcomer tries the next one down.
   }
   ++counters_.dropped_chunks;
+  if (on_drop_) on_drop_(c, now_s);
 }
 
 void TieredChunkCache::place_on_device(ChunkRef c, double now_s) {

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <vector>
@@ -50,6 +51,9 @@ class TieredChunkCache {
   void set_last_used(int32_t id, double t) { mutable_conversation(id).last_used_s = t; }
   void set_next_use(int32_t id, double t) { mutable_conversation(id).next_use_s = t; }
   void set_pinned(int32_t id, bool pinned) { mutable_conversation(id).pinned = pinned; }
+  void set_end_chunks(int32_t id, int32_t chunks) { mutable_conversation(id).end_chunks = chunks; }
+  // Told of every chunk that falls out of the last tier, after it left.
+  void set_drop_listener(std::function<void(ChunkRef, double now_s)> listener) { on_drop_ = std::move(listener); }
 
   // Puts a chunk of a pinned conversation on the device: a move up if it was in a lower tier,
   // nothing if it is there already, a new chunk otherwise.
@@ -81,6 +85,7 @@ class TieredChunkCache {
   std::vector<ConversationState> conversations_;
   std::array<std::set<int32_t>, kTierCount> holders_;  // conversations with a chunk in each tier
   CacheCounters counters_;
+  std::function<void(ChunkRef, double)> on_drop_;
 };
 
 }  // namespace mnemo::sim

@@ -72,6 +72,13 @@ TEST(EvictionOrder, PensieveComparesCostOverIdleTimeAcrossConversations) {
   EXPECT_EQ(three_victims("pensieve"), (std::vector<ChunkRef>{{0, 0}, {1, 0}, {0, 1}}));
 }
 
+TEST(EvictionOrder, MnemoWithNothingLearntIsLru) {
+  // No event was fed: every class has the prior's return probability, so the value falls with
+  // the idle time alone.
+  EXPECT_EQ(three_victims("mnemo"), (std::vector<ChunkRef>{{0, 0}, {0, 1}, {0, 2}}));
+  EXPECT_EQ(three_victims("mnemo-no-ghosts"), (std::vector<ChunkRef>{{0, 0}, {0, 1}, {0, 2}}));
+}
+
 TEST(EvictionOrder, OracleTakesWhatIsNeverUsedAgainThenTheFarthestCheapestFirst) {
   EXPECT_EQ(three_victims("oracle"), (std::vector<ChunkRef>{{1, 0}, {0, 0}, {0, 1}}));
 }
@@ -94,6 +101,25 @@ TEST(TierCascade, DeviceVictimsGoToHostAndHostVictimsAreDropped) {
   EXPECT_EQ(c.dropped_chunks, 1);
   EXPECT_EQ(cache.used_chunks(Tier::kDevice), 1);
   EXPECT_EQ(cache.used_chunks(Tier::kHost), 1);
+}
+
+TEST(TierCascade, TheDropListenerHearsEveryDropAfterTheChunkLeft) {
+  const auto lru = policy("lru");
+  TieredChunkCache cache({1, 1, 0}, *lru, 3);
+  std::vector<std::pair<ChunkRef, double>> heard;
+  cache.set_drop_listener([&](ChunkRef c, double now) {
+    EXPECT_EQ(where(cache, c.conversation, c.chunk), std::nullopt);
+    heard.emplace_back(c, now);
+  });
+  hold(cache, 0, 1, 1, 0, 1);
+  hold(cache, 1, 1, 2, 0, 2);
+  EXPECT_TRUE(heard.empty());  // A0 went to the host
+  hold(cache, 2, 1, 3, 0, 3);  // A0 is dropped
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].first, (ChunkRef{0, 0}));
+  EXPECT_EQ(heard[0].second, 3);
+  cache.discard({1, 0});  // a discard is not a drop
+  EXPECT_EQ(heard.size(), 1u);
 }
 
 TEST(TierCascade, ANewcomerWorseThanEverythingBelowSkipsToTheNextTierOrIsDropped) {
@@ -165,6 +191,7 @@ TEST(VictimSearch, ChunkOrderFollowsTheCost) {
   EXPECT_EQ(policy("oracle", dipping_costs())->chunk_order(), ChunkOrder::kAnyPosition);
   EXPECT_EQ(policy("lru", dipping_costs())->chunk_order(), ChunkOrder::kLeadingFirst);
   EXPECT_EQ(policy("tail-first")->chunk_order(), ChunkOrder::kTrailingFirst);
+  EXPECT_EQ(policy("mnemo", dipping_costs())->chunk_order(), ChunkOrder::kLeadingFirst);  // weighs tokens, not costs
 }
 
 TEST(VictimSearch, FindsTheLowestKeyOfAllChunks) {
