@@ -32,7 +32,7 @@ struct ServeArgs {
   int32_t grace_seconds = 30;
   std::string state_dir;
   int64_t disk_cache_bytes = int64_t{2} << 30;
-  std::string cache_policy = "pensieve";
+  std::string cache_policy = "mnemo";
   std::string profile_path;  // empty: the model's profile if `mnemo profile` wrote one
 };
 
@@ -102,7 +102,9 @@ int run_serve(ServeArgs args) {
   engine_config.kv_blocks = std::max(1, args.kv_tokens / engine_config.block_size);
   engine_config.host_swap_blocks = std::max(0, args.host_swap_tokens / engine_config.block_size);
   engine_config.host_compact_blocks = std::max(0, args.host_compact_tokens / engine_config.block_size);
-  engine_config.cache_policy = args.cache_policy == "lru" ? RetentionPolicy::kLru : RetentionPolicy::kPensieve;
+  engine_config.cache_policy = args.cache_policy == "lru"        ? RetentionPolicy::kLru
+                               : args.cache_policy == "pensieve" ? RetentionPolicy::kPensieve
+                                                                 : RetentionPolicy::kMnemo;
   auto cost = cost_model_for(args);
   if (!cost.ok()) {
     std::fprintf(stderr, "error: %s\n", cost.error().message().c_str());
@@ -198,9 +200,11 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "Size limit of the KV disk tier under --state-dir (0: no disk tier; KV then does not outlive the process)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
-  cmd->add_option("--cache-policy", args->cache_policy, "Which cached chunks leave a tier first")
+  cmd->add_option("--cache-policy", args->cache_policy,
+                  "Which cached chunks leave a tier first: mnemo (expected recompute saved per byte, learnt from "
+                  "which conversations return), pensieve (recompute cost / idle time), lru")
       ->capture_default_str()
-      ->check(CLI::IsMember({"pensieve", "lru"}));
+      ->check(CLI::IsMember({"mnemo", "pensieve", "lru"}));
   cmd->add_option("--swap-out-threshold", args->engine.swap_out_threshold,
                   "Copy cached KV to host ahead of need while free device blocks are below this share")
       ->capture_default_str()

@@ -43,7 +43,7 @@ struct EngineConfig {
   float decode_reserve = 0.10f;
   DType kv_dtype = DType::F16;
   bool prefix_caching = true;  // reuse cached KV of any earlier request with the same prefix
-  RetentionPolicy cache_policy = RetentionPolicy::kPensieve;
+  RetentionPolicy cache_policy = RetentionPolicy::kMnemo;
   CostModel cost;                   // `mnemo profile`'s measurements, or the defaults
   float swap_out_threshold = 0.25f;  // copy cached chunks to host ahead of need below this free share
   std::shared_ptr<DiskTier> disk;   // optional third tier; its extents are restored at start-up

@@ -7,10 +7,52 @@
 
 namespace mnemo {
 
-double KvManager::score(const PrefixIndex::Chunk& c, double t) const {
-  if (config_.policy == RetentionPolicy::kLru) return c.last_use;
+ChunkFacts KvManager::facts_of(const PrefixIndex::Chunk& c, Tier tier) const {
+  ChunkFacts f;
+  f.last_use = c.last_use;
+  f.chunk_tokens = block_size();
+  f.end_chunks = std::max(1, c.end_chunks);
+  const bool compact = tier == Tier::kHost ? c.host_compact : tier == Tier::kDisk && c.disk_compact;
+  f.bytes = static_cast<int64_t>(compact ? compact_bytes() : chunk_bytes());
+  return f;
+}
+
+double KvManager::score(const PrefixIndex::Chunk& c, Tier tier, double t) const {
+  switch (config_.policy) {
+    case RetentionPolicy::kLru:
+      return c.last_use;
+    case RetentionPolicy::kMnemo:
+      return retention_.log_value(facts_of(c, tier), t);
+    case RetentionPolicy::kPensieve:
+      break;
+  }
   const int64_t begin = static_cast<int64_t>(c.position) * block_size();
   return config_.cost.retention_value(begin, begin + block_size(), t - c.last_use);
+}
+
+void KvManager::note_dropped(const PrefixIndex::Chunk& c) {
+  ++counters_.dropped_chunks;
+  if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c, Tier::kDevice), now());
+}
+
+void KvManager::note_returns(const std::vector<PrefixIndex::Chunk>& chain, double t) {
+  if (config_.policy != RetentionPolicy::kMnemo) return;
+  // Chunks cached together share their facts: one event per run of them. Dropped chunks were
+  // reported when they dropped.
+  size_t i = 0;
+  while (i < chain.size()) {
+    if (chain[i].dropped()) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < chain.size() && !chain[j].dropped() && chain[j].last_use == chain[i].last_use &&
+           chain[j].end_chunks == chain[i].end_chunks) {
+      ++j;
+    }
+    retention_.observe_return(facts_of(chain[i], Tier::kDevice), t, static_cast<int32_t>(j - i));
+    i = j;
+  }
 }
 
 std::optional<PrefixIndex::Chunk> KvManager::lowest_value(
@@ -21,9 +63,11 @@ std::optional<PrefixIndex::Chunk> KvManager::lowest_value(
   double best_score = 0;
   index_.for_each_in(tier, [&](const PrefixIndex::Chunk& c) {
     if (!eligible(c)) return;
-    const double s = score(c, t);
-    // Ties (one conversation's chunks used at once, under LRU): the leading chunk first.
-    if (!best || s < best_score || (s == best_score && c.position < best->position)) {
+    const double s = score(c, tier, t);
+    // Ties (values in one flat stretch, or one conversation's chunks): the older, then the
+    // leading chunk first.
+    if (!best || s < best_score ||
+        (s == best_score && (c.last_use < best->last_use || (c.last_use == best->last_use && c.position < best->position)))) {
       best = c;
       best_score = s;
     }
@@ -94,7 +138,7 @@ void KvManager::evict_device_copy(const PrefixIndex::Chunk& c) {
   index_.set_device(c.node, kNoBlock);  // may forget the node
   device_alloc_.release(c.device);
   ++counters_.evicted_chunks;
-  counters_.dropped_chunks += last_copy ? 1 : 0;
+  if (last_copy) note_dropped(c);
 }
 
 bool KvManager::make_host_room(int32_t n) {
@@ -141,7 +185,7 @@ void KvManager::evict_host_copy(const PrefixIndex::Chunk& c) {
   index_.set_host(c.node, kNoBlock);
   (c.host_compact ? compact_alloc_ : host_alloc_).release(c.host);
   ++counters_.evicted_chunks;
-  counters_.dropped_chunks += last_copy ? 1 : 0;
+  if (last_copy) note_dropped(c);
 }
 
 bool KvManager::make_disk_room(size_t bytes) {
@@ -154,7 +198,7 @@ bool KvManager::make_disk_room(size_t bytes) {
     disk.remove(victim->key);
     index_.set_disk(victim->node, DiskCopy::kNone);
     ++counters_.evicted_chunks;
-    counters_.dropped_chunks += last_copy ? 1 : 0;
+    if (last_copy) note_dropped(*victim);
   }
   return true;
 }
@@ -251,7 +295,9 @@ KvManager::Loaded KvManager::load_chunk(const PrefixIndex::Chunk& c, BlockId blo
 
 PrefixMatch KvManager::match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks) {
   take_disk_completions();
-  const std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_chunks, now());
+  const double t = now();
+  const std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_chunks, t);
+  note_returns(chain, t);
   // Pin the chain's device blocks first, so making room for one chunk never evicts another.
   for (const auto& c : chain) {
     if (c.device != kNoBlock) device_alloc_.add_ref(c.device);
@@ -349,8 +395,16 @@ void KvManager::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32
   const auto adoptable = [&](size_t chunk) {
     return std::find(partial_chunks.begin(), partial_chunks.end(), static_cast<int32_t>(chunk)) == partial_chunks.end();
   };
+  const double t = now();
   const auto kept = index_.insert(ns, tokens.first(whole * static_cast<size_t>(block_size())),
-                                  std::span<const BlockId>(table).first(whole), now(), adoptable);
+                                  std::span<const BlockId>(table).first(whole), t, adoptable);
+  if (config_.policy == RetentionPolicy::kMnemo && whole > 0) {
+    // The whole path is idle from now on, as one conversation of `whole` chunks.
+    PrefixIndex::Chunk path_end;
+    path_end.last_use = t;
+    path_end.end_chunks = static_cast<int32_t>(whole);
+    retention_.observe_insert(facts_of(path_end, Tier::kDevice), t, static_cast<int32_t>(whole));
+  }
   for (BlockId id : kept) {
     device_alloc_.add_ref(id);
     if (config_.disk) {

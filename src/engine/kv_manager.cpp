@@ -86,6 +86,7 @@ KvManager::KvManager(const KvLayout& layout, KvPoolConfig config)
       compact_alloc_(compact_layout(layout, config_).n_layers > 0 ? config_.host_compact_blocks : 0),
       compact_buffer_(compact_layout(layout, config_).block_bytes()),
       index_(layout.block_size),
+      retention_(config_.retention),
       copier_(std::make_unique<BackgroundCopier>()) {
   if (!config_.clock) {
     config_.clock = [] {
@@ -242,7 +243,9 @@ void KvManager::plan_ahead_copies() {
   if (reclaimable >= target || dirty.empty()) return;
   const double t = now();
   std::sort(dirty.begin(), dirty.end(),
-            [&](const PrefixIndex::Chunk& a, const PrefixIndex::Chunk& b) { return score(a, t) < score(b, t); });
+            [&](const PrefixIndex::Chunk& a, const PrefixIndex::Chunk& b) { const double sa = score(a, Tier::kDevice, t);
+              const double sb = score(b, Tier::kDevice, t);
+              return sa != sb ? sa < sb : a.last_use != b.last_use ? a.last_use < b.last_use : a.position < b.position; });
   const int32_t wanted = std::min({target - reclaimable, config_.max_background_copies,
                                    static_cast<int32_t>(dirty.size()), host_alloc_.n_free()});
   if (wanted <= 0) return;  // ahead-of-need copies never evict the host tier

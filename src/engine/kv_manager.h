@@ -6,8 +6,11 @@
 // copies-on-write, swaps and frees them.
 //
 // Retention (SPEC P3): when a tier needs room, the cached chunk with the lowest retention value
-// leaves it: V = Cost(chunk)/T with Cost the recompute time of the chunk at its position
-// (kv/cost_model.h) and T the idle time of the conversations using it. From the device it moves
+// leaves it. Three policies: mnemo (the default of `mnemo serve`), the recompute a chunk is
+// expected to save per byte per second, from a return model learnt online from this cache's own
+// events (kv/retention_model.h); Pensieve's V = Cost(chunk)/T with Cost the recompute time of the
+// chunk at its position (kv/cost_model.h) and T the idle time of the conversations using it; or
+// least recently used. From the device it moves
 // to the host, from the host to the disk, from the disk it is dropped. A chunk that already has a
 // copy in a lower tier leaves for free. Leading chunks are cheapest, so an idle conversation
 // loses its head first; a later match recomputes the dropped head and reuses the rest (SPEC P5).
@@ -30,16 +33,18 @@
 #include "kv/disk_tier.h"
 #include "kv/kv_storage.h"
 #include "kv/prefix_index.h"
+#include "kv/retention_model.h"
 
 namespace mnemo {
 
-enum class RetentionPolicy { kPensieve, kLru };
+enum class RetentionPolicy { kPensieve, kLru, kMnemo };
 
 struct KvPoolConfig {
   int32_t device_blocks = 0;
   int32_t host_blocks = 0;
-  RetentionPolicy policy = RetentionPolicy::kPensieve;
+  RetentionPolicy policy = RetentionPolicy::kMnemo;
   CostModel cost;
+  RetentionOptions retention;  // for kMnemo
   // Copy cached chunks to the host ahead of need when the device's free plus freely reclaimable
   // blocks fall below this share of the pool (0: only on demand).
   float swap_out_threshold = 0.25f;
@@ -147,12 +152,19 @@ class KvManager {
     int64_t bytes_disk_to_device = 0;
   };
   const Counters& counters() const { return counters_; }
+  const RetentionModel& retention_model() const { return retention_; }
   int64_t swapped_out_blocks() const { return swapped_out_blocks_; }
 
  private:
   double now() const;
   size_t chunk_bytes() const { return layout().block_bytes(); }
-  double score(const PrefixIndex::Chunk& c, double now) const;
+  // The retention value of `c`'s copy in `tier`, or any number in the same order: the lowest leaves first.
+  double score(const PrefixIndex::Chunk& c, Tier tier, double now) const;
+  ChunkFacts facts_of(const PrefixIndex::Chunk& c, Tier tier) const;
+  // The last copy of `c` left: counted, and the retention model stops observing it.
+  void note_dropped(const PrefixIndex::Chunk& c);
+  // A request's match found these cached chunks idle since their last use: they returned.
+  void note_returns(const std::vector<PrefixIndex::Chunk>& chain, double now);
   // The cached chunk with a copy in `tier` that leaves it first; `eligible` filters.
   std::optional<PrefixIndex::Chunk> lowest_value(Tier tier,
                                                  const std::function<bool(const PrefixIndex::Chunk&)>& eligible) const;
@@ -182,6 +194,7 @@ class KvManager {
   BlockAllocator compact_alloc_;
   std::vector<uint8_t> compact_buffer_;  // a compact disk extent on its way to the device
   PrefixIndex index_;
+  RetentionModel retention_;  // learns only under kMnemo
   Counters counters_;
   int64_t swapped_out_blocks_ = 0;
 

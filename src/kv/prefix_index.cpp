@@ -54,8 +54,8 @@ std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const 
     const uint64_t key = chunk_key(parent_key, ns, chunk);
     const NodeId node = find_child(parent, key, chunk);
     if (node == kRoot || at(node).ns != ns) break;
-    at(node).last_use = now;
     out.push_back(to_chunk(node));
+    at(node).last_use = now;
     parent = node;
     parent_key = key;
   }

@@ -68,7 +68,8 @@ class PrefixIndex {
 
   // The chunks along the longest indexed path matching `tokens` (whole chunks, at most
   // `max_chunks`), in order, dropped ones included but never at the end: the path stops at its
-  // last chunk that has a copy somewhere. Marks the path used at `now` (seconds).
+  // last chunk that has a copy somewhere. Marks the path used at `now` (seconds); the chunks
+  // returned still carry their previous last_use.
   std::vector<Chunk> match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks, double now);
 
   // Records the whole chunks of `tokens` whose KV is in the device `blocks` (blocks[i] holds

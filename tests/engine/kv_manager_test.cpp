@@ -119,6 +119,76 @@ TEST_F(KvManagerTest, RetentionOrderDiffersBetweenPensieveAndLru) {
   }
 }
 
+TEST_F(KvManagerTest, MnemoRetentionBeforeItHasLearntAnythingIsLru) {
+  // The setup above: with no observation every conversation of a length is alike, and the
+  // older one goes first, as under LRU.
+  clock_ = 1000;
+  KvManager kv(tiny_layout(), config(4, 0, RetentionPolicy::kMnemo));
+  const auto a = tokens_from(100, 4);
+  const auto b = tokens_from(200, 4);
+  run_and_cache(kv, 1, b);
+  clock_ += 2;
+  run_and_cache(kv, 1, a);
+  clock_ += 10;
+  std::vector<BlockId> table;
+  ASSERT_TRUE(kv.prepare_write(table, 0, 4));
+  kv.release(table);
+  EXPECT_EQ(kv.counters().dropped_chunks, 2);
+  EXPECT_EQ(kv.match_prefix(1, a, 2).device_chunks, 2);  // A whole
+  EXPECT_TRUE(kv.match_prefix(1, b, 2).table.empty());     // B gone
+}
+
+// Rounds of two conversations on a 10-block device: a short one (2 chunks) that comes back 50 s
+// later, and a long one (8 chunks) that never does. Each round's conversations push out the
+// previous round's. Then a short conversation idle for 40 s and a long one idle for 10 s share
+// the device, and a new sequence needs 2 blocks: which conversation loses them?
+std::vector<TokenId> conversation_tokens(int round, bool long_one) {
+  return tokens_from(10000 * (round + 1) + (long_one ? 5000 : 0), long_one ? 16 : 4);
+}
+
+TEST_F(KvManagerTest, MnemoRetentionLearnsWhichConversationsReturnAndKeepsThem) {
+  const auto run = [&](RetentionPolicy policy) {
+    clock_ = 1000;
+    auto kv = std::make_unique<KvManager>(tiny_layout(), config(10, 0, policy));
+    constexpr int kRounds = 24;
+    for (int r = 0; r < kRounds; ++r) {
+      run_and_cache(*kv, 1, conversation_tokens(r, false));
+      run_and_cache(*kv, 1, conversation_tokens(r, true));
+      clock_ += 50;
+      const PrefixMatch back = kv->match_prefix(1, conversation_tokens(r, false), 2);
+      EXPECT_EQ(back.device_chunks, 2) << "round " << r;  // the short one is still there
+      std::vector<BlockId> table = back.table;
+      kv->cache_prefix(1, conversation_tokens(r, false), 4, table);
+      kv->release(table);
+      clock_ += 150;
+    }
+    run_and_cache(*kv, 1, conversation_tokens(kRounds, false));
+    clock_ += 30;
+    run_and_cache(*kv, 1, conversation_tokens(kRounds, true));
+    clock_ += 10;
+    std::vector<BlockId> table;
+    EXPECT_TRUE(kv->prepare_write(table, 0, 4));
+    kv->release(table);
+    return kv;
+  };
+  {
+    auto kv = run(RetentionPolicy::kMnemo);
+    const RetentionModel& model = kv->retention_model();
+    EXPECT_GT(model.return_probability(model.class_of(2)), 0.5);
+    EXPECT_LT(model.return_probability(model.class_of(8)), 0.2);
+    // The short conversation is kept whole; the long one loses its two leading chunks.
+    EXPECT_EQ(kv->match_prefix(1, conversation_tokens(24, false), 2).device_chunks, 2);
+    const PrefixMatch long_match = kv->match_prefix(1, conversation_tokens(24, true), 8);
+    EXPECT_EQ(long_match.recompute, (std::vector<int32_t>{0, 1}));
+    EXPECT_EQ(long_match.device_chunks, 6);
+  }
+  {
+    auto kv = run(RetentionPolicy::kLru);  // the older conversation goes
+    EXPECT_TRUE(kv->match_prefix(1, conversation_tokens(24, false), 2).table.empty());
+    EXPECT_EQ(kv->match_prefix(1, conversation_tokens(24, true), 8).device_chunks, 8);
+  }
+}
+
 TEST_F(KvManagerTest, ChunksCascadeDeviceToHostToDiskAndComeBackIntact) {
   TempDir dir;
   KvPoolConfig c = config(2, 1);

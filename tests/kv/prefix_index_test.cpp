@@ -78,7 +78,9 @@ TEST(PrefixIndex, ChunksKeepCopiesInSeveralTiersAndAreForgottenWithTheLast) {
   EXPECT_TRUE(again[1].has(Tier::kHost));
   EXPECT_FALSE(again[1].dropped());
   EXPECT_EQ(again[2].position, 2);
-  EXPECT_DOUBLE_EQ(again[2].last_use, 3.0);
+  EXPECT_DOUBLE_EQ(again[2].last_use, 2.0);  // the previous use, as the match found it
+  EXPECT_DOUBLE_EQ(index.chunk(again[2].node).last_use, 3.0);
+  EXPECT_DOUBLE_EQ(chain[0].last_use, 1.0);  // inserted at 1
   // The leaf's last copy goes: the leaf is forgotten; the middle one still has its host copy.
   index.set_device(again[2].node, kNoBlock);
   EXPECT_EQ(index.size(), 2u);
