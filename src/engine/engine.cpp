@@ -109,6 +109,7 @@ void Engine::publish_cache_metrics() {
     m.cache_ahead_copied_blocks = static_cast<uint64_t>(c.ahead_copied_chunks);
     m.cache_evicted_copies = static_cast<uint64_t>(c.evicted_chunks);
     m.cache_dropped_blocks = static_cast<uint64_t>(c.dropped_chunks);
+    m.cache_forgotten_chunks = static_cast<uint64_t>(c.forgotten_chunks);
     m.cache_disk_written_chunks = static_cast<uint64_t>(c.disk_written_chunks);
     m.cache_disk_corrupt_chunks = static_cast<uint64_t>(c.disk_corrupt_chunks);
     m.bytes_device_to_host = static_cast<uint64_t>(c.bytes_device_to_host);
@@ -174,7 +175,9 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock lock(inbox_mutex_);
-      inbox_ready_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !running_.empty() || !waiting_.empty(); });
+      inbox_ready_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !forgets_.empty() || !running_.empty() || !waiting_.empty();
+      });
       if (stopping_) break;
     }
     admit_new_requests();
@@ -204,12 +207,24 @@ void Engine::loop() {
   }
 }
 
+void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens) {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    if (stopping_) return;
+    forgets_.push_back({ns, std::move(tokens), keep_tokens});
+  }
+  inbox_ready_.notify_one();
+}
+
 void Engine::admit_new_requests() {
   std::deque<std::shared_ptr<RequestState>> incoming;
+  std::deque<ForgetRequest> forgets;
   {
     std::lock_guard lock(inbox_mutex_);
     incoming.swap(inbox_);
+    forgets.swap(forgets_);
   }
+  for (const ForgetRequest& f : forgets) kv_.forget(f.ns, f.tokens, f.keep_tokens / kv_.block_size());
   for (auto& state : incoming) {
     // Choice 0 runs the prompt; the other choices are forked from it once the prompt's KV
     // exists, sharing its blocks (SPEC V3).

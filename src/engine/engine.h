@@ -63,6 +63,11 @@ class Engine {
   // queues it. Thread-safe.
   Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
 
+  // Deletes a finished conversation's cached KV from every tier (KvManager::forget), on the
+  // engine thread, soon after; `keep_tokens` leading tokens stay (an earlier turn still stored).
+  // Thread-safe.
+  void forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens);
+
   // Stops the engine thread: running requests are cancelled (finish reason "cancelled").
   void shutdown();
 
@@ -111,6 +116,12 @@ class Engine {
   std::mutex inbox_mutex_;
   std::condition_variable inbox_ready_;
   std::deque<std::shared_ptr<RequestState>> inbox_;  // guarded by inbox_mutex_
+  struct ForgetRequest {
+    uint64_t ns;
+    std::vector<TokenId> tokens;
+    int32_t keep_tokens;
+  };
+  std::deque<ForgetRequest> forgets_;  // guarded by inbox_mutex_
   bool stopping_ = false;                             // guarded by inbox_mutex_
   std::thread thread_;
 };

@@ -49,6 +49,7 @@ struct MetricsSnapshot {
   uint64_t cache_ahead_copied_blocks = 0;
   uint64_t cache_evicted_copies = 0;
   uint64_t cache_dropped_blocks = 0;
+  uint64_t cache_forgotten_chunks = 0;
   uint64_t cache_disk_written_chunks = 0;
   uint64_t cache_disk_corrupt_chunks = 0;
   uint64_t bytes_device_to_host = 0;

@@ -423,6 +423,42 @@ void KvManager::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32
   }
 }
 
+int32_t KvManager::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t keep_chunks) {
+  take_disk_completions();
+  const std::vector<PrefixIndex::NodeId> path = index_.path(ns, tokens);
+  if (static_cast<int32_t>(path.size()) <= keep_chunks) return 0;
+  // Leaves first: a chunk goes only once nothing below it is left.
+  std::vector<PrefixIndex::NodeId> order = index_.descendants(path.back());
+  for (size_t i = path.size(); i-- > static_cast<size_t>(std::max(0, keep_chunks));) order.push_back(path[i]);
+  const double t = now();
+  int32_t forgotten = 0;
+  for (const PrefixIndex::NodeId node : order) {
+    if (!index_.live(node) || index_.n_children(node) != 0) continue;
+    const PrefixIndex::Chunk c = index_.chunk(node);
+    BlockAllocator& host_pool = c.host_compact ? compact_alloc_ : host_alloc_;
+    const bool in_use = (c.device != kNoBlock && device_alloc_.ref_count(c.device) > 1) ||
+                        (c.host != kNoBlock && host_pool.ref_count(c.host) > 1) || c.disk == DiskCopy::kWriting;
+    if (in_use) continue;
+    if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c, Tier::kDevice), t);
+    // Each copy goes; removing the last forgets the node.
+    if (c.disk == DiskCopy::kPresent) {
+      config_.disk->remove(c.key);
+      index_.set_disk(node, DiskCopy::kNone);
+    }
+    if (c.host != kNoBlock) {
+      index_.set_host(node, kNoBlock);
+      host_pool.release(c.host);
+    }
+    if (c.device != kNoBlock) {
+      index_.set_device(node, kNoBlock);
+      device_alloc_.release(c.device);
+    }
+    ++forgotten;
+  }
+  counters_.forgotten_chunks += forgotten;
+  return forgotten;
+}
+
 int32_t KvManager::n_available() const {
   int32_t index_only = 0;
   index_.for_each_in(Tier::kDevice, [&](const PrefixIndex::Chunk& c) { index_only += index_only_device(c) ? 1 : 0; });

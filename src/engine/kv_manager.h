@@ -115,6 +115,12 @@ class KvManager {
   // index, and writes newly cached ones through to the disk tier.
   void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_valid, const std::vector<BlockId>& table,
                     std::span<const int32_t> partial_chunks = {});
+  // Deletes a conversation from the cache, every tier (SPEC M1's index delete): the chunks along
+  // `tokens`' indexed path from chunk `keep_chunks` on, and everything cached below the path's
+  // end (the conversation's own continuation, whose tokens a re-rendered history may not match
+  // exactly). Spared: chunks another branch still goes through, chunks a running sequence
+  // holds, and disk extents still being written. Returns the chunks forgotten.
+  int32_t forget(uint64_t ns, std::span<const TokenId> tokens, int32_t keep_chunks);
   // Free blocks plus blocks only the index holds (what an allocation could get).
   int32_t n_available() const;
   size_t n_cached_blocks(Tier tier) const { return index_.size(tier); }
@@ -146,6 +152,7 @@ class KvManager {
     int64_t disk_corrupt_chunks = 0; // extents that failed their checksum or read, dropped
     int64_t evicted_chunks = 0;      // copies that left a tier
     int64_t dropped_chunks = 0;      // chunks whose last copy went
+    int64_t forgotten_chunks = 0;    // chunks deleted with their conversation
     int64_t bytes_device_to_host = 0;
     int64_t bytes_host_to_device = 0;
     int64_t bytes_to_disk = 0;

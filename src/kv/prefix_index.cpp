@@ -63,6 +63,46 @@ std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const 
   return out;
 }
 
+std::vector<PrefixIndex::NodeId> PrefixIndex::path(uint64_t ns, std::span<const TokenId> tokens) const {
+  std::vector<NodeId> out;
+  NodeId parent = kRoot;
+  uint64_t parent_key = 0;
+  const size_t n_chunks = tokens.size() / static_cast<size_t>(chunk_tokens_);
+  for (size_t c = 0; c < n_chunks; ++c) {
+    const auto chunk = tokens.subspan(c * static_cast<size_t>(chunk_tokens_), static_cast<size_t>(chunk_tokens_));
+    const uint64_t key = chunk_key(parent_key, ns, chunk);
+    const NodeId node = find_child(parent, key, chunk);
+    if (node == kRoot || at(node).ns != ns) break;
+    out.push_back(node);
+    parent = node;
+    parent_key = key;
+  }
+  return out;
+}
+
+std::vector<PrefixIndex::NodeId> PrefixIndex::descendants(NodeId node) const {
+  // Nodes know their parent only: one pass gathers the children lists (a rare operation).
+  std::unordered_multimap<NodeId, NodeId> children;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].live && nodes_[i].parent != kRoot) children.emplace(nodes_[i].parent, static_cast<NodeId>(i));
+  }
+  std::vector<NodeId> out;
+  // Depth first; a node is emitted once all its children are.
+  std::vector<std::pair<NodeId, bool>> stack = {{node, false}};
+  while (!stack.empty()) {
+    auto [n, expanded] = stack.back();
+    stack.pop_back();
+    if (expanded) {
+      if (n != node) out.push_back(n);
+      continue;
+    }
+    stack.emplace_back(n, true);
+    const auto [begin, end] = children.equal_range(n);
+    for (auto it = begin; it != end; ++it) stack.emplace_back(it->second, false);
+  }
+  return out;
+}
+
 PrefixIndex::NodeId PrefixIndex::add_node(NodeId parent, uint64_t ns, uint64_t key, std::span<const TokenId> chunk,
                                           int32_t position, double now) {
   NodeId id;

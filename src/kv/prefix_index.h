@@ -101,6 +101,13 @@ class PrefixIndex {
   // The node whose copy in `tier` is `block`.
   std::optional<NodeId> node_at(BlockId block, Tier tier) const;
 
+  // The nodes along the longest indexed path matching `tokens` (whole chunks), dropped ones
+  // included; unlike match(), leaves their last use alone.
+  std::vector<NodeId> path(uint64_t ns, std::span<const TokenId> tokens) const;
+  // The nodes below `node` (not itself), children before their parents.
+  std::vector<NodeId> descendants(NodeId node) const;
+  int32_t n_children(NodeId node) const { return at(node).children; }
+
   // The chunks that have a copy in `tier`, in no particular order, for the retention policy.
   void for_each_in(Tier tier, const std::function<void(const Chunk&)>& visit) const;
   std::optional<NodeId> find_by_key(uint64_t key) const;

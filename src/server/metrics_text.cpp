@@ -59,6 +59,8 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "cache_ahead_copied_blocks_total", "Cached blocks copied from device to host ahead of need.", m.cache_ahead_copied_blocks);
   counter(out, "cache_evicted_copies_total", "Copies of cached chunks that left a tier.", m.cache_evicted_copies);
   counter(out, "cache_dropped_blocks_total", "Cached chunks whose last copy was discarded.", m.cache_dropped_blocks);
+  counter(out, "cache_forgotten_chunks_total", "Cached chunks deleted with their conversation (DELETE /v1/responses).",
+          m.cache_forgotten_chunks);
   counter(out, "cache_disk_written_chunks_total", "Extents made durable in the disk tier.", m.cache_disk_written_chunks);
   counter(out, "cache_disk_corrupt_chunks_total", "Disk extents that failed their checksum and were dropped.", m.cache_disk_corrupt_chunks);
   counter(out, "kv_bytes_device_to_host_total", "KV bytes copied from the device to the host tier.", m.bytes_device_to_host);

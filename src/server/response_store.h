@@ -24,6 +24,7 @@ struct StoredResponse {
   std::string previous_id;  // empty for the first turn
   nlohmann::json input_messages;  // this turn's messages, [{"role", "content"}] (no system)
   nlohmann::json response;        // the response object as returned to the client
+  uint64_t cache_namespace = 0;   // the tenant's KV namespace (to delete the conversation's KV)
 };
 
 class ResponseStore {

@@ -2,6 +2,7 @@
 // continues a stored conversation, so a client sends only its new message; the server rebuilds
 // the history from the durable store, and the prefix cache finds the previous turns' KV.
 // GET and DELETE /v1/responses/{id}. Streaming follows OpenAI's event sequence.
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -68,6 +69,34 @@ std::optional<ChatMessage> to_message(const json& item, std::string& error) {
   return message;
 }
 
+// The stored turns ending with `id`, oldest first; an ApiError if one is missing (404, naming it)
+// or unreadable (500).
+std::variant<std::vector<StoredResponse>, ApiError> load_chain(ResponseStore& store, const std::string& id) {
+  std::vector<StoredResponse> chain;
+  for (std::string at = id; !at.empty() && static_cast<int>(chain.size()) < kMaxChain;) {
+    auto record = store.get(at);
+    if (!record.ok()) return ApiError{500, record.error().message(), "server_error", "", ""};
+    if (!record->has_value()) return not_found(at, "previous_response_id");
+    at = (*record)->previous_id;
+    chain.push_back(std::move(**record));
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+std::string output_text(const json& response);
+
+// The conversation of a chain of turns: each turn's inputs, then its output (instructions are
+// per turn: not part of the history).
+std::vector<ChatMessage> history_of(const std::vector<StoredResponse>& chain) {
+  std::vector<ChatMessage> messages;
+  for (const StoredResponse& turn : chain) {
+    for (const json& m : turn.input_messages) messages.push_back({m.value("role", "user"), m.value("content", "")});
+    messages.push_back({"assistant", output_text(turn.response)});
+  }
+  return messages;
+}
+
 std::string output_text(const json& response) {
   std::string text;
   for (const json& item : response.value("output", json::array())) {
@@ -129,18 +158,9 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
     if (!body["previous_response_id"].is_string()) return send(res, bad_request("'previous_response_id' must be a string", "previous_response_id"));
     previous_id = body["previous_response_id"].get<std::string>();
     if (store_ == nullptr) return send(res, not_found(previous_id, "previous_response_id"));
-    std::vector<StoredResponse> chain;
-    for (std::string id = previous_id; !id.empty() && static_cast<int>(chain.size()) < kMaxChain;) {
-      auto record = store_->get(id);
-      if (!record.ok()) return send(res, ApiError{500, record.error().message(), "server_error", "", ""});
-      if (!record->has_value()) return send(res, not_found(id, "previous_response_id"));
-      id = (*record)->previous_id;
-      chain.push_back(std::move(**record));
-    }
-    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      for (const json& m : it->input_messages) messages.push_back({m.value("role", "user"), m.value("content", "")});
-      messages.push_back({"assistant", output_text(it->response)});
-    }
+    auto chain = load_chain(*store_, previous_id);
+    if (auto* error = std::get_if<ApiError>(&chain)) return send(res, *error);
+    messages = history_of(std::get<std::vector<StoredResponse>>(chain));
   }
   std::vector<ChatMessage> all;
   if (body.contains("instructions") && body["instructions"].is_string()) all.push_back({"system", body["instructions"].get<std::string>()});
@@ -151,6 +171,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   auto prepared = prepare(req, request, Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send(res, *error);
   auto run = std::move(std::get<PreparedRun>(prepared));
+  const uint64_t cache_namespace = request.generation.cache_namespace;
 
   const std::string id = new_id("resp");
   const std::string message_id = new_id("msg");
@@ -196,7 +217,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   };
   auto finish = [=, this](const json& response) {
     if (store) {
-      const Status saved = store_->put({id, previous_id, turn_inputs, response});
+      const Status saved = store_->put({id, previous_id, turn_inputs, response, cache_namespace});
       if (!saved.ok()) std::fprintf(stderr, "mnemo: %s\n", saved.error().message().c_str());
     }
   };
@@ -294,6 +315,21 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
       });
 }
 
+std::vector<TokenId> Server::conversation_tokens(const json& last_response, const std::vector<ChatMessage>& history) const {
+  std::vector<ChatMessage> all;
+  if (last_response.contains("instructions") && last_response["instructions"].is_string()) {
+    all.push_back({"system", last_response["instructions"].get<std::string>()});
+  }
+  all.insert(all.end(), history.begin(), history.end());
+  ChatTemplateOptions options;
+  options.bos_token = tokenizer_.bos() >= 0 ? std::string(tokenizer_.token_text(tokenizer_.bos())) : "";
+  options.eos_token = tokenizer_.eos() >= 0 ? std::string(tokenizer_.token_text(tokenizer_.eos())) : "";
+  options.add_generation_prompt = false;  // the last message is the reply
+  auto text = chat_template_.render(all, options);
+  if (!text.ok()) return {};
+  return tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+}
+
 void Server::handle_get_response(const httplib::Request& req, httplib::Response& res) {
   const std::string id = req.matches[1];
   if (store_ == nullptr) return send(res, not_found(id, "response_id"));
@@ -306,9 +342,23 @@ void Server::handle_get_response(const httplib::Request& req, httplib::Response&
 void Server::handle_delete_response(const httplib::Request& req, httplib::Response& res) {
   const std::string id = req.matches[1];
   if (store_ == nullptr) return send(res, not_found(id, "response_id"));
+  // The conversation's tokens, to delete its KV too; an earlier turn still stored keeps its own.
+  std::vector<TokenId> tokens;
+  int32_t keep_tokens = 0;
+  uint64_t cache_namespace = 0;
+  if (auto chain = load_chain(*store_, id); std::holds_alternative<std::vector<StoredResponse>>(chain)) {
+    auto& turns = std::get<std::vector<StoredResponse>>(chain);
+    cache_namespace = turns.back().cache_namespace;
+    tokens = conversation_tokens(turns.back().response, history_of(turns));
+    if (turns.size() > 1) {
+      turns.pop_back();
+      keep_tokens = static_cast<int32_t>(conversation_tokens(turns.back().response, history_of(turns)).size());
+    }
+  }
   auto removed = store_->remove(id);
   if (!removed.ok()) return send(res, ApiError{500, removed.error().message(), "server_error", "", ""});
   if (!*removed) return send(res, not_found(id, "response_id"));
+  if (!tokens.empty()) engine_.forget_prefix(cache_namespace, std::move(tokens), keep_tokens);
   res.set_content(json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump(), "application/json");
 }
 

@@ -61,6 +61,9 @@ class Server {
   void handle_create_response(const httplib::Request& req, httplib::Response& res);
   void handle_get_response(const httplib::Request& req, httplib::Response& res);
   void handle_delete_response(const httplib::Request& req, httplib::Response& res);
+  // The tokens of a stored conversation as the model saw them: the last turn's instructions, the
+  // history, its reply last (empty if the template fails).
+  std::vector<TokenId> conversation_tokens(const nlohmann::json& last_response, const std::vector<ChatMessage>& history) const;
   // Prompt tokens, limits, tenant, admission: everything between a parsed request and the engine.
   std::variant<PreparedRun, ApiError> prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint);
 

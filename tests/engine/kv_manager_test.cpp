@@ -189,6 +189,58 @@ TEST_F(KvManagerTest, MnemoRetentionLearnsWhichConversationsReturnAndKeepsThem) 
   }
 }
 
+TEST_F(KvManagerTest, ForgetDeletesAConversationFromEveryTierButSparesSharedAndRunningChunks) {
+  TempDir dir;
+  KvPoolConfig c = config(16, 4);
+  auto opened = DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20);
+  ASSERT_TRUE(opened.ok()) << opened.error().message();
+  std::shared_ptr<DiskTier> disk = std::move(*opened);
+  c.disk = disk;
+  KvManager kv(tiny_layout(), std::move(c));
+  // A: 4 chunks. B shares A's first two, then branches. C is another conversation.
+  const auto a = tokens_from(10, 8);
+  auto b = a;
+  b[4] = 99;
+  const auto other = tokens_from(500, 4);
+  run_and_cache(kv, 1, a);
+  run_and_cache(kv, 1, b);
+  run_and_cache(kv, 1, other);
+  kv.end_background_work();
+  disk->flush();
+  kv.begin_background_work();
+  kv.end_background_work();
+  ASSERT_EQ(kv.n_cached_blocks(Tier::kDevice), 8u);  // 4 + 2 + 2
+  ASSERT_EQ(kv.n_cached_blocks(Tier::kDisk), 8u);
+  // Another namespace finds nothing to delete.
+  EXPECT_EQ(kv.forget(2, a, 0), 0);
+  // A is deleted keeping its first chunk: its chunks 2 and 3 go (device and disk); chunk 1 stays
+  // (B goes through it), chunk 0 is kept.
+  EXPECT_EQ(kv.forget(1, a, 1), 2);
+  EXPECT_EQ(kv.counters().forgotten_chunks, 2);
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 6u);
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kDisk), 6u);
+  EXPECT_EQ(kv.n_free(), 16 - 6);
+  PrefixMatch a_again = kv.match_prefix(1, a, 4);
+  EXPECT_EQ(a_again.device_chunks, 2);
+  kv.release(a_again.table);
+  // B while a sequence still reads it: its chunks stay.
+  PrefixMatch running = kv.match_prefix(1, b, 4);
+  EXPECT_EQ(running.device_chunks, 4);
+  EXPECT_EQ(kv.forget(1, b, 0), 0);
+  kv.release(running.table);
+  // A prompt whose re-rendered tail differs from what was cached: everything below its last
+  // matching chunk goes with it. B's chunks 0-1 now have no other branch, so all 4 go.
+  auto rendered = b;
+  rendered[6] = 77;
+  EXPECT_EQ(kv.forget(1, rendered, 0), 4);
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 2u);  // the other conversation's
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kDisk), 2u);
+  EXPECT_EQ(kv.n_free(), 14);
+  PrefixMatch other_again = kv.match_prefix(1, other, 2);
+  EXPECT_EQ(other_again.device_chunks, 2);
+  kv.release(other_again.table);
+}
+
 TEST_F(KvManagerTest, ChunksCascadeDeviceToHostToDiskAndComeBackIntact) {
   TempDir dir;
   KvPoolConfig c = config(2, 1);

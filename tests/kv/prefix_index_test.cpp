@@ -38,6 +38,29 @@ TEST(PrefixIndex, MatchesWholeChunksOfTheLongestCachedPrefix) {
   EXPECT_TRUE(index.match(7, diverging, 10, 2).empty());
 }
 
+TEST(PrefixIndex, PathAndDescendantsLeaveLastUseAlone) {
+  PrefixIndex index(2);
+  index.insert(0, seq(1, 6), std::vector<BlockId>{10, 11, 12}, 1);  // a: 1 2 | 3 4 | 5 6
+  std::vector<TokenId> branch = {1, 2, 3, 4, 9, 9, 8, 8};           // b: shares two chunks
+  index.insert(0, branch, std::vector<BlockId>{20, 21, 22, 23}, 2);
+  const auto path = index.path(0, seq(1, 4));
+  ASSERT_EQ(path.size(), 2u);
+  EXPECT_EQ(index.n_children(path[1]), 2);
+  EXPECT_TRUE(index.path(1, seq(1, 4)).empty());  // another namespace
+  // Below chunk 1: a's last chunk, and b's two, children before parents.
+  const auto below = index.descendants(path[1]);
+  ASSERT_EQ(below.size(), 3u);
+  std::set<BlockId> devices;
+  for (auto node : below) devices.insert(index.chunk(node).device);
+  EXPECT_EQ(devices, (std::set<BlockId>{12, 22, 23}));
+  const auto pos = [&](BlockId b) {
+    return std::find_if(below.begin(), below.end(), [&](auto n) { return index.chunk(n).device == b; }) - below.begin();
+  };
+  EXPECT_LT(pos(23), pos(22));
+  EXPECT_TRUE(index.descendants(below[0]).empty());
+  EXPECT_DOUBLE_EQ(index.chunk(path[0]).last_use, 2.0);  // the second insert's, not touched since
+}
+
 TEST(PrefixIndex, NamespacesNeverShare) {
   PrefixIndex index(4);
   const auto tokens = seq(1, 8);

@@ -46,6 +46,35 @@ TEST(ResponseStore, RecordsSurviveReopening) {
   std::remove(path.c_str());
 }
 
+TEST(ResponseStore, KeepsTheCacheNamespaceAndMigratesOlderStores) {
+  const std::string path = temp_path("namespace");
+  {
+    // A store written before the namespace column existed.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE responses (id TEXT PRIMARY KEY, previous_id TEXT NOT NULL, "
+                           "input_messages TEXT NOT NULL, response TEXT NOT NULL);"
+                           "INSERT INTO responses VALUES ('resp_old', '', '[]', '{\"id\":\"resp_old\"}');",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = ResponseStore::open(path);
+  ASSERT_TRUE(store.ok()) << store.error().message();
+  auto old = (*store)->get("resp_old");
+  ASSERT_TRUE(old.ok() && old->has_value());
+  EXPECT_EQ((*old)->cache_namespace, 0u);
+  StoredResponse record{"resp_new", "resp_old", nlohmann::json::array(), {{"id", "resp_new"}}, 0xfedcba9876543210ull};
+  ASSERT_TRUE((*store)->put(record).ok());
+  store = ResponseStore::open(path);  // reopened: no second migration
+  ASSERT_TRUE(store.ok()) << store.error().message();
+  auto got = (*store)->get("resp_new");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->cache_namespace, 0xfedcba9876543210ull);
+  std::remove(path.c_str());
+}
+
 TEST(ResponseStore, CorruptRecordIsAnError) {
   const std::string path = temp_path("corrupt");
   {

@@ -112,6 +112,27 @@ def test_get_and_delete(state_server):
     assert requests.delete(server.url + "/v1/responses/" + body["id"], timeout=30).status_code == 404
 
 
+def test_delete_also_deletes_the_conversations_kv_but_not_earlier_turns(state_server):
+    server, _ = state_server
+    long_input = ("Describe a walk through an old town in the morning: the bakery, the market, the church bells, "
+                  "the river, the bridges and the people who cross them on their way to work.")
+    first = create(server.url, input=long_input, max_output_tokens=40, ignore_eos=True, temperature=0).json()
+    second = create(server.url, input="What happens at noon there? Tell me about the lunch crowd and the shops.",
+                    previous_response_id=first["id"], max_output_tokens=40, ignore_eos=True, temperature=0).json()
+    before = metric(server.url, "cache_forgotten_chunks_total")
+    assert requests.delete(server.url + "/v1/responses/" + second["id"], timeout=30).status_code == 200
+    # The second turn's own chunks go (the engine applies the delete on its next step)...
+    forgotten = wait_for(lambda: metric(server.url, "cache_forgotten_chunks_total") - before, timeout=10,
+                         what="the deleted turn's chunks")
+    turn_tokens = second["usage"]["input_tokens"] + second["usage"]["output_tokens"]
+    kept_tokens = first["usage"]["input_tokens"] + first["usage"]["output_tokens"]
+    assert 1 <= forgotten <= (turn_tokens - kept_tokens) // 32 + 2
+    # ...while the first turn's stay: continuing it still hits the cache.
+    again = create(server.url, input="And in the evening?", previous_response_id=first["id"], max_output_tokens=4,
+                   temperature=0).json()
+    assert again["usage"]["input_tokens_details"]["cached_tokens"] >= first["usage"]["input_tokens"] // 32 * 32 > 0
+
+
 def test_store_false_is_not_retrievable(state_server):
     server, _ = state_server
     body = create(server.url, input="Hello", max_output_tokens=2, store=False).json()
