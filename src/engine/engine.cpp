@@ -176,7 +176,7 @@ void Engine::loop() {
     {
       std::unique_lock lock(inbox_mutex_);
       inbox_ready_.wait(lock, [&] {
-        return stopping_ || !inbox_.empty() || !forgets_.empty() || !running_.empty() || !waiting_.empty();
+        return stopping_ || !inbox_.empty() || !tasks_.empty() || !running_.empty() || !waiting_.empty();
       });
       if (stopping_) break;
     }
@@ -207,24 +207,46 @@ void Engine::loop() {
   }
 }
 
-void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens) {
+void Engine::post(std::function<void()> task) {
   {
     std::lock_guard lock(inbox_mutex_);
-    if (stopping_) return;
-    forgets_.push_back({ns, std::move(tokens), keep_tokens});
+    if (stopping_) return;  // the task is dropped: its promise breaks (std::future_error)
+    tasks_.push_back(std::move(task));
   }
   inbox_ready_.notify_one();
 }
 
+void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens) {
+  post([this, ns, tokens = std::move(tokens), keep_tokens] { kv_.forget(ns, tokens, keep_tokens / kv_.block_size()); });
+}
+
+std::future<KvManager::ExportedPrefix> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens) {
+  auto done = std::make_shared<std::promise<KvManager::ExportedPrefix>>();
+  auto result = done->get_future();
+  post([this, done, ns, tokens = std::move(tokens)] {
+    done->set_value(kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size()));
+  });
+  return result;
+}
+
+std::future<Result<int32_t>> Engine::import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload) {
+  auto done = std::make_shared<std::promise<Result<int32_t>>>();
+  auto result = done->get_future();
+  post([this, done, ns, tokens = std::move(tokens), payload = std::move(payload)] {
+    done->set_value(kv_.import_prefix(ns, tokens, payload));
+  });
+  return result;
+}
+
 void Engine::admit_new_requests() {
   std::deque<std::shared_ptr<RequestState>> incoming;
-  std::deque<ForgetRequest> forgets;
+  std::deque<std::function<void()>> tasks;
   {
     std::lock_guard lock(inbox_mutex_);
     incoming.swap(inbox_);
-    forgets.swap(forgets_);
+    tasks.swap(tasks_);
   }
-  for (const ForgetRequest& f : forgets) kv_.forget(f.ns, f.tokens, f.keep_tokens / kv_.block_size());
+  for (auto& task : tasks) task();
   for (auto& state : incoming) {
     // Choice 0 runs the prompt; the other choices are forked from it once the prompt's KV
     // exists, sharing its blocks (SPEC V3).

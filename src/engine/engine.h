@@ -13,6 +13,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -67,6 +69,10 @@ class Engine {
   // engine thread, soon after; `keep_tokens` leading tokens stay (an earlier turn still stored).
   // Thread-safe.
   void forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens);
+  // KV transfer between instances (KvManager::export_prefix / import_prefix) on the engine
+  // thread, between steps. Thread-safe; the futures are ready within a step.
+  std::future<KvManager::ExportedPrefix> export_prefix(uint64_t ns, std::vector<TokenId> tokens);
+  std::future<Result<int32_t>> import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload);
 
   // Stops the engine thread: running requests are cancelled (finish reason "cancelled").
   void shutdown();
@@ -116,12 +122,9 @@ class Engine {
   std::mutex inbox_mutex_;
   std::condition_variable inbox_ready_;
   std::deque<std::shared_ptr<RequestState>> inbox_;  // guarded by inbox_mutex_
-  struct ForgetRequest {
-    uint64_t ns;
-    std::vector<TokenId> tokens;
-    int32_t keep_tokens;
-  };
-  std::deque<ForgetRequest> forgets_;  // guarded by inbox_mutex_
+  // Work on the KV pool from other threads, run by the engine thread between steps.
+  void post(std::function<void()> task);
+  std::deque<std::function<void()>> tasks_;  // guarded by inbox_mutex_
   bool stopping_ = false;                             // guarded by inbox_mutex_
   std::thread thread_;
 };

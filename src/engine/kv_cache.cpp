@@ -459,6 +459,99 @@ int32_t KvManager::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t 
   return forgotten;
 }
 
+KvManager::ExportedPrefix KvManager::export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks) {
+  take_disk_completions();
+  ExportedPrefix out;
+  const std::vector<PrefixIndex::NodeId> path = index_.path(ns, tokens);
+  const size_t n = std::min(path.size(), static_cast<size_t>(std::max(0, max_chunks)));
+  out.payload.reserve(n * chunk_bytes());
+  for (size_t i = 0; i < n; ++i) {
+    const PrefixIndex::Chunk c = index_.chunk(path[i]);
+    const size_t at = out.payload.size();
+    out.payload.resize(at + chunk_bytes());
+    uint8_t* to = out.payload.data() + at;
+    if (c.device != kNoBlock) {
+      std::memcpy(to, device_.block(c.device), chunk_bytes());
+    } else if (c.host != kNoBlock && !c.host_compact) {
+      std::memcpy(to, host_.block(c.host), chunk_bytes());
+    } else if (c.disk != DiskCopy::kPresent || c.disk_compact || !config_.disk->read(c.key, {to, chunk_bytes()}).ok()) {
+      out.payload.resize(at);  // a gap: the chunks after it are useless without it
+      break;
+    }
+    ++out.chunks;
+  }
+  out.tokens.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(out.chunks) * block_size());
+  counters_.exported_chunks += out.chunks;
+  return out;
+}
+
+Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload) {
+  const auto chunk_tokens = static_cast<size_t>(block_size());
+  if (tokens.size() % chunk_tokens != 0) {
+    return make_error("KV import: {} tokens are not whole chunks of {}", tokens.size(), chunk_tokens);
+  }
+  const size_t n = tokens.size() / chunk_tokens;
+  if (payload.size() != n * chunk_bytes()) {
+    return make_error("KV import: {} bytes of KV for {} chunks of {} bytes", payload.size(), n, chunk_bytes());
+  }
+  take_disk_completions();
+  const std::vector<PrefixIndex::NodeId> existing = index_.path(ns, tokens);
+  // Chunks already cached stay pinned while room is made, so making room never drops the path
+  // the new chunks hang from.
+  std::vector<std::pair<BlockAllocator*, BlockId>> pins;
+  std::vector<bool> needs_copy(n, true);
+  for (size_t i = 0; i < existing.size(); ++i) {
+    const PrefixIndex::Chunk c = index_.chunk(existing[i]);
+    for (auto [pool, block] : {std::pair{&device_alloc_, c.device}, std::pair{c.host_compact ? &compact_alloc_ : &host_alloc_, c.host}}) {
+      if (block == kNoBlock) continue;
+      pool->add_ref(block);
+      pins.emplace_back(pool, block);
+    }
+    needs_copy[i] = c.dropped();
+  }
+  const auto unpin = [&] {
+    for (auto [pool, block] : pins) pool->release(block);
+  };
+  const auto wanted = static_cast<int32_t>(std::count(needs_copy.begin(), needs_copy.end(), true));
+  const bool to_host = host_alloc_.n_blocks() > 0;
+  BlockAllocator& pool = to_host ? host_alloc_ : device_alloc_;
+  std::optional<std::vector<BlockId>> blocks;
+  if (wanted > 0 && (to_host ? make_host_room(wanted) : make_room(wanted))) blocks = pool.allocate(wanted);
+  if (wanted > 0 && !blocks) {
+    unpin();
+    return make_error("KV import: no room for {} chunks in the {} tier", wanted, to_host ? "host" : "device");
+  }
+  const double t = now();
+  std::vector<PrefixIndex::NodeId> path;
+  size_t next_block = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const auto chunk = tokens.subspan(i * chunk_tokens, chunk_tokens);
+    const PrefixIndex::NodeId parent = path.empty() ? PrefixIndex::kNoParent : path.back();
+    const PrefixIndex::NodeId node = i < existing.size() ? existing[i] : index_.extend(parent, ns, chunk, static_cast<int32_t>(i), t);
+    path.push_back(node);
+    if (!needs_copy[i]) continue;
+    const BlockId block = (*blocks)[next_block++];
+    const uint8_t* bytes = payload.data() + i * chunk_bytes();
+    std::memcpy(to_host ? host_.block(block) : device_.block(block), bytes, chunk_bytes());
+    if (to_host) {
+      index_.set_host(node, block);
+    } else {
+      index_.set_device(node, block);  // the allocation's reference is the index's
+    }
+    if (config_.disk) write_to_disk(index_.chunk(node), bytes, /*compact=*/false);
+  }
+  index_.mark_path_end(path);
+  if (config_.policy == RetentionPolicy::kMnemo && !path.empty()) {
+    PrefixIndex::Chunk path_end;
+    path_end.last_use = t;
+    path_end.end_chunks = static_cast<int32_t>(path.size());
+    retention_.observe_insert(facts_of(path_end, Tier::kDevice), t, static_cast<int32_t>(path.size()));
+  }
+  unpin();
+  counters_.imported_chunks += wanted;
+  return wanted;
+}
+
 int32_t KvManager::n_available() const {
   int32_t index_only = 0;
   index_.for_each_in(Tier::kDevice, [&](const PrefixIndex::Chunk& c) { index_only += index_only_device(c) ? 1 : 0; });

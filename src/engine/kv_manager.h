@@ -121,6 +121,22 @@ class KvManager {
   // exactly). Spared: chunks another branch still goes through, chunks a running sequence
   // holds, and disk extents still being written. Returns the chunks forgotten.
   int32_t forget(uint64_t ns, std::span<const TokenId> tokens, int32_t keep_chunks);
+  // --- Transfer between instances (SPEC M1/M2: transfer, transfer_with_insert) ---
+  struct ExportedPrefix {
+    int32_t chunks = 0;
+    std::vector<TokenId> tokens;   // chunks x block_size()
+    std::vector<uint8_t> payload;  // chunk i's KV at i x chunk bytes: one region (SPEC M5)
+  };
+  // The longest cached prefix of `tokens` (at most max_chunks) whose every chunk has all its
+  // layers in some tier, gathered into one buffer. The cache is left as it was.
+  ExportedPrefix export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks);
+  // Inserts another instance's chunks (whole chunks of `tokens`, KV in `payload` as exported)
+  // into the host tier (the device if there is no host tier), written through to disk, so the
+  // next request with this prefix finds them. Chunks already cached are kept as they are.
+  // Returns the chunks inserted, or an Error (bad sizes, no room) that changes nothing.
+  Result<int32_t> import_prefix(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload);
+  size_t chunk_bytes_of_transfer() const { return chunk_bytes(); }
+
   // Free blocks plus blocks only the index holds (what an allocation could get).
   int32_t n_available() const;
   size_t n_cached_blocks(Tier tier) const { return index_.size(tier); }
@@ -153,6 +169,8 @@ class KvManager {
     int64_t evicted_chunks = 0;      // copies that left a tier
     int64_t dropped_chunks = 0;      // chunks whose last copy went
     int64_t forgotten_chunks = 0;    // chunks deleted with their conversation
+    int64_t exported_chunks = 0;     // chunks sent to another instance
+    int64_t imported_chunks = 0;     // chunks received from another instance
     int64_t bytes_device_to_host = 0;
     int64_t bytes_host_to_device = 0;
     int64_t bytes_to_disk = 0;

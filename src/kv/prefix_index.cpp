@@ -80,6 +80,23 @@ std::vector<PrefixIndex::NodeId> PrefixIndex::path(uint64_t ns, std::span<const 
   return out;
 }
 
+PrefixIndex::NodeId PrefixIndex::extend(NodeId parent, uint64_t ns, std::span<const TokenId> chunk, int32_t position,
+                                        double now) {
+  MNEMO_CHECK(static_cast<int32_t>(chunk.size()) == chunk_tokens_, "a chunk of {} tokens", chunk.size());
+  MNEMO_CHECK(parent == kRoot || at(parent).live, "extending dead node {}", parent);
+  const uint64_t key = chunk_key(parent == kRoot ? 0 : at(parent).key, ns, chunk);
+  const NodeId existing = find_child(parent, key, chunk);
+  if (existing != kRoot) {
+    at(existing).last_use = now;
+    return existing;
+  }
+  return add_node(parent, ns, key, chunk, position, now);
+}
+
+void PrefixIndex::mark_path_end(std::span<const NodeId> path) {
+  for (NodeId id : path) at(id).end_chunks = static_cast<int32_t>(path.size());
+}
+
 std::vector<PrefixIndex::NodeId> PrefixIndex::descendants(NodeId node) const {
   // Nodes know their parent only: one pass gathers the children lists (a rare operation).
   std::unordered_multimap<NodeId, NodeId> children;

@@ -104,6 +104,13 @@ class PrefixIndex {
   // The nodes along the longest indexed path matching `tokens` (whole chunks), dropped ones
   // included; unlike match(), leaves their last use alone.
   std::vector<NodeId> path(uint64_t ns, std::span<const TokenId> tokens) const;
+  // The child of `parent` (kNoParent: the root) holding `chunk` at `position`, added without any
+  // copy if missing: the caller gives it one at once (a node without copies or children is
+  // forgotten by the next set_*).
+  static constexpr NodeId kNoParent = -1;
+  NodeId extend(NodeId parent, uint64_t ns, std::span<const TokenId> chunk, int32_t position, double now);
+  // Every node of `path` records the path's length as its conversation's end (as insert does).
+  void mark_path_end(std::span<const NodeId> path);
   // The nodes below `node` (not itself), children before their parents.
   std::vector<NodeId> descendants(NodeId node) const;
   int32_t n_children(NodeId node) const { return at(node).children; }

@@ -241,6 +241,58 @@ TEST_F(KvManagerTest, ForgetDeletesAConversationFromEveryTierButSparesSharedAndR
   kv.release(other_again.table);
 }
 
+TEST_F(KvManagerTest, APrefixExportedByOneInstanceIsImportedIntoAnothersHostTierAndServed) {
+  KvManager source(tiny_layout(), config(4, 4));
+  KvManager target(tiny_layout(), config(8, 4));
+  const auto a = tokens_from(10, 8);  // 4 chunks
+  run_and_cache(source, 1, a);
+  const KvManager::ExportedPrefix from_device = source.export_prefix(1, a, 4);
+  ASSERT_EQ(from_device.chunks, 4);
+  EXPECT_EQ(from_device.tokens, a);
+  ASSERT_EQ(from_device.payload.size(), 4 * tiny_layout().block_bytes());
+  EXPECT_EQ(source.export_prefix(1, a, 3).chunks, 3);
+  EXPECT_EQ(source.export_prefix(2, a, 4).chunks, 0);  // another tenant's namespace
+  // A new sequence takes the whole device: the chunks move to the host. Exports read any tier.
+  std::vector<BlockId> table;
+  ASSERT_TRUE(source.prepare_write(table, 0, 8));
+  source.release(table);
+  ASSERT_EQ(source.n_cached_blocks(Tier::kHost), 4u);
+  const KvManager::ExportedPrefix exported = source.export_prefix(1, a, 4);
+  ASSERT_EQ(exported.chunks, 4);
+  EXPECT_EQ(exported.payload, from_device.payload);
+  EXPECT_EQ(source.counters().exported_chunks, 4 + 3 + 4);
+
+  auto imported = target.import_prefix(1, exported.tokens, exported.payload);
+  ASSERT_TRUE(imported.ok()) << imported.error().message();
+  EXPECT_EQ(*imported, exported.chunks);
+  EXPECT_EQ(target.n_cached_blocks(Tier::kHost), static_cast<size_t>(exported.chunks));
+  EXPECT_EQ(target.counters().imported_chunks, exported.chunks);
+  // Imported again: nothing new.
+  EXPECT_EQ(*target.import_prefix(1, exported.tokens, exported.payload), 0);
+  // The next request finds them on the host and gets the source's bytes.
+  const PrefixMatch m = target.match_prefix(1, a, 4);
+  ASSERT_EQ(m.host_chunks, exported.chunks);
+  for (int32_t i = 0; i < exported.chunks; ++i) EXPECT_TRUE(holds_pattern(target, m.table[static_cast<size_t>(i)], a[static_cast<size_t>(i) * 2]));
+}
+
+TEST_F(KvManagerTest, BadOrUnplaceableImportsChangeNothing) {
+  KvManager target(tiny_layout(), config(4, 1));
+  const auto a = tokens_from(10, 4);  // 2 chunks
+  std::vector<uint8_t> payload(2 * tiny_layout().block_bytes(), 7);
+  auto odd = target.import_prefix(1, tokens_from(10, 3), payload);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.error().message().find("whole chunks"), std::string::npos);
+  auto short_payload = target.import_prefix(1, a, std::span<const uint8_t>(payload).first(10));
+  ASSERT_FALSE(short_payload.ok());
+  EXPECT_NE(short_payload.error().message().find("bytes"), std::string::npos);
+  auto no_room = target.import_prefix(1, a, payload);  // 2 chunks, a host tier of 1 block
+  ASSERT_FALSE(no_room.ok());
+  EXPECT_NE(no_room.error().message().find("no room"), std::string::npos);
+  EXPECT_EQ(target.n_cached_blocks(Tier::kHost), 0u);
+  EXPECT_EQ(target.n_host_free(), 1);
+  EXPECT_TRUE(target.match_prefix(1, a, 2).table.empty());
+}
+
 TEST_F(KvManagerTest, ChunksCascadeDeviceToHostToDiskAndComeBackIntact) {
   TempDir dir;
   KvPoolConfig c = config(2, 1);
