@@ -1,17 +1,22 @@
 // `mnemo serve`: the OpenAI-compatible server on one model. SIGTERM/SIGINT stop it gracefully:
 // no new connections; requests in flight finish, or are cancelled after the grace period.
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cluster/membership.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/server.h"
@@ -34,6 +39,63 @@ struct ServeArgs {
   int64_t disk_cache_bytes = int64_t{2} << 30;
   std::string cache_policy = "mnemo";
   std::string profile_path;  // empty: the model's profile if `mnemo profile` wrote one
+  std::string cluster_url;   // etcd; empty: a single instance
+  std::string cluster_name = "default";
+  std::string role = "colocated";
+  std::string advertise;     // the address the router reaches this instance at
+};
+
+// This process's name in the cluster: host, port and a random part (a restart is a new instance).
+std::string instance_id(int port) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::random_device random;
+  return fmt::format("{}-{}-{:08x}", host, port, random());
+}
+
+// Joins the cluster: the instance's key lives as long as its lease, which a background thread
+// keeps alive with the current load.
+class ClusterMembership {
+ public:
+  static Result<std::unique_ptr<ClusterMembership>> join(const ServeArgs& args, const Engine& engine, int port) {
+    cluster::InstanceInfo info;
+    info.id = instance_id(port);
+    info.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, port) : args.advertise;
+    info.role = args.role;
+    info.capacity_tokens = static_cast<int64_t>(engine.config().kv_blocks) * engine.config().block_size;
+    auto registration = cluster::Registration::start(args.cluster_url, cluster::instances_prefix(args.cluster_name), info);
+    if (!registration.ok()) return registration.error().with_context("joining the cluster");
+    auto self = std::unique_ptr<ClusterMembership>(new ClusterMembership(std::move(*registration), engine));
+    std::printf("mnemo: instance %s joined cluster '%s' at %s as %s\n", info.id.c_str(), args.cluster_name.c_str(),
+                args.cluster_url.c_str(), info.role.c_str());
+    return self;
+  }
+  ~ClusterMembership() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    publisher_.join();
+  }
+
+ private:
+  ClusterMembership(std::unique_ptr<cluster::Registration> registration, const Engine& engine)
+      : registration_(std::move(registration)), engine_(engine), publisher_([this] { publish_load(); }) {}
+  void publish_load() {
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_; })) {
+      const MetricsSnapshot m = engine_.metrics();
+      registration_->update_load(m.running + m.waiting, 0);
+    }
+  }
+
+  std::unique_ptr<cluster::Registration> registration_;
+  const Engine& engine_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread publisher_;
 };
 
 // The cost model the cache's retention policy uses: the profile given, else the one beside the
@@ -138,6 +200,15 @@ int run_serve(ServeArgs args) {
     std::fprintf(stderr, "error: %s\n", bound.error().message().c_str());
     return 1;
   }
+  std::unique_ptr<ClusterMembership> membership;
+  if (!args.cluster_url.empty()) {
+    auto joined = ClusterMembership::join(args, engine, server.port());
+    if (!joined.ok()) {
+      std::fprintf(stderr, "error: %s\n", joined.error().message().c_str());
+      return 1;
+    }
+    membership = std::move(*joined);
+  }
   std::printf("mnemo: serving %s as '%s' at http://%s:%d/ (OpenAI API under /v1)\n", args.model_path.c_str(),
               config.model_id.c_str(), config.host.c_str(), server.port());
   std::fflush(stdout);
@@ -146,6 +217,7 @@ int run_serve(ServeArgs args) {
     int received = 0;
     sigwait(&signals, &received);
     std::fprintf(stderr, "mnemo: signal %d: no new connections; finishing requests in flight\n", received);
+    membership.reset();  // leave the cluster first: the router stops sending requests here
     server.stop();
     // Requests still running after the grace period are cancelled.
     std::this_thread::sleep_for(std::chrono::seconds(args.grace_seconds));
@@ -210,6 +282,12 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--profile", args->profile_path, "Cost model from `mnemo profile` (default: the one beside the model, if any)");
+  cmd->add_option("--cluster", args->cluster_url, "etcd URL: join a cluster (e.g. http://127.0.0.1:2379), behind `mnemo route`");
+  cmd->add_option("--cluster-name", args->cluster_name, "Cluster name (key prefix in etcd)")->capture_default_str();
+  cmd->add_option("--role", args->role, "Role in the cluster (disaggregated prefill/decode: not yet)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"colocated"}));
+  cmd->add_option("--advertise", args->advertise, "URL the router reaches this instance at (default: http://HOST:PORT)");
   cmd->add_option("--grace-seconds", args->grace_seconds, "On SIGTERM, time for requests in flight to finish")->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }

@@ -23,7 +23,7 @@ import requests
 
 from helpers import API_KEY
 
-SERVING_LINE = re.compile(r"^mnemo: serving .* at (http://[^\s/]+)/")
+SERVING_LINE = re.compile(r"^mnemo: (?:serving|routing) .* at (http://[^\s/]+)/")
 STARTUP_TIMEOUT_S = 120.0
 
 

@@ -1,0 +1,80 @@
+// `mnemo route`: the OpenAI API in front of the cluster's instances (router/router.h). SIGTERM
+// and SIGINT stop it; its state (which instance holds which stored response) is in etcd.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include <pthread.h>
+
+#include "cli/commands.h"
+#include "router/router.h"
+
+namespace mnemo::cli {
+namespace {
+
+struct RouteArgs {
+  router::RouterConfig config;
+  std::string policy = "cache-aware";
+};
+
+int run_route(RouteArgs args) {
+  auto policy = router::parse_policy(args.policy);
+  if (!policy.ok()) {
+    std::fprintf(stderr, "error: %s\n", policy.error().message().c_str());
+    return 2;
+  }
+  args.config.policy = *policy;
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  router::Router router(args.config);
+  if (const Status started = router.start(); !started.ok()) {
+    std::fprintf(stderr, "error: %s\n", started.error().message().c_str());
+    return 1;
+  }
+  std::printf("mnemo: routing (%s) for cluster '%s' of %s at http://%s:%d/ (OpenAI API under /v1)\n",
+              args.policy.c_str(), args.config.cluster_name.c_str(), args.config.etcd_url.c_str(),
+              args.config.host.c_str(), router.port());
+  std::fflush(stdout);
+  std::thread signal_waiter([&] {
+    int received = 0;
+    sigwait(&signals, &received);
+    router.stop();
+  });
+  router.serve();
+  signal_waiter.detach();
+  std::fprintf(stderr, "mnemo route: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_route_command(CLI::App& app, std::function<int()>& run) {
+  auto args = std::make_shared<RouteArgs>();
+  CLI::App* cmd = app.add_subcommand("route", "Route OpenAI API requests across the instances of a cluster (etcd)");
+  cmd->add_option("--cluster", args->config.etcd_url, "etcd URL where instances register")->capture_default_str();
+  cmd->add_option("--cluster-name", args->config.cluster_name, "Cluster name (key prefix in etcd)")->capture_default_str();
+  cmd->add_option("--host", args->config.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->config.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--policy", args->policy, "Where requests go: cache-aware (least predicted queue + compute given the "
+                                            "cached prefix), session (a conversation stays on one instance), round-robin")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cache-aware", "session", "round-robin"}));
+  cmd->add_option("--prefill-tokens-per-second", args->config.cost.prefill_tokens_per_second,
+                  "Cost model: an instance's prompt throughput")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--request-seconds", args->config.cost.request_seconds, "Cost model: time of each request queued ahead")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prompt-ttl", args->config.prompt_ttl_seconds, "Seconds a prompt-tree entry lives without a refresh")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->callback([&run, args] { run = [args] { return run_route(*args); }; });
+}
+
+}  // namespace mnemo::cli

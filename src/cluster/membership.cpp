@@ -1,0 +1,75 @@
+// InstanceInfo, the value of an instance's membership key, as JSON.
+#include "cluster/membership.h"
+
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace mnemo::cluster {
+namespace {
+
+using nlohmann::json;
+
+bool is_known_role(std::string_view role) { return role == "colocated" || role == "prefill" || role == "decode"; }
+
+Status read_string(const json& object, const char* name, std::string& out) {
+  auto field = object.find(name);
+  if (field == object.end()) return ok_status();  // keeps the default
+  if (!field->is_string()) return make_error("{}: expected a string, got {}", name, field->type_name());
+  out = field->get<std::string>();
+  return ok_status();
+}
+
+Status read_count(const json& object, const char* name, int64_t& out) {
+  auto field = object.find(name);
+  if (field == object.end()) return ok_status();
+  // nlohmann stores a non-negative JSON integer as unsigned and a negative one as signed.
+  if (field->is_number_unsigned()) {
+    if (field->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return make_error("{}: {} is out of the int64 range", name, field->get<uint64_t>());
+    }
+    out = static_cast<int64_t>(field->get<uint64_t>());
+    return ok_status();
+  }
+  if (field->is_number_integer()) return make_error("{}: must be >= 0, got {}", name, field->get<int64_t>());
+  return make_error("{}: expected a non-negative int64, got {}", name,
+                    field->is_number() ? field->dump() : std::string(field->type_name()));
+}
+
+}  // namespace
+
+std::string InstanceInfo::to_json() const {
+  const json out = {{"id", id},
+                    {"address", address},
+                    {"role", role},
+                    {"transfer_endpoint", transfer_endpoint},
+                    {"capacity_tokens", capacity_tokens},
+                    {"queued_requests", queued_requests},
+                    {"queued_tokens", queued_tokens}};
+  // Replace, not throw, should a string not be UTF-8: the value is for other instances to read.
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<InstanceInfo> InstanceInfo::from_json(std::string_view text) {
+  const json parsed = json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return make_error("instance info is not JSON");
+  if (!parsed.is_object()) return make_error("instance info is not a JSON object");
+  InstanceInfo info;
+  auto fields = [&]() -> Status {
+    MNEMO_RETURN_IF_ERROR(read_string(parsed, "id", info.id));
+    MNEMO_RETURN_IF_ERROR(read_string(parsed, "address", info.address));
+    MNEMO_RETURN_IF_ERROR(read_string(parsed, "role", info.role));
+    MNEMO_RETURN_IF_ERROR(read_string(parsed, "transfer_endpoint", info.transfer_endpoint));
+    MNEMO_RETURN_IF_ERROR(read_count(parsed, "capacity_tokens", info.capacity_tokens));
+    MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_requests", info.queued_requests));
+    MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_tokens", info.queued_tokens));
+    if (info.id.empty()) return make_error("id: missing or empty");
+    if (info.address.empty()) return make_error("address: missing or empty");
+    if (!is_known_role(info.role)) return make_error("role: \"{}\" is not colocated, prefill or decode", info.role);
+    return ok_status();
+  }();
+  if (!fields.ok()) return fields.error().with_context(info.id.empty() ? "instance info" : "instance " + info.id);
+  return info;
+}
+
+}  // namespace mnemo::cluster

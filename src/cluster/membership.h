@@ -1,0 +1,142 @@
+// Cluster membership on etcd. Each instance keeps one key, <prefix><id>, whose value is its
+// InstanceInfo as JSON, attached to a lease it keeps alive (Registration). Liveness *is* the
+// lease: an instance that stops refreshing it (crash, hang, partition) loses its key within the
+// TTL, and an instance whose key is gone gets no new requests (SPEC M8). The router follows the
+// prefix with a watch (MemberWatcher). There is no membership protocol of our own.
+//
+//   instance ──put key (lease L), keep L alive every ttl/3──▶ etcd ──watch prefix──▶ router
+//
+// Failure behaviour: both classes keep trying in their background thread while etcd is away;
+// Registration re-grants a lease and puts its key again if the old lease is gone, MemberWatcher
+// keeps its last view and resyncs (fresh get + watch) once etcd answers. Outages are logged to
+// stderr once when they start and once when they end.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "cluster/etcd_client.h"
+#include "util/result.h"
+
+namespace mnemo::cluster {
+
+struct InstanceInfo {
+  std::string id;                   // unique per process start
+  std::string address;              // "http://host:port" of its OpenAI API
+  std::string role = "colocated";   // colocated | prefill | decode
+  std::string transfer_endpoint;    // "" until KV transfer exists
+  int64_t capacity_tokens = 0;      // device KV pool, tokens
+  int64_t queued_requests = 0;      // waiting + running
+  int64_t queued_tokens = 0;        // prompt tokens admitted but not yet computed
+
+  std::string to_json() const;
+  // Validates: id and address non-empty, role one of the three, counts >= 0. Fields it does not
+  // know are ignored and missing counts are 0, so instances of different versions can mix.
+  static Result<InstanceInfo> from_json(std::string_view json);
+
+  bool operator==(const InstanceInfo&) const = default;
+};
+
+inline std::string instances_prefix(const std::string& cluster_name = "default") {
+  return "/mnemo/" + cluster_name + "/instances/";
+}
+
+// Keeps one instance's key, prefix + info.id, alive under a lease (SPEC M8: an instance whose
+// lease expires gets no new requests). One background thread, woken every ttl/3 s: it refreshes
+// the lease and publishes a changed load.
+class Registration {
+ public:
+  // Grants the lease and puts the key before returning: an Error if etcd cannot be reached or
+  // info is invalid. etcd raises a TTL below its minimum (2 s with default settings).
+  static Result<std::unique_ptr<Registration>> start(const std::string& etcd_url, const std::string& prefix,
+                                                     InstanceInfo info, int64_t ttl_seconds = 3);
+  // Thread-safe; published at the next keep-alive tick (ticks every ttl/3 s).
+  void update_load(int64_t queued_requests, int64_t queued_tokens);
+  // If the lease was lost (etcd lost its data, a long pause), a new lease is granted and the key
+  // put again at the next tick.
+  ~Registration();  // graceful leave: stops the thread, revokes the lease (the key goes at once)
+  void abandon();   // for tests: stop keeping alive WITHOUT revoking, as a crashed process would (the key goes when the TTL expires)
+  int64_t lease() const { return lease_.load(); }
+
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+
+ private:
+  Registration(EtcdClient client, std::string key, InstanceInfo info, int64_t ttl_seconds, int64_t lease);
+  void run();
+  void tick();
+  void report_failure(const Error& error, std::string_view next_step);  // logs once per outage
+  void stop_thread();
+
+  EtcdClient client_;
+  const std::string key_;
+  const int64_t ttl_seconds_;
+  std::atomic<int64_t> lease_;  // changes only on the thread (re-registration); read anywhere
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  InstanceInfo info_;            // guarded by mutex_
+  bool publish_pending_ = false;  // guarded by mutex_: info_ changed, or a new lease has no key yet
+  bool stopping_ = false;         // guarded by mutex_
+
+  bool in_outage_ = false;  // thread only: the last tick failed (for logging once per outage)
+  bool abandoned_ = false;  // owner only
+  std::thread thread_;
+};
+
+// The router's view of the instances: the prefix's current members, kept by a watch (resynced
+// with a fresh get + watch if the stream breaks or etcd is unreachable for a while; keeps the last
+// view meanwhile). One background thread.
+class MemberWatcher {
+ public:
+  // Reads the prefix once before returning (an Error if etcd cannot be reached), then watches.
+  static Result<std::unique_ptr<MemberWatcher>> start(const std::string& etcd_url, const std::string& prefix);
+  // Thread-safe snapshot, sorted by id; malformed values are skipped (logged once to stderr).
+  std::vector<InstanceInfo> members() const;
+  uint64_t generation() const;  // bumps on every change of members()
+  // Blocks until pred(members()) holds or timeout; true if it held. For tests and the router's
+  // start-up. pred runs on the calling thread without the watcher's lock held.
+  bool wait_until(const std::function<bool(const std::vector<InstanceInfo>&)>& pred, double timeout_seconds) const;
+  ~MemberWatcher();
+
+  MemberWatcher(const MemberWatcher&) = delete;
+  MemberWatcher& operator=(const MemberWatcher&) = delete;
+
+ private:
+  using View = std::map<std::string, InstanceInfo>;  // by etcd key
+
+  MemberWatcher(EtcdClient client, std::string prefix);
+  Status resync(int64_t& revision);
+  void apply(const EtcdClient::WatchEvent& event);
+  std::optional<InstanceInfo> decode(const KeyValue& kv);
+  void publish_if_changed(View view);
+  void run(int64_t revision);
+  bool stopping() const;
+  bool sleep_unless_stopping(std::chrono::milliseconds duration);
+
+  EtcdClient client_;
+  const std::string prefix_;
+
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  View view_;                // guarded by mutex_
+  uint64_t generation_ = 0;  // guarded by mutex_
+  bool stopping_ = false;    // guarded by mutex_
+
+  std::set<std::string> warned_keys_;  // thread only: keys whose malformed value was logged
+  std::thread thread_;
+};
+
+}  // namespace mnemo::cluster

@@ -1,0 +1,375 @@
+#include "router/router.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cluster/etcd_client.h"
+#include "cluster/membership.h"
+#include "router/conversation_text.h"
+
+namespace mnemo::router {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxKeptReplyBytes = 4u << 20;  // of a reply, for the prompt tree
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
+                const std::string& code) {
+  res.status = status;
+  res.set_content(json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}
+                      .dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
+}
+
+}  // namespace
+
+// One request's relay from an instance to the client: a thread reads the instance's reply into
+// chunks that the client's handler writes out as they come.
+struct Router::Upstream {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool headers_ready = false;
+  bool finished = false;
+  bool broke = false;  // the exchange failed (before or after the headers)
+  int status = 0;
+  std::string content_type;
+  std::deque<std::string> chunks;
+  std::string kept;  // the reply so far (bounded), for the prompt tree
+  std::atomic<bool> client_gone{false};
+  std::thread thread;
+};
+
+Router::Router(RouterConfig config)
+    : config_(std::move(config)),
+      http_(std::make_unique<httplib::Server>()),
+      tree_(64, config_.prompt_ttl_seconds),
+      routing_(config_.policy, config_.cost) {
+  install_routes();
+}
+
+Router::~Router() {
+  stop();
+}
+
+Status Router::start() {
+  auto etcd = cluster::EtcdClient::create(config_.etcd_url);
+  if (!etcd.ok()) return etcd.error().with_context("router");
+  etcd_ = std::make_unique<cluster::EtcdClient>(std::move(*etcd));
+  auto watcher = cluster::MemberWatcher::start(config_.etcd_url, cluster::instances_prefix(config_.cluster_name));
+  if (!watcher.ok()) return watcher.error().with_context("router: watching the instances");
+  members_ = std::move(*watcher);
+  bound_port_ = config_.port == 0 ? http_->bind_to_any_port(config_.host)
+                                  : (http_->bind_to_port(config_.host, config_.port) ? config_.port : -1);
+  if (bound_port_ <= 0) return make_error("router: cannot listen on {}:{}", config_.host, config_.port);
+  return ok_status();
+}
+
+void Router::serve() { http_->listen_after_bind(); }
+
+void Router::stop() {
+  if (http_) http_->stop();
+}
+
+void Router::install_routes() {
+  httplib::Server& http = *http_;
+  const auto threads = static_cast<size_t>(config_.http_threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(8u << 20);
+  http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kChat); });
+  http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kCompletions); });
+  http.Post("/v1/responses", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kResponses); });
+  http.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& q, httplib::Response& r) { handle_stored_response(q, r); });
+  http.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& q, httplib::Response& r) { handle_stored_response(q, r); });
+  http.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& r) { handle_models(q, r); });
+  http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) { handle_metrics(q, r); });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+    const size_t n = live_members().size();
+    r.status = n > 0 ? 200 : 503;
+    r.set_content(json{{"status", n > 0 ? "ok" : "no instances"}, {"instances", n}}.dump(), "application/json");
+  });
+}
+
+std::vector<cluster::InstanceInfo> Router::live_members() {
+  std::vector<cluster::InstanceInfo> out;
+  if (!members_) return out;
+  for (auto& m : members_->members()) {
+    if (m.role == "colocated") out.push_back(std::move(m));  // disaggregated roles: not routed yet
+  }
+  return out;
+}
+
+std::string Router::owner_of(const std::string& response_id) {
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto it = owners_.find(response_id); it != owners_.end()) return it->second;
+  }
+  // A restarted router, or another one, routed it: etcd knows.
+  auto kv = etcd_->get(fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id));
+  if (!kv.ok() || !kv->has_value()) return "";
+  std::lock_guard lock(mutex_);
+  owners_[response_id] = (*kv)->value;
+  return (*kv)->value;
+}
+
+void Router::remember_owner(const std::string& response_id, const std::string& instance) {
+  {
+    std::lock_guard lock(mutex_);
+    owners_[response_id] = instance;
+  }
+  const Status put = etcd_->put(fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id), instance);
+  if (!put.ok()) std::fprintf(stderr, "mnemo route: %s\n", put.error().message().c_str());
+}
+
+bool Router::forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
+                     const std::string& body, std::function<void(int, const std::string&, bool)> on_done) {
+  auto up = std::make_shared<Upstream>();
+  const double timeout = config_.upstream_timeout_seconds;
+  up->thread = std::thread([up, address = instance.address, method = req.method, path = req.path, body,
+                            auth = req.get_header_value("Authorization"), timeout] {
+    httplib::Client client(address);
+    client.set_connection_timeout(std::chrono::seconds(2));
+    client.set_read_timeout(std::chrono::duration<double>(timeout));
+    client.set_write_timeout(std::chrono::seconds(30));
+    httplib::Request r;
+    r.method = method;
+    r.path = path;
+    if (!auth.empty()) r.set_header("Authorization", auth);
+    if (!body.empty()) {
+      r.set_header("Content-Type", "application/json");
+      r.body = body;
+    }
+    r.response_handler = [up](const httplib::Response& head) {
+      std::lock_guard lock(up->mutex);
+      up->status = head.status;
+      up->content_type = head.get_header_value("Content-Type");
+      up->headers_ready = true;
+      up->changed.notify_all();
+      return true;
+    };
+    r.content_receiver = [up](const char* data, size_t n, uint64_t, uint64_t) {
+      std::lock_guard lock(up->mutex);
+      up->chunks.emplace_back(data, n);
+      if (up->kept.size() < kMaxKeptReplyBytes) up->kept.append(data, std::min(n, kMaxKeptReplyBytes - up->kept.size()));
+      up->changed.notify_all();
+      return !up->client_gone.load();
+    };
+    httplib::Response response;
+    httplib::Error error = httplib::Error::Success;
+    const bool ok = client.send(r, response, error);
+    std::lock_guard lock(up->mutex);
+    up->broke = !ok;
+    up->finished = true;
+    up->changed.notify_all();
+  });
+
+  std::unique_lock lock(up->mutex);
+  up->changed.wait(lock, [&] { return up->headers_ready || up->finished; });
+  if (!up->headers_ready) {  // never answered: the caller tries another instance
+    lock.unlock();
+    up->thread.join();
+    return false;
+  }
+  res.set_header("X-Mnemo-Instance", instance.id);
+  const bool sse = up->content_type.rfind("text/event-stream", 0) == 0;
+  if (!sse) {
+    up->changed.wait(lock, [&] { return up->finished; });
+    lock.unlock();
+    up->thread.join();
+    if (up->broke) {
+      send_error(res, 502, fmt::format("instance {} broke off its reply", instance.id), "server_error", "upstream_failed");
+    } else {
+      res.status = up->status;
+      std::string whole;
+      for (const auto& c : up->chunks) whole += c;
+      res.set_content(whole, up->content_type.empty() ? "application/json" : up->content_type);
+    }
+    on_done(up->broke ? 502 : up->status, up->kept, false);
+    return true;
+  }
+  lock.unlock();
+  res.status = up->status;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      up->content_type,
+      [up, on_done](size_t, httplib::DataSink& sink) {
+        std::unique_lock l(up->mutex);
+        up->changed.wait_for(l, std::chrono::milliseconds(500), [&] { return !up->chunks.empty() || up->finished; });
+        while (!up->chunks.empty()) {
+          std::string chunk = std::move(up->chunks.front());
+          up->chunks.pop_front();
+          l.unlock();
+          if (!sink.is_writable() || !sink.write(chunk.data(), chunk.size())) {
+            up->client_gone = true;
+            return false;
+          }
+          l.lock();
+        }
+        if (up->finished) {
+          const int status = up->broke ? 502 : up->status;
+          const std::string kept = up->kept;
+          l.unlock();
+          sink.done();
+          on_done(status, kept, true);
+        }
+        return true;
+      },
+      [up](bool) {
+        up->client_gone = true;  // the reading thread stops at the instance's next chunk
+        if (up->thread.joinable()) up->thread.join();
+      });
+  return true;
+}
+
+void Router::handle_generation(const httplib::Request& req, httplib::Response& res, Api api) {
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return send_error(res, 400, "the request body is not valid JSON", "invalid_request_error", "");
+  auto view = view_request(api, body);
+  if (!view.ok()) return send_error(res, 400, view.error().message(), "invalid_request_error", "");
+
+  std::vector<cluster::InstanceInfo> members = live_members();
+  if (!view->previous_response_id.empty()) {
+    // The conversation's history and KV are on the instance that stored it.
+    const std::string owner = owner_of(view->previous_response_id);
+    if (owner.empty()) {
+      return send_error(res, 404, fmt::format("No response found with id '{}'.", view->previous_response_id),
+                        "invalid_request_error", "not_found");
+    }
+    std::erase_if(members, [&](const auto& m) { return m.id != owner; });
+    if (members.empty()) {
+      res.set_header("Retry-After", "1");
+      return send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", view->previous_response_id),
+                        "server_error", "instance_unavailable");
+    }
+  }
+  if (members.empty()) {
+    res.set_header("Retry-After", "1");
+    return send_error(res, 503, "no instance is serving", "server_error", "no_instance");
+  }
+
+  // Candidates in the order to try: the policy's choice, then the rest by predicted time.
+  const double now = seconds_now();
+  std::vector<size_t> order;
+  {
+    std::lock_guard lock(mutex_);
+    tree_.expire(now);
+    std::vector<Candidate> candidates;
+    for (const auto& m : members) {
+      Candidate c;
+      c.id = m.id;
+      c.in_flight = in_flight_[m.id];
+      c.routed = routed_[m.id];
+      c.queued_tokens = m.queued_tokens;
+      c.matched_bytes = tree_.matched_bytes(m.id, view->prompt_text, now);
+      candidates.push_back(std::move(c));
+    }
+    const auto decision = routing_.choose(candidates, view->prompt_text.size(), view->session_key);
+    order.push_back(decision->index);
+    predicted_cached_tokens_ += static_cast<uint64_t>(decision->predicted_cached_tokens);
+    std::vector<size_t> rest;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (i != decision->index) rest.push_back(i);
+    }
+    std::sort(rest.begin(), rest.end(), [&](size_t a, size_t b) {
+      return routing_.predicted_seconds(candidates[a], view->prompt_text.size()) <
+             routing_.predicted_seconds(candidates[b], view->prompt_text.size());
+    });
+    order.insert(order.end(), rest.begin(), rest.end());
+  }
+
+  for (size_t i : order) {
+    const cluster::InstanceInfo& m = members[i];
+    {
+      std::lock_guard lock(mutex_);
+      ++in_flight_[m.id];
+      ++routed_[m.id];
+      tree_.record(m.id, view->prompt_text, now);  // its prefill caches the prompt there
+    }
+    auto on_done = [this, api, id = m.id, prompt = view->prompt_text](int status, const std::string& reply_body, bool sse) {
+      {
+        std::lock_guard lock(mutex_);
+        --in_flight_[id];
+        if (status != 200) return;
+        // The next turn's prompt starts with this one's and its reply: cached there now.
+        tree_.record(id, with_reply(api, prompt, reply_text(api, reply_body, sse)), seconds_now());
+      }
+      if (api == Api::kResponses) {
+        if (const std::string rid = response_id(reply_body, sse); !rid.empty()) remember_owner(rid, id);
+      }
+    };
+    if (forward(req, res, m, req.body, on_done)) return;
+    std::lock_guard lock(mutex_);
+    --in_flight_[m.id];
+    --routed_[m.id];
+    ++retries_;
+  }
+  std::lock_guard lock(mutex_);
+  ++unroutable_;
+  res.set_header("Retry-After", "1");
+  send_error(res, 503, "no instance could be reached", "server_error", "no_instance");
+}
+
+void Router::handle_stored_response(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches[1];
+  const std::string owner = owner_of(id);
+  const auto members = live_members();
+  const auto it = std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.id == owner; });
+  if (owner.empty()) return send_error(res, 404, fmt::format("No response found with id '{}'.", id), "invalid_request_error", "not_found");
+  if (it == members.end()) {
+    res.set_header("Retry-After", "1");
+    return send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", id), "server_error",
+                      "instance_unavailable");
+  }
+  const bool deleting = req.method == "DELETE";
+  const bool reached = forward(req, res, *it, "", [this, id, deleting](int status, const std::string&, bool) {
+    if (!deleting || status != 200) return;
+    {
+      std::lock_guard lock(mutex_);
+      owners_.erase(id);
+    }
+    (void)etcd_->delete_key(fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, id));
+  });
+  if (!reached) send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", id), "server_error", "instance_unavailable");
+}
+
+void Router::handle_models(const httplib::Request& req, httplib::Response& res) {
+  for (const auto& m : live_members()) {
+    if (forward(req, res, m, "", [](int, const std::string&, bool) {})) return;
+  }
+  send_error(res, 503, "no instance is serving", "server_error", "no_instance");
+}
+
+void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
+  const auto members = live_members();
+  std::string out;
+  out += "# HELP mnemo_router_instances Instances with a live lease that take requests.\n# TYPE mnemo_router_instances gauge\n";
+  out += fmt::format("mnemo_router_instances {}\n", members.size());
+  std::lock_guard lock(mutex_);
+  out += "# HELP mnemo_router_requests_total Requests sent to each instance.\n# TYPE mnemo_router_requests_total counter\n";
+  for (const auto& [id, n] : routed_) out += fmt::format("mnemo_router_requests_total{{instance=\"{}\"}} {}\n", id, n);
+  out += "# HELP mnemo_router_in_flight Requests each instance has not finished.\n# TYPE mnemo_router_in_flight gauge\n";
+  for (const auto& [id, n] : in_flight_) out += fmt::format("mnemo_router_in_flight{{instance=\"{}\"}} {}\n", id, n);
+  out += "# HELP mnemo_router_prompt_tree_chunks Prompt-tree entries per instance.\n# TYPE mnemo_router_prompt_tree_chunks gauge\n";
+  for (const auto& id : tree_.instances()) out += fmt::format("mnemo_router_prompt_tree_chunks{{instance=\"{}\"}} {}\n", id, tree_.size(id));
+  out += "# HELP mnemo_router_retries_total Requests an instance did not answer, sent to another.\n# TYPE mnemo_router_retries_total counter\n";
+  out += fmt::format("mnemo_router_retries_total {}\n", retries_);
+  out += "# HELP mnemo_router_unroutable_total Requests no instance answered.\n# TYPE mnemo_router_unroutable_total counter\n";
+  out += fmt::format("mnemo_router_unroutable_total {}\n", unroutable_);
+  out += "# HELP mnemo_router_predicted_cached_tokens_total Prompt tokens the routing expected cached where it sent them.\n"
+         "# TYPE mnemo_router_predicted_cached_tokens_total counter\n";
+  out += fmt::format("mnemo_router_predicted_cached_tokens_total {}\n", predicted_cached_tokens_);
+  res.set_content(out, "text/plain; version=0.0.4");
+}
+
+}  // namespace mnemo::router

@@ -1,0 +1,99 @@
+// `mnemo route`: the OpenAI API in front of a cluster of `mnemo serve` instances (SPEC M6, M7,
+// M8). Members come from etcd (cluster/membership.h): an instance whose lease expired is gone
+// from the view and gets no new request. Each request goes where the routing policy says
+// (router/routing_policy.h), fed by per-instance prompt trees (router/prompt_tree.h) that record
+// every prompt sent and, when its reply completes, the prompt plus the reply (the next turn's
+// prefix). Streams (SSE) are relayed chunk by chunk; a client that goes away cancels upstream.
+//
+// An instance that refuses the connection before answering is skipped and the request tries the
+// next best (its lease may not have expired yet). A failure after the reply started ends the
+// client's stream: resuming it is the fault-tolerance work (SPEC D7).
+//
+// Responses API turns continue on the instance that stored the previous response; which one that
+// is lives in etcd too (/mnemo/<cluster>/responses/<id>), so a restarted router loses no
+// conversation.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "router/prompt_tree.h"
+#include "router/routing_policy.h"
+#include "util/result.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}
+
+namespace mnemo::cluster {
+class EtcdClient;
+class MemberWatcher;
+struct InstanceInfo;
+}
+
+namespace mnemo::router {
+
+enum class Api;
+
+struct RouterConfig {
+  std::string host = "127.0.0.1";
+  int port = 8090;
+  std::string etcd_url = "http://127.0.0.1:2379";
+  std::string cluster_name = "default";
+  Policy policy = Policy::kCacheAware;
+  CostParams cost;
+  double prompt_ttl_seconds = 600;
+  double upstream_timeout_seconds = 600;
+  int http_threads = 32;
+};
+
+class Router {
+ public:
+  explicit Router(RouterConfig config);
+  ~Router();
+
+  // Connects to etcd (the member view) and binds the port.
+  Status start();
+  int port() const { return bound_port_; }
+  void serve();
+  void stop();
+
+ private:
+  struct Upstream;
+  void install_routes();
+  void handle_generation(const httplib::Request& req, httplib::Response& res, Api api);
+  void handle_stored_response(const httplib::Request& req, httplib::Response& res);
+  void handle_models(const httplib::Request& req, httplib::Response& res);
+  void handle_metrics(const httplib::Request& req, httplib::Response& res);
+  std::vector<cluster::InstanceInfo> live_members();
+  // The instance that stored a response ("" if unknown).
+  std::string owner_of(const std::string& response_id);
+  void remember_owner(const std::string& response_id, const std::string& instance);
+  // Sends the request to `instance`; false (res untouched) if it could not be reached at all.
+  bool forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
+               const std::string& body, std::function<void(int status, const std::string& body, bool sse)> on_done);
+
+  RouterConfig config_;
+  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<cluster::MemberWatcher> members_;
+  std::unique_ptr<cluster::EtcdClient> etcd_;
+  int bound_port_ = 0;
+
+  std::mutex mutex_;  // guards what follows
+  PromptTree tree_;
+  RoutingPolicy routing_;
+  std::unordered_map<std::string, int64_t> in_flight_;
+  std::unordered_map<std::string, uint64_t> routed_;  // requests per instance
+  std::unordered_map<std::string, std::string> owners_;  // response id -> instance id
+  uint64_t retries_ = 0;
+  uint64_t unroutable_ = 0;
+  uint64_t predicted_cached_tokens_ = 0;
+};
+
+}  // namespace mnemo::router

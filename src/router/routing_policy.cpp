@@ -1,0 +1,78 @@
+#include "router/routing_policy.h"
+
+#include <algorithm>
+
+#include <xxhash.h>
+
+namespace mnemo::router {
+
+Result<Policy> parse_policy(std::string_view name) {
+  if (name == "round-robin") return Policy::kRoundRobin;
+  if (name == "session") return Policy::kSession;
+  if (name == "cache-aware") return Policy::kCacheAware;
+  return make_error("unknown routing policy '{}' (round-robin, session, cache-aware)", name);
+}
+
+std::string_view policy_name(Policy policy) {
+  switch (policy) {
+    case Policy::kRoundRobin:
+      return "round-robin";
+    case Policy::kSession:
+      return "session";
+    case Policy::kCacheAware:
+      break;
+  }
+  return "cache-aware";
+}
+
+double RoutingPolicy::predicted_seconds(const Candidate& c, size_t prompt_bytes) const {
+  const auto ahead = static_cast<double>(c.in_flight);
+  const size_t uncached_bytes = prompt_bytes - std::min(prompt_bytes, c.matched_bytes);
+  const double uncached_tokens = static_cast<double>(uncached_bytes) / cost_.bytes_per_token;
+  return ahead * cost_.request_seconds +
+         (static_cast<double>(c.queued_tokens) + uncached_tokens) / cost_.prefill_tokens_per_second;
+}
+
+std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& candidates, size_t prompt_bytes,
+                                              std::string_view session_key) {
+  if (candidates.empty()) return std::nullopt;
+  Decision d;
+  switch (policy_) {
+    case Policy::kRoundRobin:
+      d.index = static_cast<size_t>(next_++ % candidates.size());
+      break;
+    case Policy::kSession: {
+      // Rendezvous hashing: a conversation keeps its instance while that instance lives, and only
+      // the conversations of an instance that leaves move.
+      uint64_t best = 0;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const uint64_t seed = XXH3_64bits(candidates[i].id.data(), candidates[i].id.size());
+        const uint64_t h = XXH3_64bits_withSeed(session_key.data(), session_key.size(), seed);
+        if (i == 0 || h > best) {
+          best = h;
+          d.index = i;
+        }
+      }
+      break;
+    }
+    case Policy::kCacheAware: {
+      double best = 0;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const double s = predicted_seconds(candidates[i], prompt_bytes);
+        // Ties (an idle cluster, nothing cached): the one that got fewer requests, then the first.
+        if (i == 0 || s < best || (s == best && candidates[i].routed < candidates[d.index].routed)) {
+          best = s;
+          d.index = i;
+        }
+      }
+      break;
+    }
+  }
+  const Candidate& chosen = candidates[d.index];
+  d.predicted_seconds = predicted_seconds(chosen, prompt_bytes);
+  d.predicted_cached_tokens =
+      static_cast<int64_t>(static_cast<double>(std::min(prompt_bytes, chosen.matched_bytes)) / cost_.bytes_per_token);
+  return d;
+}
+
+}  // namespace mnemo::router

@@ -1,0 +1,64 @@
+// Where a request goes (SPEC M6, M7): round-robin, session affinity, or cache-aware, which picks
+// argmin over instances of (queued work + exec(prompt, cached prefix)). Pure: the router gathers
+// the candidates' loads and prompt-tree matches, this decides. Device-free and unit-tested.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/result.h"
+
+namespace mnemo::router {
+
+enum class Policy { kRoundRobin, kSession, kCacheAware };
+Result<Policy> parse_policy(std::string_view name);  // "round-robin", "session", "cache-aware"
+std::string_view policy_name(Policy policy);
+
+// The router's own counts drive the queue term: they are exact for its own traffic, while what an
+// instance publishes lags by up to a keep-alive period (a request that just finished would still
+// count, and send the next turn away from its cache).
+struct Candidate {
+  std::string id;
+  int64_t in_flight = 0;        // requests the router sent it that have not finished
+  uint64_t routed = 0;          // requests the router sent it so far (spreads ties)
+  int64_t queued_tokens = 0;    // prompt tokens admitted and not yet computed, as published
+  size_t matched_bytes = 0;     // of this prompt, in the instance's prompt tree
+};
+
+// exec(x, y_p) of SPEC M6 for the CPU instances here: prompt tokens not cached cost
+// 1 / prefill_tokens_per_second each; every request in flight there costs request_seconds.
+struct CostParams {
+  double prefill_tokens_per_second = 1000;
+  double request_seconds = 1.0;
+  double bytes_per_token = 4;  // the router does not tokenize: prompt bytes -> tokens
+};
+
+struct Decision {
+  size_t index = 0;               // into the candidates
+  double predicted_seconds = 0;   // queued work + the prompt's compute there
+  int64_t predicted_cached_tokens = 0;
+};
+
+class RoutingPolicy {
+ public:
+  RoutingPolicy(Policy policy, CostParams cost) : policy_(policy), cost_(cost) {}
+
+  // nullopt when there is no candidate. `session_key` identifies the conversation (for kSession).
+  std::optional<Decision> choose(const std::vector<Candidate>& candidates, size_t prompt_bytes,
+                                 std::string_view session_key);
+  // The seconds cache-aware routing predicts for a candidate.
+  double predicted_seconds(const Candidate& c, size_t prompt_bytes) const;
+
+  Policy policy() const { return policy_; }
+  const CostParams& cost() const { return cost_; }
+
+ private:
+  Policy policy_;
+  CostParams cost_;
+  uint64_t next_ = 0;  // round-robin position
+};
+
+}  // namespace mnemo::router

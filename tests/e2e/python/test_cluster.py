@@ -1,0 +1,185 @@
+"""A cluster on loopback: a real etcd, two `mnemo serve --cluster` instances on the default model
+and `mnemo route` in front (SPEC M6-M8). Second turns land where their prefix is cached; output
+through the router equals output from an instance directly; stored responses are found by a
+restarted router (their owners are in etcd); a killed instance stops getting requests within its
+lease TTL. The cluster tests run as their own CTest entry (cluster_e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import requests
+
+from conftest import MnemoServer
+from helpers import read_metrics, wait_for
+
+ETCD = "/usr/bin/etcd"
+CHAT = {"model": "m", "max_tokens": 12, "temperature": 0}
+# Long enough for whole 32-token chunks of a first turn to be cached.
+LONG_INPUT = ("Say hello to a friend you have not seen for a long time, and ask about their garden, their dog, the "
+              "new bakery on the corner and the trip they planned to the sea last summer.")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    if not os.access(ETCD, os.X_OK):
+        pytest.fail(f"{ETCD} is missing: run scripts/setup.sh (Debian package etcd-server)")
+    data = tempfile.mkdtemp(prefix="mnemo-etcd-")
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    proc = subprocess.Popen(
+        [ETCD, "--name", "test", "--data-dir", data, "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+
+    def healthy():
+        try:
+            return requests.get(url + "/health", timeout=1).json().get("health") == "true"
+        except requests.RequestException:
+            return False
+
+    wait_for(healthy, 30, 0.1, "etcd to answer /health")
+    yield url
+    proc.kill()
+    proc.wait(timeout=10)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd, start_server, mnemo_bin):
+    name = f"c{os.getpid()}"
+    instances = [start_server("--cluster", etcd, "--cluster-name", name, "--kv-tokens", "16384", "--model-name", "m") for _ in range(2)]
+    routers: list[MnemoServer] = []
+
+    def start_router(*extra: str) -> MnemoServer:
+        r = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0", *extra])
+        routers.append(r)
+        r.start()
+        wait_for(lambda: read_metrics(r.url).get("mnemo_router_instances") == 2, 15, 0.1, "both instances in the view")
+        return r
+
+    yield {"instances": instances, "router": start_router(), "start_router": start_router, "etcd": etcd}
+    for r in routers:
+        if r.proc is not None and r.proc.poll() is None:
+            r.terminate()
+
+
+def chat(url: str, messages: list[dict], **extra) -> requests.Response:
+    r = requests.post(url + "/v1/chat/completions", json={**CHAT, "messages": messages, **extra}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def instance_url(cluster, instance_id: str) -> str:
+    for server in cluster["instances"]:
+        if any(instance_id in line for line in server.stdout_lines):
+            return server.url
+    pytest.fail(f"no instance printed id {instance_id}")
+
+
+def test_second_turns_land_where_their_prefix_is_cached(cluster):
+    router = cluster["router"].url
+    homes = set()
+    for topic in ["the sea", "mountains", "a city at night", "the desert"]:
+        # Long enough for whole 32-token chunks of the first turn to be cached.
+        history = [{"role": "user", "content": f"Write two sentences about {topic}. Use many concrete details: colours, "
+                                               "sounds, smells, the time of day, the weather, and the people or animals "
+                                               "one might meet there. Keep the tone calm and the words simple."}]
+        first = chat(router, history)
+        home = first.headers["X-Mnemo-Instance"]
+        homes.add(home)
+        history += [{"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+                    {"role": "user", "content": "Now one more sentence."}]
+        second = chat(router, history)
+        assert second.headers["X-Mnemo-Instance"] == home, topic
+        assert second.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, second.json()["usage"]
+    # Both instances took first turns: an idle cluster spreads new conversations.
+    assert len(homes) == 2, homes
+    metrics = read_metrics(router)
+    assert metrics["mnemo_router_predicted_cached_tokens_total"] > 0
+
+
+def test_output_through_the_router_equals_an_instance_directly(cluster):
+    messages = [{"role": "user", "content": "Name three colours."}]
+    routed = chat(cluster["router"].url, messages)
+    direct = chat(cluster["instances"][0].url, messages)
+    assert routed.json()["choices"][0]["message"]["content"] == direct.json()["choices"][0]["message"]["content"]
+    # Streamed through the router: the same text, chunk by chunk.
+    r = requests.post(cluster["router"].url + "/v1/chat/completions",
+                      json={**CHAT, "messages": messages, "stream": True}, stream=True, timeout=120)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    text, done = "", False
+    for raw in r.iter_lines():
+        line = raw.decode("utf-8")  # SSE is UTF-8 whatever the header says
+        if not line:
+            continue
+        assert line.startswith("data: "), line
+        if line == "data: [DONE]":
+            done = True
+            break
+        delta = json.loads(line[6:])["choices"][0]["delta"]
+        text += delta.get("content") or ""
+    assert done
+    assert text == direct.json()["choices"][0]["message"]["content"]
+
+
+def test_bad_requests_get_clear_errors_from_the_router(cluster):
+    router = cluster["router"].url
+    r = requests.post(router + "/v1/chat/completions", data=b"{not json", headers={"Content-Type": "application/json"}, timeout=10)
+    assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+    r = requests.post(router + "/v1/chat/completions", json={"messages": "hi"}, timeout=10)
+    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+    r = requests.post(router + "/v1/responses", json={"input": "hi", "previous_response_id": "resp_unknown"}, timeout=10)
+    assert r.status_code == 404
+    assert requests.get(router + "/health", timeout=10).status_code == 200
+
+
+def test_responses_continue_on_their_instance_and_survive_a_router_restart(cluster):
+    router = cluster["router"].url
+    first = requests.post(router + "/v1/responses", json={"model": "m", "input": LONG_INPUT, "max_output_tokens": 8,
+                                                         "temperature": 0}, timeout=120)
+    assert first.status_code == 200, first.text
+    home = first.headers["X-Mnemo-Instance"]
+    rid = first.json()["id"]
+    second = requests.post(router + "/v1/responses", json={"model": "m", "input": "Again.", "previous_response_id": rid,
+                                                          "max_output_tokens": 8, "temperature": 0}, timeout=120)
+    assert second.status_code == 200, second.text
+    assert second.headers["X-Mnemo-Instance"] == home
+    assert second.json()["usage"]["input_tokens_details"]["cached_tokens"] > 0
+    # A new router knows nothing in memory: the owner comes from etcd.
+    fresh = cluster["start_router"]()
+    got = requests.get(fresh.url + "/v1/responses/" + second.json()["id"], timeout=30)
+    assert got.status_code == 200, got.text
+    assert got.json()["id"] == second.json()["id"]
+    third = requests.post(fresh.url + "/v1/responses", json={"model": "m", "input": "Once more.", "previous_response_id":
+                                                            second.json()["id"], "max_output_tokens": 8, "temperature": 0},
+                          timeout=120)
+    assert third.status_code == 200, third.text
+    assert third.headers["X-Mnemo-Instance"] == home
+
+
+def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
+    router = cluster["router"]
+    victim = cluster["instances"][1]
+    victim.kill()  # SIGKILL: no goodbye, the lease must expire (TTL 3 s)
+    killed_at = time.monotonic()
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 1, 10, 0.1, "the lease to expire")
+    assert time.monotonic() - killed_at < 3 + 2.5
+    for i in range(4):
+        r = chat(router.url, [{"role": "user", "content": f"Count to {i + 3}."}])
+        assert r.headers["X-Mnemo-Instance"] in "".join(cluster["instances"][0].stdout_lines)

@@ -1,0 +1,101 @@
+// Routing decisions on hand-made candidates: round-robin, session affinity, cache-aware argmin.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "router/routing_policy.h"
+
+namespace mnemo::router {
+namespace {
+
+std::vector<Candidate> three() {
+  std::vector<Candidate> c;
+  for (char name : {'a', 'b', 'c'}) {
+    c.emplace_back();
+    c.back().id.push_back(name);
+  }
+  return c;
+}
+
+TEST(RoutingPolicy, RoundRobinCyclesThroughTheCandidates) {
+  RoutingPolicy p(Policy::kRoundRobin, {});
+  std::vector<size_t> got;
+  for (int i = 0; i < 6; ++i) got.push_back(p.choose(three(), 100, "")->index);
+  EXPECT_EQ(got, (std::vector<size_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_FALSE(p.choose({}, 100, "").has_value());
+}
+
+TEST(RoutingPolicy, SessionKeepsAConversationOnOneInstanceAndMovesOnlyTheLeaversConversations) {
+  RoutingPolicy p(Policy::kSession, {});
+  std::map<std::string, std::string> home;
+  std::map<std::string, int> per_instance;
+  for (int s = 0; s < 200; ++s) {
+    const std::string key = "conversation " + std::to_string(s);
+    const auto c = three();
+    const std::string id = c[p.choose(c, 10, key)->index].id;
+    EXPECT_EQ(c[p.choose(c, 999, key)->index].id, id);  // the same conversation, later
+    home[key] = id;
+    ++per_instance[id];
+  }
+  for (const auto& [id, n] : per_instance) EXPECT_GT(n, 30) << id;  // spread over all three
+  // "b" leaves: its conversations move, the others stay.
+  std::vector<Candidate> without_b = three();
+  without_b.erase(without_b.begin() + 1);
+  for (const auto& [key, id] : home) {
+    const std::string now = without_b[p.choose(without_b, 10, key)->index].id;
+    if (id != "b") {
+      EXPECT_EQ(now, id) << key;
+    }
+  }
+}
+
+TEST(RoutingPolicy, CacheAwareWeighsTheCachedPrefixAgainstTheQueue) {
+  CostParams cost;
+  cost.prefill_tokens_per_second = 100;
+  cost.request_seconds = 1.0;
+  cost.bytes_per_token = 4;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  auto c = three();
+  // 4000 bytes = 1000 tokens = 10 s to compute from scratch.
+  c[1].matched_bytes = 3200;  // 200 tokens left: 2 s
+  Decision d = *p.choose(c, 4000, "");
+  EXPECT_EQ(d.index, 1u);
+  EXPECT_DOUBLE_EQ(d.predicted_seconds, 2.0);
+  EXPECT_EQ(d.predicted_cached_tokens, 800);
+  // Seven requests in flight there (7 s + 2 s) beat 10 s elsewhere still...
+  c[1].in_flight = 7;
+  EXPECT_EQ(p.choose(c, 4000, "")->index, 1u);
+  // ...nine do not: an idle instance recomputes sooner.
+  c[1].in_flight = 9;
+  EXPECT_EQ(p.choose(c, 4000, "")->index, 0u);
+  // Published queued prompt tokens weigh as compute.
+  c = three();
+  c[0].queued_tokens = 500;
+  c[1].queued_tokens = 100;
+  c[2].queued_tokens = 300;
+  EXPECT_EQ(p.choose(c, 400, "")->index, 1u);
+}
+
+TEST(RoutingPolicy, CacheAwareTiesGoToTheLeastUsedThenTheFirst) {
+  RoutingPolicy p(Policy::kCacheAware, {});
+  auto c = three();
+  EXPECT_EQ(p.choose(c, 100, "")->index, 0u);
+  c[0].routed = 5;
+  c[1].routed = 2;
+  c[2].routed = 2;
+  EXPECT_EQ(p.choose(c, 100, "")->index, 1u);
+  c[1].in_flight = 1;  // no longer a tie
+  EXPECT_EQ(p.choose(c, 100, "")->index, 2u);
+}
+
+TEST(RoutingPolicy, PolicyNamesRoundTripAndUnknownOnesAreRefused) {
+  for (Policy policy : {Policy::kRoundRobin, Policy::kSession, Policy::kCacheAware}) {
+    EXPECT_EQ(*parse_policy(policy_name(policy)), policy);
+  }
+  const auto bad = parse_policy("random");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("random"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mnemo::router
