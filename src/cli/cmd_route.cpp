@@ -71,6 +71,10 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--request-seconds", args->config.cost.request_seconds, "Cost model: time of each request queued ahead")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--transfer-bytes-per-second", args->config.cost.transfer_bytes_per_second,
+                  "Cost model: KV transfer bandwidth between instances (moving KV vs recomputing it)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--prompt-ttl", args->config.prompt_ttl_seconds, "Seconds a prompt-tree entry lives without a refresh")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

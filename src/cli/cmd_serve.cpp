@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/server.h"
+#include "transfer/kv_transport.h"
 #include "util/paths.h"
 
 namespace mnemo::cli {
@@ -43,6 +44,7 @@ struct ServeArgs {
   std::string cluster_name = "default";
   std::string role = "colocated";
   std::string advertise;     // the address the router reaches this instance at
+  int transfer_port = 0;     // of the KV transport (0: any free port)
 };
 
 // This process's name in the cluster: host, port and a random part (a restart is a new instance).
@@ -57,17 +59,21 @@ std::string instance_id(int port) {
 // keeps alive with the current load.
 class ClusterMembership {
  public:
-  static Result<std::unique_ptr<ClusterMembership>> join(const ServeArgs& args, const Engine& engine, int port) {
+  static Result<std::unique_ptr<ClusterMembership>> join(const ServeArgs& args, const Engine& engine, int port,
+                                                         const std::string& transfer_endpoint) {
     cluster::InstanceInfo info;
+    info.transfer_endpoint = transfer_endpoint;
     info.id = instance_id(port);
     info.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, port) : args.advertise;
     info.role = args.role;
     info.capacity_tokens = static_cast<int64_t>(engine.config().kv_blocks) * engine.config().block_size;
+    const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
+    info.kv_bytes_per_token = static_cast<int64_t>(layout.block_bytes() / static_cast<size_t>(layout.block_size));
     auto registration = cluster::Registration::start(args.cluster_url, cluster::instances_prefix(args.cluster_name), info);
     if (!registration.ok()) return registration.error().with_context("joining the cluster");
     auto self = std::unique_ptr<ClusterMembership>(new ClusterMembership(std::move(*registration), engine));
-    std::printf("mnemo: instance %s joined cluster '%s' at %s as %s\n", info.id.c_str(), args.cluster_name.c_str(),
-                args.cluster_url.c_str(), info.role.c_str());
+    std::printf("mnemo: instance %s joined cluster '%s' at %s as %s (KV transport %s)\n", info.id.c_str(),
+                args.cluster_name.c_str(), args.cluster_url.c_str(), info.role.c_str(), info.transfer_endpoint.c_str());
     return self;
   }
   ~ClusterMembership() {
@@ -107,17 +113,23 @@ Result<CostModel> cost_model_for(const ServeArgs& args) {
   return CostModel{};
 }
 
-// The disk tier lives in the state folder; its extents carry a fingerprint of the model file
-// and the KV layout, so another model (or KV type, or chunk size) never reads them.
-Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const Model& model, const EngineConfig& config) {
-  if (args.disk_cache_bytes == 0 || !config.prefix_caching) return std::shared_ptr<DiskTier>();
+// What KV bytes mean: the model file and the KV layout. Disk extents and KV from other
+// instances carry it, so another model (or KV type, or chunk size) never reads them.
+uint64_t layout_fingerprint(const ServeArgs& args, const Model& model, const EngineConfig& config) {
   const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
   std::error_code ec;
   const auto model_bytes = std::filesystem::file_size(args.model_path, ec);
   const std::string identity =
       std::filesystem::path(args.model_path).filename().string() + ":" + std::to_string(ec ? 0 : model_bytes);
-  const uint64_t fingerprint = kv_fingerprint(identity, layout.n_layers, layout.n_kv_heads, layout.head_dim_k,
-                                              layout.head_dim_v, layout.block_size, static_cast<int32_t>(layout.dtype));
+  return kv_fingerprint(identity, layout.n_layers, layout.n_kv_heads, layout.head_dim_k, layout.head_dim_v,
+                        layout.block_size, static_cast<int32_t>(layout.dtype));
+}
+
+// The disk tier lives in the state folder.
+Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const Model& model, const EngineConfig& config) {
+  if (args.disk_cache_bytes == 0 || !config.prefix_caching) return std::shared_ptr<DiskTier>();
+  const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
+  const uint64_t fingerprint = layout_fingerprint(args, model, config);
   // Sliding-window models store history a window before its conversation's end compact: the
   // global layers only.
   size_t compact_bytes = 0;
@@ -200,9 +212,21 @@ int run_serve(ServeArgs args) {
     std::fprintf(stderr, "error: %s\n", bound.error().message().c_str());
     return 1;
   }
+  // In a cluster, other instances send KV here (and this one to them) over UCX.
+  std::unique_ptr<transfer::KvTransport> transport;
   std::unique_ptr<ClusterMembership> membership;
   if (!args.cluster_url.empty()) {
-    auto joined = ClusterMembership::join(args, engine, server.port());
+    // Peers must reach the published endpoint: a wildcard listen address is not one.
+    const std::string transfer_host = args.server.host == "0.0.0.0" || args.server.host.empty() ? "127.0.0.1" : args.server.host;
+    auto listening = transfer::KvTransport::listen(
+        transfer_host, args.transfer_port, [&server](transfer::KvMessage&& m) { return server.receive_kv(std::move(m)); });
+    if (!listening.ok()) {
+      std::fprintf(stderr, "error: KV transport: %s\n", listening.error().message().c_str());
+      return 1;
+    }
+    transport = std::move(*listening);
+    server.attach_kv_transport(transport.get(), layout_fingerprint(args, **model, engine_config));
+    auto joined = ClusterMembership::join(args, engine, server.port(), transport->endpoint());
     if (!joined.ok()) {
       std::fprintf(stderr, "error: %s\n", joined.error().message().c_str());
       return 1;
@@ -287,6 +311,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--role", args->role, "Role in the cluster (disaggregated prefill/decode: not yet)")
       ->capture_default_str()
       ->check(CLI::IsMember({"colocated"}));
+  cmd->add_option("--transfer-port", args->transfer_port, "Port of the KV transport (UCX) in a cluster (0: any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
   cmd->add_option("--advertise", args->advertise, "URL the router reaches this instance at (default: http://HOST:PORT)");
   cmd->add_option("--grace-seconds", args->grace_seconds, "On SIGTERM, time for requests in flight to finish")->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });

@@ -45,7 +45,8 @@ std::string InstanceInfo::to_json() const {
                     {"transfer_endpoint", transfer_endpoint},
                     {"capacity_tokens", capacity_tokens},
                     {"queued_requests", queued_requests},
-                    {"queued_tokens", queued_tokens}};
+                    {"queued_tokens", queued_tokens},
+                    {"kv_bytes_per_token", kv_bytes_per_token}};
   // Replace, not throw, should a string not be UTF-8: the value is for other instances to read.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -63,6 +64,7 @@ Result<InstanceInfo> InstanceInfo::from_json(std::string_view text) {
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "capacity_tokens", info.capacity_tokens));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_requests", info.queued_requests));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_tokens", info.queued_tokens));
+    MNEMO_RETURN_IF_ERROR(read_count(parsed, "kv_bytes_per_token", info.kv_bytes_per_token));
     if (info.id.empty()) return make_error("id: missing or empty");
     if (info.address.empty()) return make_error("address: missing or empty");
     if (!is_known_role(info.role)) return make_error("role: \"{}\" is not colocated, prefill or decode", info.role);

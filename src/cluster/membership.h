@@ -40,6 +40,7 @@ struct InstanceInfo {
   int64_t capacity_tokens = 0;      // device KV pool, tokens
   int64_t queued_requests = 0;      // waiting + running
   int64_t queued_tokens = 0;        // prompt tokens admitted but not yet computed
+  int64_t kv_bytes_per_token = 0;   // what moving a token's KV costs (0: unknown)
 
   std::string to_json() const;
   // Validates: id and address non-empty, role one of the three, counts >= 0. Fields it does not

@@ -261,6 +261,12 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   // Candidates in the order to try: the policy's choice, then the rest by predicted time.
   const double now = seconds_now();
   std::vector<size_t> order;
+  struct Push {
+    cluster::InstanceInfo from;
+    std::string to_endpoint;
+    size_t bytes;  // of the prompt text the source holds
+  };
+  std::optional<Push> push;
   {
     std::lock_guard lock(mutex_);
     tree_.expire(now);
@@ -272,9 +278,16 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       c.routed = routed_[m.id];
       c.queued_tokens = m.queued_tokens;
       c.matched_bytes = tree_.matched_bytes(m.id, view->prompt_text, now);
+      c.has_transport = !m.transfer_endpoint.empty();
+      c.kv_bytes_per_token = m.kv_bytes_per_token;
       candidates.push_back(std::move(c));
     }
     const auto decision = routing_.choose(candidates, view->prompt_text.size(), view->session_key);
+    if (api != Api::kResponses) {
+      if (const auto source = routing_.transfer_source(candidates, decision->index)) {
+        push = Push{members[*source], members[decision->index].transfer_endpoint, candidates[*source].matched_bytes};
+      }
+    }
     order.push_back(decision->index);
     predicted_cached_tokens_ += static_cast<uint64_t>(decision->predicted_cached_tokens);
     std::vector<size_t> rest;
@@ -286,6 +299,14 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
              routing_.predicted_seconds(candidates[b], view->prompt_text.size());
     });
     order.insert(order.end(), rest.begin(), rest.end());
+  }
+
+  // Another instance holds more of the prompt and moving its KV beats recomputing it: it sends
+  // the KV to the chosen instance first (transfer_with_insert); if that fails, the chosen
+  // instance recomputes.
+  if (push && push_kv(req, push->from, push->to_endpoint, api, body)) {
+    std::lock_guard lock(mutex_);
+    tree_.record(members[order.front()].id, std::string_view(view->prompt_text).substr(0, push->bytes), now);
   }
 
   for (size_t i : order) {
@@ -318,6 +339,31 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   ++unroutable_;
   res.set_header("Retry-After", "1");
   send_error(res, 503, "no instance could be reached", "server_error", "no_instance");
+}
+
+bool Router::push_kv(const httplib::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
+                     const nlohmann::json& request) {
+  httplib::Client client(from.address);
+  client.set_connection_timeout(std::chrono::seconds(2));
+  client.set_read_timeout(std::chrono::seconds(60));
+  httplib::Headers headers;
+  if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
+  const json body = {{"target", to_endpoint}, {"api", api == Api::kChat ? "chat" : "completions"}, {"request", request}};
+  const auto reply = client.Post("/v1/internal/kv_push", headers, body.dump(-1, ' ', false, json::error_handler_t::replace),
+                                 "application/json");
+  std::lock_guard lock(mutex_);
+  if (!reply || reply->status != 200) {
+    ++kv_push_failures_;
+    std::fprintf(stderr, "mnemo route: KV push %s -> %s failed: %s\n", from.id.c_str(), to_endpoint.c_str(),
+                 reply ? reply->body.substr(0, 300).c_str() : httplib::to_string(reply.error()).c_str());
+    return false;
+  }
+  const json result = json::parse(reply->body, nullptr, false);
+  ++kv_pushes_;
+  if (result.is_object() && result.contains("tokens") && result["tokens"].is_number_unsigned()) {
+    kv_pushed_tokens_ += result["tokens"].get<uint64_t>();
+  }
+  return true;
 }
 
 void Router::handle_stored_response(const httplib::Request& req, httplib::Response& res) {
@@ -366,6 +412,15 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   out += fmt::format("mnemo_router_retries_total {}\n", retries_);
   out += "# HELP mnemo_router_unroutable_total Requests no instance answered.\n# TYPE mnemo_router_unroutable_total counter\n";
   out += fmt::format("mnemo_router_unroutable_total {}\n", unroutable_);
+  out += "# HELP mnemo_router_kv_pushes_total KV transfers between instances the router asked for, done.\n"
+         "# TYPE mnemo_router_kv_pushes_total counter\n";
+  out += fmt::format("mnemo_router_kv_pushes_total {}\n", kv_pushes_);
+  out += "# HELP mnemo_router_kv_push_failures_total KV transfers that failed (the request recomputed).\n"
+         "# TYPE mnemo_router_kv_push_failures_total counter\n";
+  out += fmt::format("mnemo_router_kv_push_failures_total {}\n", kv_push_failures_);
+  out += "# HELP mnemo_router_kv_pushed_tokens_total Prompt tokens whose KV moved between instances.\n"
+         "# TYPE mnemo_router_kv_pushed_tokens_total counter\n";
+  out += fmt::format("mnemo_router_kv_pushed_tokens_total {}\n", kv_pushed_tokens_);
   out += "# HELP mnemo_router_predicted_cached_tokens_total Prompt tokens the routing expected cached where it sent them.\n"
          "# TYPE mnemo_router_predicted_cached_tokens_total counter\n";
   out += fmt::format("mnemo_router_predicted_cached_tokens_total {}\n", predicted_cached_tokens_);

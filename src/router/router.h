@@ -21,6 +21,8 @@
 #include <string>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "router/prompt_tree.h"
 #include "router/routing_policy.h"
 #include "util/result.h"
@@ -39,7 +41,7 @@ struct InstanceInfo;
 
 namespace mnemo::router {
 
-enum class Api;
+enum class Api;  // router/conversation_text.h
 
 struct RouterConfig {
   std::string host = "127.0.0.1";
@@ -75,6 +77,9 @@ class Router {
   // The instance that stored a response ("" if unknown).
   std::string owner_of(const std::string& response_id);
   void remember_owner(const std::string& response_id, const std::string& instance);
+  // Asks `from` to send its KV for the request's prompt to the transport at `to_endpoint`.
+  bool push_kv(const httplib::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
+               const nlohmann::json& request);
   // Sends the request to `instance`; false (res untouched) if it could not be reached at all.
   bool forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
                const std::string& body, std::function<void(int status, const std::string& body, bool sse)> on_done);
@@ -94,6 +99,9 @@ class Router {
   uint64_t retries_ = 0;
   uint64_t unroutable_ = 0;
   uint64_t predicted_cached_tokens_ = 0;
+  uint64_t kv_pushes_ = 0;
+  uint64_t kv_push_failures_ = 0;
+  uint64_t kv_pushed_tokens_ = 0;
 };
 
 }  // namespace mnemo::router

@@ -33,6 +33,31 @@ double RoutingPolicy::predicted_seconds(const Candidate& c, size_t prompt_bytes)
          (static_cast<double>(c.queued_tokens) + uncached_tokens) / cost_.prefill_tokens_per_second;
 }
 
+double RoutingPolicy::transfer_seconds(const Candidate& from, size_t bytes) const {
+  const double tokens = static_cast<double>(bytes) / cost_.bytes_per_token;
+  return cost_.transfer_overhead_seconds +
+         tokens * static_cast<double>(from.kv_bytes_per_token) / cost_.transfer_bytes_per_second;
+}
+
+std::optional<size_t> RoutingPolicy::transfer_source(const std::vector<Candidate>& candidates, size_t chosen) const {
+  if (policy_ != Policy::kCacheAware || chosen >= candidates.size() || !candidates[chosen].has_transport) return std::nullopt;
+  const Candidate& to = candidates[chosen];
+  std::optional<size_t> best;
+  double best_gain = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& from = candidates[i];
+    if (i == chosen || !from.has_transport || from.kv_bytes_per_token <= 0 || from.matched_bytes <= to.matched_bytes) continue;
+    const size_t extra = from.matched_bytes - to.matched_bytes;
+    const double saved = static_cast<double>(extra) / cost_.bytes_per_token / cost_.prefill_tokens_per_second;
+    const double gain = saved - transfer_seconds(from, extra);
+    if (gain > best_gain) {
+      best_gain = gain;
+      best = i;
+    }
+  }
+  return best;
+}
+
 std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& candidates, size_t prompt_bytes,
                                               std::string_view session_key) {
   if (candidates.empty()) return std::nullopt;

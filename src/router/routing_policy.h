@@ -26,6 +26,8 @@ struct Candidate {
   uint64_t routed = 0;          // requests the router sent it so far (spreads ties)
   int64_t queued_tokens = 0;    // prompt tokens admitted and not yet computed, as published
   size_t matched_bytes = 0;     // of this prompt, in the instance's prompt tree
+  bool has_transport = false;   // can send and receive KV (InstanceInfo.transfer_endpoint)
+  int64_t kv_bytes_per_token = 0;
 };
 
 // exec(x, y_p) of SPEC M6 for the CPU instances here: prompt tokens not cached cost
@@ -34,6 +36,9 @@ struct CostParams {
   double prefill_tokens_per_second = 1000;
   double request_seconds = 1.0;
   double bytes_per_token = 4;  // the router does not tokenize: prompt bytes -> tokens
+  // Moving KV between instances (SPEC M7): bytes / bandwidth + a fixed cost per transfer.
+  double transfer_bytes_per_second = 1e9;
+  double transfer_overhead_seconds = 0.05;
 };
 
 struct Decision {
@@ -49,6 +54,12 @@ class RoutingPolicy {
   // nullopt when there is no candidate. `session_key` identifies the conversation (for kSession).
   std::optional<Decision> choose(const std::vector<Candidate>& candidates, size_t prompt_bytes,
                                  std::string_view session_key);
+  // Cache-aware only (SPEC M7): the candidate to fetch the prompt's KV from for `chosen`, when
+  // another holds more of the prefix and moving the difference costs less than recomputing it
+  // (transfer(y_p, y_p') <= exec(x, y_p) - exec(x, y_p')); nullopt to recompute.
+  std::optional<size_t> transfer_source(const std::vector<Candidate>& candidates, size_t chosen) const;
+  double transfer_seconds(const Candidate& from, size_t bytes) const;
+
   // The seconds cache-aware routing predicts for a candidate.
   double predicted_seconds(const Candidate& c, size_t prompt_bytes) const;
 

@@ -142,6 +142,7 @@ void Server::install_routes() {
   http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generation(req, res, Endpoint::kCompletions);
   });
+  http.Post("/v1/internal/kv_push", [this](const httplib::Request& req, httplib::Response& res) { handle_kv_push(req, res); });
   http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     handle_create_response(req, res);
   });
@@ -156,9 +157,7 @@ void Server::install_routes() {
   }
 }
 
-std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint) {
-  // The prompt, as tokens.
-  std::vector<TokenId> prompt;
+std::variant<std::vector<TokenId>, ApiError> Server::prompt_of(const ParsedRequest& request, Endpoint endpoint) const {
   if (endpoint == Endpoint::kChat) {
     ChatTemplateOptions options;
     options.bos_token = token_text_or_empty(tokenizer_, tokenizer_.bos());
@@ -167,12 +166,22 @@ std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req,
     auto text = chat_template_.render(request.messages, options);
     if (!text.ok()) return bad_request(text.error().message(), "messages");
     // The template writes the BOS text itself.
-    prompt = tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
-  } else if (!request.prompt_tokens.empty()) {
-    prompt = request.prompt_tokens;
-  } else {
-    prompt = tokenizer_.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+    return tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
   }
+  if (!request.prompt_tokens.empty()) return request.prompt_tokens;
+  return tokenizer_.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+uint64_t Server::cache_namespace_of(const httplib::Request& req, const ParsedRequest& request) {
+  // The tenant: its credentials and its salt. Equal prompts of different tenants never share KV.
+  const std::string tenant = req.get_header_value("Authorization") + '\0' + request.cache_salt;
+  return XXH3_64bits(tenant.data(), tenant.size());
+}
+
+std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint) {
+  auto prompt_or_error = prompt_of(request, endpoint);
+  if (auto* error = std::get_if<ApiError>(&prompt_or_error)) return *error;
+  std::vector<TokenId> prompt = std::move(std::get<std::vector<TokenId>>(prompt_or_error));
   const int32_t context = engine_.model().config().context_length;
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
   const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
@@ -189,9 +198,7 @@ std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req,
   }
   if (!request.max_tokens_given) g.max_tokens = context - n_prompt;
   g.prompt = std::move(prompt);
-  // The tenant: its credentials and its salt. Equal prompts of different tenants never share KV.
-  const std::string tenant = req.get_header_value("Authorization") + '\0' + request.cache_salt;
-  g.cache_namespace = XXH3_64bits(tenant.data(), tenant.size());
+  g.cache_namespace = cache_namespace_of(req, request);
 
   if (in_flight_.fetch_add(1) >= config_.max_connections) {
     in_flight_.fetch_sub(1);

@@ -21,6 +21,11 @@ struct Request;
 struct Response;
 }
 
+namespace mnemo::transfer {
+class KvTransport;
+struct KvMessage;
+}
+
 namespace mnemo::server {
 
 struct ServerConfig {
@@ -47,6 +52,12 @@ class Server {
   Server(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template, ServerConfig config);
   ~Server();
 
+  // KV transfer between instances (SPEC M2): the transport pushes go out through, and the
+  // fingerprint of this instance's model and KV layout (a message of another is refused).
+  void attach_kv_transport(transfer::KvTransport* transport, uint64_t layout_fingerprint);
+  // The transport's handler: inserts received chunks into the cache (waits for the engine).
+  Status receive_kv(transfer::KvMessage&& message);
+
   // Opens the response store and binds the port (an Error if either fails).
   Status bind();
   int port() const { return bound_port_; }
@@ -64,6 +75,12 @@ class Server {
   // The tokens of a stored conversation as the model saw them: the last turn's instructions, the
   // history, its reply last (empty if the template fails).
   std::vector<TokenId> conversation_tokens(const nlohmann::json& last_response, const std::vector<ChatMessage>& history) const;
+  // The prompt as the model sees it (chat template, tokenizer), or why not.
+  std::variant<std::vector<TokenId>, ApiError> prompt_of(const ParsedRequest& request, Endpoint endpoint) const;
+  static uint64_t cache_namespace_of(const httplib::Request& req, const ParsedRequest& request);
+  // POST /v1/internal/kv_push (server/kv_push.cpp): sends the cached KV of a request's prompt
+  // to another instance's transport (a router asks, when the KV moving beats recomputing it).
+  void handle_kv_push(const httplib::Request& req, httplib::Response& res);
   // Prompt tokens, limits, tenant, admission: everything between a parsed request and the engine.
   std::variant<PreparedRun, ApiError> prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint);
 
@@ -76,6 +93,8 @@ class Server {
   std::atomic<int> listen_fd_{-1};  // the listening socket, for stop(); -2 once stopped
   std::atomic<int> in_flight_{0};
   std::unique_ptr<ResponseStore> store_;
+  transfer::KvTransport* transport_ = nullptr;
+  uint64_t layout_fingerprint_ = 0;
 };
 
 }  // namespace mnemo::server

@@ -52,4 +52,19 @@ TEST(Cli, BadArgumentsAreRejected) {
   EXPECT_NE(run_mnemo("frobnicate").status, 0);                     // unknown command
 }
 
+TEST(Cli, PlanSaysWhetherToDisaggregate) {
+  CommandResult r = run_mnemo("plan -Y 2 -t 0.05 -N 40 -D 4 -m 1.2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("disaggregate, 2 prompt and 2 token machines"), std::string::npos) << r.output;
+  r = run_mnemo("plan -Y 0.05 -t 0.05 -N 40 -D 4 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("\"disaggregate\": false"), std::string::npos) << r.output;
+  r = run_mnemo("plan -Y 1 -t 1 -N 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("tokens generated N must be > 0"), std::string::npos) << r.output;
+  r = run_mnemo("plan --from-loadgen /nonexistent.json");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("/nonexistent.json"), std::string::npos) << r.output;
+}
+
 }  // namespace

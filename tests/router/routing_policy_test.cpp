@@ -88,6 +88,38 @@ TEST(RoutingPolicy, CacheAwareTiesGoToTheLeastUsedThenTheFirst) {
   EXPECT_EQ(p.choose(c, 100, "")->index, 2u);
 }
 
+TEST(RoutingPolicy, KvMovesWhenTransferCostsLessThanTheRecomputeItSaves) {
+  CostParams cost;
+  cost.prefill_tokens_per_second = 100;  // 1000 tokens: 10 s
+  cost.bytes_per_token = 4;
+  cost.transfer_bytes_per_second = 1e6;  // 1000 tokens of 1000 bytes: 1 s
+  cost.transfer_overhead_seconds = 0.5;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  auto c = three();
+  for (auto& x : c) {
+    x.has_transport = true;
+    x.kv_bytes_per_token = 1000;
+  }
+  c[1].matched_bytes = 4000;  // 1000 tokens
+  c[2].matched_bytes = 2000;
+  EXPECT_EQ(p.transfer_source(c, 0), std::optional<size_t>(1));  // 10 s saved for 1.5 s moved: the most
+  EXPECT_DOUBLE_EQ(p.transfer_seconds(c[1], 4000), 1.5);
+  EXPECT_EQ(p.transfer_source(c, 1), std::nullopt);               // the chosen one holds the most
+  EXPECT_EQ(p.transfer_source(c, 2), std::optional<size_t>(1));   // 500 more tokens: 5 s for 1 s
+  // Slow links: moving costs more than recomputing.
+  cost.transfer_bytes_per_second = 1e5;  // 10 s + 0.5 s for 1000 tokens
+  RoutingPolicy slow(Policy::kCacheAware, cost);
+  EXPECT_EQ(slow.transfer_source(c, 0), std::nullopt);
+  // No transport at either end, or unknown KV size: never.
+  c[0].has_transport = false;
+  EXPECT_EQ(p.transfer_source(c, 0), std::nullopt);
+  c[0].has_transport = true;
+  c[1].kv_bytes_per_token = 0;
+  EXPECT_EQ(p.transfer_source(c, 0), std::optional<size_t>(2));
+  // Only cache-aware routing moves KV.
+  EXPECT_EQ(RoutingPolicy(Policy::kSession, cost).transfer_source(c, 0), std::nullopt);
+}
+
 TEST(RoutingPolicy, PolicyNamesRoundTripAndUnknownOnesAreRefused) {
   for (Policy policy : {Policy::kRoundRobin, Policy::kSession, Policy::kCacheAware}) {
     EXPECT_EQ(*parse_policy(policy_name(policy)), policy);

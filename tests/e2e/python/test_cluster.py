@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -171,6 +172,78 @@ def test_responses_continue_on_their_instance_and_survive_a_router_restart(clust
                           timeout=120)
     assert third.status_code == 200, third.text
     assert third.headers["X-Mnemo-Instance"] == home
+
+
+def transport_of(server: MnemoServer) -> str:
+    for line in server.stdout_lines:
+        m = re.search(r"\(KV transport ([^)]+)\)", line)
+        if m:
+            return m.group(1)
+    pytest.fail("the instance printed no KV transport endpoint")
+
+
+def test_kv_pushed_to_another_instance_serves_the_next_turn_identically(cluster):
+    a, b = cluster["instances"]
+    history = [{"role": "user", "content": "Describe a lighthouse keeper's day, hour by hour, from dawn to night: the "
+                                           "lamp, the stairs, the logbook, the weather, the ships and the long evening. "
+                                           "Mention the gulls, the fog horn, the supply boat that comes on Thursdays, the "
+                                           "letters from the mainland and the radio that only works when the wind is "
+                                           "from the west. Keep it calm, simple and full of small details."}]
+    first = chat(a.url, history)
+    history += [{"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+                {"role": "user", "content": "What does the keeper eat?"}]
+    second_turn = {**CHAT, "messages": history}
+    # A sends the KV it holds for this prompt to B's transport (UCX); B inserts it into its cache.
+    pushed = requests.post(a.url + "/v1/internal/kv_push",
+                           json={"target": transport_of(b), "api": "chat", "request": second_turn}, timeout=60)
+    assert pushed.status_code == 200, pushed.text
+    assert pushed.json()["chunks"] >= 2 and pushed.json()["bytes"] > 0
+    on_b = chat(b.url, history)
+    usage = on_b.json()["usage"]["prompt_tokens_details"]
+    assert usage["cached_tokens"] >= 32 * pushed.json()["chunks"] - 32, usage  # from B's host tier
+    assert usage["cached_tokens_host"] > 0, usage
+    on_a = chat(a.url, history)  # where the KV was computed
+    assert on_b.json()["choices"][0]["message"]["content"] == on_a.json()["choices"][0]["message"]["content"]
+
+
+def test_the_router_moves_kv_to_an_idle_instance_when_that_beats_recomputing(cluster):
+    # A router for which any request in flight outweighs any prompt: a busy instance's prefix is
+    # then fetched by an idle one instead of waited for.
+    router = cluster["start_router"]("--request-seconds", "1000")
+    topic = ("Describe a night market in a river town: the lanterns, the food stalls, the music, the boats tied "
+             "along the quay, the smell of grilled fish and sweet bread, the children and the old card players. ")
+    first = chat(router.url, [{"role": "user", "content": topic + "Start with the lanterns."}])
+    holder = first.headers["X-Mnemo-Instance"]
+    # The holder gets busy: a long request whose prompt shares the cached prefix goes there.
+    busy = requests.post(router.url + "/v1/chat/completions", stream=True, timeout=120,
+                         json={**CHAT, "messages": [{"role": "user", "content": topic + "Now the boats."}],
+                               "max_tokens": 400, "ignore_eos": True, "stream": True})
+    assert busy.status_code == 200 and busy.headers["X-Mnemo-Instance"] == holder
+    history = [{"role": "user", "content": topic + "Start with the lanterns."},
+               {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+               {"role": "user", "content": "And the music?"}]
+    second = chat(router.url, history)
+    assert second.headers["X-Mnemo-Instance"] != holder
+    assert read_metrics(router.url)["mnemo_router_kv_pushes_total"] == 1
+    assert second.json()["usage"]["prompt_tokens_details"]["cached_tokens_host"] > 0
+    busy.close()
+
+
+def test_failed_kv_pushes_are_reported_and_change_nothing(cluster):
+    a, b = cluster["instances"]
+    request = {**CHAT, "messages": [{"role": "user", "content": "Describe a lighthouse keeper's day, hour by hour, from "
+                                                                "dawn to night: the lamp, the stairs, the logbook."}]}
+    chat(a.url, request["messages"])
+    closed = requests.post(a.url + "/v1/internal/kv_push",
+                           json={"target": f"127.0.0.1:{free_port()}", "api": "chat", "request": request}, timeout=60)
+    assert closed.status_code == 502, closed.text
+    assert "kv_transfer_failed" in closed.text
+    bad = requests.post(a.url + "/v1/internal/kv_push", json={"target": transport_of(b)}, timeout=10)
+    assert bad.status_code == 400
+    # Nothing cached elsewhere: another tenant's push finds no KV of its own to send.
+    other = requests.post(a.url + "/v1/internal/kv_push", headers={"Authorization": "Bearer someone-else"},
+                          json={"target": transport_of(b), "api": "chat", "request": request}, timeout=60)
+    assert other.status_code == 200 and other.json()["chunks"] == 0
 
 
 def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):

@@ -1,0 +1,128 @@
+// KV transfer between instances (SPEC M1/M2, M5): POST /v1/internal/kv_push sends the cached KV
+// of a request's prompt to another instance; that instance's transport hands the message to
+// receive_kv, which inserts it into its cache (transfer_with_insert: one exchange, acknowledged
+// only once inserted). The router asks for a push when moving a prefix's KV costs less than
+// recomputing it where the request goes.
+//
+//   body: {"target": "<host:port of the receiver's transport>", "api": "chat" | "completions",
+//          "request": {<the OpenAI request body>}}
+//   reply: {"chunks": N, "tokens": T, "bytes": B, "seconds": S}, or an error (nothing was sent,
+//          or the receiver refused: the request then recomputes)
+//
+// The push's Authorization and the request's cache_salt name the tenant, as for a generation:
+// only that tenant's KV leaves.
+#include <chrono>
+#include <random>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/server.h"
+#include "transfer/kv_message.h"
+#include "transfer/kv_transport.h"
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+// A step of the engine, with margin; under the 30 s a push waits for its acknowledgement.
+constexpr auto kEngineWait = std::chrono::seconds(20);
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void send_failure(httplib::Response& res, const ApiError& error) { send_json(res, error.status, error.to_json()); }
+
+}  // namespace
+
+void Server::attach_kv_transport(transfer::KvTransport* transport, uint64_t layout_fingerprint) {
+  transport_ = transport;
+  layout_fingerprint_ = layout_fingerprint;
+}
+
+Status Server::receive_kv(transfer::KvMessage&& message) {
+  if (message.layout_fingerprint != layout_fingerprint_) {
+    return make_error("KV of layout {:016x}; this instance's is {:016x} (another model or KV type)",
+                      message.layout_fingerprint, layout_fingerprint_);
+  }
+  const auto block_size = static_cast<size_t>(engine_.config().block_size);
+  std::vector<TokenId> tokens;
+  tokens.reserve(message.chunks.size() * block_size);
+  for (const auto& chunk : message.chunks) {
+    if (chunk.tokens.size() != block_size) {
+      return make_error("a chunk of {} tokens; this instance's chunks have {}", chunk.tokens.size(), block_size);
+    }
+    tokens.insert(tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+  }
+  auto inserted = engine_.import_prefix(message.ns, std::move(tokens), std::move(message.payload));
+  if (inserted.wait_for(kEngineWait) != std::future_status::ready) return make_error("the engine did not take the KV in time");
+  try {
+    const Result<int32_t> n = inserted.get();
+    if (!n.ok()) return n.error();
+  } catch (const std::future_error&) {
+    return make_error("the engine is shutting down");
+  }
+  return ok_status();
+}
+
+void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res) {
+  if (transport_ == nullptr) {
+    return send_failure(res, ApiError{404, "this instance has no KV transport (it is not in a cluster)", "invalid_request_error", "", ""});
+  }
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object() || !body.contains("target") || !body["target"].is_string() || !body.contains("request") ||
+      !body["request"].is_object()) {
+    return send_failure(res, ApiError{400, "a push needs 'target' (a transport endpoint) and 'request' (an OpenAI request)",
+                                      "invalid_request_error", "", ""});
+  }
+  const std::string api = body.contains("api") && body["api"].is_string() ? body["api"].get<std::string>() : "chat";
+  if (api != "chat" && api != "completions") {
+    return send_failure(res, ApiError{400, "'api' must be chat or completions", "invalid_request_error", "api", ""});
+  }
+  const Endpoint endpoint = api == "chat" ? Endpoint::kChat : Endpoint::kCompletions;
+  auto parsed = parse_request(body["request"].dump(), endpoint == Endpoint::kChat);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return send_failure(res, *error);
+  const ParsedRequest& request = std::get<ParsedRequest>(parsed);
+  auto prompt = prompt_of(request, endpoint);
+  if (auto* error = std::get_if<ApiError>(&prompt)) return send_failure(res, *error);
+  const uint64_t ns = cache_namespace_of(req, request);
+
+  const auto started = std::chrono::steady_clock::now();
+  auto exported_future = engine_.export_prefix(ns, std::move(std::get<std::vector<TokenId>>(prompt)));
+  if (exported_future.wait_for(kEngineWait) != std::future_status::ready) {
+    return send_failure(res, ApiError{503, "the engine did not export the KV in time", "server_error", "", ""});
+  }
+  KvManager::ExportedPrefix exported;
+  try {
+    exported = exported_future.get();
+  } catch (const std::future_error&) {
+    return send_failure(res, ApiError{503, "the engine is shutting down", "server_error", "", ""});
+  }
+  if (exported.chunks == 0) return send_json(res, 200, {{"chunks", 0}, {"tokens", 0}, {"bytes", 0}, {"seconds", 0.0}});
+
+  transfer::KvMessage message;
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  message.transfer_id = rng();
+  message.ns = ns;
+  message.layout_fingerprint = layout_fingerprint_;
+  const auto block_size = static_cast<size_t>(engine_.config().block_size);
+  message.block_bytes = static_cast<uint32_t>(exported.payload.size() / static_cast<size_t>(exported.chunks));
+  for (int32_t i = 0; i < exported.chunks; ++i) {
+    transfer::KvChunkMeta meta;
+    meta.position = i;
+    const auto begin = exported.tokens.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * block_size);
+    meta.tokens.assign(begin, begin + static_cast<ptrdiff_t>(block_size));
+    message.chunks.push_back(std::move(meta));
+  }
+  message.payload = std::move(exported.payload);
+  const size_t bytes = message.payload.size();
+  const Status sent = transport_->send(body["target"].get<std::string>(), message, 30);
+  if (!sent.ok()) return send_failure(res, ApiError{502, sent.error().message(), "server_error", "", "kv_transfer_failed"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  send_json(res, 200, {{"chunks", exported.chunks}, {"tokens", exported.tokens.size()}, {"bytes", bytes}, {"seconds", seconds}});
+}
+
+}  // namespace mnemo::server

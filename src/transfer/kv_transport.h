@@ -1,0 +1,99 @@
+// KV transfer between instances (SPEC M2, M5, D2) over UCX (UCP active messages). One transport
+// per instance both listens and sends: a prefill instance send()s a request's chunks, as one
+// KvMessage, to the decode instance's endpoint() (published as InstanceInfo.transfer_endpoint)
+// and waits for its acknowledgement.
+//
+//   sender                                         receiver
+//   send() ─encode─▶ progress thread ──AM "message" (rendezvous when large)──▶ progress thread
+//                                                  receive into its own buffer, decode + verify,
+//   send() returns ◀── progress thread ◀──AM "ack" (status, reason)── on_message(...)
+//
+// UCX picks the data path (shared memory or TCP on one host, RDMA where there is some); the
+// connection itself is made over a socket address (UCX's TCP connection manager), so UCX_TLS
+// must keep "tcp" (shared memory alone fails with "Destination is unreachable"). UCX_TLS and the
+// other UCX_* environment variables apply, read when a transport is created. Connections detect
+// a lost peer (UCP_ERR_HANDLING_MODE_PEER); with UCX 1.13 on one host that means small messages
+// go over posix/sysv shared memory and rendezvous data over TCP (cma lacks the memory
+// invalidation UCX requires for it then).
+//
+// Failure behaviour (the whole contract the caller gets):
+//  - send() returns OK only after the peer decoded and verified the message and its handler
+//    returned OK. Every error names the transfer id and the endpoint and says which of these it
+//    is: the message is invalid here ("invalid message"), the connection failed or the peer went
+//    away ("connection to ... failed" / "peer ... gone"), no acknowledgement within the timeout
+//    ("timed out"), the peer could not verify the bytes ("rejected: <decode reason>"), or its
+//    handler said no ("refused: <the handler's error>"). After any error the peer may or may not
+//    hold the chunks; the sender falls back to recomputing them.
+//  - A failed connection is dropped; the next send() to that endpoint connects again.
+//  - Bad input from the network never crashes the receiver: it is counted in stats().rejected,
+//    acknowledged as rejected when the sender can be named, and the handler never sees it.
+//  - Destroying a transport fails its senders' waits and closes its connections; messages it has
+//    received but not acknowledged are not acknowledged (their senders get an error).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "transfer/kv_message.h"
+#include "util/result.h"
+
+namespace mnemo::transfer {
+
+// What the receiver does with a verified message; its Status is the acknowledgement the sender
+// waits for (e.g. "no room": the sender falls back to recompute). It runs on the transport's
+// progress thread, so every other transfer of this transport waits while it runs: keep it short
+// (copy the payload into the KV pool or queue it, then return).
+using MessageHandler = std::function<Status(KvMessage&& message)>;
+
+// For tests: applied by the SENDER to its next sends (tests of "the receiver rejects partial
+// transfers"). Counters count down once per send(); delay_ms applies to every send until another
+// plan replaces it.
+struct FaultPlan {
+  int drop_next = 0;      // send nothing for the next N messages (the send times out)
+  int delay_ms = 0;       // wait before sending (in the calling thread)
+  int truncate_next = 0;  // send the next N messages cut to half their bytes
+  int corrupt_next = 0;   // flip one payload byte in the next N messages
+};
+
+class KvTransport {
+ public:
+  // Starts a UCP context + worker + listener on host:port (port 0: any free port) and one
+  // progress thread. `host` must be an IPv4 address or name peers can reach (it is what
+  // endpoint() returns). Defaults it sets unless the environment does: UCX_CM_REUSEADDR=y (a
+  // restarted instance can listen on its port again at once) and UCX_MM_ERROR_HANDLING=y (shared
+  // memory usable with peer-failure detection).
+  static Result<std::unique_ptr<KvTransport>> listen(const std::string& host, int port, MessageHandler on_message);
+  ~KvTransport();  // stops the thread, closes endpoints, destroys the listener/worker/context
+  KvTransport(const KvTransport&) = delete;
+  KvTransport& operator=(const KvTransport&) = delete;
+
+  // "host:port" to publish (InstanceInfo.transfer_endpoint). IPv4 only (see kv_transport.cpp).
+  std::string endpoint() const;
+
+  // Encodes, sends to the peer's endpoint (connecting once per peer and reusing the endpoint),
+  // and waits for the peer's ack; see the failure behaviour above. Thread-safe: concurrent sends
+  // (to one peer or many) proceed together. Blocks the calling thread for at most about
+  // timeout_seconds (plus delay_ms of an injected fault).
+  Status send(const std::string& endpoint, const KvMessage& message, double timeout_seconds = 10);
+
+  void inject_faults(const FaultPlan& plan);  // thread-safe; replaces the previous plan
+
+  struct Stats {
+    uint64_t messages_sent = 0;      // messages put on the wire completely (acknowledged or not)
+    uint64_t messages_received = 0;  // messages that decoded and were given to the handler
+    uint64_t bytes_sent = 0;         // their encoded bytes
+    uint64_t bytes_received = 0;
+    uint64_t rejected = 0;           // received messages that failed verification
+    uint64_t failed_sends = 0;       // send() calls that returned an error
+  };
+  Stats stats() const;  // thread-safe
+
+ private:
+  struct Impl;  // all UCX state; keeps <ucp/api/ucp.h> out of this header
+  explicit KvTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mnemo::transfer
