@@ -48,6 +48,7 @@ struct Router::Upstream {
   std::deque<std::string> chunks;
   std::string kept;  // the reply so far (bounded), for the prompt tree
   std::atomic<bool> client_gone{false};
+  std::atomic<bool> reported{false};  // on_done ran (once, whether the stream ended or the client left)
   std::thread thread;
 };
 
@@ -221,13 +222,15 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
           const std::string kept = up->kept;
           l.unlock();
           sink.done();
-          on_done(status, kept, true);
+          if (!up->reported.exchange(true)) on_done(status, kept, true);
         }
         return true;
       },
-      [up](bool) {
+      [up, on_done](bool) {
         up->client_gone = true;  // the reading thread stops at the instance's next chunk
         if (up->thread.joinable()) up->thread.join();
+        // A client that left before the end: the request no longer counts as in flight.
+        if (!up->reported.exchange(true)) on_done(499, "", true);
       });
   return true;
 }

@@ -226,7 +226,10 @@ def test_the_router_moves_kv_to_an_idle_instance_when_that_beats_recomputing(clu
     assert second.headers["X-Mnemo-Instance"] != holder
     assert read_metrics(router.url)["mnemo_router_kv_pushes_total"] == 1
     assert second.json()["usage"]["prompt_tokens_details"]["cached_tokens_host"] > 0
+    # The client of the long request leaves mid-stream: it no longer counts against its instance.
     busy.close()
+    key = f'mnemo_router_in_flight{{instance="{holder}"}}'
+    wait_for(lambda: read_metrics(router.url).get(key) == 0, 15, 0.1, "the abandoned stream to be let go")
 
 
 def test_failed_kv_pushes_are_reported_and_change_nothing(cluster):
