@@ -2,8 +2,10 @@
 # The whole test suite, as CI runs it (.ci/run):
 #   1. set up and build the release preset (warnings are errors), run every test, including those
 #      on the real default model (label "model": they fail, never skip, if it is missing);
-#   2. build the asan preset (AddressSanitizer + UBSan) and run the unit tests under it.
-# MNEMO_TEST_SKIP_ASAN=1 runs step 1 only (for quick local iterations; CI never sets it).
+#   2. build the asan preset (AddressSanitizer + UBSan) and run the unit tests under it;
+#   3. build the tsan preset's concurrent tests (label "concurrent") and run them under TSan.
+# MNEMO_TEST_SKIP_ASAN=1 / MNEMO_TEST_SKIP_TSAN=1 skip steps 2 / 3 (for quick local iterations;
+# CI never sets them).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -19,5 +21,13 @@ if [ "${MNEMO_TEST_SKIP_ASAN:-0}" != 1 ]; then
   cmake --build --preset asan
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --preset asan -L unit -j"$JOBS" --timeout 900
+fi
+if [ "${MNEMO_TEST_SKIP_TSAN:-0}" != 1 ]; then
+  # The unit tests with threads of their own (label unit-concurrent) (a TSan build of the whole engine would
+  # double CI's time): the thread pool, cluster membership on a real etcd, the KV transport.
+  echo "== tsan: concurrent unit tests"
+  cmake --preset tsan > /dev/null
+  cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --preset tsan -L concurrent -j"$JOBS" --timeout 900
 fi
 echo "== all tests passed"
