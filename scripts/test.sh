@@ -23,8 +23,9 @@ if [ "${MNEMO_TEST_SKIP_ASAN:-0}" != 1 ]; then
     ctest --preset asan -L unit -j"$JOBS" --timeout 900
 fi
 if [ "${MNEMO_TEST_SKIP_TSAN:-0}" != 1 ]; then
-  # The unit tests with threads of their own (label unit-concurrent) (a TSan build of the whole engine would
-  # double CI's time): the thread pool, cluster membership on a real etcd, the KV transport.
+  # The unit tests with threads of their own (label unit-concurrent): the thread pool, cluster
+  # membership on a real etcd, the KV transport. Not the engine: a TSan build of the model
+  # stack would double CI's time.
   echo "== tsan: concurrent unit tests"
   cmake --preset tsan > /dev/null
   cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test
