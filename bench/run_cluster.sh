@@ -98,8 +98,12 @@ for repeat in $(seq 1 "$REPEATS"); do
       --max-output-tokens "$MAX_OUTPUT" --think-time "$THINK" --seed "$SEED" -q --json "$result.json" | tee "$result.txt"
     curl -s "http://127.0.0.1:$router_port/metrics" > "$result.router-metrics.txt"
     stop_all
+    rm -rf "$OUT"/state-"$cluster"-*  # the instances' KV disk tiers: large, and not results
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
+kill $ETCD_PID 2>/dev/null || true
+wait $ETCD_PID 2>/dev/null || true
+rm -rf "$OUT/etcd"
 "$PYTHON" "$ROOT/bench/cluster_report.py" "$OUT"/*-repeat*.json | tee "$OUT/table.md"
 echo "results in $OUT"

@@ -153,6 +153,7 @@ int run_serve(ServeArgs args) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);  // main -> the signal waiter: exit
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -237,19 +238,31 @@ int run_serve(ServeArgs args) {
               config.model_id.c_str(), config.host.c_str(), server.port());
   std::fflush(stdout);
 
+  // The signal waiter stops the server; it is joined before anything it uses is destroyed. Once
+  // the server has stopped (requests in flight done), main ends its grace period early.
+  std::mutex exit_mutex;
+  std::condition_variable exit_wake;
+  bool exiting = false;
   std::thread signal_waiter([&] {
     int received = 0;
     sigwait(&signals, &received);
+    if (received == SIGUSR1) return;  // main is done without a signal (the server stopped on its own)
     std::fprintf(stderr, "mnemo: signal %d: no new connections; finishing requests in flight\n", received);
     membership.reset();  // leave the cluster first: the router stops sending requests here
     server.stop();
     // Requests still running after the grace period are cancelled.
-    std::this_thread::sleep_for(std::chrono::seconds(args.grace_seconds));
-    engine.shutdown();
+    std::unique_lock lock(exit_mutex);
+    if (!exit_wake.wait_for(lock, std::chrono::seconds(args.grace_seconds), [&] { return exiting; })) engine.shutdown();
   });
   server.serve();
   engine.shutdown();
-  signal_waiter.detach();  // it may still sleep out the grace period; the process is exiting
+  {
+    std::lock_guard lock(exit_mutex);
+    exiting = true;
+  }
+  exit_wake.notify_all();
+  pthread_kill(signal_waiter.native_handle(), SIGUSR1);  // if it still waits for a signal (ignored otherwise: blocked)
+  signal_waiter.join();
   std::fprintf(stderr, "mnemo: stopped\n");
   return 0;
 }

@@ -81,6 +81,8 @@ void Engine::shutdown() {
     stopping_ = true;
   }
   inbox_ready_.notify_all();
+  // Callable from several threads at once (a signal handler's thread and main): one joins.
+  std::lock_guard lock(shutdown_mutex_);
   if (thread_.joinable()) thread_.join();
 }
 

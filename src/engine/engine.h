@@ -126,6 +126,7 @@ class Engine {
   void post(std::function<void()> task);
   std::deque<std::function<void()>> tasks_;  // guarded by inbox_mutex_
   bool stopping_ = false;                             // guarded by inbox_mutex_
+  std::mutex shutdown_mutex_;                         // one shutdown() joins the thread
   std::thread thread_;
 };
 

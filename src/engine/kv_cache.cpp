@@ -2,6 +2,7 @@
 // value, and the disk tier. See kv_manager.h for the policy.
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "engine/kv_manager.h"
 
@@ -228,6 +229,11 @@ void KvManager::take_disk_completions() {
   if (!config_.disk) return;
   for (const auto& [key, ok] : config_.disk->take_completed()) {
     const auto node = index_.find_by_key(key);
+    if (extents_to_delete_.erase(key) != 0) {  // its chunk was deleted while it was being written
+      if (ok) config_.disk->remove(key);
+      if (node && index_.chunk(*node).disk == DiskCopy::kWriting) index_.set_disk(*node, DiskCopy::kNone);
+      continue;
+    }
     if (!node || index_.chunk(*node).disk != DiskCopy::kWriting) continue;
     index_.set_disk(*node, ok ? DiskCopy::kPresent : DiskCopy::kNone, index_.chunk(*node).disk_compact);
     counters_.disk_written_chunks += ok ? 1 : 0;
@@ -427,18 +433,31 @@ int32_t KvManager::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t 
   take_disk_completions();
   const std::vector<PrefixIndex::NodeId> path = index_.path(ns, tokens);
   if (static_cast<int32_t>(path.size()) <= keep_chunks) return 0;
-  // Leaves first: a chunk goes only once nothing below it is left.
+  // Leaves first: a chunk goes only once nothing below it is left. What is cached below the
+  // path's end goes too when it is one chain (this conversation's own tail, which a re-rendered
+  // history may not match token for token); where it branches, other conversations continue
+  // from there (a shared system prompt), and it stays.
   std::vector<PrefixIndex::NodeId> order = index_.descendants(path.back());
+  const bool one_chain = index_.n_children(path.back()) <= 1 &&
+                         std::all_of(order.begin(), order.end(), [&](auto node) { return index_.n_children(node) <= 1; });
+  if (!one_chain) order.clear();
   for (size_t i = path.size(); i-- > static_cast<size_t>(std::max(0, keep_chunks));) order.push_back(path[i]);
   const double t = now();
   int32_t forgotten = 0;
+  // Children deleted by this call that stay in the index until their extent is written.
+  std::unordered_map<PrefixIndex::NodeId, int32_t> pending_children;
   for (const PrefixIndex::NodeId node : order) {
-    if (!index_.live(node) || index_.n_children(node) != 0) continue;
+    if (!index_.live(node)) continue;
+    const auto pending = pending_children.find(node);
+    if (index_.n_children(node) != (pending == pending_children.end() ? 0 : pending->second)) continue;
     const PrefixIndex::Chunk c = index_.chunk(node);
     BlockAllocator& host_pool = c.host_compact ? compact_alloc_ : host_alloc_;
     const bool in_use = (c.device != kNoBlock && device_alloc_.ref_count(c.device) > 1) ||
-                        (c.host != kNoBlock && host_pool.ref_count(c.host) > 1) || c.disk == DiskCopy::kWriting;
+                        (c.host != kNoBlock && host_pool.ref_count(c.host) > 1);
     if (in_use) continue;
+    // An extent still being written goes once written (take_disk_completions); until then the
+    // node keeps only that pending copy, which no match can read.
+    if (c.disk == DiskCopy::kWriting) extents_to_delete_.insert(c.key);
     if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c, Tier::kDevice), t);
     // Each copy goes; removing the last forgets the node.
     if (c.disk == DiskCopy::kPresent) {
@@ -452,6 +471,10 @@ int32_t KvManager::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t 
     if (c.device != kNoBlock) {
       index_.set_device(node, kNoBlock);
       device_alloc_.release(c.device);
+    }
+    // Still indexed (its extent or a child's is being written): gone once the writes land.
+    if (index_.live(node) && c.parent_key != 0) {
+      if (const auto parent = index_.find_by_key(c.parent_key)) ++pending_children[*parent];
     }
     ++forgotten;
   }
@@ -495,61 +518,67 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
     return make_error("KV import: {} bytes of KV for {} chunks of {} bytes", payload.size(), n, chunk_bytes());
   }
   take_disk_completions();
-  const std::vector<PrefixIndex::NodeId> existing = index_.path(ns, tokens);
-  // Chunks already cached stay pinned while room is made, so making room never drops the path
-  // the new chunks hang from.
-  std::vector<std::pair<BlockAllocator*, BlockId>> pins;
-  std::vector<bool> needs_copy(n, true);
-  for (size_t i = 0; i < existing.size(); ++i) {
-    const PrefixIndex::Chunk c = index_.chunk(existing[i]);
-    for (auto [pool, block] : {std::pair{&device_alloc_, c.device}, std::pair{c.host_compact ? &compact_alloc_ : &host_alloc_, c.host}}) {
-      if (block == kNoBlock) continue;
-      pool->add_ref(block);
-      pins.emplace_back(pool, block);
-    }
-    needs_copy[i] = c.dropped();
+  // Room first, for the chunks that lack a copy now. Making room may evict any cached chunk, this
+  // path's too, so the path is walked only afterwards, rebuilt where eviction removed it; a chunk
+  // found without a copy then takes one of the blocks, and the import stops where they run out
+  // (never leaving a node without a copy and without children).
+  int32_t wanted = 0;
+  {
+    const std::vector<PrefixIndex::NodeId> existing = index_.path(ns, tokens);
+    wanted = static_cast<int32_t>(n - existing.size());
+    for (const PrefixIndex::NodeId node : existing) wanted += index_.chunk(node).dropped() ? 1 : 0;
   }
-  const auto unpin = [&] {
-    for (auto [pool, block] : pins) pool->release(block);
-  };
-  const auto wanted = static_cast<int32_t>(std::count(needs_copy.begin(), needs_copy.end(), true));
   const bool to_host = host_alloc_.n_blocks() > 0;
   BlockAllocator& pool = to_host ? host_alloc_ : device_alloc_;
-  std::optional<std::vector<BlockId>> blocks;
-  if (wanted > 0 && (to_host ? make_host_room(wanted) : make_room(wanted))) blocks = pool.allocate(wanted);
-  if (wanted > 0 && !blocks) {
-    unpin();
-    return make_error("KV import: no room for {} chunks in the {} tier", wanted, to_host ? "host" : "device");
+  std::vector<BlockId> blocks;
+  if (wanted > 0) {
+    std::optional<std::vector<BlockId>> got;
+    if (to_host ? make_host_room(wanted) : make_room(wanted)) got = pool.allocate(wanted);
+    if (!got) return make_error("KV import: no room for {} chunks in the {} tier", wanted, to_host ? "host" : "device");
+    blocks = std::move(*got);
   }
   const double t = now();
   std::vector<PrefixIndex::NodeId> path;
+  std::vector<std::pair<PrefixIndex::NodeId, size_t>> imported;  // node, chunk index
   size_t next_block = 0;
   for (size_t i = 0; i < n; ++i) {
     const auto chunk = tokens.subspan(i * chunk_tokens, chunk_tokens);
     const PrefixIndex::NodeId parent = path.empty() ? PrefixIndex::kNoParent : path.back();
-    const PrefixIndex::NodeId node = i < existing.size() ? existing[i] : index_.extend(parent, ns, chunk, static_cast<int32_t>(i), t);
-    path.push_back(node);
-    if (!needs_copy[i]) continue;
-    const BlockId block = (*blocks)[next_block++];
-    const uint8_t* bytes = payload.data() + i * chunk_bytes();
-    std::memcpy(to_host ? host_.block(block) : device_.block(block), bytes, chunk_bytes());
+    const std::optional<PrefixIndex::NodeId> found = index_.child(parent, ns, chunk);
+    if (found && !index_.chunk(*found).dropped()) {
+      path.push_back(*found);
+      continue;
+    }
+    if (next_block == blocks.size()) break;  // eviction took more than was planned for
+    const PrefixIndex::NodeId node = found ? *found : index_.extend(parent, ns, chunk, static_cast<int32_t>(i), t);
+    const BlockId block = blocks[next_block++];
+    std::memcpy(to_host ? host_.block(block) : device_.block(block), payload.data() + i * chunk_bytes(), chunk_bytes());
     if (to_host) {
       index_.set_host(node, block);
     } else {
       index_.set_device(node, block);  // the allocation's reference is the index's
     }
-    if (config_.disk) write_to_disk(index_.chunk(node), bytes, /*compact=*/false);
+    path.push_back(node);
+    imported.emplace_back(node, i);
   }
+  for (size_t b = next_block; b < blocks.size(); ++b) pool.release(blocks[b]);
   index_.mark_path_end(path);
+  // Written through like every cached chunk (making disk room may drop other chunks: the path's
+  // nodes are checked again).
+  if (config_.disk) {
+    for (const auto& [node, i] : imported) {
+      if (index_.live(node)) write_to_disk(index_.chunk(node), payload.data() + i * chunk_bytes(), /*compact=*/false);
+    }
+  }
   if (config_.policy == RetentionPolicy::kMnemo && !path.empty()) {
     PrefixIndex::Chunk path_end;
     path_end.last_use = t;
     path_end.end_chunks = static_cast<int32_t>(path.size());
     retention_.observe_insert(facts_of(path_end, Tier::kDevice), t, static_cast<int32_t>(path.size()));
   }
-  unpin();
-  counters_.imported_chunks += wanted;
-  return wanted;
+  const auto inserted = static_cast<int32_t>(imported.size());
+  counters_.imported_chunks += inserted;
+  return inserted;
 }
 
 int32_t KvManager::n_available() const {

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <unordered_set>
 #include <vector>
 
 #include "kv/block_allocator.h"
@@ -219,6 +220,7 @@ class KvManager {
   BlockAllocator compact_alloc_;
   std::vector<uint8_t> compact_buffer_;  // a compact disk extent on its way to the device
   PrefixIndex index_;
+  std::unordered_set<uint64_t> extents_to_delete_;  // keys of deleted chunks whose extent is still being written
   RetentionModel retention_;  // learns only under kMnemo
   Counters counters_;
   int64_t swapped_out_blocks_ = 0;

@@ -93,6 +93,13 @@ PrefixIndex::NodeId PrefixIndex::extend(NodeId parent, uint64_t ns, std::span<co
   return add_node(parent, ns, key, chunk, position, now);
 }
 
+std::optional<PrefixIndex::NodeId> PrefixIndex::child(NodeId parent, uint64_t ns, std::span<const TokenId> chunk) const {
+  if (static_cast<int32_t>(chunk.size()) != chunk_tokens_ || (parent != kRoot && !at(parent).live)) return std::nullopt;
+  const NodeId node = find_child(parent, chunk_key(parent == kRoot ? 0 : at(parent).key, ns, chunk), chunk);
+  if (node == kRoot || at(node).ns != ns) return std::nullopt;
+  return node;
+}
+
 void PrefixIndex::mark_path_end(std::span<const NodeId> path) {
   for (NodeId id : path) at(id).end_chunks = static_cast<int32_t>(path.size());
 }

@@ -109,6 +109,8 @@ class PrefixIndex {
   // forgotten by the next set_*).
   static constexpr NodeId kNoParent = -1;
   NodeId extend(NodeId parent, uint64_t ns, std::span<const TokenId> chunk, int32_t position, double now);
+  // That child if it exists.
+  std::optional<NodeId> child(NodeId parent, uint64_t ns, std::span<const TokenId> chunk) const;
   // Every node of `path` records the path's length as its conversation's end (as insert does).
   void mark_path_end(std::span<const NodeId> path);
   // The nodes below `node` (not itself), children before their parents.

@@ -96,7 +96,9 @@ Result<ConversationView> view_request(Api api, const json& body) {
       } else if (input->is_array()) {
         for (const json& item : *input) {
           if (!item.is_object()) continue;
-          append_message(v.prompt_text, item.value("role", "user"), item.contains("content") ? content_text(item["content"]) : "");
+          const bool has_role = item.contains("role") && item["role"].is_string();
+          append_message(v.prompt_text, has_role ? item["role"].get<std::string>() : "user",
+                         item.contains("content") ? content_text(item["content"]) : "");
         }
       } else {
         return make_error("'input' must be a string or a list of items");
@@ -120,7 +122,8 @@ std::string reply_text(Api api, std::string_view body, bool sse) {
   for_each_object(body, sse, [&](const json& j) {
     if (api == Api::kResponses) {
       if (sse) {
-        if (j.value("type", "") == "response.output_text.delta" && j.contains("delta") && j["delta"].is_string()) {
+        const bool is_delta = j.contains("type") && j["type"].is_string() && j["type"].get<std::string>() == "response.output_text.delta";
+        if (is_delta && j.contains("delta") && j["delta"].is_string()) {
           text += j["delta"].get<std::string>();
         }
         return;

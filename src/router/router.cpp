@@ -49,6 +49,7 @@ struct Router::Upstream {
   std::string kept;  // the reply so far (bounded), for the prompt tree
   std::atomic<bool> client_gone{false};
   std::atomic<bool> reported{false};  // on_done ran (once, whether the stream ended or the client left)
+  std::unique_ptr<httplib::Client> client;  // stop() breaks a wait on the instance off
   std::thread thread;
 };
 
@@ -136,13 +137,16 @@ void Router::remember_owner(const std::string& response_id, const std::string& i
 bool Router::forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
                      const std::string& body, std::function<void(int, const std::string&, bool)> on_done) {
   auto up = std::make_shared<Upstream>();
-  const double timeout = config_.upstream_timeout_seconds;
-  up->thread = std::thread([up, address = instance.address, method = req.method, path = req.path, body,
-                            auth = req.get_header_value("Authorization"), timeout] {
-    httplib::Client client(address);
-    client.set_connection_timeout(std::chrono::seconds(2));
-    client.set_read_timeout(std::chrono::duration<double>(timeout));
-    client.set_write_timeout(std::chrono::seconds(30));
+  try {
+    up->client = std::make_unique<httplib::Client>(instance.address);
+  } catch (const std::exception&) {  // an address httplib cannot parse (it came from etcd)
+    return false;
+  }
+  if (!up->client->is_valid()) return false;
+  up->client->set_connection_timeout(std::chrono::seconds(2));
+  up->client->set_read_timeout(std::chrono::duration<double>(config_.upstream_timeout_seconds));
+  up->client->set_write_timeout(std::chrono::seconds(30));
+  up->thread = std::thread([up, method = req.method, path = req.path, body, auth = req.get_header_value("Authorization")] {
     httplib::Request r;
     r.method = method;
     r.path = path;
@@ -168,7 +172,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
     };
     httplib::Response response;
     httplib::Error error = httplib::Error::Success;
-    const bool ok = client.send(r, response, error);
+    const bool ok = up->client->send(r, response, error);
     std::lock_guard lock(up->mutex);
     up->broke = !ok;
     up->finished = true;
@@ -221,13 +225,19 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
           const int status = up->broke ? 502 : up->status;
           const std::string kept = up->kept;
           l.unlock();
-          sink.done();
+          // Before the end reaches the client: a next turn sent at once must find what this one left
+          // (its Responses owner, its prompt-tree entries).
           if (!up->reported.exchange(true)) on_done(status, kept, true);
+          // An instance gone mid-reply: the client's connection breaks rather than ending as if the
+          // reply were whole.
+          if (up->broke) return false;
+          sink.done();
         }
         return true;
       },
       [up, on_done](bool) {
-        up->client_gone = true;  // the reading thread stops at the instance's next chunk
+        up->client_gone = true;
+        up->client->stop();  // the instance's side ends now, not at its next chunk
         if (up->thread.joinable()) up->thread.join();
         // A client that left before the end: the request no longer counts as in flight.
         if (!up->reported.exchange(true)) on_done(499, "", true);
@@ -362,10 +372,12 @@ bool Router::push_kv(const httplib::Request& req, const cluster::InstanceInfo& f
     return false;
   }
   const json result = json::parse(reply->body, nullptr, false);
+  const uint64_t tokens = result.is_object() && result.contains("tokens") && result["tokens"].is_number_unsigned()
+                              ? result["tokens"].get<uint64_t>()
+                              : 0;
+  if (tokens == 0) return false;  // the holder no longer had the prefix: nothing moved
   ++kv_pushes_;
-  if (result.is_object() && result.contains("tokens") && result["tokens"].is_number_unsigned()) {
-    kv_pushed_tokens_ += result["tokens"].get<uint64_t>();
-  }
+  kv_pushed_tokens_ += tokens;
   return true;
 }
 

@@ -236,9 +236,45 @@ TEST_F(KvManagerTest, ForgetDeletesAConversationFromEveryTierButSparesSharedAndR
   EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 2u);  // the other conversation's
   EXPECT_EQ(kv.n_cached_blocks(Tier::kDisk), 2u);
   EXPECT_EQ(kv.n_free(), 14);
+  // Below a branch point (two conversations continue from a shared start), a delete whose
+  // tokens end at the branch takes neither branch.
+  auto left = tokens_from(700, 8);
+  auto right = left;
+  right[5] = 1;
+  run_and_cache(kv, 1, left);
+  run_and_cache(kv, 1, right);
+  auto diverged = left;
+  diverged[4] = 2;  // matches the shared two chunks only
+  EXPECT_EQ(kv.forget(1, diverged, 0), 0);
+  PrefixMatch right_again = kv.match_prefix(1, right, 4);
+  EXPECT_EQ(right_again.device_chunks, 4);
+  kv.release(right_again.table);
   PrefixMatch other_again = kv.match_prefix(1, other, 2);
   EXPECT_EQ(other_again.device_chunks, 2);
   kv.release(other_again.table);
+}
+
+TEST_F(KvManagerTest, ForgetWhileExtentsAreStillBeingWrittenDeletesThemOnceWritten) {
+  TempDir dir;
+  KvPoolConfig c = config(8, 0);
+  auto opened = DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20);
+  ASSERT_TRUE(opened.ok()) << opened.error().message();
+  std::shared_ptr<DiskTier> disk = std::move(*opened);
+  c.disk = disk;
+  KvManager kv(tiny_layout(), std::move(c));
+  const auto a = tokens_from(10, 6);  // 3 chunks, written through; not yet taken in as durable
+  run_and_cache(kv, 1, a);
+  EXPECT_EQ(kv.forget(1, a, 0), 3);
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 0u);
+  EXPECT_EQ(kv.n_free(), 8);
+  EXPECT_TRUE(kv.match_prefix(1, a, 3).table.empty());  // nothing readable is left
+  disk->flush();
+  kv.begin_background_work();  // takes the finished writes in: their extents are deleted
+  kv.end_background_work();
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kDisk), 0u);
+  EXPECT_EQ(disk->used_bytes(), 0);
+  disk->flush();  // the deletes themselves run on the writer thread
+  EXPECT_EQ(disk->scan().size(), 0u);
 }
 
 TEST_F(KvManagerTest, APrefixExportedByOneInstanceIsImportedIntoAnothersHostTierAndServed) {
