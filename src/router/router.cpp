@@ -20,6 +20,8 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kMaxKeptReplyBytes = 4u << 20;  // of a reply, for the prompt tree
+constexpr double kExpireEverySeconds = 5;          // prompt-tree expiry scans at most this often
+constexpr size_t kMaxRememberedOwners = 100000;    // response owners cached in memory (etcd has them all)
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -45,6 +47,7 @@ struct Router::Upstream {
   bool broke = false;  // the exchange failed (before or after the headers)
   int status = 0;
   std::string content_type;
+  std::string retry_after;  // an instance's 429/503 hint, passed on
   std::deque<std::string> chunks;
   std::string kept;  // the reply so far (bounded), for the prompt tree
   std::atomic<bool> client_gone{false};
@@ -112,22 +115,31 @@ std::vector<cluster::InstanceInfo> Router::live_members() {
   return out;
 }
 
-std::string Router::owner_of(const std::string& response_id) {
+Result<std::string> Router::owner_of(const std::string& response_id) {
   {
     std::lock_guard lock(mutex_);
     if (const auto it = owners_.find(response_id); it != owners_.end()) return it->second;
   }
   // A restarted router, or another one, routed it: etcd knows.
   auto kv = etcd_->get(fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id));
-  if (!kv.ok() || !kv->has_value()) return "";
+  if (!kv.ok()) return kv.error();
+  if (!kv->has_value()) return std::string();
   std::lock_guard lock(mutex_);
+  if (owners_.size() >= kMaxRememberedOwners) owners_.clear();
   owners_[response_id] = (*kv)->value;
   return (*kv)->value;
+}
+
+void Router::send_owner_lookup_failure(httplib::Response& res, const Error& error) {
+  res.set_header("Retry-After", "1");
+  send_error(res, 503, fmt::format("cannot look up the instance of a stored response: {}", error.message()), "server_error",
+             "cluster_unavailable");
 }
 
 void Router::remember_owner(const std::string& response_id, const std::string& instance) {
   {
     std::lock_guard lock(mutex_);
+    if (owners_.size() >= kMaxRememberedOwners) owners_.clear();  // etcd answers for the rest
     owners_[response_id] = instance;
   }
   const Status put = etcd_->put(fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id), instance);
@@ -159,6 +171,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
       std::lock_guard lock(up->mutex);
       up->status = head.status;
       up->content_type = head.get_header_value("Content-Type");
+      up->retry_after = head.get_header_value("Retry-After");
       up->headers_ready = true;
       up->changed.notify_all();
       return true;
@@ -187,6 +200,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
     return false;
   }
   res.set_header("X-Mnemo-Instance", instance.id);
+  if (!up->retry_after.empty()) res.set_header("Retry-After", up->retry_after);
   const bool sse = up->content_type.rfind("text/event-stream", 0) == 0;
   if (!sse) {
     up->changed.wait(lock, [&] { return up->finished; });
@@ -254,7 +268,9 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   std::vector<cluster::InstanceInfo> members = live_members();
   if (!view->previous_response_id.empty()) {
     // The conversation's history and KV are on the instance that stored it.
-    const std::string owner = owner_of(view->previous_response_id);
+    const Result<std::string> found = owner_of(view->previous_response_id);
+    if (!found.ok()) return send_owner_lookup_failure(res, found.error());
+    const std::string& owner = *found;
     if (owner.empty()) {
       return send_error(res, 404, fmt::format("No response found with id '{}'.", view->previous_response_id),
                         "invalid_request_error", "not_found");
@@ -282,7 +298,10 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   std::optional<Push> push;
   {
     std::lock_guard lock(mutex_);
-    tree_.expire(now);
+    if (now - last_expire_ >= kExpireEverySeconds) {
+      tree_.expire(now);
+      last_expire_ = now;
+    }
     std::vector<Candidate> candidates;
     for (const auto& m : members) {
       Candidate c;
@@ -331,12 +350,14 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       tree_.record(m.id, view->prompt_text, now);  // its prefill caches the prompt there
     }
     auto on_done = [this, api, id = m.id, prompt = view->prompt_text](int status, const std::string& reply_body, bool sse) {
+      // The next turn's prompt starts with this one's and its reply: cached there now. (Read
+      // outside the lock: a reply can be megabytes of events.)
+      const std::string next_prefix = status == 200 ? with_reply(api, prompt, reply_text(api, reply_body, sse)) : "";
       {
         std::lock_guard lock(mutex_);
         --in_flight_[id];
         if (status != 200) return;
-        // The next turn's prompt starts with this one's and its reply: cached there now.
-        tree_.record(id, with_reply(api, prompt, reply_text(api, reply_body, sse)), seconds_now());
+        tree_.record(id, next_prefix, seconds_now());
       }
       if (api == Api::kResponses) {
         if (const std::string rid = response_id(reply_body, sse); !rid.empty()) remember_owner(rid, id);
@@ -383,7 +404,9 @@ bool Router::push_kv(const httplib::Request& req, const cluster::InstanceInfo& f
 
 void Router::handle_stored_response(const httplib::Request& req, httplib::Response& res) {
   const std::string id = req.matches[1];
-  const std::string owner = owner_of(id);
+  const Result<std::string> found = owner_of(id);
+  if (!found.ok()) return send_owner_lookup_failure(res, found.error());
+  const std::string& owner = *found;
   const auto members = live_members();
   const auto it = std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.id == owner; });
   if (owner.empty()) return send_error(res, 404, fmt::format("No response found with id '{}'.", id), "invalid_request_error", "not_found");

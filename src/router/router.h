@@ -74,8 +74,9 @@ class Router {
   void handle_models(const httplib::Request& req, httplib::Response& res);
   void handle_metrics(const httplib::Request& req, httplib::Response& res);
   std::vector<cluster::InstanceInfo> live_members();
-  // The instance that stored a response ("" if unknown).
-  std::string owner_of(const std::string& response_id);
+  // The instance that stored a response ("" if unknown; an Error if etcd could not say).
+  Result<std::string> owner_of(const std::string& response_id);
+  static void send_owner_lookup_failure(httplib::Response& res, const Error& error);
   void remember_owner(const std::string& response_id, const std::string& instance);
   // Asks `from` to send its KV for the request's prompt to the transport at `to_endpoint`.
   bool push_kv(const httplib::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
@@ -96,6 +97,7 @@ class Router {
   std::unordered_map<std::string, int64_t> in_flight_;
   std::unordered_map<std::string, uint64_t> routed_;  // requests per instance
   std::unordered_map<std::string, std::string> owners_;  // response id -> instance id
+  double last_expire_ = 0;  // of the prompt trees
   uint64_t retries_ = 0;
   uint64_t unroutable_ = 0;
   uint64_t predicted_cached_tokens_ = 0;
