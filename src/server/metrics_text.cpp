@@ -25,6 +25,17 @@ void histogram(std::string& out, const char* name, const char* help, const Histo
 
 }  // namespace
 
+std::string render_transport_metrics(const transfer::KvTransport::Stats& s) {
+  std::string out;
+  counter(out, "kv_transfer_messages_sent_total", "KV transfers sent to other instances.", s.messages_sent);
+  counter(out, "kv_transfer_messages_received_total", "KV transfers received and verified.", s.messages_received);
+  counter(out, "kv_transfer_bytes_sent_total", "Bytes of KV transfers sent.", s.bytes_sent);
+  counter(out, "kv_transfer_bytes_received_total", "Bytes of KV transfers received.", s.bytes_received);
+  counter(out, "kv_transfer_rejected_total", "Received KV transfers that failed verification.", s.rejected);
+  counter(out, "kv_transfer_failed_sends_total", "KV transfers that were not acknowledged.", s.failed_sends);
+  return out;
+}
+
 std::string render_metrics(const MetricsSnapshot& m) {
   std::string out;
   counter(out, "requests_total", "Requests accepted by the engine.", m.requests_total);
@@ -59,6 +70,8 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "cache_ahead_copied_blocks_total", "Cached blocks copied from device to host ahead of need.", m.cache_ahead_copied_blocks);
   counter(out, "cache_evicted_copies_total", "Copies of cached chunks that left a tier.", m.cache_evicted_copies);
   counter(out, "cache_dropped_blocks_total", "Cached chunks whose last copy was discarded.", m.cache_dropped_blocks);
+  counter(out, "cache_exported_chunks_total", "Cached chunks sent to another instance.", m.cache_exported_chunks);
+  counter(out, "cache_imported_chunks_total", "Chunks received from another instance and cached.", m.cache_imported_chunks);
   counter(out, "cache_forgotten_chunks_total", "Cached chunks deleted with their conversation (DELETE /v1/responses).",
           m.cache_forgotten_chunks);
   counter(out, "cache_disk_written_chunks_total", "Extents made durable in the disk tier.", m.cache_disk_written_chunks);

@@ -4,9 +4,12 @@
 #include <string>
 
 #include "engine/engine_metrics.h"
+#include "transfer/kv_transport.h"
 
 namespace mnemo::server {
 
 std::string render_metrics(const MetricsSnapshot& m);
+// The KV transport's counters (instances in a cluster).
+std::string render_transport_metrics(const transfer::KvTransport::Stats& stats);
 
 }  // namespace mnemo::server

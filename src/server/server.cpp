@@ -125,7 +125,9 @@ void Server::install_routes() {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(engine_.metrics()), "text/plain; version=0.0.4");
+    std::string text = render_metrics(engine_.metrics());
+    if (transport_ != nullptr) text += render_transport_metrics(transport_->stats());
+    res.set_content(text, "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json models = {{"object", "list"},

@@ -204,6 +204,12 @@ def test_kv_pushed_to_another_instance_serves_the_next_turn_identically(cluster)
     assert usage["cached_tokens_host"] > 0, usage
     on_a = chat(a.url, history)  # where the KV was computed
     assert on_b.json()["choices"][0]["message"]["content"] == on_a.json()["choices"][0]["message"]["content"]
+    # Both ends count it.
+    sent, received = read_metrics(a.url), read_metrics(b.url)
+    assert sent["mnemo_cache_exported_chunks_total"] >= pushed.json()["chunks"]
+    assert sent["mnemo_kv_transfer_bytes_sent_total"] >= pushed.json()["bytes"]
+    assert received["mnemo_cache_imported_chunks_total"] >= 1
+    assert received["mnemo_kv_transfer_messages_received_total"] >= 1
 
 
 def test_the_router_moves_kv_to_an_idle_instance_when_that_beats_recomputing(cluster):
