@@ -1,5 +1,7 @@
 #include "server/api_error.h"
 
+#include <httplib.h>
+
 namespace mnemo::server {
 
 nlohmann::json ApiError::to_json() const {
@@ -7,6 +9,12 @@ nlohmann::json ApiError::to_json() const {
   error["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
   error["code"] = code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code);
   return {{"error", error}};
+}
+
+void send_error(httplib::Response& res, const ApiError& error) {
+  res.status = error.status;
+  // Messages may quote the request (an id, a role): invalid UTF-8 is replaced, never thrown on.
+  res.set_content(error.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
 }  // namespace mnemo::server

@@ -6,6 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+namespace httplib {
+struct Response;
+}
+
 namespace mnemo::server {
 
 struct ApiError {
@@ -17,6 +21,9 @@ struct ApiError {
 
   nlohmann::json to_json() const;
 };
+
+// Sets the response to the error: its status and its JSON body.
+void send_error(httplib::Response& res, const ApiError& error);
 
 inline ApiError bad_request(std::string message, std::string param = "") {
   return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};

@@ -29,12 +29,10 @@ using nlohmann::json;
 // A step of the engine, with margin; under the 30 s a push waits for its acknowledgement.
 constexpr auto kEngineWait = std::chrono::seconds(20);
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
+void send_result(httplib::Response& res, const json& body) {
+  res.status = 200;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
-
-void send_failure(httplib::Response& res, const ApiError& error) { send_json(res, error.status, error.to_json()); }
 
 }  // namespace
 
@@ -70,38 +68,38 @@ Status Server::receive_kv(transfer::KvMessage&& message) {
 
 void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res) {
   if (transport_ == nullptr) {
-    return send_failure(res, ApiError{404, "this instance has no KV transport (it is not in a cluster)", "invalid_request_error", "", ""});
+    return send_error(res, ApiError{404, "this instance has no KV transport (it is not in a cluster)", "invalid_request_error", "", ""});
   }
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object() || !body.contains("target") || !body["target"].is_string() || !body.contains("request") ||
       !body["request"].is_object()) {
-    return send_failure(res, ApiError{400, "a push needs 'target' (a transport endpoint) and 'request' (an OpenAI request)",
+    return send_error(res, ApiError{400, "a push needs 'target' (a transport endpoint) and 'request' (an OpenAI request)",
                                       "invalid_request_error", "", ""});
   }
   const std::string api = body.contains("api") && body["api"].is_string() ? body["api"].get<std::string>() : "chat";
   if (api != "chat" && api != "completions") {
-    return send_failure(res, ApiError{400, "'api' must be chat or completions", "invalid_request_error", "api", ""});
+    return send_error(res, ApiError{400, "'api' must be chat or completions", "invalid_request_error", "api", ""});
   }
   const Endpoint endpoint = api == "chat" ? Endpoint::kChat : Endpoint::kCompletions;
   auto parsed = parse_request(body["request"].dump(), endpoint == Endpoint::kChat);
-  if (auto* error = std::get_if<ApiError>(&parsed)) return send_failure(res, *error);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
   const ParsedRequest& request = std::get<ParsedRequest>(parsed);
   auto prompt = prompt_of(request, endpoint);
-  if (auto* error = std::get_if<ApiError>(&prompt)) return send_failure(res, *error);
+  if (auto* error = std::get_if<ApiError>(&prompt)) return send_error(res, *error);
   const uint64_t ns = cache_namespace_of(req, request);
 
   const auto started = std::chrono::steady_clock::now();
   auto exported_future = engine_.export_prefix(ns, std::move(std::get<std::vector<TokenId>>(prompt)));
   if (exported_future.wait_for(kEngineWait) != std::future_status::ready) {
-    return send_failure(res, ApiError{503, "the engine did not export the KV in time", "server_error", "", ""});
+    return send_error(res, ApiError{503, "the engine did not export the KV in time", "server_error", "", ""});
   }
   KvManager::ExportedPrefix exported;
   try {
     exported = exported_future.get();
   } catch (const std::future_error&) {
-    return send_failure(res, ApiError{503, "the engine is shutting down", "server_error", "", ""});
+    return send_error(res, ApiError{503, "the engine is shutting down", "server_error", "", ""});
   }
-  if (exported.chunks == 0) return send_json(res, 200, {{"chunks", 0}, {"tokens", 0}, {"bytes", 0}, {"seconds", 0.0}});
+  if (exported.chunks == 0) return send_result(res, {{"chunks", 0}, {"tokens", 0}, {"bytes", 0}, {"seconds", 0.0}});
 
   transfer::KvMessage message;
   static thread_local std::mt19937_64 rng(std::random_device{}());
@@ -120,9 +118,9 @@ void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res)
   message.payload = std::move(exported.payload);
   const size_t bytes = message.payload.size();
   const Status sent = transport_->send(body["target"].get<std::string>(), message, 30);
-  if (!sent.ok()) return send_failure(res, ApiError{502, sent.error().message(), "server_error", "", "kv_transfer_failed"});
+  if (!sent.ok()) return send_error(res, ApiError{502, sent.error().message(), "server_error", "", "kv_transfer_failed"});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  send_json(res, 200, {{"chunks", exported.chunks}, {"tokens", exported.tokens.size()}, {"bytes", bytes}, {"seconds", seconds}});
+  send_result(res, {{"chunks", exported.chunks}, {"tokens", exported.tokens.size()}, {"bytes", bytes}, {"seconds", seconds}});
 }
 
 }  // namespace mnemo::server

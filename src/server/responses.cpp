@@ -23,11 +23,6 @@ std::string new_id(const char* prefix) {
   return fmt::format("{}_{:016x}{:016x}", prefix, rng(), rng());
 }
 
-void send(httplib::Response& res, const ApiError& error) {
-  res.status = error.status;
-  res.set_content(error.to_json().dump(), "application/json");
-}
-
 ApiError not_found(const std::string& id, const char* param) {
   return ApiError{404, "Response with id '" + id + "' not found.", "invalid_request_error", param, ""};
 }
@@ -111,9 +106,9 @@ std::string output_text(const json& response) {
 
 void Server::handle_create_response(const httplib::Request& req, httplib::Response& res) {
   json body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return send(res, bad_request("the request body must be a JSON object"));
+  if (body.is_discarded() || !body.is_object()) return send_error(res, bad_request("the request body must be a JSON object"));
   if (body.contains("model") && (!body["model"].is_string() || body["model"] != config_.model_id)) {
-    return send(res, ApiError{404, "The model does not exist; this server serves '" + config_.model_id + "'.",
+    return send_error(res, ApiError{404, "The model does not exist; this server serves '" + config_.model_id + "'.",
                               "invalid_request_error", "model", "model_not_found"});
   }
   // Sampling and limits share the chat-completions parser (field names mapped).
@@ -126,28 +121,28 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   auto parsed = parse_request(as_chat.dump(), /*chat=*/true);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
     if (error->param == "max_tokens") error->param = "max_output_tokens";
-    return send(res, *error);
+    return send_error(res, *error);
   }
   ParsedRequest request = std::move(std::get<ParsedRequest>(parsed));
   const bool stream = body.value("stream", false);
   const bool store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
-  if (store && store_ == nullptr) return send(res, bad_request("this server has no response store", "store"));
+  if (store && store_ == nullptr) return send_error(res, bad_request("this server has no response store", "store"));
 
   // The new turn's messages.
   std::vector<ChatMessage> turn;
   const auto input = body.find("input");
-  if (input == body.end()) return send(res, bad_request("'input' is required", "input"));
+  if (input == body.end()) return send_error(res, bad_request("'input' is required", "input"));
   if (input->is_string()) {
     turn.push_back({"user", input->get<std::string>()});
   } else if (input->is_array()) {
     for (const json& item : *input) {
       std::string error;
       auto message = to_message(item, error);
-      if (!error.empty()) return send(res, bad_request(error, "input"));
+      if (!error.empty()) return send_error(res, bad_request(error, "input"));
       if (message) turn.push_back(std::move(*message));
     }
   } else {
-    return send(res, bad_request("'input' must be a string or a list of items", "input"));
+    return send_error(res, bad_request("'input' must be a string or a list of items", "input"));
   }
 
   // The history, oldest first: each stored turn's inputs, then its output (instructions are not
@@ -155,11 +150,11 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   std::vector<ChatMessage> messages;
   std::string previous_id;
   if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
-    if (!body["previous_response_id"].is_string()) return send(res, bad_request("'previous_response_id' must be a string", "previous_response_id"));
+    if (!body["previous_response_id"].is_string()) return send_error(res, bad_request("'previous_response_id' must be a string", "previous_response_id"));
     previous_id = body["previous_response_id"].get<std::string>();
-    if (store_ == nullptr) return send(res, not_found(previous_id, "previous_response_id"));
+    if (store_ == nullptr) return send_error(res, not_found(previous_id, "previous_response_id"));
     auto chain = load_chain(*store_, previous_id);
-    if (auto* error = std::get_if<ApiError>(&chain)) return send(res, *error);
+    if (auto* error = std::get_if<ApiError>(&chain)) return send_error(res, *error);
     messages = history_of(std::get<std::vector<StoredResponse>>(chain));
   }
   std::vector<ChatMessage> all;
@@ -169,7 +164,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   request.messages = all;
 
   auto prepared = prepare(req, request, Endpoint::kChat);
-  if (auto* error = std::get_if<ApiError>(&prepared)) return send(res, *error);
+  if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   auto run = std::move(std::get<PreparedRun>(prepared));
   const uint64_t cache_namespace = request.generation.cache_namespace;
 
@@ -332,16 +327,16 @@ std::vector<TokenId> Server::conversation_tokens(const json& last_response, cons
 
 void Server::handle_get_response(const httplib::Request& req, httplib::Response& res) {
   const std::string id = req.matches[1];
-  if (store_ == nullptr) return send(res, not_found(id, "response_id"));
+  if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
   auto record = store_->get(id);
-  if (!record.ok()) return send(res, ApiError{500, record.error().message(), "server_error", "", ""});
-  if (!record->has_value()) return send(res, not_found(id, "response_id"));
+  if (!record.ok()) return send_error(res, ApiError{500, record.error().message(), "server_error", "", ""});
+  if (!record->has_value()) return send_error(res, not_found(id, "response_id"));
   res.set_content((*record)->response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 void Server::handle_delete_response(const httplib::Request& req, httplib::Response& res) {
   const std::string id = req.matches[1];
-  if (store_ == nullptr) return send(res, not_found(id, "response_id"));
+  if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
   // The conversation's tokens, to delete its KV too; an earlier turn still stored keeps its own.
   std::vector<TokenId> tokens;
   int32_t keep_tokens = 0;
@@ -356,8 +351,8 @@ void Server::handle_delete_response(const httplib::Request& req, httplib::Respon
     }
   }
   auto removed = store_->remove(id);
-  if (!removed.ok()) return send(res, ApiError{500, removed.error().message(), "server_error", "", ""});
-  if (!*removed) return send(res, not_found(id, "response_id"));
+  if (!removed.ok()) return send_error(res, ApiError{500, removed.error().message(), "server_error", "", ""});
+  if (!*removed) return send_error(res, not_found(id, "response_id"));
   if (!tokens.empty()) engine_.forget_prefix(cache_namespace, std::move(tokens), keep_tokens);
   res.set_content(json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump(), "application/json");
 }

@@ -18,11 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-void send_error(httplib::Response& res, const ApiError& error) {
-  res.status = error.status;
-  res.set_content(error.to_json().dump(), "application/json");
-}
-
 std::string token_text_or_empty(const Tokenizer& tokenizer, TokenId id) {
   return id >= 0 ? std::string(tokenizer.token_text(id)) : std::string();
 }
