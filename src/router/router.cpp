@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "router/conversation_text.h"
+#include "util/prometheus_text.h"
 
 namespace mnemo::router {
 namespace {
@@ -106,6 +108,10 @@ void Router::install_routes() {
   });
 }
 
+std::string Router::owner_key(const std::string& response_id) const {
+  return fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id);
+}
+
 std::vector<cluster::InstanceInfo> Router::live_members() {
   std::vector<cluster::InstanceInfo> out;
   if (!members_) return out;
@@ -121,7 +127,7 @@ Result<std::string> Router::owner_of(const std::string& response_id) {
     if (const auto it = owners_.find(response_id); it != owners_.end()) return it->second;
   }
   // A restarted router, or another one, routed it: etcd knows.
-  auto kv = etcd_->get(fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id));
+  auto kv = etcd_->get(owner_key(response_id));
   if (!kv.ok()) return kv.error();
   if (!kv->has_value()) return std::string();
   std::lock_guard lock(mutex_);
@@ -142,7 +148,7 @@ void Router::remember_owner(const std::string& response_id, const std::string& i
     if (owners_.size() >= kMaxRememberedOwners) owners_.clear();  // etcd answers for the rest
     owners_[response_id] = instance;
   }
-  const Status put = etcd_->put(fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id), instance);
+  const Status put = etcd_->put(owner_key(response_id), instance);
   if (!put.ok()) std::fprintf(stderr, "mnemo route: %s\n", put.error().message().c_str());
 }
 
@@ -422,7 +428,7 @@ void Router::handle_stored_response(const httplib::Request& req, httplib::Respon
       std::lock_guard lock(mutex_);
       owners_.erase(id);
     }
-    (void)etcd_->delete_key(fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, id));
+    (void)etcd_->delete_key(owner_key(id));
   });
   if (!reached) send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", id), "server_error", "instance_unavailable");
 }
@@ -437,31 +443,22 @@ void Router::handle_models(const httplib::Request& req, httplib::Response& res) 
 void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   const auto members = live_members();
   std::string out;
-  out += "# HELP mnemo_router_instances Instances with a live lease that take requests.\n# TYPE mnemo_router_instances gauge\n";
-  out += fmt::format("mnemo_router_instances {}\n", members.size());
+  prometheus::gauge(out, "router_instances", "Instances with a live lease that take requests.", members.size());
   std::lock_guard lock(mutex_);
-  out += "# HELP mnemo_router_requests_total Requests sent to each instance.\n# TYPE mnemo_router_requests_total counter\n";
-  for (const auto& [id, n] : routed_) out += fmt::format("mnemo_router_requests_total{{instance=\"{}\"}} {}\n", id, n);
-  out += "# HELP mnemo_router_in_flight Requests each instance has not finished.\n# TYPE mnemo_router_in_flight gauge\n";
-  for (const auto& [id, n] : in_flight_) out += fmt::format("mnemo_router_in_flight{{instance=\"{}\"}} {}\n", id, n);
-  out += "# HELP mnemo_router_prompt_tree_chunks Prompt-tree entries per instance.\n# TYPE mnemo_router_prompt_tree_chunks gauge\n";
-  for (const auto& id : tree_.instances()) out += fmt::format("mnemo_router_prompt_tree_chunks{{instance=\"{}\"}} {}\n", id, tree_.size(id));
-  out += "# HELP mnemo_router_retries_total Requests an instance did not answer, sent to another.\n# TYPE mnemo_router_retries_total counter\n";
-  out += fmt::format("mnemo_router_retries_total {}\n", retries_);
-  out += "# HELP mnemo_router_unroutable_total Requests no instance answered.\n# TYPE mnemo_router_unroutable_total counter\n";
-  out += fmt::format("mnemo_router_unroutable_total {}\n", unroutable_);
-  out += "# HELP mnemo_router_kv_pushes_total KV transfers between instances the router asked for, done.\n"
-         "# TYPE mnemo_router_kv_pushes_total counter\n";
-  out += fmt::format("mnemo_router_kv_pushes_total {}\n", kv_pushes_);
-  out += "# HELP mnemo_router_kv_push_failures_total KV transfers that failed (the request recomputed).\n"
-         "# TYPE mnemo_router_kv_push_failures_total counter\n";
-  out += fmt::format("mnemo_router_kv_push_failures_total {}\n", kv_push_failures_);
-  out += "# HELP mnemo_router_kv_pushed_tokens_total Prompt tokens whose KV moved between instances.\n"
-         "# TYPE mnemo_router_kv_pushed_tokens_total counter\n";
-  out += fmt::format("mnemo_router_kv_pushed_tokens_total {}\n", kv_pushed_tokens_);
-  out += "# HELP mnemo_router_predicted_cached_tokens_total Prompt tokens the routing expected cached where it sent them.\n"
-         "# TYPE mnemo_router_predicted_cached_tokens_total counter\n";
-  out += fmt::format("mnemo_router_predicted_cached_tokens_total {}\n", predicted_cached_tokens_);
+  prometheus::per_instance(out, "router_requests_total", "Requests sent to each instance.", "counter", routed_);
+  prometheus::per_instance(out, "router_in_flight", "Requests each instance has not finished.", "gauge", in_flight_);
+  std::map<std::string, size_t> tree_sizes;
+  for (const auto& id : tree_.instances()) tree_sizes[id] = tree_.size(id);
+  prometheus::per_instance(out, "router_prompt_tree_chunks", "Prompt-tree entries per instance.", "gauge", tree_sizes);
+  prometheus::counter(out, "router_retries_total", "Requests an instance did not answer, sent to another.", retries_);
+  prometheus::counter(out, "router_unroutable_total", "Requests no instance answered.", unroutable_);
+  prometheus::counter(out, "router_kv_pushes_total", "KV transfers between instances the router asked for, done.", kv_pushes_);
+  prometheus::counter(out, "router_kv_push_failures_total", "KV transfers that failed (the request recomputed).",
+                      kv_push_failures_);
+  prometheus::counter(out, "router_kv_pushed_tokens_total", "Prompt tokens whose KV moved between instances.",
+                      kv_pushed_tokens_);
+  prometheus::counter(out, "router_predicted_cached_tokens_total",
+                      "Prompt tokens the routing expected cached where it sent them.", predicted_cached_tokens_);
   res.set_content(out, "text/plain; version=0.0.4");
 }
 

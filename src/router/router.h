@@ -74,6 +74,8 @@ class Router {
   void handle_models(const httplib::Request& req, httplib::Response& res);
   void handle_metrics(const httplib::Request& req, httplib::Response& res);
   std::vector<cluster::InstanceInfo> live_members();
+  // Where etcd keeps the instance that stored a response.
+  std::string owner_key(const std::string& response_id) const;
   // The instance that stored a response ("" if unknown; an Error if etcd could not say).
   Result<std::string> owner_of(const std::string& response_id);
   static void send_owner_lookup_failure(httplib::Response& res, const Error& error);

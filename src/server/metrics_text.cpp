@@ -2,19 +2,19 @@
 
 #include <fmt/format.h>
 
+#include "util/prometheus_text.h"
+
 namespace mnemo::server {
 namespace {
 
 void counter(std::string& out, const char* name, const char* help, uint64_t value) {
-  out += fmt::format("# HELP mnemo_{0} {1}\n# TYPE mnemo_{0} counter\nmnemo_{0} {2}\n", name, help, value);
+  prometheus::counter(out, name, help, value);
 }
 
-void gauge(std::string& out, const char* name, const char* help, double value) {
-  out += fmt::format("# HELP mnemo_{0} {1}\n# TYPE mnemo_{0} gauge\nmnemo_{0} {2}\n", name, help, value);
-}
+void gauge(std::string& out, const char* name, const char* help, double value) { prometheus::gauge(out, name, help, value); }
 
 void histogram(std::string& out, const char* name, const char* help, const Histogram& h) {
-  out += fmt::format("# HELP mnemo_{0} {1}\n# TYPE mnemo_{0} histogram\n", name, help);
+  prometheus::header(out, name, help, "histogram");
   uint64_t cumulative = 0;
   for (size_t i = 0; i < h.bounds.size(); ++i) {
     cumulative += h.counts[i];
