@@ -316,13 +316,8 @@ std::vector<TokenId> Server::conversation_tokens(const json& last_response, cons
     all.push_back({"system", last_response["instructions"].get<std::string>()});
   }
   all.insert(all.end(), history.begin(), history.end());
-  ChatTemplateOptions options;
-  options.bos_token = tokenizer_.bos() >= 0 ? std::string(tokenizer_.token_text(tokenizer_.bos())) : "";
-  options.eos_token = tokenizer_.eos() >= 0 ? std::string(tokenizer_.token_text(tokenizer_.eos())) : "";
-  options.add_generation_prompt = false;  // the last message is the reply
-  auto text = chat_template_.render(all, options);
-  if (!text.ok()) return {};
-  return tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+  auto tokens = render_chat(all, /*add_generation_prompt=*/false);  // the last message is the reply
+  return tokens.ok() ? std::move(*tokens) : std::vector<TokenId>();
 }
 
 void Server::handle_get_response(const httplib::Request& req, httplib::Response& res) {

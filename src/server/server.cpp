@@ -154,16 +154,22 @@ void Server::install_routes() {
   }
 }
 
+Result<std::vector<TokenId>> Server::render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  ChatTemplateOptions options;
+  options.bos_token = token_text_or_empty(tokenizer_, tokenizer_.bos());
+  options.eos_token = token_text_or_empty(tokenizer_, tokenizer_.eos());
+  options.add_generation_prompt = add_generation_prompt;
+  auto text = chat_template_.render(messages, options);
+  if (!text.ok()) return text.error();
+  // The template writes the BOS text itself.
+  return tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+}
+
 std::variant<std::vector<TokenId>, ApiError> Server::prompt_of(const ParsedRequest& request, Endpoint endpoint) const {
   if (endpoint == Endpoint::kChat) {
-    ChatTemplateOptions options;
-    options.bos_token = token_text_or_empty(tokenizer_, tokenizer_.bos());
-    options.eos_token = token_text_or_empty(tokenizer_, tokenizer_.eos());
-    options.add_generation_prompt = true;
-    auto text = chat_template_.render(request.messages, options);
-    if (!text.ok()) return bad_request(text.error().message(), "messages");
-    // The template writes the BOS text itself.
-    return tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+    auto tokens = render_chat(request.messages, /*add_generation_prompt=*/true);
+    if (!tokens.ok()) return bad_request(tokens.error().message(), "messages");
+    return std::move(*tokens);
   }
   if (!request.prompt_tokens.empty()) return request.prompt_tokens;
   return tokenizer_.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);

@@ -75,6 +75,8 @@ class Server {
   // The tokens of a stored conversation as the model saw them: the last turn's instructions, the
   // history, its reply last (empty if the template fails).
   std::vector<TokenId> conversation_tokens(const nlohmann::json& last_response, const std::vector<ChatMessage>& history) const;
+  // Messages as the model sees them: the chat template, then the tokenizer.
+  Result<std::vector<TokenId>> render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
   // The prompt as the model sees it (chat template, tokenizer), or why not.
   std::variant<std::vector<TokenId>, ApiError> prompt_of(const ParsedRequest& request, Endpoint endpoint) const;
   static uint64_t cache_namespace_of(const httplib::Request& req, const ParsedRequest& request);
