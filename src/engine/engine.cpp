@@ -225,21 +225,14 @@ void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t kee
 }
 
 std::future<KvManager::ExportedPrefix> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens) {
-  auto done = std::make_shared<std::promise<KvManager::ExportedPrefix>>();
-  auto result = done->get_future();
-  post([this, done, ns, tokens = std::move(tokens)] {
-    done->set_value(kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size()));
+  return on_engine_thread([this, ns, tokens = std::move(tokens)] {
+    return kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size());
   });
-  return result;
 }
 
 std::future<Result<int32_t>> Engine::import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload) {
-  auto done = std::make_shared<std::promise<Result<int32_t>>>();
-  auto result = done->get_future();
-  post([this, done, ns, tokens = std::move(tokens), payload = std::move(payload)] {
-    done->set_value(kv_.import_prefix(ns, tokens, payload));
-  });
-  return result;
+  return on_engine_thread(
+      [this, ns, tokens = std::move(tokens), payload = std::move(payload)] { return kv_.import_prefix(ns, tokens, payload); });
 }
 
 void Engine::admit_new_requests() {

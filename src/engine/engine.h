@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <type_traits>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -124,6 +125,14 @@ class Engine {
   std::deque<std::shared_ptr<RequestState>> inbox_;  // guarded by inbox_mutex_
   // Work on the KV pool from other threads, run by the engine thread between steps.
   void post(std::function<void()> task);
+  // post() with a result: the future is ready once the task ran (broken if the engine stopped first).
+  template <class Task>
+  auto on_engine_thread(Task task) -> std::future<std::invoke_result_t<Task&>> {
+    auto done = std::make_shared<std::promise<std::invoke_result_t<Task&>>>();
+    auto result = done->get_future();
+    post([done, task = std::move(task)]() mutable { done->set_value(task()); });
+    return result;
+  }
   std::deque<std::function<void()>> tasks_;  // guarded by inbox_mutex_
   bool stopping_ = false;                             // guarded by inbox_mutex_
   std::mutex shutdown_mutex_;                         // one shutdown() joins the thread
