@@ -78,6 +78,15 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--prompt-ttl", args->config.prompt_ttl_seconds, "Seconds a prompt-tree entry lives without a refresh")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--failover", args->config.failover,
+                  "Resume a streamed reply on another instance when its instance fails mid-reply (the client sees "
+                  "one stream, every token once)")
+      ->capture_default_str();
+  cmd->add_option("--replicas", args->config.replicas,
+                  "KV replicas of each streamed request in flight (0 or 1): with 1, its KV streams to the next-best "
+                  "instance as it runs, so a failover there recomputes almost nothing")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1));
   cmd->callback([&run, args] { run = [args] { return run_route(*args); }; });
 }
 

@@ -256,6 +256,7 @@ int run_serve(ServeArgs args) {
   });
   server.serve();
   engine.shutdown();
+  server.attach_kv_transport(nullptr, 0);  // its replicas stop before the transport goes
   {
     std::lock_guard lock(exit_mutex);
     exiting = true;

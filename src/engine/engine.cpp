@@ -149,6 +149,19 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
     return make_error("the prompt has {} tokens; the model's context is {} tokens", n_prompt, context);
   }
   request.max_tokens = std::min(request.max_tokens, context - n_prompt);
+  const auto n_resumed = static_cast<int32_t>(request.resume_tokens.size());
+  if (n_resumed > 0) {
+    if (request.n != 1) return make_error("only a request with n = 1 can be resumed");
+    if (n_resumed >= request.max_tokens) {
+      return make_error("{} resumed tokens leave nothing to generate within max_tokens {}", n_resumed, request.max_tokens);
+    }
+    for (TokenId t : request.resume_tokens) {
+      if (t < 0 || t >= model_.n_vocab()) return make_error("resumed token {} is outside the vocabulary", t);
+      if (!request.ignore_eos && tokenizer_.is_end_of_generation(t)) {
+        return make_error("resumed token {} ends generation: the request was already over", t);
+      }
+    }
+  }
   // The request must fit in the pool on its own, or it could never run.
   const int32_t bs = config_.block_size;
   const int64_t needed = (n_prompt + bs - 1) / bs + static_cast<int64_t>(request.n) * ((request.max_tokens + bs - 1) / bs + 1);
@@ -161,6 +174,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
   state->stream = std::make_shared<RequestStream>();
   state->arrival_seconds = now();
   state->usage.prompt_tokens = n_prompt;
+  state->usage.completion_tokens = n_resumed;
+  state->usage.resumed_tokens = n_resumed;
   auto stream = state->stream;
   {
     std::lock_guard lock(inbox_mutex_);
@@ -224,15 +239,29 @@ void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t kee
   post([this, ns, tokens = std::move(tokens), keep_tokens] { kv_.forget(ns, tokens, keep_tokens / kv_.block_size()); });
 }
 
-std::future<KvManager::ExportedPrefix> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens) {
-  return on_engine_thread([this, ns, tokens = std::move(tokens)] {
-    return kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size());
+std::future<KvManager::ExportedPrefix> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk) {
+  return on_engine_thread([this, ns, tokens = std::move(tokens), first_chunk] {
+    return kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size(), first_chunk);
   });
 }
 
-std::future<Result<int32_t>> Engine::import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload) {
-  return on_engine_thread(
-      [this, ns, tokens = std::move(tokens), payload = std::move(payload)] { return kv_.import_prefix(ns, tokens, payload); });
+std::future<Result<int32_t>> Engine::import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload,
+                                                   uint64_t parent_key, int32_t first_position) {
+  return on_engine_thread([this, ns, tokens = std::move(tokens), payload = std::move(payload), parent_key, first_position] {
+    return kv_.import_prefix(ns, tokens, payload, parent_key, first_position);
+  });
+}
+
+std::future<KvManager::ExportedPrefix> Engine::export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk) {
+  return on_engine_thread([this, stream = std::move(stream), first_chunk] {
+    for (const auto& seq : running_) {
+      if (seq->request->stream != stream || seq->choice != 0 || seq->state != SequenceState::kRunning) continue;
+      int32_t end = seq->n_valid() / config_.block_size;
+      for (int32_t partial : seq->partial_chunks) end = std::min(end, partial);
+      return kv_.export_blocks(seq->request->request.cache_namespace, seq->tokens, seq->blocks, first_chunk, end);
+    }
+    return KvManager::ExportedPrefix{};
+  });
 }
 
 void Engine::admit_new_requests() {
@@ -251,6 +280,13 @@ void Engine::admit_new_requests() {
     seq->tokens = state->request.prompt;
     seq->n_prompt = static_cast<int32_t>(seq->tokens.size());
     seq->sampling = state->request.sampling;
+    // The resumed tokens' text reached the client already; replaying them brings the
+    // detokenizer and the stop matcher to where the failed instance had them (the text they
+    // held back is still to come).
+    for (TokenId t : state->request.resume_tokens) {
+      seq->tokens.push_back(t);
+      (void)seq->stop_matcher.push(seq->detokenizer.push(t));
+    }
     waiting_.push_back(std::move(seq));
   }
 }
@@ -388,8 +424,12 @@ void Engine::reuse_cached_prefix(Sequence& seq) {
   const int32_t recomputed = seq.n_hole_tokens();
   const int32_t reused = seq.n_computed - recomputed;
   RequestUsage& usage = seq.request->usage;
-  if (seq.n_generated() == 0 && seq.choice == 0 && !seq.request->forked && reused >= usage.cached_tokens) {
-    usage.cached_tokens = reused;
+  const auto n_resumed = static_cast<int32_t>(seq.request->request.resume_tokens.size());
+  if (seq.n_generated() == n_resumed && seq.choice == 0 && !seq.request->forked && reused >= usage.cached_tokens) {
+    // cached_tokens counts prompt tokens (OpenAI's meaning); a resumed request's reuse beyond
+    // its prompt is the replica's work, reported on its own.
+    usage.cached_tokens = std::min(reused, seq.n_prompt);
+    usage.resumed_cached_tokens = std::max(0, reused - seq.n_prompt);
     usage.device_cached_tokens = match.device_chunks * bs;
     usage.host_cached_tokens = match.host_chunks * bs;
     usage.disk_cached_tokens = match.disk_chunks * bs;
@@ -499,12 +539,12 @@ void Engine::emit_token(Sequence& seq, TokenId token, const float* logits) {
     logprobs = sampler_.logprobs({logits, static_cast<size_t>(output_.n_vocab)}, token, req.top_logprobs);
   }
   if (!req.ignore_eos && tokenizer_.is_end_of_generation(token)) {
-    if (logprobs) state.stream->push(TokenDelta{seq.choice, seq.stop_matcher.flush(), token, logprobs});
+    if (logprobs || req.report_every_token) state.stream->push(TokenDelta{seq.choice, seq.stop_matcher.flush(), token, logprobs});
     finish(seq, FinishReason::kStop);
     return;
   }
   const StopMatcher::Output out = seq.stop_matcher.push(seq.detokenizer.push(token));
-  if (!out.text.empty() || logprobs) state.stream->push(TokenDelta{seq.choice, out.text, token, logprobs});
+  if (!out.text.empty() || logprobs || req.report_every_token) state.stream->push(TokenDelta{seq.choice, out.text, token, logprobs});
   if (out.stopped) {
     finish(seq, FinishReason::kStop);
   } else if (seq.n_generated() >= req.max_tokens ||

@@ -72,8 +72,14 @@ class Engine {
   void forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens);
   // KV transfer between instances (KvManager::export_prefix / import_prefix) on the engine
   // thread, between steps. Thread-safe; the futures are ready within a step.
-  std::future<KvManager::ExportedPrefix> export_prefix(uint64_t ns, std::vector<TokenId> tokens);
-  std::future<Result<int32_t>> import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload);
+  std::future<KvManager::ExportedPrefix> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0);
+  std::future<Result<int32_t>> import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload,
+                                             uint64_t parent_key = 0, int32_t first_position = 0);
+  // The computed whole chunks from `first_chunk` on of the request streaming into `stream`
+  // while it runs (its choice 0), for a replica (SPEC D7). None once it is no longer running on
+  // the device (finished: its chunks are in the cache, export_prefix finds them; swapped out or
+  // waiting: later). Chunks whose blocks hold only some layers end the export.
+  std::future<KvManager::ExportedPrefix> export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk);
 
   // Stops the engine thread: running requests are cancelled (finish reason "cancelled").
   void shutdown();

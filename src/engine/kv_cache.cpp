@@ -482,13 +482,26 @@ int32_t KvManager::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t 
   return forgotten;
 }
 
-KvManager::ExportedPrefix KvManager::export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks) {
+namespace {
+// The key of chunk `chunks - 1` of `tokens` (0 for none): the chain of PrefixIndex::chunk_key.
+uint64_t key_of_prefix(uint64_t ns, std::span<const TokenId> tokens, size_t chunk_tokens, size_t chunks) {
+  uint64_t key = 0;
+  for (size_t i = 0; i < chunks; ++i) key = PrefixIndex::chunk_key(key, ns, tokens.subspan(i * chunk_tokens, chunk_tokens));
+  return key;
+}
+}  // namespace
+
+KvManager::ExportedPrefix KvManager::export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks,
+                                                   int32_t first_chunk) {
   take_disk_completions();
   ExportedPrefix out;
+  out.first_chunk = std::max(0, first_chunk);
   const std::vector<PrefixIndex::NodeId> path = index_.path(ns, tokens);
   const size_t n = std::min(path.size(), static_cast<size_t>(std::max(0, max_chunks)));
-  out.payload.reserve(n * chunk_bytes());
-  for (size_t i = 0; i < n; ++i) {
+  const auto first = static_cast<size_t>(out.first_chunk);
+  if (n <= first) return out;
+  out.payload.reserve((n - first) * chunk_bytes());
+  for (size_t i = first; i < n; ++i) {
     const PrefixIndex::Chunk c = index_.chunk(path[i]);
     const size_t at = out.payload.size();
     out.payload.resize(at + chunk_bytes());
@@ -503,12 +516,33 @@ KvManager::ExportedPrefix KvManager::export_prefix(uint64_t ns, std::span<const 
     }
     ++out.chunks;
   }
-  out.tokens.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(out.chunks) * block_size());
+  const auto bs = static_cast<size_t>(block_size());
+  out.parent_key = first == 0 ? 0 : index_.chunk(path[first - 1]).key;
+  out.tokens.assign(tokens.begin() + static_cast<ptrdiff_t>(first * bs),
+                    tokens.begin() + static_cast<ptrdiff_t>((first + static_cast<size_t>(out.chunks)) * bs));
   counters_.exported_chunks += out.chunks;
   return out;
 }
 
-Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload) {
+KvManager::ExportedPrefix KvManager::export_blocks(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> table,
+                                                   int32_t first_chunk, int32_t end_chunk) {
+  ExportedPrefix out;
+  const auto bs = static_cast<size_t>(block_size());
+  const size_t end = std::min({static_cast<size_t>(std::max(0, end_chunk)), table.size(), tokens.size() / bs});
+  const auto first = static_cast<size_t>(std::max(0, first_chunk));
+  out.first_chunk = static_cast<int32_t>(first);
+  if (end <= first) return out;
+  out.chunks = static_cast<int32_t>(end - first);
+  out.parent_key = key_of_prefix(ns, tokens, bs, first);
+  out.tokens.assign(tokens.begin() + static_cast<ptrdiff_t>(first * bs), tokens.begin() + static_cast<ptrdiff_t>(end * bs));
+  out.payload.resize((end - first) * chunk_bytes());
+  for (size_t i = first; i < end; ++i) std::memcpy(out.payload.data() + (i - first) * chunk_bytes(), device_.block(table[i]), chunk_bytes());
+  counters_.exported_chunks += out.chunks;
+  return out;
+}
+
+Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload,
+                                         uint64_t parent_key, int32_t first_position) {
   const auto chunk_tokens = static_cast<size_t>(block_size());
   if (tokens.size() % chunk_tokens != 0) {
     return make_error("KV import: {} tokens are not whole chunks of {}", tokens.size(), chunk_tokens);
@@ -517,14 +551,36 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
   if (payload.size() != n * chunk_bytes()) {
     return make_error("KV import: {} bytes of KV for {} chunks of {} bytes", payload.size(), n, chunk_bytes());
   }
+  if ((parent_key == 0) != (first_position == 0) || first_position < 0) {
+    return make_error("KV import: chunks from position {} need the key of the chunk before them", first_position);
+  }
   take_disk_completions();
+  // Where the chunks hang: the root, or an indexed chunk (dropped or not: a dropped parent is
+  // recomputed when used, SPEC P5) at the position before the first.
+  const auto find_parent = [&]() -> std::optional<PrefixIndex::NodeId> {
+    if (parent_key == 0) return PrefixIndex::kNoParent;
+    const auto node = index_.find_by_key(parent_key);
+    if (!node || index_.chunk_namespace(*node) != ns || index_.chunk(*node).position != first_position - 1) return std::nullopt;
+    return node;
+  };
+  const auto walk = [&](PrefixIndex::NodeId parent) {  // the indexed part of the chunks' path
+    std::vector<PrefixIndex::NodeId> nodes;
+    for (size_t i = 0; i < n; ++i) {
+      const auto child = index_.child(parent, ns, tokens.subspan(i * chunk_tokens, chunk_tokens));
+      if (!child) break;
+      nodes.push_back(parent = *child);
+    }
+    return nodes;
+  };
+  std::optional<PrefixIndex::NodeId> parent = find_parent();
+  if (!parent) return make_error("KV import: the chunk before position {} is not cached here", first_position);
   // Room first, for the chunks that lack a copy now. Making room may evict any cached chunk, this
   // path's too, so the path is walked only afterwards, rebuilt where eviction removed it; a chunk
   // found without a copy then takes one of the blocks, and the import stops where they run out
   // (never leaving a node without a copy and without children).
   int32_t wanted = 0;
   {
-    const std::vector<PrefixIndex::NodeId> existing = index_.path(ns, tokens);
+    const std::vector<PrefixIndex::NodeId> existing = walk(*parent);
     wanted = static_cast<int32_t>(n - existing.size());
     for (const PrefixIndex::NodeId node : existing) wanted += index_.chunk(node).dropped() ? 1 : 0;
   }
@@ -537,20 +593,26 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
     if (!got) return make_error("KV import: no room for {} chunks in the {} tier", wanted, to_host ? "host" : "device");
     blocks = std::move(*got);
   }
+  parent = find_parent();
+  if (!parent) {  // making room dropped the parent's last trace
+    for (BlockId b : blocks) pool.release(b);
+    return make_error("KV import: the chunk before position {} left the cache", first_position);
+  }
   const double t = now();
   std::vector<PrefixIndex::NodeId> path;
   std::vector<std::pair<PrefixIndex::NodeId, size_t>> imported;  // node, chunk index
   size_t next_block = 0;
   for (size_t i = 0; i < n; ++i) {
     const auto chunk = tokens.subspan(i * chunk_tokens, chunk_tokens);
-    const PrefixIndex::NodeId parent = path.empty() ? PrefixIndex::kNoParent : path.back();
-    const std::optional<PrefixIndex::NodeId> found = index_.child(parent, ns, chunk);
+    const PrefixIndex::NodeId at = path.empty() ? *parent : path.back();
+    const std::optional<PrefixIndex::NodeId> found = index_.child(at, ns, chunk);
     if (found && !index_.chunk(*found).dropped()) {
       path.push_back(*found);
       continue;
     }
     if (next_block == blocks.size()) break;  // eviction took more than was planned for
-    const PrefixIndex::NodeId node = found ? *found : index_.extend(parent, ns, chunk, static_cast<int32_t>(i), t);
+    const PrefixIndex::NodeId node =
+        found ? *found : index_.extend(at, ns, chunk, first_position + static_cast<int32_t>(i), t);
     const BlockId block = blocks[next_block++];
     std::memcpy(to_host ? host_.block(block) : device_.block(block), payload.data() + i * chunk_bytes(), chunk_bytes());
     if (to_host) {
@@ -573,7 +635,7 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
   if (config_.policy == RetentionPolicy::kMnemo && !path.empty()) {
     PrefixIndex::Chunk path_end;
     path_end.last_use = t;
-    path_end.end_chunks = static_cast<int32_t>(path.size());
+    path_end.end_chunks = first_position + static_cast<int32_t>(path.size());
     retention_.observe_insert(facts_of(path_end, Tier::kDevice), t, static_cast<int32_t>(path.size()));
   }
   const auto inserted = static_cast<int32_t>(imported.size());

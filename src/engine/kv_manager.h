@@ -123,19 +123,32 @@ class KvManager {
   // holds, and disk extents still being written. Returns the chunks forgotten.
   int32_t forget(uint64_t ns, std::span<const TokenId> tokens, int32_t keep_chunks);
   // --- Transfer between instances (SPEC M1/M2: transfer, transfer_with_insert) ---
+  // Chunks [first_chunk, first_chunk + chunks) of a prefix; earlier chunks are named by the key
+  // of the last of them (PrefixIndex::chunk_key), so a receiver that already holds them (an
+  // earlier increment of a replica) takes only the new ones.
   struct ExportedPrefix {
+    int32_t first_chunk = 0;
     int32_t chunks = 0;
-    std::vector<TokenId> tokens;   // chunks x block_size()
-    std::vector<uint8_t> payload;  // chunk i's KV at i x chunk bytes: one region (SPEC M5)
+    uint64_t parent_key = 0;       // of chunk first_chunk - 1; 0 when first_chunk is 0
+    std::vector<TokenId> tokens;   // the exported chunks' tokens: chunks x block_size()
+    std::vector<uint8_t> payload;  // chunk i's KV at (i - first_chunk) x chunk bytes: one region (SPEC M5)
   };
-  // The longest cached prefix of `tokens` (at most max_chunks) whose every chunk has all its
-  // layers in some tier, gathered into one buffer. The cache is left as it was.
-  ExportedPrefix export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks);
-  // Inserts another instance's chunks (whole chunks of `tokens`, KV in `payload` as exported)
-  // into the host tier (the device if there is no host tier), written through to disk, so the
-  // next request with this prefix finds them. Chunks already cached are kept as they are.
-  // Returns the chunks inserted, or an Error (bad sizes, no room) that changes nothing.
-  Result<int32_t> import_prefix(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload);
+  // The longest cached prefix of `tokens` (at most max_chunks) whose every chunk from
+  // `first_chunk` on has all its layers in some tier, those chunks gathered into one buffer (the
+  // ones before need only be indexed). The cache is left as it was.
+  ExportedPrefix export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks, int32_t first_chunk = 0);
+  // Chunks [first_chunk, end_chunk) of a running sequence's device blocks (`table[i]` holds
+  // chunk i of `tokens`), for a replica of a request in flight (SPEC D7).
+  ExportedPrefix export_blocks(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> table,
+                               int32_t first_chunk, int32_t end_chunk);
+  // Inserts another instance's chunks into the host tier (the device if there is no host
+  // tier), written through to disk, so the next request with this prefix finds them. `tokens`
+  // are whole chunks, the first at position `first_position` below the indexed chunk keyed
+  // `parent_key` (0 and 0: from the root); KV in `payload` as exported. Chunks already cached
+  // are kept as they are. Returns the chunks inserted, or an Error (bad sizes, an unknown
+  // parent, no room) that changes nothing.
+  Result<int32_t> import_prefix(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload,
+                                uint64_t parent_key = 0, int32_t first_position = 0);
   size_t chunk_bytes_of_transfer() const { return chunk_bytes(); }
 
   // Free blocks plus blocks only the index holds (what an allocation could get).

@@ -30,6 +30,16 @@ struct GenerationRequest {
   // Cached KV is shared only within a namespace (a tenant: API key and/or cache_salt), so one
   // tenant's prompts never hit, nor time, another's.
   uint64_t cache_namespace = 0;
+  // Failover (SPEC D7): the tokens this request already generated on an instance that failed,
+  // all of them streamed to its client (n = 1 only). They follow the prompt (their KV found in
+  // the cache where a replica put it, else computed), count towards max_tokens, and sampling
+  // goes on at step resume_tokens.size(): what follows is what the failed instance would have
+  // generated, token for token.
+  std::vector<TokenId> resume_tokens;
+  // A TokenDelta for every generated token, even one whose text is held back (for a stop string
+  // or an incomplete character): whoever may resume the request must know every token the
+  // client's text stands for.
+  bool report_every_token = false;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -44,6 +54,10 @@ struct RequestUsage {
   int32_t host_cached_tokens = 0;
   int32_t disk_cached_tokens = 0;
   int32_t recomputed_tokens = 0;
+  // A resumed request: the tokens generated before the failover (counted in completion_tokens),
+  // and how many of them had their KV here (replicated) rather than computed again.
+  int32_t resumed_tokens = 0;
+  int32_t resumed_cached_tokens = 0;
 };
 
 // New text (and the token that completed it) for one choice.

@@ -21,7 +21,7 @@ PrefixIndex::PrefixIndex(int32_t chunk_tokens) : chunk_tokens_(chunk_tokens) {
   MNEMO_CHECK(chunk_tokens > 0, "chunk size {}", chunk_tokens);
 }
 
-uint64_t PrefixIndex::chunk_key(uint64_t parent_key, uint64_t ns, std::span<const TokenId> chunk) const {
+uint64_t PrefixIndex::chunk_key(uint64_t parent_key, uint64_t ns, std::span<const TokenId> chunk) {
   uint64_t h = mix(parent_key ^ mix(ns));
   for (TokenId t : chunk) h = mix(h ^ static_cast<uint32_t>(t));
   return h == 0 ? 1 : h;  // 0 names the root

@@ -120,6 +120,9 @@ class PrefixIndex {
   // The chunks that have a copy in `tier`, in no particular order, for the retention policy.
   void for_each_in(Tier tier, const std::function<void(const Chunk&)>& visit) const;
   std::optional<NodeId> find_by_key(uint64_t key) const;
+  // The key of the chunk `chunk` below the one keyed `parent_key` (0: the root): a hash of the
+  // whole path, the same on every instance, so a chunk's key names its prefix across a cluster.
+  static uint64_t chunk_key(uint64_t parent_key, uint64_t ns, std::span<const TokenId> chunk);
 
   // Whether the index keeps this block of this tier.
   bool holds(BlockId block, Tier tier) const;
@@ -146,7 +149,6 @@ class PrefixIndex {
     bool live = false;
   };
 
-  uint64_t chunk_key(uint64_t parent_key, uint64_t ns, std::span<const TokenId> chunk) const;
   NodeId find_child(NodeId parent, uint64_t key, std::span<const TokenId> chunk) const;
   NodeId add_node(NodeId parent, uint64_t ns, uint64_t key, std::span<const TokenId> chunk, int32_t position,
                   double now);

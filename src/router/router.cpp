@@ -53,7 +53,6 @@ struct Router::Upstream {
   std::deque<std::string> chunks;
   std::string kept;  // the reply so far (bounded), for the prompt tree
   std::atomic<bool> client_gone{false};
-  std::atomic<bool> reported{false};  // on_done ran (once, whether the stream ended or the client left)
   std::unique_ptr<httplib::Client> client;  // stop() breaks a wait on the instance off
   std::thread thread;
 };
@@ -152,19 +151,20 @@ void Router::remember_owner(const std::string& response_id, const std::string& i
   if (!put.ok()) std::fprintf(stderr, "mnemo route: %s\n", put.error().message().c_str());
 }
 
-bool Router::forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
-                     const std::string& body, std::function<void(int, const std::string&, bool)> on_done) {
+std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& method, const std::string& path,
+                                                        const std::string& authorization,
+                                                        const cluster::InstanceInfo& instance, const std::string& body) {
   auto up = std::make_shared<Upstream>();
   try {
     up->client = std::make_unique<httplib::Client>(instance.address);
   } catch (const std::exception&) {  // an address httplib cannot parse (it came from etcd)
-    return false;
+    return nullptr;
   }
-  if (!up->client->is_valid()) return false;
+  if (!up->client->is_valid()) return nullptr;
   up->client->set_connection_timeout(std::chrono::seconds(2));
   up->client->set_read_timeout(std::chrono::duration<double>(config_.upstream_timeout_seconds));
   up->client->set_write_timeout(std::chrono::seconds(30));
-  up->thread = std::thread([up, method = req.method, path = req.path, body, auth = req.get_header_value("Authorization")] {
+  up->thread = std::thread([up, method, path, body, auth = authorization] {
     httplib::Request r;
     r.method = method;
     r.path = path;
@@ -197,16 +197,71 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
     up->finished = true;
     up->changed.notify_all();
   });
-
   std::unique_lock lock(up->mutex);
   up->changed.wait(lock, [&] { return up->headers_ready || up->finished; });
-  if (!up->headers_ready) {  // never answered: the caller tries another instance
+  if (!up->headers_ready) {  // never answered
     lock.unlock();
     up->thread.join();
-    return false;
+    return nullptr;
   }
+  return up;
+}
+
+// A streamed reply on its way to the client: the upstream it comes from now, and, with a
+// failover, the stitcher joining its upstreams into one stream.
+struct Router::Relay {
+  std::string method, path, authorization;  // of the client's request
+  std::shared_ptr<Upstream> up;
+  std::string instance;  // of `up`
+  std::shared_ptr<Failover> failover;
+  SseStitcher stitcher;
+  std::unordered_set<std::string> failed;  // instances that broke off this reply
+  std::string kept;                        // what the client got (bounded), for the prompt tree
+  std::atomic<bool> reported{false};       // on_done ran (once, whether the stream ended or the client left)
+};
+
+std::shared_ptr<Router::Upstream> Router::resume(Relay& relay) {
+  relay.failed.insert(relay.instance);
+  json body = relay.failover->request;
+  body["mnemo_resume_tokens"] = relay.stitcher.tokens();
+  body["mnemo_report_tokens"] = true;
+  body.erase("mnemo_replica");  // the resumed part is not replicated
+  const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  for (const auto& candidate : relay.failover->candidates) {
+    if (relay.failed.count(candidate.id) != 0) continue;
+    std::shared_ptr<Upstream> up = open_upstream(relay.method, relay.path, relay.authorization, candidate, text);
+    if (!up) {
+      relay.failed.insert(candidate.id);
+      continue;
+    }
+    std::unique_lock lock(up->mutex);
+    if (up->status != 200 || up->content_type.rfind("text/event-stream", 0) != 0) {  // refused: try the next
+      up->changed.wait(lock, [&] { return up->finished; });
+      lock.unlock();
+      up->thread.join();
+      relay.failed.insert(candidate.id);
+      continue;
+    }
+    lock.unlock();
+    relay.stitcher.begin_resumed();
+    relay.instance = candidate.id;
+    std::lock_guard counters(mutex_);
+    ++resumed_streams_;
+    resumed_tokens_ += relay.stitcher.tokens().size();
+    return up;
+  }
+  std::lock_guard counters(mutex_);
+  ++failed_resumes_;
+  return nullptr;
+}
+
+bool Router::forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
+                     const std::string& body, OnDone on_done, std::shared_ptr<Failover> failover) {
+  std::shared_ptr<Upstream> up = open_upstream(req.method, req.path, req.get_header_value("Authorization"), instance, body);
+  if (!up) return false;  // the caller tries another instance
   res.set_header("X-Mnemo-Instance", instance.id);
   if (!up->retry_after.empty()) res.set_header("Retry-After", up->retry_after);
+  std::unique_lock lock(up->mutex);
   const bool sse = up->content_type.rfind("text/event-stream", 0) == 0;
   if (!sse) {
     up->changed.wait(lock, [&] { return up->finished; });
@@ -220,47 +275,73 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
       for (const auto& c : up->chunks) whole += c;
       res.set_content(whole, up->content_type.empty() ? "application/json" : up->content_type);
     }
-    on_done(up->broke ? 502 : up->status, up->kept, false);
+    on_done(up->broke ? 502 : up->status, up->kept, false, instance.id);
     return true;
   }
   lock.unlock();
   res.status = up->status;
   res.set_header("Cache-Control", "no-cache");
+  auto relay = std::make_shared<Relay>();
+  relay->method = req.method;
+  relay->path = req.path;
+  relay->authorization = req.get_header_value("Authorization");
+  relay->up = up;
+  relay->instance = instance.id;
+  if (up->status == 200) relay->failover = std::move(failover);
   res.set_chunked_content_provider(
       up->content_type,
-      [up, on_done](size_t, httplib::DataSink& sink) {
-        std::unique_lock l(up->mutex);
-        up->changed.wait_for(l, std::chrono::milliseconds(500), [&] { return !up->chunks.empty() || up->finished; });
-        while (!up->chunks.empty()) {
-          std::string chunk = std::move(up->chunks.front());
-          up->chunks.pop_front();
+      [this, relay, on_done](size_t, httplib::DataSink& sink) {
+        const std::shared_ptr<Upstream> current = relay->up;  // only this thread replaces it
+        Upstream& u = *current;
+        std::unique_lock l(u.mutex);
+        u.changed.wait_for(l, std::chrono::milliseconds(500), [&] { return !u.chunks.empty() || u.finished; });
+        while (!u.chunks.empty()) {
+          std::string chunk = std::move(u.chunks.front());
+          u.chunks.pop_front();
           l.unlock();
-          if (!sink.is_writable() || !sink.write(chunk.data(), chunk.size())) {
-            up->client_gone = true;
+          if (relay->failover) {
+            chunk = relay->stitcher.feed(chunk);
+            if (relay->kept.size() < kMaxKeptReplyBytes) relay->kept += chunk.substr(0, kMaxKeptReplyBytes - relay->kept.size());
+          }
+          if (!chunk.empty() && (!sink.is_writable() || !sink.write(chunk.data(), chunk.size()))) {
+            u.client_gone = true;
             return false;
           }
           l.lock();
         }
-        if (up->finished) {
-          const int status = up->broke ? 502 : up->status;
-          const std::string kept = up->kept;
-          l.unlock();
-          // Before the end reaches the client: a next turn sent at once must find what this one left
-          // (its Responses owner, its prompt-tree entries).
-          if (!up->reported.exchange(true)) on_done(status, kept, true);
-          // An instance gone mid-reply: the client's connection breaks rather than ending as if the
-          // reply were whole.
-          if (up->broke) return false;
-          sink.done();
+        if (!u.finished) return true;
+        bool broke = u.broke;
+        const int status = u.status;
+        l.unlock();
+        if (broke && relay->failover && !relay->stitcher.done()) {
+          u.thread.join();
+          if (relay->stitcher.finished()) {
+            // Only the end marker was lost: the reply itself is whole.
+            const std::string end = "data: [DONE]\n\n";
+            if (!sink.write(end.data(), end.size())) return false;
+            broke = false;
+          } else if (std::shared_ptr<Upstream> next = resume(*relay)) {
+            relay->up = std::move(next);
+            return true;
+          }
         }
+        const std::string kept = relay->failover ? relay->kept : u.kept;
+        // Before the end reaches the client: a next turn sent at once must find what this one left
+        // (its Responses owner, its prompt-tree entries).
+        if (!relay->reported.exchange(true)) on_done(broke ? 502 : status, kept, true, relay->instance);
+        // An instance gone mid-reply: the client's connection breaks rather than ending as if the
+        // reply were whole.
+        if (broke) return false;
+        sink.done();
         return true;
       },
-      [up, on_done](bool) {
-        up->client_gone = true;
-        up->client->stop();  // the instance's side ends now, not at its next chunk
-        if (up->thread.joinable()) up->thread.join();
+      [relay, on_done](bool) {
+        Upstream& u = *relay->up;
+        u.client_gone = true;
+        u.client->stop();  // the instance's side ends now, not at its next chunk
+        if (u.thread.joinable()) u.thread.join();
         // A client that left before the end: the request no longer counts as in flight.
-        if (!up->reported.exchange(true)) on_done(499, "", true);
+        if (!relay->reported.exchange(true)) on_done(499, "", true, relay->instance);
       });
   return true;
 }
@@ -347,29 +428,62 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     tree_.record(members[order.front()].id, std::string_view(view->prompt_text).substr(0, push->bytes), now);
   }
 
-  for (size_t i : order) {
-    const cluster::InstanceInfo& m = members[i];
+  // A streamed chat or completion of one choice can be resumed elsewhere if its instance fails
+  // (SPEC D7): its chunks name their tokens, and with --replicas 1 its KV streams to the next
+  // best instance while it runs.
+  const bool streamed = body.value("stream", false) == true;
+  const bool one_choice = !body.contains("n") || body["n"] == 1;
+  const bool resumable = config_.failover && api != Api::kResponses && streamed && one_choice;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const cluster::InstanceInfo& m = members[order[k]];
+    std::shared_ptr<Failover> failover;
+    std::string replica;  // the instance holding the request's KV replica
+    std::string sent = req.body;
+    if (resumable) {
+      failover = std::make_shared<Failover>();
+      failover->request = body;
+      failover->request["mnemo_report_tokens"] = true;
+      for (size_t j = k + 1; j < order.size(); ++j) failover->candidates.push_back(members[order[j]]);
+      for (size_t j = 0; j < k; ++j) failover->candidates.push_back(members[order[j]]);  // they did not answer before; may now
+      if (config_.replicas > 0) {
+        // The replica goes to the best other instance with a transport, which is tried first on
+        // a failure.
+        const auto holder = std::find_if(failover->candidates.begin(), failover->candidates.end(),
+                                         [](const auto& c) { return !c.transfer_endpoint.empty(); });
+        if (holder != failover->candidates.end() && !m.transfer_endpoint.empty()) {
+          failover->request["mnemo_replica"] = holder->transfer_endpoint;
+          replica = holder->id;
+          std::rotate(failover->candidates.begin(), holder, holder + 1);
+        }
+      }
+      sent = failover->request.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
     {
       std::lock_guard lock(mutex_);
       ++in_flight_[m.id];
       ++routed_[m.id];
       tree_.record(m.id, view->prompt_text, now);  // its prefill caches the prompt there
     }
-    auto on_done = [this, api, id = m.id, prompt = view->prompt_text](int status, const std::string& reply_body, bool sse) {
-      // The next turn's prompt starts with this one's and its reply: cached there now. (Read
-      // outside the lock: a reply can be megabytes of events.)
+    auto on_done = [this, api, id = m.id, replica, prompt = view->prompt_text](int status, const std::string& reply_body, bool sse,
+                                                                               const std::string& finished_on) {
+      // The next turn's prompt starts with this one's and its reply: cached there now (and on
+      // the replica holder). Read outside the lock: a reply can be megabytes of events.
       const std::string next_prefix = status == 200 ? with_reply(api, prompt, reply_text(api, reply_body, sse)) : "";
       {
         std::lock_guard lock(mutex_);
         --in_flight_[id];
         if (status != 200) return;
-        tree_.record(id, next_prefix, seconds_now());
+        const double t = seconds_now();
+        tree_.record(finished_on, next_prefix, t);
+        if (!replica.empty() && replica != finished_on) tree_.record(replica, next_prefix, t);
       }
       if (api == Api::kResponses) {
-        if (const std::string rid = response_id(reply_body, sse); !rid.empty()) remember_owner(rid, id);
+        if (const std::string rid = response_id(reply_body, sse); !rid.empty()) remember_owner(rid, finished_on);
       }
     };
-    if (forward(req, res, m, req.body, on_done)) return;
+    if (!replica.empty()) res.set_header("X-Mnemo-Replica", replica);
+    if (forward(req, res, m, sent, on_done, failover)) return;
+    res.headers.erase("X-Mnemo-Replica");
     std::lock_guard lock(mutex_);
     --in_flight_[m.id];
     --routed_[m.id];
@@ -422,7 +536,7 @@ void Router::handle_stored_response(const httplib::Request& req, httplib::Respon
                       "instance_unavailable");
   }
   const bool deleting = req.method == "DELETE";
-  const bool reached = forward(req, res, *it, "", [this, id, deleting](int status, const std::string&, bool) {
+  const bool reached = forward(req, res, *it, "", [this, id, deleting](int status, const std::string&, bool, const std::string&) {
     if (!deleting || status != 200) return;
     {
       std::lock_guard lock(mutex_);
@@ -435,7 +549,7 @@ void Router::handle_stored_response(const httplib::Request& req, httplib::Respon
 
 void Router::handle_models(const httplib::Request& req, httplib::Response& res) {
   for (const auto& m : live_members()) {
-    if (forward(req, res, m, "", [](int, const std::string&, bool) {})) return;
+    if (forward(req, res, m, "", [](int, const std::string&, bool, const std::string&) {})) return;
   }
   send_error(res, 503, "no instance is serving", "server_error", "no_instance");
 }
@@ -457,6 +571,11 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
                       kv_push_failures_);
   prometheus::counter(out, "router_kv_pushed_tokens_total", "Prompt tokens whose KV moved between instances.",
                       kv_pushed_tokens_);
+  prometheus::counter(out, "router_resumed_streams_total",
+                      "Streamed replies whose instance failed, continued on another instance.", resumed_streams_);
+  prometheus::counter(out, "router_resumed_tokens_total", "Tokens those replies had delivered before the failure.",
+                      resumed_tokens_);
+  prometheus::counter(out, "router_failed_resumes_total", "Streamed replies no instance could continue.", failed_resumes_);
   prometheus::counter(out, "router_predicted_cached_tokens_total",
                       "Prompt tokens the routing expected cached where it sent them.", predicted_cached_tokens_);
   res.set_content(out, "text/plain; version=0.0.4");

@@ -6,8 +6,15 @@
 // prefix). Streams (SSE) are relayed chunk by chunk; a client that goes away cancels upstream.
 //
 // An instance that refuses the connection before answering is skipped and the request tries the
-// next best (its lease may not have expired yet). A failure after the reply started ends the
-// client's stream: resuming it is the fault-tolerance work (SPEC D7).
+// next best (its lease may not have expired yet); a whole (unstreamed) reply that breaks off
+// never started for the client, so it is retried the same way. A streamed chat or completion
+// (n = 1) that breaks off mid-reply is resumed (SPEC D7): the router sends it again, with the
+// tokens the client already has (router/sse_stitcher.h), to the instance holding its KV
+// replica (--replicas 1: every such request streams its KV to the next-best instance while it
+// runs), else to the next best, which computes what it lacks; sampling continues at the same
+// step with the same seed, so the client's stream goes on as if nothing happened. A Responses
+// API turn that breaks off still ends the client's stream (its conversation is stored on the
+// failed instance).
 //
 // Responses API turns continue on the instance that stored the previous response; which one that
 // is lives in etcd too (/mnemo/<cluster>/responses/<id>), so a restarted router loses no
@@ -20,11 +27,14 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "router/prompt_tree.h"
 #include "router/routing_policy.h"
+#include "router/sse_stitcher.h"
 #include "util/result.h"
 
 namespace httplib {
@@ -53,6 +63,8 @@ struct RouterConfig {
   double prompt_ttl_seconds = 600;
   double upstream_timeout_seconds = 600;
   int http_threads = 32;
+  bool failover = true;  // resume streamed replies whose instance fails (SPEC D7)
+  int replicas = 0;      // 1: requests in flight replicate their KV to another instance
 };
 
 class Router {
@@ -68,6 +80,16 @@ class Router {
 
  private:
   struct Upstream;
+  struct Relay;
+  // Called once a request's reply is over: its status, the reply (bounded; SSE events when
+  // streamed) and the instance that finished it (another one after a failover).
+  using OnDone = std::function<void(int status, const std::string& body, bool sse, const std::string& instance)>;
+  // Where a streamed reply goes on if its instance fails: the request as sent, and the
+  // instances to try in order.
+  struct Failover {
+    nlohmann::json request;
+    std::vector<cluster::InstanceInfo> candidates;
+  };
   void install_routes();
   void handle_generation(const httplib::Request& req, httplib::Response& res, Api api);
   void handle_stored_response(const httplib::Request& req, httplib::Response& res);
@@ -83,9 +105,17 @@ class Router {
   // Asks `from` to send its KV for the request's prompt to the transport at `to_endpoint`.
   bool push_kv(const httplib::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
                const nlohmann::json& request);
+  // Starts the request on `instance`; nullptr if it could not be reached (no reply began).
+  std::shared_ptr<Upstream> open_upstream(const std::string& method, const std::string& path,
+                                          const std::string& authorization, const cluster::InstanceInfo& instance,
+                                          const std::string& body);
   // Sends the request to `instance`; false (res untouched) if it could not be reached at all.
+  // With `failover`, a streamed reply that breaks off is resumed elsewhere.
   bool forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
-               const std::string& body, std::function<void(int status, const std::string& body, bool sse)> on_done);
+               const std::string& body, OnDone on_done, std::shared_ptr<Failover> failover = nullptr);
+  // The relay's request again, after the tokens its client has, on the next candidate that
+  // answers; nullptr if none does.
+  std::shared_ptr<Upstream> resume(Relay& relay);
 
   RouterConfig config_;
   std::unique_ptr<httplib::Server> http_;
@@ -106,6 +136,9 @@ class Router {
   uint64_t kv_pushes_ = 0;
   uint64_t kv_push_failures_ = 0;
   uint64_t kv_pushed_tokens_ = 0;
+  uint64_t resumed_streams_ = 0;       // streams continued on another instance
+  uint64_t resumed_tokens_ = 0;        // tokens those streams had already delivered
+  uint64_t failed_resumes_ = 0;        // streams no instance could continue
 };
 
 }  // namespace mnemo::router

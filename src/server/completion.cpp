@@ -36,11 +36,16 @@ Completion::Completion(Endpoint endpoint, std::string model_id, ParsedRequest re
       tokenizer_(tokenizer) {}
 
 json cached_tokens_details(const RequestUsage& usage) {
-  return {{"cached_tokens", usage.cached_tokens},
-          {"cached_tokens_device", usage.device_cached_tokens},
-          {"cached_tokens_host", usage.host_cached_tokens},
-          {"cached_tokens_disk", usage.disk_cached_tokens},
-          {"recomputed_tokens", usage.recomputed_tokens}};
+  json details = {{"cached_tokens", usage.cached_tokens},
+                  {"cached_tokens_device", usage.device_cached_tokens},
+                  {"cached_tokens_host", usage.host_cached_tokens},
+                  {"cached_tokens_disk", usage.disk_cached_tokens},
+                  {"recomputed_tokens", usage.recomputed_tokens}};
+  if (usage.resumed_tokens > 0) {
+    details["resumed_tokens"] = usage.resumed_tokens;
+    details["resumed_cached_tokens"] = usage.resumed_cached_tokens;
+  }
+  return details;
 }
 
 json Completion::usage_json() const {
@@ -83,6 +88,7 @@ json Completion::run_to_completion() {
   for (;;) {
     auto event = stream_->next(std::chrono::milliseconds(1000));
     if (!event) continue;
+    if (observer_) observer_(*event);
     if (auto* delta = std::get_if<TokenDelta>(&*event)) {
       texts[static_cast<size_t>(delta->choice)] += delta->text;
       if (delta->logprobs) logprobs[static_cast<size_t>(delta->choice)].push_back(logprobs_json(*delta));
@@ -142,7 +148,11 @@ std::string Completion::next_events(bool& done) {
   }
   // Drain what is ready (at most a short wait, so the caller can notice a closed connection).
   for (auto event = stream_->next(std::chrono::milliseconds(100)); event; event = stream_->next(std::chrono::milliseconds(0))) {
+    if (observer_) observer_(*event);
     if (auto* delta = std::get_if<TokenDelta>(&*event)) {
+      // A token whose text is held back: the engine reports it for a replica, the client asked
+      // for nothing.
+      if (delta->text.empty() && !delta->logprobs && !request_.report_tokens) continue;
       json lp = nullptr;
       if (delta->logprobs) {
         json entry = logprobs_json(*delta);
@@ -158,6 +168,7 @@ std::string Completion::next_events(bool& done) {
       } else {
         choice["text"] = delta->text;
       }
+      if (request_.report_tokens && delta->token >= 0) choice["mnemo_token"] = delta->token;
       out += sse(chunk(json::array({choice})));
     } else if (auto* finished = std::get_if<ChoiceFinished>(&*event)) {
       json choice = {{"index", finished->choice}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(finished->reason)}};

@@ -33,6 +33,9 @@ class Completion {
   // sets `done` after the final "data: [DONE]".
   std::string next_events(bool& done);
 
+  // Sees every event of the request as it is relayed (a KV replica follows the tokens).
+  void set_observer(std::function<void(const StreamEvent&)> observer) { observer_ = std::move(observer); }
+
   void cancel() { stream_->cancel(); }
   bool streaming() const { return request_.stream; }
 
@@ -49,6 +52,7 @@ class Completion {
   std::shared_ptr<RequestStream> stream_;
   const Tokenizer& tokenizer_;
   RequestUsage usage_;
+  std::function<void(const StreamEvent&)> observer_;
   bool role_sent_ = false;
   bool finished_ = false;
 };

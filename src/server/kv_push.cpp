@@ -12,11 +12,12 @@
 // The push's Authorization and the request's cache_salt name the tenant, as for a generation:
 // only that tenant's KV leaves.
 #include <chrono>
-#include <random>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "kv/prefix_index.h"
+#include "server/kv_replicator.h"
 #include "server/server.h"
 #include "transfer/kv_message.h"
 #include "transfer/kv_transport.h"
@@ -37,9 +38,13 @@ void send_result(httplib::Response& res, const json& body) {
 }  // namespace
 
 void Server::attach_kv_transport(transfer::KvTransport* transport, uint64_t layout_fingerprint) {
+  replicator_.reset();
   transport_ = transport;
   layout_fingerprint_ = layout_fingerprint;
+  if (transport_ != nullptr) replicator_ = std::make_unique<KvReplicator>(engine_, *transport_, layout_fingerprint_);
 }
+
+ReplicationStats Server::replication_stats() const { return replicator_ ? replicator_->stats() : ReplicationStats{}; }
 
 Status Server::receive_kv(transfer::KvMessage&& message) {
   if (message.layout_fingerprint != layout_fingerprint_) {
@@ -47,15 +52,26 @@ Status Server::receive_kv(transfer::KvMessage&& message) {
                       message.layout_fingerprint, layout_fingerprint_);
   }
   const auto block_size = static_cast<size_t>(engine_.config().block_size);
+  // The chunks hang below the one keyed chunks[0].parent_key (0: they start the prefix); each
+  // record's key must be the hash of its path, so what is inserted is what the sender had.
+  const uint64_t parent_key = message.chunks.empty() ? 0 : message.chunks.front().parent_key;
+  const int32_t first_position = message.chunks.empty() ? 0 : message.chunks.front().position;
   std::vector<TokenId> tokens;
   tokens.reserve(message.chunks.size() * block_size);
-  for (const auto& chunk : message.chunks) {
+  uint64_t key = parent_key;
+  for (size_t i = 0; i < message.chunks.size(); ++i) {
+    const transfer::KvChunkMeta& chunk = message.chunks[i];
     if (chunk.tokens.size() != block_size) {
       return make_error("a chunk of {} tokens; this instance's chunks have {}", chunk.tokens.size(), block_size);
     }
+    if (chunk.position != first_position + static_cast<int32_t>(i) || chunk.parent_key != key) {
+      return make_error("chunk {} of the message does not follow the one before it", i);
+    }
+    key = PrefixIndex::chunk_key(key, message.ns, chunk.tokens);
+    if (chunk.key != key) return make_error("chunk {} of the message: its key does not match its tokens", i);
     tokens.insert(tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
   }
-  auto inserted = engine_.import_prefix(message.ns, std::move(tokens), std::move(message.payload));
+  auto inserted = engine_.import_prefix(message.ns, std::move(tokens), std::move(message.payload), parent_key, first_position);
   if (inserted.wait_for(kEngineWait) != std::future_status::ready) return make_error("the engine did not take the KV in time");
   try {
     const Result<int32_t> n = inserted.get();
@@ -101,26 +117,14 @@ void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res)
   }
   if (exported.chunks == 0) return send_result(res, {{"chunks", 0}, {"tokens", 0}, {"bytes", 0}, {"seconds", 0.0}});
 
-  transfer::KvMessage message;
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  message.transfer_id = rng();
-  message.ns = ns;
-  message.layout_fingerprint = layout_fingerprint_;
-  const auto block_size = static_cast<size_t>(engine_.config().block_size);
-  message.block_bytes = static_cast<uint32_t>(exported.payload.size() / static_cast<size_t>(exported.chunks));
-  for (int32_t i = 0; i < exported.chunks; ++i) {
-    transfer::KvChunkMeta meta;
-    meta.position = i;
-    const auto begin = exported.tokens.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * block_size);
-    meta.tokens.assign(begin, begin + static_cast<ptrdiff_t>(block_size));
-    message.chunks.push_back(std::move(meta));
-  }
-  message.payload = std::move(exported.payload);
+  const int32_t chunks = exported.chunks;
+  const size_t n_tokens = exported.tokens.size();
+  transfer::KvMessage message = kv_message_of(ns, layout_fingerprint_, engine_.config().block_size, std::move(exported));
   const size_t bytes = message.payload.size();
   const Status sent = transport_->send(body["target"].get<std::string>(), message, 30);
   if (!sent.ok()) return send_error(res, ApiError{502, sent.error().message(), "server_error", "", "kv_transfer_failed"});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  send_result(res, {{"chunks", exported.chunks}, {"tokens", exported.tokens.size()}, {"bytes", bytes}, {"seconds", seconds}});
+  send_result(res, {{"chunks", chunks}, {"tokens", n_tokens}, {"bytes", bytes}, {"seconds", seconds}});
 }
 
 }  // namespace mnemo::server

@@ -89,4 +89,14 @@ std::string render_metrics(const MetricsSnapshot& m) {
   return out;
 }
 
+std::string render_replication_metrics(const ReplicationStats& s) {
+  std::string out;
+  counter(out, "kv_replica_increments_total", "KV replica increments of requests in flight, acknowledged.", s.increments);
+  counter(out, "kv_replica_failures_total", "KV replica increments refused or lost.", s.failures);
+  counter(out, "kv_replica_chunks_total", "Chunks replicated to another instance.", s.chunks);
+  counter(out, "kv_replica_bytes_total", "Bytes of KV replicated to another instance.", s.bytes);
+  counter(out, "kv_replica_given_up_total", "Replicas abandoned after repeated failures.", s.given_up);
+  return out;
+}
+
 }  // namespace mnemo::server

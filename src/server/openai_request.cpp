@@ -1,5 +1,8 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <fmt/format.h>
 
 namespace mnemo::server {
@@ -177,6 +180,21 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   if (const json* salt = r.find("cache_salt")) {
     if (!salt->is_string()) return bad_request("'cache_salt' must be a string", "cache_salt");
     out.cache_salt = salt->get<std::string>();
+  }
+  r.boolean("mnemo_report_tokens", out.report_tokens);
+  if (const json* replica = r.find("mnemo_replica")) {
+    if (!replica->is_string()) return bad_request("'mnemo_replica' must be a string (a KV transport endpoint)", "mnemo_replica");
+    out.replica_endpoint = replica->get<std::string>();
+  }
+  if (const json* resume = r.find("mnemo_resume_tokens")) {
+    if (!resume->is_array() || !std::all_of(resume->begin(), resume->end(), [](const json& t) { return t.is_number_integer(); })) {
+      return bad_request("'mnemo_resume_tokens' must be an array of token ids", "mnemo_resume_tokens");
+    }
+    for (const json& t : *resume) {
+      const auto id = t.get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<TokenId>::max()) return bad_request("'mnemo_resume_tokens' holds a token id out of range", "mnemo_resume_tokens");
+      g.resume_tokens.push_back(static_cast<TokenId>(id));
+    }
   }
   if (chat) {
     r.boolean("logprobs", out.logprobs);

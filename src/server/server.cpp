@@ -121,7 +121,7 @@ void Server::install_routes() {
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     std::string text = render_metrics(engine_.metrics());
-    if (transport_ != nullptr) text += render_transport_metrics(transport_->stats());
+    if (transport_ != nullptr) text += render_transport_metrics(transport_->stats()) + render_replication_metrics(replication_stats());
     res.set_content(text, "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -202,6 +202,8 @@ std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req,
   if (!request.max_tokens_given) g.max_tokens = context - n_prompt;
   g.prompt = std::move(prompt);
   g.cache_namespace = cache_namespace_of(req, request);
+  // A replica follows every token, including those whose text is held back.
+  g.report_every_token = request.report_tokens || (!request.replica_endpoint.empty() && replicator_);
 
   if (in_flight_.fetch_add(1) >= config_.max_connections) {
     in_flight_.fetch_sub(1);
@@ -226,7 +228,22 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
   auto prepared = prepare(req, request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   PreparedRun run = std::move(std::get<PreparedRun>(prepared));
+  std::shared_ptr<KvReplicator::Replica> replica;
+  if (!request.replica_endpoint.empty() && replicator_ && request.generation.n == 1) {
+    std::vector<TokenId> tokens = request.generation.prompt;
+    tokens.insert(tokens.end(), request.generation.resume_tokens.begin(), request.generation.resume_tokens.end());
+    replica = replicator_->open(request.replica_endpoint, request.generation.cache_namespace, run.stream, std::move(tokens));
+  }
   auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), run.stream, tokenizer_);
+  if (replica) {
+    completion->set_observer([replica](const StreamEvent& event) {
+      if (const auto* delta = std::get_if<TokenDelta>(&event)) {
+        if (delta->choice == 0 && delta->token >= 0) replica->on_token(delta->token);
+      } else if (std::holds_alternative<RequestDone>(event)) {
+        replica->on_finished();
+      }
+    });
+  }
   if (!completion->streaming()) {
     res.set_content(completion->run_to_completion().dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");

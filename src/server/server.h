@@ -12,6 +12,7 @@
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 #include "server/completion.h"
+#include "server/kv_replicator.h"
 #include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
 
@@ -52,9 +53,12 @@ class Server {
   Server(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template, ServerConfig config);
   ~Server();
 
-  // KV transfer between instances (SPEC M2): the transport pushes go out through, and the
-  // fingerprint of this instance's model and KV layout (a message of another is refused).
+  // KV transfer between instances (SPEC M2): the transport pushes and replicas go out through,
+  // and the fingerprint of this instance's model and KV layout (a message of another is
+  // refused). nullptr detaches it (before the transport is destroyed).
   void attach_kv_transport(transfer::KvTransport* transport, uint64_t layout_fingerprint);
+  // The replicas of requests in flight sent so far (zeros without a transport).
+  ReplicationStats replication_stats() const;
   // The transport's handler: inserts received chunks into the cache (waits for the engine).
   Status receive_kv(transfer::KvMessage&& message);
 
@@ -97,6 +101,7 @@ class Server {
   std::unique_ptr<ResponseStore> store_;
   transfer::KvTransport* transport_ = nullptr;
   uint64_t layout_fingerprint_ = 0;
+  std::unique_ptr<KvReplicator> replicator_;  // with a transport
 };
 
 }  // namespace mnemo::server

@@ -9,55 +9,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 
 import pytest
 import requests
 
 from conftest import MnemoServer
+from cluster_fixtures import etcd, free_port  # noqa: F401  (pytest fixtures by name)
 from helpers import read_metrics, wait_for
 
-ETCD = "/usr/bin/etcd"
 CHAT = {"model": "m", "max_tokens": 12, "temperature": 0}
 # Long enough for whole 32-token chunks of a first turn to be cached.
 LONG_INPUT = ("Say hello to a friend you have not seen for a long time, and ask about their garden, their dog, the "
               "new bakery on the corner and the trip they planned to the sea last summer.")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def etcd():
-    if not os.access(ETCD, os.X_OK):
-        pytest.fail(f"{ETCD} is missing: run scripts/setup.sh (Debian package etcd-server)")
-    data = tempfile.mkdtemp(prefix="mnemo-etcd-")
-    client, peer = free_port(), free_port()
-    url = f"http://127.0.0.1:{client}"
-    proc = subprocess.Popen(
-        [ETCD, "--name", "test", "--data-dir", data, "--listen-client-urls", url, "--advertise-client-urls", url,
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-
-    def healthy():
-        try:
-            return requests.get(url + "/health", timeout=1).json().get("health") == "true"
-        except requests.RequestException:
-            return False
-
-    wait_for(healthy, 30, 0.1, "etcd to answer /health")
-    yield url
-    proc.kill()
-    proc.wait(timeout=10)
-    shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,194 @@
+#include "server/kv_replicator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "kv/prefix_index.h"
+#include "transfer/kv_transport.h"
+
+namespace mnemo::server {
+namespace {
+
+constexpr auto kEngineWait = std::chrono::seconds(20);  // a step of the engine, with margin
+constexpr double kAckTimeoutSeconds = 30;
+constexpr int kFailuresBeforeGivingUp = 3;
+
+}  // namespace
+
+transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
+                                  KvManager::ExportedPrefix&& exported) {
+  transfer::KvMessage message;
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  message.transfer_id = rng();
+  message.ns = ns;
+  message.layout_fingerprint = layout_fingerprint;
+  if (exported.chunks == 0) return message;
+  const auto bs = static_cast<size_t>(block_size);
+  message.block_bytes = static_cast<uint32_t>(exported.payload.size() / static_cast<size_t>(exported.chunks));
+  uint64_t key = exported.parent_key;
+  for (int32_t i = 0; i < exported.chunks; ++i) {
+    transfer::KvChunkMeta meta;
+    meta.position = exported.first_chunk + i;
+    meta.parent_key = key;
+    const auto begin = exported.tokens.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * bs);
+    meta.tokens.assign(begin, begin + static_cast<ptrdiff_t>(bs));
+    meta.key = PrefixIndex::chunk_key(key, ns, meta.tokens);
+    key = meta.key;
+    message.chunks.push_back(std::move(meta));
+  }
+  message.payload = std::move(exported.payload);
+  return message;
+}
+
+KvReplicator::KvReplicator(Engine& engine, transfer::KvTransport& transport, uint64_t layout_fingerprint)
+    : engine_(engine), transport_(transport), layout_fingerprint_(layout_fingerprint), worker_([this] { work(); }) {}
+
+KvReplicator::~KvReplicator() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+std::shared_ptr<KvReplicator::Replica> KvReplicator::open(std::string endpoint, uint64_t ns,
+                                                          std::shared_ptr<RequestStream> stream,
+                                                          std::vector<TokenId> tokens) {
+  return std::make_shared<Replica>(*this, std::move(endpoint), ns, std::move(stream), std::move(tokens));
+}
+
+ReplicationStats KvReplicator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void KvReplicator::schedule(const std::shared_ptr<Replica>& replica) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    queue_.push_back(replica);
+  }
+  wake_.notify_one();
+}
+
+void KvReplicator::work() {
+  for (;;) {
+    std::shared_ptr<Replica> next;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    replicate(*next);
+  }
+}
+
+void KvReplicator::replicate(Replica& r) {
+  const auto bs = engine_.config().block_size;
+  int32_t first = 0;
+  bool finished = false;
+  std::vector<TokenId> tokens;
+  {
+    std::lock_guard lock(r.mutex_);
+    first = r.acknowledged_;
+    finished = r.finished_;
+    tokens = r.tokens_;
+  }
+  // A request still running: from its blocks. One that ended: from the cache, which took its
+  // blocks (the chunks filled after the last increment).
+  std::future<KvManager::ExportedPrefix> future =
+      finished ? engine_.export_prefix(r.ns_, std::vector<TokenId>(tokens.begin(), tokens.end() - 1), first)
+               : engine_.export_running(r.stream_, first);
+  KvManager::ExportedPrefix exported;
+  bool exported_ok = future.wait_for(kEngineWait) == std::future_status::ready;
+  if (exported_ok) {
+    try {
+      exported = future.get();
+    } catch (const std::future_error&) {  // the engine is shutting down
+      exported_ok = false;
+    }
+  }
+  if (!exported_ok || exported.chunks == 0) {
+    // Nothing to send now (the request waits, was swapped out, or its chunks left the cache):
+    // its next token or its end schedules it again.
+    std::lock_guard lock(r.mutex_);
+    r.queued_ = false;
+    return;
+  }
+  const int32_t chunks = exported.chunks;
+  const size_t bytes = exported.payload.size();
+  const Status sent = transport_.send(r.endpoint_, kv_message_of(r.ns_, layout_fingerprint_, bs, std::move(exported)),
+                                      kAckTimeoutSeconds);
+  bool again = false;
+  bool gave_up = false;
+  {
+    std::lock_guard lock(r.mutex_);
+    if (sent.ok()) {
+      r.acknowledged_ = std::max(r.acknowledged_, first + chunks);
+      r.failures_ = 0;
+    } else {
+      // The receiver may hold none of this request's chunks now: start again from the first.
+      r.acknowledged_ = 0;
+      if (++r.failures_ >= kFailuresBeforeGivingUp) r.abandoned_ = gave_up = true;
+    }
+    again = r.has_work_locked();
+    r.queued_ = again;
+  }
+  if (!sent.ok()) std::fprintf(stderr, "mnemo: KV replica to %s: %s\n", r.endpoint_.c_str(), sent.error().message().c_str());
+  {
+    std::lock_guard lock(mutex_);
+    if (sent.ok()) {
+      ++stats_.increments;
+      stats_.chunks += static_cast<uint64_t>(chunks);
+      stats_.bytes += bytes;
+    } else {
+      ++stats_.failures;
+    }
+    stats_.given_up += gave_up ? 1 : 0;
+  }
+  if (again) schedule(r.shared_from_this());
+}
+
+KvReplicator::Replica::Replica(KvReplicator& owner, std::string endpoint, uint64_t ns,
+                               std::shared_ptr<RequestStream> stream, std::vector<TokenId> tokens)
+    : owner_(owner), endpoint_(std::move(endpoint)), ns_(ns), stream_(std::move(stream)), tokens_(std::move(tokens)) {}
+
+int32_t KvReplicator::Replica::filled_chunks_locked() const {
+  if (tokens_.empty()) return 0;
+  return static_cast<int32_t>((tokens_.size() - 1) / static_cast<size_t>(owner_.engine_.config().block_size));
+}
+
+bool KvReplicator::Replica::has_work_locked() const { return !abandoned_ && filled_chunks_locked() > acknowledged_; }
+
+void KvReplicator::Replica::on_token(TokenId token) {
+  {
+    std::lock_guard lock(mutex_);
+    if (finished_) return;
+    tokens_.push_back(token);
+    if (queued_ || !has_work_locked()) return;
+    queued_ = true;
+  }
+  owner_.schedule(shared_from_this());
+}
+
+void KvReplicator::Replica::on_finished() {
+  {
+    std::lock_guard lock(mutex_);
+    if (finished_) return;
+    finished_ = true;
+    if (queued_ || !has_work_locked()) return;
+    queued_ = true;
+  }
+  owner_.schedule(shared_from_this());
+}
+
+int32_t KvReplicator::Replica::acknowledged_chunks() const {
+  std::lock_guard lock(mutex_);
+  return acknowledged_;
+}
+
+}  // namespace mnemo::server

@@ -1,0 +1,106 @@
+// Replicas of requests in flight (SPEC D7, after DejaVu): while a request runs here, its KV goes,
+// chunk by chunk as the chunks fill, to another instance's cache over the KV transport; when it
+// ends, the rest of its conversation's KV follows. If this instance dies mid-reply, the router
+// resumes the request on the replica holder, which finds the KV of the prompt and of the tokens
+// generated so far in its cache and computes only the chunk that had not filled yet.
+//
+// Each increment carries only the chunks not yet acknowledged, named below their predecessor's
+// key (PrefixIndex::chunk_key, the same on every instance): the receiver inserts them under the
+// chunks it took before. An increment the receiver refuses (it evicted the earlier chunks, or had
+// no room) makes the next one start again from the first chunk.
+//
+// Traffic is bounded: one worker per instance sends one increment at a time, and a request has
+// at most one increment queued, which takes every chunk filled by the time it is sent. A replica
+// whose transfers keep failing is given up (the request still runs; its failover recomputes).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "transfer/kv_message.h"
+
+namespace mnemo::transfer {
+class KvTransport;
+}
+
+namespace mnemo::server {
+
+// One KV message from exported chunks: records named by position and key, the payload as is.
+transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
+                                  KvManager::ExportedPrefix&& exported);
+
+struct ReplicationStats {
+  uint64_t increments = 0;   // acknowledged
+  uint64_t failures = 0;     // refused or lost
+  uint64_t chunks = 0;       // acknowledged
+  uint64_t bytes = 0;        // of KV acknowledged
+  uint64_t given_up = 0;     // replicas abandoned after repeated failures
+};
+
+class KvReplicator {
+ public:
+  KvReplicator(Engine& engine, transfer::KvTransport& transport, uint64_t layout_fingerprint);
+  ~KvReplicator();  // stops the worker; what was not sent is not sent
+  KvReplicator(const KvReplicator&) = delete;
+  KvReplicator& operator=(const KvReplicator&) = delete;
+
+  class Replica;
+  // Starts replicating the request streaming into `stream` (prompt `prompt`, plus any tokens it
+  // resumed with) to the transport at `endpoint`. Feed it the request's tokens as they stream.
+  std::shared_ptr<Replica> open(std::string endpoint, uint64_t ns, std::shared_ptr<RequestStream> stream,
+                                std::vector<TokenId> tokens);
+  ReplicationStats stats() const;
+
+ private:
+  void schedule(const std::shared_ptr<Replica>& replica);
+  void work();
+  void replicate(Replica& replica);
+
+  Engine& engine_;
+  transfer::KvTransport& transport_;
+  uint64_t layout_fingerprint_;
+  mutable std::mutex mutex_;  // guards what follows
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Replica>> queue_;
+  bool stopping_ = false;
+  ReplicationStats stats_;
+  std::thread worker_;
+};
+
+class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
+ public:
+  Replica(KvReplicator& owner, std::string endpoint, uint64_t ns, std::shared_ptr<RequestStream> stream,
+          std::vector<TokenId> tokens);
+  // From the thread relaying the request's stream: a token it generated; the request ended.
+  void on_token(TokenId token);
+  void on_finished();
+  int32_t acknowledged_chunks() const;
+
+ private:
+  friend class KvReplicator;
+  // Chunks whose KV exists: all but the last token's (it has not been run through the model yet).
+  int32_t filled_chunks_locked() const;
+  bool has_work_locked() const;
+
+  KvReplicator& owner_;
+  const std::string endpoint_;
+  const uint64_t ns_;
+  const std::shared_ptr<RequestStream> stream_;
+  mutable std::mutex mutex_;  // guards what follows
+  std::vector<TokenId> tokens_;
+  int32_t acknowledged_ = 0;  // chunks the replica holds
+  bool queued_ = false;
+  bool finished_ = false;
+  bool final_sent_ = false;
+  int failures_ = 0;  // in a row
+  bool abandoned_ = false;
+};
+
+}  // namespace mnemo::server

@@ -1,0 +1,48 @@
+"""A real etcd on loopback for the cluster tests (test_cluster.py, test_failover.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+
+import pytest
+import requests
+
+from helpers import wait_for
+
+ETCD = "/usr/bin/etcd"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    if not os.access(ETCD, os.X_OK):
+        pytest.fail(f"{ETCD} is missing: run scripts/setup.sh (Debian package etcd-server)")
+    data = tempfile.mkdtemp(prefix="mnemo-etcd-")
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    proc = subprocess.Popen(
+        [ETCD, "--name", "test", "--data-dir", data, "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+
+    def healthy():
+        try:
+            return requests.get(url + "/health", timeout=1).json().get("health") == "true"
+        except requests.RequestException:
+            return False
+
+    wait_for(healthy, 30, 0.1, "etcd to answer /health")
+    yield url
+    proc.kill()
+    proc.wait(timeout=10)
+    shutil.rmtree(data, ignore_errors=True)

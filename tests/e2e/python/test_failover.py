@@ -1,0 +1,230 @@
+"""Fault tolerance (SPEC D7) on loopback: a real etcd, three `mnemo serve --cluster` instances on the
+default model and `mnemo route --replicas 1` in front. Sixteen concurrent streamed requests run;
+one instance is killed with SIGKILL mid-generation; every client stream completes with output
+identical to a failure-free run, no token missing or repeated, the resumed requests finding
+their KV replicated on the instance that took them over. Then an instance and the holder of its
+replicas die together: the survivor recomputes what it lacks, and output is still identical.
+Runs as its own CTest entry (failover_e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from cluster_fixtures import etcd  # noqa: F401  (a pytest fixture, by name)
+from conftest import MnemoServer
+from helpers import read_metrics, wait_for
+
+REQUESTS = 16
+MAX_TOKENS = 72
+KILL_AFTER_TOKENS = 40  # streamed to each of the victim's clients before it dies: past a chunk boundary
+
+TOPICS = ["a lighthouse keeper", "a mountain village", "an old violin", "a forgotten library", "a desert caravan",
+          "a winter market", "a clockmaker's shop", "a river ferry", "a night train", "a beekeeper's garden",
+          "a harbour at dawn", "a chess tournament", "a glass workshop", "a rainy bookshop", "a tea plantation",
+          "a circus in autumn", "a lost kite", "an abandoned observatory"]
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd, mnemo_bin):  # noqa: F811  (the etcd fixture)
+    name = f"f{os.getpid()}"
+    started: list[MnemoServer] = []
+
+    def start_instance() -> MnemoServer:
+        s = MnemoServer([mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir",
+                         tempfile.mkdtemp(prefix="mnemo-failover-"), "--cluster", etcd, "--cluster-name", name,
+                         "--kv-tokens", "16384", "--model-name", "m", "--threads", "1"])
+        started.append(s)
+        return s.start()
+
+    instances = [start_instance() for _ in range(3)]
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0", "--replicas", "1"])
+    started.append(router)
+    router.start()
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 15, 0.1, "three instances in the view")
+    yield {"instances": instances, "router": router, "start_instance": start_instance}
+    for s in started:
+        if s.proc is not None and s.proc.poll() is None:
+            s.terminate()
+
+
+def request_body(topic: str, seed: int) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": f"Write a short story about {topic}."}],
+            "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0.8, "seed": seed, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+
+def events_of(response: requests.Response):
+    """The JSON payloads of an SSE response, then "[DONE]". Split on the blank line SSE ends events
+    with, not on every Unicode line break (sampled text can hold U+2028 or a form feed)."""
+    assert response.status_code == 200, response.text
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    buffer = b""
+    for piece in response.iter_content(chunk_size=None):
+        buffer += piece
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            assert event.startswith(b"data: "), f"unexpected SSE event {event!r}"
+            data = event[len(b"data: "):].decode()
+            if data == "[DONE]":
+                yield data
+                return
+            yield json.loads(data)
+
+
+class Stream:
+    """One streamed request through the router, read on its own thread."""
+
+    def __init__(self, url: str, body: dict):
+        self.url, self.body = url, body
+        self.instance = ""
+        self.replica = ""  # the instance holding its KV replica
+        self.text = ""
+        self.chunks = 0  # content chunks received
+        self.usage: dict = {}
+        self.error = ""
+        self.started = threading.Event()
+
+    def run(self) -> "Stream":
+        try:
+            with requests.post(self.url + "/v1/chat/completions", json=self.body, stream=True, timeout=300) as r:
+                self.instance = r.headers.get("X-Mnemo-Instance", "")
+                self.replica = r.headers.get("X-Mnemo-Replica", "")
+                self.started.set()
+                ids, roles, finishes = set(), 0, 0
+                for event in events_of(r):
+                    if event == "[DONE]":
+                        break
+                    assert "mnemo_token" not in str(event), "the router must strip its token field"
+                    ids.add(event["id"])
+                    if event.get("usage"):
+                        self.usage = event["usage"]
+                    for choice in event["choices"]:
+                        delta = choice.get("delta", {})
+                        roles += "role" in delta
+                        if delta.get("content"):
+                            self.text += delta["content"]
+                            self.chunks += 1
+                        finishes += choice.get("finish_reason") is not None
+                assert len(ids) == 1, f"one stream id expected, got {ids}"
+                assert roles == 1 and finishes == 1, (roles, finishes)
+        except Exception as e:  # noqa: BLE001  (reported by the test)
+            self.error = repr(e)
+            self.started.set()
+        return self
+
+
+def run_all(url: str, bodies: list[dict], on_progress=None) -> list[Stream]:
+    streams = [Stream(url, b) for b in bodies]
+    with ThreadPoolExecutor(len(streams)) as pool:
+        futures = [pool.submit(s.run) for s in streams]
+        if on_progress is not None:
+            on_progress(streams)
+        for f in futures:
+            f.result()
+    return streams
+
+
+def instance_by_id(cluster, instance_id: str) -> MnemoServer:
+    for server in cluster["instances"]:
+        if any(instance_id in line for line in server.stdout_lines):
+            return server
+    pytest.fail(f"no instance printed id {instance_id}")
+
+
+def kill_when_streaming(cluster, victims_of) -> callable:
+    """on_progress for run_all: once every stream on the chosen instances has KILL_AFTER_TOKENS
+    chunks, SIGKILL them."""
+    state = {}
+
+    def on_progress(streams: list[Stream]):
+        for s in streams:
+            assert s.started.wait(120), "a stream never started"
+        victims = victims_of(streams)
+        state["victims"] = victims
+        on_victims = [s for s in streams if s.instance in victims]
+        assert on_victims, "no stream went to the chosen instances"
+        wait_for(lambda: all(s.chunks >= KILL_AFTER_TOKENS or s.error for s in on_victims), 240, 0.02,
+                 "the doomed instances' streams to be under way")
+        assert all(s.chunks < MAX_TOKENS for s in on_victims), "a stream finished before the kill: raise MAX_TOKENS"
+        for v in victims:
+            instance_by_id(cluster, v).kill()
+        state["killed_streams"] = on_victims
+
+    return on_progress, state
+
+
+def test_killed_instance_streams_resume_on_the_replica_identically(cluster):
+    router = cluster["router"]
+    bodies = [request_body(TOPICS[i], seed=100 + i) for i in range(REQUESTS)]
+
+    def busiest(streams):
+        counts: dict[str, int] = {}
+        for s in streams:
+            counts[s.instance] = counts.get(s.instance, 0) + 1
+        return [max(counts, key=counts.get)]
+
+    on_progress, state = kill_when_streaming(cluster, busiest)
+    before = read_metrics(router.url)
+    failed_run = run_all(router.url, bodies, on_progress)
+    after = read_metrics(router.url)
+    assert all(not s.error for s in failed_run), [s.error for s in failed_run if s.error]
+    resumed = state["killed_streams"]
+    assert after["mnemo_router_resumed_streams_total"] - before.get("mnemo_router_resumed_streams_total", 0) == len(resumed)
+    assert after.get("mnemo_router_failed_resumes_total", 0) == 0
+
+    # The failure-free reference, on the instances left (sampling is seeded: output is the same).
+    reference = run_all(router.url, bodies)
+    assert all(not s.error for s in reference), [s.error for s in reference if s.error]
+    for got, want in zip(failed_run, reference):
+        assert got.text == want.text, f"request on {got.instance} differs after failover"
+        assert got.usage["completion_tokens"] == MAX_TOKENS
+    # The resumed requests found their KV replicated where they resumed: the prompt's, and what they
+    # had generated but the last chunk (32 tokens) that had not filled yet.
+    for s in resumed:
+        details = s.usage["prompt_tokens_details"]
+        assert s.replica and s.replica not in state["victims"]
+        assert details["resumed_tokens"] >= KILL_AFTER_TOKENS, details
+        assert details["resumed_cached_tokens"] >= details["resumed_tokens"] - 2 * 32, details
+        assert details["cached_tokens"] >= s.usage["prompt_tokens"] - 32, details
+
+
+def test_instance_and_replica_holder_killed_together_recompute_identically(cluster):
+    router = cluster["router"]
+    # The killed instance's lease expires (3 s), then a new one makes three again.
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 2, 15, 0.1, "the killed instance gone")
+    cluster["instances"].append(cluster["start_instance"]())
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 30, 0.1, "three instances in the view")
+    bodies = [request_body(f"{TOPICS[i % len(TOPICS)]} and a second one", seed=200 + i) for i in range(REQUESTS)]
+    assert sum(s.proc.poll() is None for s in cluster["instances"]) == 3
+
+    def two_busiest(streams):
+        counts: dict[str, int] = {}
+        for s in streams:
+            counts[s.instance] = counts.get(s.instance, 0) + 1
+        ranked = sorted(counts, key=counts.get, reverse=True)
+        return ranked[:2]
+
+    on_progress, state = kill_when_streaming(cluster, two_busiest)
+    failed_run = run_all(router.url, bodies, on_progress)
+    assert all(not s.error for s in failed_run), [s.error for s in failed_run if s.error]
+    reference = run_all(router.url, bodies)
+    assert all(not s.error for s in reference), [s.error for s in reference if s.error]
+    for got, want in zip(failed_run, reference):
+        assert got.text == want.text, f"request on {got.instance} differs after failover"
+    # A resumed request whose replica holder died with it recomputed what it had generated; one
+    # whose holder survived found it there.
+    lost = [s for s in state["killed_streams"] if s.replica in state["victims"]]
+    kept = [s for s in state["killed_streams"] if s.replica not in state["victims"]]
+    assert lost, "no replica holder died with its instance (the two busiest hold no replica of each other)"
+    for s in lost:
+        assert s.usage["prompt_tokens_details"]["resumed_cached_tokens"] == 0, s.usage
+    for s in kept:
+        details = s.usage["prompt_tokens_details"]
+        assert details["resumed_cached_tokens"] >= details["resumed_tokens"] - 2 * 32, details
