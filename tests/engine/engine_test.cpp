@@ -411,5 +411,88 @@ TEST(StopMatcher, HoldsBackPartialMatchesAcrossPushes) {
   EXPECT_EQ(none.push("anything").text, "anything");
 }
 
+// Failover (SPEC D7): a request resumed with the tokens it had generated elsewhere goes on with
+// exactly the tokens and text the uninterrupted run produced after them, in another engine (cold
+// cache: the resumed tokens computed) or the same one (warm: found in the cache), and counts the
+// resumed tokens as generated.
+TEST_F(EngineTest, AResumedRequestContinuesExactlyWhereItsFirstRunLeftOff) {
+  // The text a stream delivers with each token's event (the last entry: text after the last token).
+  const auto texts_by_token = [](RequestStream& stream, Outcome& outcome) {
+    std::vector<std::string> texts;
+    for (;;) {
+      auto event = stream.next(std::chrono::milliseconds(30000));
+      if (!event) {
+        ADD_FAILURE() << "timed out waiting for the engine";
+        return texts;
+      }
+      if (auto* d = std::get_if<TokenDelta>(&*event)) {
+        if (d->token >= 0) {
+          outcome.tokens.resize(1);
+          outcome.tokens[0].push_back(d->token);
+          texts.push_back(d->text);
+        } else {
+          texts.push_back(d->text);  // held-back text let out at the end
+        }
+      } else if (auto* done = std::get_if<RequestDone>(&*event)) {
+        outcome.usage = done->usage;
+        return texts;
+      }
+    }
+  };
+  const auto join = [](const std::vector<std::string>& parts, size_t from, size_t to) {
+    std::string out;
+    for (size_t i = from; i < to && i < parts.size(); ++i) out += parts[i];
+    return out;
+  };
+  for (const float temperature : {0.0f, 0.9f}) {
+    GenerationRequest whole = make_request(7, 23, 30, temperature);
+    whole.top_logprobs = -1;
+    whole.report_every_token = true;  // every token, held-back text or not
+    whole.stop = {"\xff\xfe"};      // never matched; text is still held back at a cut now and then
+    Engine reference(*model_, *tokenizer_, roomy());
+    Outcome full;
+    const std::vector<std::string> full_texts = texts_by_token(**reference.submit(whole), full);
+    ASSERT_EQ(full.tokens.size(), 1u);
+    ASSERT_EQ(full.tokens[0].size(), 30u);
+    for (const size_t cut : {size_t{1}, size_t{9}, size_t{17}}) {
+      GenerationRequest resumed = whole;
+      resumed.resume_tokens.assign(full.tokens[0].begin(), full.tokens[0].begin() + static_cast<ptrdiff_t>(cut));
+      Engine engine(*model_, *tokenizer_, roomy());
+      for (int run = 0; run < 2; ++run) {  // cold, then with the first run's KV cached
+        auto stream = engine.submit(resumed);
+        ASSERT_TRUE(stream.ok()) << stream.error().message();
+        Outcome rest;
+        const std::vector<std::string> rest_texts = texts_by_token(**stream, rest);
+        const std::vector<TokenId> expected(full.tokens[0].begin() + static_cast<ptrdiff_t>(cut), full.tokens[0].end());
+        ASSERT_EQ(rest.tokens.size(), 1u);
+        EXPECT_EQ(rest.tokens[0], expected) << "temperature " << temperature << ", cut " << cut << ", run " << run;
+        // What the client had, then the rest: the whole text, nothing lost or repeated.
+        EXPECT_EQ(join(full_texts, 0, cut) + join(rest_texts, 0, rest_texts.size()), join(full_texts, 0, full_texts.size()));
+        EXPECT_EQ(rest.usage.completion_tokens, 30);
+        EXPECT_EQ(rest.usage.resumed_tokens, static_cast<int32_t>(cut));
+        EXPECT_EQ(rest.usage.prompt_tokens, 23);
+        EXPECT_LE(rest.usage.cached_tokens, 23);
+        if (run == 1 && cut >= 9) {  // whole chunks of the resumed tokens, below the last token
+          EXPECT_GT(rest.usage.resumed_cached_tokens, 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(EngineTest, ResumesThatCannotBeRightAreRefused) {
+  Engine engine(*model_, *tokenizer_, roomy());
+  GenerationRequest r = make_request(3, 10, 8, 0.0f);
+  r.resume_tokens = {5, 6, 7, 8, 9, 10, 11, 12};  // as many as max_tokens: nothing left
+  auto all_done = engine.submit(r);
+  ASSERT_FALSE(all_done.ok());
+  EXPECT_NE(all_done.error().message().find("nothing to generate"), std::string::npos);
+  r.resume_tokens = {5, 300};
+  EXPECT_FALSE(engine.submit(r).ok());  // outside the vocabulary
+  r.resume_tokens = {5};
+  r.n = 2;
+  EXPECT_FALSE(engine.submit(r).ok());  // only one choice resumes
+}
+
 }  // namespace
 }  // namespace mnemo

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "engine/kv_manager.h"
+#include "kv/prefix_index.h"
 
 namespace mnemo {
 namespace {
@@ -309,6 +310,74 @@ TEST_F(KvManagerTest, APrefixExportedByOneInstanceIsImportedIntoAnothersHostTier
   const PrefixMatch m = target.match_prefix(1, a, 4);
   ASSERT_EQ(m.host_chunks, exported.chunks);
   for (int32_t i = 0; i < exported.chunks; ++i) EXPECT_TRUE(holds_pattern(target, m.table[static_cast<size_t>(i)], a[static_cast<size_t>(i) * 2]));
+}
+
+TEST_F(KvManagerTest, ARunningSequencesChunksReplicateIncrementallyBelowTheChunksSentBefore) {
+  KvManager source(tiny_layout(), config(8, 0));
+  KvManager replica(tiny_layout(), config(8, 8));
+  const auto a = tokens_from(10, 8);  // 4 chunks
+  // A running sequence: its blocks computed, not offered to the cache.
+  std::vector<BlockId> table;
+  ASSERT_TRUE(source.prepare_write(table, 0, 8));
+  for (size_t b = 0; b < table.size(); ++b) fill(source, table[b], a[b * 2]);
+
+  // First increment: chunks 0-1, from the root.
+  KvManager::ExportedPrefix first = source.export_blocks(1, a, table, 0, 2);
+  ASSERT_EQ(first.chunks, 2);
+  EXPECT_EQ(first.first_chunk, 0);
+  EXPECT_EQ(first.parent_key, 0u);
+  EXPECT_EQ(first.tokens, std::vector<TokenId>(a.begin(), a.begin() + 4));
+  ASSERT_TRUE(replica.import_prefix(1, first.tokens, first.payload).ok());
+  // Second: chunks 2-3, named below chunk 1's key, which is the hash chain of the tokens.
+  KvManager::ExportedPrefix second = source.export_blocks(1, a, table, 2, 4);
+  ASSERT_EQ(second.chunks, 2);
+  EXPECT_EQ(second.first_chunk, 2);
+  const uint64_t key0 = PrefixIndex::chunk_key(0, 1, std::span<const TokenId>(a).first(2));
+  EXPECT_EQ(second.parent_key, PrefixIndex::chunk_key(key0, 1, std::span<const TokenId>(a).subspan(2, 2)));
+  EXPECT_EQ(second.tokens, std::vector<TokenId>(a.begin() + 4, a.end()));
+  auto inserted = replica.import_prefix(1, second.tokens, second.payload, second.parent_key, 2);
+  ASSERT_TRUE(inserted.ok()) << inserted.error().message();
+  EXPECT_EQ(*inserted, 2);
+  // The replica serves the whole prefix with the source's bytes.
+  const PrefixMatch m = replica.match_prefix(1, a, 4);
+  ASSERT_EQ(m.table.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(holds_pattern(replica, m.table[i], a[i * 2]));
+  // Limits: nothing past the table or the tokens, nothing from an empty range.
+  EXPECT_EQ(source.export_blocks(1, a, table, 4, 9).chunks, 0);
+  EXPECT_EQ(source.export_blocks(1, a, table, 3, 9).chunks, 1);
+  source.release(table);
+}
+
+TEST_F(KvManagerTest, AnIncrementWhosePredecessorIsNotCachedIsRefusedAndChangesNothing) {
+  KvManager source(tiny_layout(), config(8, 0));
+  KvManager replica(tiny_layout(), config(8, 8));
+  const auto a = tokens_from(10, 8);
+  run_and_cache(source, 1, a);
+  // Exported from the cache from chunk 2 on: the earlier chunks are named, not sent.
+  const KvManager::ExportedPrefix tail = source.export_prefix(1, a, 4, 2);
+  ASSERT_EQ(tail.chunks, 2);
+  EXPECT_EQ(tail.first_chunk, 2);
+  ASSERT_EQ(tail.payload.size(), 2 * tiny_layout().block_bytes());
+  EXPECT_EQ(tail.tokens, std::vector<TokenId>(a.begin() + 4, a.end()));
+  auto unknown = replica.import_prefix(1, tail.tokens, tail.payload, tail.parent_key, 2);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("not cached here"), std::string::npos) << unknown.error().message();
+  EXPECT_EQ(replica.n_cached_blocks(Tier::kHost), 0u);
+  // With its predecessors there, but at the wrong position: refused too.
+  const KvManager::ExportedPrefix head = source.export_prefix(1, a, 2);
+  ASSERT_TRUE(replica.import_prefix(1, head.tokens, head.payload).ok());
+  auto misplaced = replica.import_prefix(1, tail.tokens, tail.payload, tail.parent_key, 3);
+  ASSERT_FALSE(misplaced.ok());
+  auto keyless = replica.import_prefix(1, tail.tokens, tail.payload, 0, 2);
+  ASSERT_FALSE(keyless.ok());
+  EXPECT_EQ(replica.n_cached_blocks(Tier::kHost), 2u);
+  // Another tenant's chunk of the same key path is not a predecessor.
+  EXPECT_FALSE(replica.import_prefix(2, tail.tokens, tail.payload, tail.parent_key, 2).ok());
+  // In its place it is taken.
+  auto placed = replica.import_prefix(1, tail.tokens, tail.payload, tail.parent_key, 2);
+  ASSERT_TRUE(placed.ok()) << placed.error().message();
+  EXPECT_EQ(*placed, 2);
+  EXPECT_EQ(replica.match_prefix(1, a, 4).table.size(), 4u);
 }
 
 TEST_F(KvManagerTest, BadOrUnplaceableImportsChangeNothing) {

@@ -131,3 +131,23 @@ def test_server_is_healthy_after_the_errors(server, raw, client, model_id):
     assert raw.get(server.url + "/health", timeout=10).json() == {"status": "ok"}
     r = client.completions.create(model=model_id, prompt="Hi", max_tokens=1, temperature=0)
     assert r.usage.completion_tokens == 1
+
+
+def test_router_fields_of_the_wrong_shape_are_400(server, raw, model_id):
+    """mnemo_resume_tokens / mnemo_replica / mnemo_report_tokens come from a router (SPEC D7); a
+    wrong one is a clear 400, and a resume the engine cannot continue is refused."""
+    base = {"model": model_id, "messages": MESSAGES, "max_tokens": 4}
+    for field, value in [("mnemo_resume_tokens", "1,2"), ("mnemo_resume_tokens", [1, "x"]), ("mnemo_resume_tokens", [-1]),
+                         ("mnemo_replica", 5), ("mnemo_report_tokens", "yes")]:
+        r = raw.post(server.base_url + "/chat/completions", json={**base, field: value}, timeout=30)
+        check_error_body(r, 400, param=field)
+    for resume in ([7, 8, 9, 10], [10 ** 9]):  # nothing left within max_tokens; outside the vocabulary
+        r = raw.post(server.base_url + "/chat/completions", json={**base, "mnemo_resume_tokens": resume}, timeout=30)
+        check_error_body(r, 400)
+    # A resumed request answers with the rest, counting what it resumed with.
+    r = raw.post(server.base_url + "/chat/completions",
+                 json={**base, "temperature": 0, "mnemo_resume_tokens": [7, 8]}, timeout=60)
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["completion_tokens"] == 4
+    assert usage["prompt_tokens_details"]["resumed_tokens"] == 2

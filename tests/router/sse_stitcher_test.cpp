@@ -1,0 +1,110 @@
+// The client's one stream out of a request's successive upstreams (SPEC D7): tokens recorded and
+// their field removed, events handled only once whole however the bytes are cut, a resumed
+// upstream rewritten into the first one's stream (id, created, no second opening role chunk),
+// and the end recognised.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "router/sse_stitcher.h"
+
+namespace mnemo::router {
+namespace {
+
+using nlohmann::json;
+
+std::string event(const json& payload) { return "data: " + payload.dump() + "\n\n"; }
+
+json chunk(const std::string& id, int created, json delta, int token = -1, json finish = nullptr) {
+  json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", std::move(finish)}};
+  if (token >= 0) choice["mnemo_token"] = token;
+  return {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", "m"}, {"choices", {choice}}};
+}
+
+std::vector<json> payloads(const std::string& stream) {
+  std::vector<json> out;
+  size_t at = 0;
+  for (size_t end; (end = stream.find("\n\n", at)) != std::string::npos; at = end + 2) {
+    const std::string line = stream.substr(at, end - at);
+    EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
+    const std::string data = line.substr(6);
+    out.push_back(data == "[DONE]" ? json("[DONE]") : json::parse(data));
+  }
+  EXPECT_EQ(at, stream.size()) << "a partial event went out";
+  return out;
+}
+
+TEST(SseStitcher, RecordsTokensRemovesTheirFieldAndPassesEventsOnWholeHoweverCut) {
+  const std::string upstream = event(chunk("a", 5, {{"role", "assistant"}, {"content", ""}})) +
+                               event(chunk("a", 5, {{"content", "Hel"}}, 11)) +
+                               event(chunk("a", 5, {{"content", ""}}, 12)) +  // text held back
+                               event(chunk("a", 5, {{"content", "lo\n\nworld"}}, 13));
+  for (size_t piece : {size_t{1}, size_t{3}, size_t{7}, upstream.size()}) {
+    SseStitcher s;
+    std::string out;
+    for (size_t at = 0; at < upstream.size(); at += piece) out += s.feed(std::string_view(upstream).substr(at, piece));
+    EXPECT_EQ(s.tokens(), (std::vector<int32_t>{11, 12, 13})) << "pieces of " << piece;
+    const auto events = payloads(out);
+    ASSERT_EQ(events.size(), 4u);
+    for (const json& e : events) EXPECT_FALSE(e["choices"][0].contains("mnemo_token"));
+    EXPECT_EQ(events[3]["choices"][0]["delta"]["content"], "lo\n\nworld");
+    EXPECT_FALSE(s.finished());
+    EXPECT_FALSE(s.done());
+  }
+}
+
+TEST(SseStitcher, AResumedUpstreamContinuesTheFirstStream) {
+  SseStitcher s;
+  std::string out = s.feed(event(chunk("first", 100, {{"role", "assistant"}, {"content", ""}})) +
+                           event(chunk("first", 100, {{"content", "A"}}, 1)) + "data: {\"id\":\"first\",\"cho");
+  s.begin_resumed();  // the unfinished event is dropped with its upstream
+  EXPECT_EQ(s.resumes(), 1);
+  out += s.feed(event(chunk("second", 200, {{"role", "assistant"}, {"content", ""}})) +
+                event(chunk("second", 200, {{"content", "B"}}, 2)) +
+                event(chunk("second", 200, json::object(), -1, "length")));
+  json usage_chunk = {{"id", "second"}, {"created", 200}, {"choices", json::array()},
+                      {"usage", {{"prompt_tokens", 9}, {"completion_tokens", 2}}}};
+  out += s.feed(event(usage_chunk) + "data: [DONE]\n\n");
+  const auto events = payloads(out);
+  ASSERT_EQ(events.size(), 6u);  // role, A, B, finish, usage, [DONE]: one role chunk only
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    EXPECT_EQ(events[i]["id"], "first") << i;
+    EXPECT_EQ(events[i]["created"], 100) << i;
+  }
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["content"], "A");
+  EXPECT_EQ(events[2]["choices"][0]["delta"]["content"], "B");
+  EXPECT_EQ(events[4]["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(events[5], "[DONE]");
+  EXPECT_EQ(s.tokens(), (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(s.finished());
+  EXPECT_TRUE(s.done());
+}
+
+TEST(SseStitcher, CompletionsStreamsAndOtherChoicesAndForeignEventsPassUntouched) {
+  SseStitcher s;
+  json text_chunk = {{"id", "c"}, {"created", 1}, {"object", "text_completion"},
+                     {"choices", {{{"index", 0}, {"text", "x"}, {"mnemo_token", 4}, {"finish_reason", nullptr}}}}};
+  json other_choice = {{"id", "c"}, {"created", 1}, {"choices", {{{"index", 1}, {"text", "y"}, {"mnemo_token", 5}}}}};
+  const std::string comment = ": keep-alive\n\n";
+  const std::string named = "event: ping\ndata: {}\n\n";
+  const std::string not_json = "data: {not json\n\n";
+  const std::string error = event({{"error", {{"message", "boom"}}}});
+  const std::string out = s.feed(event(text_chunk) + event(other_choice) + comment + named + not_json + error);
+  EXPECT_EQ(s.tokens(), (std::vector<int32_t>{4}));  // choice 1's token is not choice 0's
+  EXPECT_NE(out.find(comment), std::string::npos);
+  EXPECT_NE(out.find(named), std::string::npos);
+  EXPECT_NE(out.find(not_json), std::string::npos);
+  EXPECT_NE(out.find("boom"), std::string::npos);
+  EXPECT_EQ(out.find("mnemo_token"), std::string::npos);
+  EXPECT_FALSE(s.finished());
+}
+
+TEST(SseStitcher, AFinishReasonMarksTheReplyWholeEvenWithoutTheEndMarker) {
+  SseStitcher s;
+  (void)s.feed(event(chunk("a", 1, {{"content", "z"}}, 3, "stop")));
+  EXPECT_TRUE(s.finished());
+  EXPECT_FALSE(s.done());
+}
+
+}  // namespace
+}  // namespace mnemo::router
