@@ -243,11 +243,13 @@ std::shared_ptr<Router::Upstream> Router::resume(Relay& relay) {
       continue;
     }
     lock.unlock();
+    const auto replicated = static_cast<uint64_t>(relay.stitcher.replicated_tokens());
     relay.stitcher.begin_resumed();
     relay.instance = candidate.id;
     std::lock_guard counters(mutex_);
     ++resumed_streams_;
     resumed_tokens_ += relay.stitcher.tokens().size();
+    resumed_replicated_tokens_ += replicated;
     return up;
   }
   std::lock_guard counters(mutex_);
@@ -575,6 +577,9 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
                       "Streamed replies whose instance failed, continued on another instance.", resumed_streams_);
   prometheus::counter(out, "router_resumed_tokens_total", "Tokens those replies had delivered before the failure.",
                       resumed_tokens_);
+  prometheus::counter(out, "router_resumed_replicated_tokens_total",
+                      "Prompt and generated tokens of those replies whose KV replica was acknowledged at the failure.",
+                      resumed_replicated_tokens_);
   prometheus::counter(out, "router_failed_resumes_total", "Streamed replies no instance could continue.", failed_resumes_);
   prometheus::counter(out, "router_predicted_cached_tokens_total",
                       "Prompt tokens the routing expected cached where it sent them.", predicted_cached_tokens_);

@@ -138,6 +138,7 @@ class Router {
   uint64_t kv_pushed_tokens_ = 0;
   uint64_t resumed_streams_ = 0;       // streams continued on another instance
   uint64_t resumed_tokens_ = 0;        // tokens those streams had already delivered
+  uint64_t resumed_replicated_tokens_ = 0;  // their tokens' KV replicated at the failure
   uint64_t failed_resumes_ = 0;        // streams no instance could continue
 };
 

@@ -49,6 +49,7 @@ std::string SseStitcher::feed(std::string_view bytes) {
 
 void SseStitcher::begin_resumed() {
   pending_.clear();
+  replicated_ = 0;  // the resumed part has no replica
   resumed_ = true;
   opening_seen_ = false;
   ++resumes_;
@@ -80,6 +81,10 @@ std::string SseStitcher::event(std::string_view text) {
       if (const auto token = choice.find("mnemo_token"); token != choice.end()) {
         if (first_choice && token->is_number_integer()) tokens_.push_back(token->get<int32_t>());
         choice.erase(token);
+      }
+      if (const auto replicated = choice.find("mnemo_replicated"); replicated != choice.end()) {
+        if (first_choice && replicated->is_number_integer()) replicated_ = replicated->get<int32_t>();
+        choice.erase(replicated);
       }
       if (first_choice && choice.contains("finish_reason") && !choice["finish_reason"].is_null()) finished_ = true;
     }

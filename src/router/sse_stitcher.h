@@ -2,9 +2,10 @@
 // generating a streamed reply fails, the router resumes the request elsewhere and the client must
 // see every token exactly once, as one stream.
 //
-// The router asks instances to name each chunk's token ("mnemo_token"); the stitcher records
-// those tokens (what a resumed request continues after), removes the field, and passes the
-// events on. Events of a resumed upstream are rewritten into the first one's stream: its "id"
+// The router asks instances to name each chunk's token ("mnemo_token"), and how many of the
+// request's tokens its KV replica holds ("mnemo_replicated", when that changes); the stitcher
+// records both (what a resumed request continues after, and how much of it needs no recompute),
+// removes the fields, and passes the events on. Events of a resumed upstream are rewritten into the first one's stream: its "id"
 // and "created" become the first upstream's, and its opening role-only chunk is dropped (the
 // client had one). Events arrive in pieces of any size; an event is handled once whole.
 #pragma once
@@ -28,6 +29,8 @@ class SseStitcher {
 
   // Generated tokens of choice 0 the client has been sent.
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  // Prompt and generated tokens whose KV the current upstream's replica acknowledged.
+  int32_t replicated_tokens() const { return replicated_; }
   bool finished() const { return finished_; }  // choice 0 had a finish_reason
   bool done() const { return done_; }          // "data: [DONE]" went out
   int resumes() const { return resumes_; }
@@ -37,6 +40,7 @@ class SseStitcher {
 
   std::string pending_;  // an event not yet whole
   std::vector<int32_t> tokens_;
+  int32_t replicated_ = 0;
   nlohmann::json id_;       // of the first upstream's stream
   nlohmann::json created_;
   bool resumed_ = false;       // the current upstream is a resumed one

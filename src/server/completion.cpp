@@ -169,6 +169,11 @@ std::string Completion::next_events(bool& done) {
         choice["text"] = delta->text;
       }
       if (request_.report_tokens && delta->token >= 0) choice["mnemo_token"] = delta->token;
+      if (request_.report_tokens && replica_progress_) {
+        if (const int32_t replicated = replica_progress_(); replicated != replicated_reported_) {
+          choice["mnemo_replicated"] = replicated_reported_ = replicated;
+        }
+      }
       out += sse(chunk(json::array({choice})));
     } else if (auto* finished = std::get_if<ChoiceFinished>(&*event)) {
       json choice = {{"index", finished->choice}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(finished->reason)}};

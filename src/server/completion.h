@@ -35,6 +35,9 @@ class Completion {
 
   // Sees every event of the request as it is relayed (a KV replica follows the tokens).
   void set_observer(std::function<void(const StreamEvent&)> observer) { observer_ = std::move(observer); }
+  // Tokens of the request whose KV its replica holds; reported in the stream ("mnemo_replicated")
+  // when the client asked for its tokens, so the router knows how far a failover can go.
+  void set_replica_progress(std::function<int32_t()> progress) { replica_progress_ = std::move(progress); }
 
   void cancel() { stream_->cancel(); }
   bool streaming() const { return request_.stream; }
@@ -53,6 +56,8 @@ class Completion {
   const Tokenizer& tokenizer_;
   RequestUsage usage_;
   std::function<void(const StreamEvent&)> observer_;
+  std::function<int32_t()> replica_progress_;
+  int32_t replicated_reported_ = 0;
   bool role_sent_ = false;
   bool finished_ = false;
 };

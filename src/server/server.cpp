@@ -243,6 +243,7 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
         replica->on_finished();
       }
     });
+    completion->set_replica_progress([replica, bs = engine_.config().block_size] { return replica->acknowledged_chunks() * bs; });
   }
   if (!completion->streaming()) {
     res.set_content(completion->run_to_completion().dump(-1, ' ', false, json::error_handler_t::replace),

@@ -55,10 +55,15 @@ TEST(SseStitcher, RecordsTokensRemovesTheirFieldAndPassesEventsOnWholeHoweverCut
 
 TEST(SseStitcher, AResumedUpstreamContinuesTheFirstStream) {
   SseStitcher s;
-  std::string out = s.feed(event(chunk("first", 100, {{"role", "assistant"}, {"content", ""}})) +
-                           event(chunk("first", 100, {{"content", "A"}}, 1)) + "data: {\"id\":\"first\",\"cho");
+  json with_progress = chunk("first", 100, {{"content", "A"}}, 1);
+  with_progress["choices"][0]["mnemo_replicated"] = 64;
+  std::string out = s.feed(event(chunk("first", 100, {{"role", "assistant"}, {"content", ""}})) + event(with_progress) +
+                           "data: {\"id\":\"first\",\"cho");
+  EXPECT_EQ(s.replicated_tokens(), 64);
+  EXPECT_EQ(out.find("mnemo_replicated"), std::string::npos);
   s.begin_resumed();  // the unfinished event is dropped with its upstream
   EXPECT_EQ(s.resumes(), 1);
+  EXPECT_EQ(s.replicated_tokens(), 0);  // the resumed part has no replica
   out += s.feed(event(chunk("second", 200, {{"role", "assistant"}, {"content", ""}})) +
                 event(chunk("second", 200, {{"content", "B"}}, 2)) +
                 event(chunk("second", 200, json::object(), -1, "length")));
