@@ -16,7 +16,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "kv/prefix_index.h"
+#include "server/kv_messages.h"
 #include "server/kv_replicator.h"
 #include "server/server.h"
 #include "transfer/kv_message.h"
@@ -47,39 +47,7 @@ void Server::attach_kv_transport(transfer::KvTransport* transport, uint64_t layo
 ReplicationStats Server::replication_stats() const { return replicator_ ? replicator_->stats() : ReplicationStats{}; }
 
 Status Server::receive_kv(transfer::KvMessage&& message) {
-  if (message.layout_fingerprint != layout_fingerprint_) {
-    return make_error("KV of layout {:016x}; this instance's is {:016x} (another model or KV type)",
-                      message.layout_fingerprint, layout_fingerprint_);
-  }
-  const auto block_size = static_cast<size_t>(engine_.config().block_size);
-  // The chunks hang below the one keyed chunks[0].parent_key (0: they start the prefix); each
-  // record's key must be the hash of its path, so what is inserted is what the sender had.
-  const uint64_t parent_key = message.chunks.empty() ? 0 : message.chunks.front().parent_key;
-  const int32_t first_position = message.chunks.empty() ? 0 : message.chunks.front().position;
-  std::vector<TokenId> tokens;
-  tokens.reserve(message.chunks.size() * block_size);
-  uint64_t key = parent_key;
-  for (size_t i = 0; i < message.chunks.size(); ++i) {
-    const transfer::KvChunkMeta& chunk = message.chunks[i];
-    if (chunk.tokens.size() != block_size) {
-      return make_error("a chunk of {} tokens; this instance's chunks have {}", chunk.tokens.size(), block_size);
-    }
-    if (chunk.position != first_position + static_cast<int32_t>(i) || chunk.parent_key != key) {
-      return make_error("chunk {} of the message does not follow the one before it", i);
-    }
-    key = PrefixIndex::chunk_key(key, message.ns, chunk.tokens);
-    if (chunk.key != key) return make_error("chunk {} of the message: its key does not match its tokens", i);
-    tokens.insert(tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
-  }
-  auto inserted = engine_.import_prefix(message.ns, std::move(tokens), std::move(message.payload), parent_key, first_position);
-  if (inserted.wait_for(kEngineWait) != std::future_status::ready) return make_error("the engine did not take the KV in time");
-  try {
-    const Result<int32_t> n = inserted.get();
-    if (!n.ok()) return n.error();
-  } catch (const std::future_error&) {
-    return make_error("the engine is shutting down");
-  }
-  return ok_status();
+  return insert_kv_message(engine_, layout_fingerprint_, std::move(message));
 }
 
 void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res) {

@@ -2,9 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <random>
 
-#include "kv/prefix_index.h"
+#include "server/kv_messages.h"
 #include "transfer/kv_transport.h"
 
 namespace mnemo::server {
@@ -15,31 +14,6 @@ constexpr double kAckTimeoutSeconds = 30;
 constexpr int kFailuresBeforeGivingUp = 3;
 
 }  // namespace
-
-transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
-                                  KvManager::ExportedPrefix&& exported) {
-  transfer::KvMessage message;
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  message.transfer_id = rng();
-  message.ns = ns;
-  message.layout_fingerprint = layout_fingerprint;
-  if (exported.chunks == 0) return message;
-  const auto bs = static_cast<size_t>(block_size);
-  message.block_bytes = static_cast<uint32_t>(exported.payload.size() / static_cast<size_t>(exported.chunks));
-  uint64_t key = exported.parent_key;
-  for (int32_t i = 0; i < exported.chunks; ++i) {
-    transfer::KvChunkMeta meta;
-    meta.position = exported.first_chunk + i;
-    meta.parent_key = key;
-    const auto begin = exported.tokens.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * bs);
-    meta.tokens.assign(begin, begin + static_cast<ptrdiff_t>(bs));
-    meta.key = PrefixIndex::chunk_key(key, ns, meta.tokens);
-    key = meta.key;
-    message.chunks.push_back(std::move(meta));
-  }
-  message.payload = std::move(exported.payload);
-  return message;
-}
 
 KvReplicator::KvReplicator(Engine& engine, transfer::KvTransport& transport, uint64_t layout_fingerprint)
     : engine_(engine), transport_(transport), layout_fingerprint_(layout_fingerprint), worker_([this] { work(); }) {}
@@ -91,11 +65,13 @@ void KvReplicator::replicate(Replica& r) {
   const auto bs = engine_.config().block_size;
   int32_t first = 0;
   bool finished = false;
+  uint64_t seen = 0;
   std::vector<TokenId> tokens;
   {
     std::lock_guard lock(r.mutex_);
     first = r.acknowledged_;
     finished = r.finished_;
+    seen = r.events_;
     tokens = r.tokens_;
   }
   // A request still running: from its blocks. One that ended: from the cache, which took its
@@ -114,9 +90,15 @@ void KvReplicator::replicate(Replica& r) {
   }
   if (!exported_ok || exported.chunks == 0) {
     // Nothing to send now (the request waits, was swapped out, or its chunks left the cache):
-    // its next token or its end schedules it again.
-    std::lock_guard lock(r.mutex_);
-    r.queued_ = false;
+    // its next token or its end schedules it again; if one came meanwhile (and found this job
+    // queued), it is looked at now.
+    bool again = false;
+    {
+      std::lock_guard lock(r.mutex_);
+      again = exported_ok && r.events_ != seen && r.has_work_locked();
+      r.queued_ = again;
+    }
+    if (again) schedule(r.shared_from_this());
     return;
   }
   const int32_t chunks = exported.chunks;
@@ -169,6 +151,7 @@ void KvReplicator::Replica::on_token(TokenId token) {
     std::lock_guard lock(mutex_);
     if (finished_) return;
     tokens_.push_back(token);
+    ++events_;
     if (queued_ || !has_work_locked()) return;
     queued_ = true;
   }
@@ -180,6 +163,7 @@ void KvReplicator::Replica::on_finished() {
     std::lock_guard lock(mutex_);
     if (finished_) return;
     finished_ = true;
+    ++events_;
     if (queued_ || !has_work_locked()) return;
     queued_ = true;
   }

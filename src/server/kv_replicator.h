@@ -32,10 +32,6 @@ class KvTransport;
 
 namespace mnemo::server {
 
-// One KV message from exported chunks: records named by position and key, the payload as is.
-transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
-                                  KvManager::ExportedPrefix&& exported);
-
 struct ReplicationStats {
   uint64_t increments = 0;   // acknowledged
   uint64_t failures = 0;     // refused or lost
@@ -98,7 +94,7 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   int32_t acknowledged_ = 0;  // chunks the replica holds
   bool queued_ = false;
   bool finished_ = false;
-  bool final_sent_ = false;
+  uint64_t events_ = 0;  // tokens and the end seen so far: a job knows whether any came while it ran
   int failures_ = 0;  // in a row
   bool abandoned_ = false;
 };

@@ -1,0 +1,76 @@
+#include "server/kv_messages.h"
+
+#include <chrono>
+#include <random>
+
+#include "kv/prefix_index.h"
+
+namespace mnemo::server {
+namespace {
+
+constexpr auto kEngineWait = std::chrono::seconds(20);  // a step of the engine, with margin
+
+}  // namespace
+
+transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
+                                  KvManager::ExportedPrefix&& exported) {
+  transfer::KvMessage message;
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  message.transfer_id = rng();
+  message.ns = ns;
+  message.layout_fingerprint = layout_fingerprint;
+  if (exported.chunks == 0) return message;
+  const auto bs = static_cast<size_t>(block_size);
+  message.block_bytes = static_cast<uint32_t>(exported.payload.size() / static_cast<size_t>(exported.chunks));
+  uint64_t key = exported.parent_key;
+  for (int32_t i = 0; i < exported.chunks; ++i) {
+    transfer::KvChunkMeta meta;
+    meta.position = exported.first_chunk + i;
+    meta.parent_key = key;
+    const auto begin = exported.tokens.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(i) * bs);
+    meta.tokens.assign(begin, begin + static_cast<ptrdiff_t>(bs));
+    meta.key = PrefixIndex::chunk_key(key, ns, meta.tokens);
+    key = meta.key;
+    message.chunks.push_back(std::move(meta));
+  }
+  message.payload = std::move(exported.payload);
+  return message;
+}
+
+Status insert_kv_message(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message) {
+  if (message.layout_fingerprint != layout_fingerprint) {
+    return make_error("KV of layout {:016x}; this instance's is {:016x} (another model or KV type)",
+                      message.layout_fingerprint, layout_fingerprint);
+  }
+  const auto block_size = static_cast<size_t>(engine.config().block_size);
+  // The chunks hang below the one keyed chunks[0].parent_key (0: they start the prefix); each
+  // record's key must be the hash of its path, so what is inserted is what the sender had.
+  const uint64_t parent_key = message.chunks.empty() ? 0 : message.chunks.front().parent_key;
+  const int32_t first_position = message.chunks.empty() ? 0 : message.chunks.front().position;
+  std::vector<TokenId> tokens;
+  tokens.reserve(message.chunks.size() * block_size);
+  uint64_t key = parent_key;
+  for (size_t i = 0; i < message.chunks.size(); ++i) {
+    const transfer::KvChunkMeta& chunk = message.chunks[i];
+    if (chunk.tokens.size() != block_size) {
+      return make_error("a chunk of {} tokens; this instance's chunks have {}", chunk.tokens.size(), block_size);
+    }
+    if (chunk.position != first_position + static_cast<int32_t>(i) || chunk.parent_key != key) {
+      return make_error("chunk {} of the message does not follow the one before it", i);
+    }
+    key = PrefixIndex::chunk_key(key, message.ns, chunk.tokens);
+    if (chunk.key != key) return make_error("chunk {} of the message: its key does not match its tokens", i);
+    tokens.insert(tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+  }
+  auto inserted = engine.import_prefix(message.ns, std::move(tokens), std::move(message.payload), parent_key, first_position);
+  if (inserted.wait_for(kEngineWait) != std::future_status::ready) return make_error("the engine did not take the KV in time");
+  try {
+    const Result<int32_t> n = inserted.get();
+    if (!n.ok()) return n.error();
+  } catch (const std::future_error&) {
+    return make_error("the engine is shutting down");
+  }
+  return ok_status();
+}
+
+}  // namespace mnemo::server

@@ -1,0 +1,24 @@
+// KV messages to and from this instance's cache (SPEC M2, M5): the chunks an export gathered,
+// as one KvMessage whose records are named by position and by key (PrefixIndex::chunk_key, the
+// hash of the whole path: the same on every instance), and a received message inserted into the
+// cache below the chunk its first record names, after checking that every key matches its
+// tokens.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/engine.h"
+#include "transfer/kv_message.h"
+#include "util/result.h"
+
+namespace mnemo::server {
+
+transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
+                                  KvManager::ExportedPrefix&& exported);
+
+// Inserts the message's chunks into the engine's cache (on its thread; waits for it); an Error
+// names what is wrong (another layout, chunk size, a broken key chain, an unknown predecessor,
+// no room) and changes nothing.
+Status insert_kv_message(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message);
+
+}  // namespace mnemo::server

@@ -1,0 +1,216 @@
+// Replicas of requests in flight (SPEC D7) between two engines on a tiny synthetic model, over two
+// real UCX transports on loopback: a request's KV follows it to the replica chunk by chunk, each
+// chunk sent once; the replica serves the request's resumption token for token, its generated
+// tokens' KV found there instead of computed; a refused increment starts the replica again from
+// the first chunk; a replica whose transfers keep failing is given up and the request is unharmed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "server/kv_messages.h"
+#include "server/kv_replicator.h"
+#include "support/tiny_model.h"
+#include "transfer/kv_transport.h"
+
+namespace mnemo::server {
+namespace {
+
+constexpr uint64_t kFingerprint = 0x7e57;
+
+struct Outcome {
+  std::vector<TokenId> tokens;
+  RequestUsage usage;
+};
+
+// Relays a stream to its end, feeding the replica (if any) as the server's handler does.
+Outcome relay(RequestStream& stream, KvReplicator::Replica* replica) {
+  Outcome run;
+  for (;;) {
+    auto event = stream.next(std::chrono::milliseconds(30000));
+    if (!event) {
+      ADD_FAILURE() << "timed out waiting for the engine";
+      return run;
+    }
+    if (auto* d = std::get_if<TokenDelta>(&*event)) {
+      if (d->token < 0) continue;
+      run.tokens.push_back(d->token);
+      if (replica != nullptr) replica->on_token(d->token);
+    } else if (auto* done = std::get_if<RequestDone>(&*event)) {
+      run.usage = done->usage;
+      if (replica != nullptr) replica->on_finished();
+      return run;
+    }
+  }
+}
+
+GenerationRequest make_request(uint32_t seed, int32_t prompt_len, int32_t max_tokens) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<TokenId> dist(3, 299);
+  GenerationRequest r;
+  r.prompt.push_back(1);
+  for (int32_t i = 1; i < prompt_len; ++i) r.prompt.push_back(dist(rng));
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.9f;
+  r.sampling.seed = seed;
+  r.ignore_eos = true;
+  r.report_every_token = true;
+  r.cache_namespace = 5;
+  return r;
+}
+
+template <typename Predicate>
+bool eventually(Predicate done, std::chrono::seconds limit = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+class KvReplicatorTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    mnemo::testing::TinyModelSpec spec;
+    spec.n_vocab = 300;
+    spec.with_tokenizer = true;
+    spec.context_length = 256;
+    const std::string path = mnemo::testing::write_tiny_model(spec, "replicator");
+    for (Model** model : {&source_model_, &replica_model_}) {
+      auto loaded = Model::load(path);
+      ASSERT_TRUE(loaded.ok()) << loaded.error().message();
+      *model = std::move(*loaded).release();
+    }
+    auto tokenizer = Tokenizer::from_gguf(source_model_->file());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message();
+    tokenizer_ = std::move(*tokenizer).release();
+    std::remove(path.c_str());
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete source_model_;
+    delete replica_model_;
+  }
+
+  static EngineConfig config() {
+    EngineConfig c;
+    c.threads = 1;
+    c.block_size = 4;
+    c.kv_blocks = 256;
+    c.host_swap_blocks = 64;
+    c.max_batch_tokens = 64;
+    return c;
+  }
+
+  void SetUp() override {
+    source_ = std::make_unique<Engine>(*source_model_, *tokenizer_, config());
+    replica_engine_ = std::make_unique<Engine>(*replica_model_, *tokenizer_, config());
+    auto receiver = transfer::KvTransport::listen("127.0.0.1", 0, [this](transfer::KvMessage&& m) {
+      return insert_kv_message(*replica_engine_, kFingerprint, std::move(m));
+    });
+    ASSERT_TRUE(receiver.ok()) << receiver.error().message();
+    receiver_ = std::move(*receiver);
+    auto sender = transfer::KvTransport::listen("127.0.0.1", 0, [](transfer::KvMessage&&) { return ok_status(); });
+    ASSERT_TRUE(sender.ok()) << sender.error().message();
+    sender_ = std::move(*sender);
+    replicator_ = std::make_unique<KvReplicator>(*source_, *sender_, kFingerprint);
+  }
+  void TearDown() override {
+    replicator_.reset();
+    sender_.reset();
+    receiver_.reset();
+  }
+
+  // Runs `request` on the source with a replica on the replica engine; waits until the replica
+  // has acknowledged `chunks` chunks (or gave up).
+  Outcome run_replicated(const GenerationRequest& request, std::shared_ptr<KvReplicator::Replica>& replica) {
+    auto stream = source_->submit(request);
+    EXPECT_TRUE(stream.ok()) << stream.error().message();
+    replica = replicator_->open(receiver_->endpoint(), request.cache_namespace, *stream, request.prompt);
+    return relay(**stream, replica.get());
+  }
+
+  Outcome resume_on_replica(GenerationRequest request, const std::vector<TokenId>& generated, size_t cut) {
+    request.resume_tokens.assign(generated.begin(), generated.begin() + static_cast<ptrdiff_t>(cut));
+    auto stream = replica_engine_->submit(request);
+    EXPECT_TRUE(stream.ok()) << stream.error().message();
+    return relay(**stream, nullptr);
+  }
+
+  static Model* source_model_;
+  static Model* replica_model_;
+  static Tokenizer* tokenizer_;
+  std::unique_ptr<Engine> source_, replica_engine_;
+  std::unique_ptr<transfer::KvTransport> receiver_, sender_;
+  std::unique_ptr<KvReplicator> replicator_;
+};
+Model* KvReplicatorTest::source_model_ = nullptr;
+Model* KvReplicatorTest::replica_model_ = nullptr;
+Tokenizer* KvReplicatorTest::tokenizer_ = nullptr;
+
+TEST_F(KvReplicatorTest, ARequestsKvFollowsItChunkByChunkAndServesItsResumptionThere) {
+  const GenerationRequest request = make_request(11, 21, 40);
+  std::shared_ptr<KvReplicator::Replica> replica;
+  const Outcome run = run_replicated(request, replica);
+  ASSERT_EQ(run.tokens.size(), 40u);
+  // 61 tokens, all but the last computed: 15 whole chunks of 4.
+  ASSERT_TRUE(eventually([&] { return replica->acknowledged_chunks() == 15; })) << replica->acknowledged_chunks();
+  const ReplicationStats stats = replicator_->stats();
+  EXPECT_EQ(stats.chunks, 15u);  // each chunk sent once
+  EXPECT_GE(stats.increments, 1u);  // as the chunks filled (a tiny model may finish before the first is sent)
+  EXPECT_EQ(stats.failures, 0u);
+  EXPECT_EQ(stats.bytes, 15 * source_model_->kv_layout(4, DType::F16).block_bytes());
+
+  // Resumed on the replica after 30 tokens: the same 10 tokens follow, and the KV of the prompt and
+  // of the resumed tokens' whole chunks below the last token (12 chunks: 48 tokens) was there.
+  const Outcome rest = resume_on_replica(request, run.tokens, 30);
+  EXPECT_EQ(rest.tokens, std::vector<TokenId>(run.tokens.begin() + 30, run.tokens.end()));
+  EXPECT_EQ(rest.usage.cached_tokens, 21);
+  EXPECT_EQ(rest.usage.resumed_tokens, 30);
+  EXPECT_EQ(rest.usage.resumed_cached_tokens, 48 - 21);
+  EXPECT_EQ(rest.usage.recomputed_tokens, 0);
+}
+
+TEST_F(KvReplicatorTest, ARefusedIncrementStartsTheReplicaAgainFromTheFirstChunk) {
+  sender_->inject_faults({.truncate_next = 1});  // the first increment arrives damaged
+  const GenerationRequest request = make_request(12, 18, 30);
+  std::shared_ptr<KvReplicator::Replica> replica;
+  const Outcome run = run_replicated(request, replica);
+  // 48 tokens: 11 whole chunks below the last.
+  ASSERT_TRUE(eventually([&] { return replica->acknowledged_chunks() == 11; })) << replica->acknowledged_chunks();
+  EXPECT_EQ(replicator_->stats().failures, 1u);
+  EXPECT_EQ(replicator_->stats().given_up, 0u);
+  const Outcome rest = resume_on_replica(request, run.tokens, 25);
+  EXPECT_EQ(rest.tokens, std::vector<TokenId>(run.tokens.begin() + 25, run.tokens.end()));
+  EXPECT_EQ(rest.usage.resumed_cached_tokens, 40 - 18);  // (18 + 25 - 1) / 4 = 10 chunks
+}
+
+TEST_F(KvReplicatorTest, AReplicaThatKeepsFailingIsGivenUpAndTheRequestIsUnharmed) {
+  const GenerationRequest request = make_request(13, 18, 30);
+  Outcome reference;
+  {
+    Engine alone(*source_model_, *tokenizer_, config());
+    auto stream = alone.submit(request);
+    ASSERT_TRUE(stream.ok());
+    reference = relay(**stream, nullptr);
+  }
+  sender_->inject_faults({.truncate_next = 1000});
+  std::shared_ptr<KvReplicator::Replica> replica;
+  const Outcome run = run_replicated(request, replica);
+  EXPECT_EQ(run.tokens, reference.tokens);
+  ASSERT_TRUE(eventually([&] { return replicator_->stats().given_up == 1; }));
+  EXPECT_EQ(replicator_->stats().failures, 3u);
+  EXPECT_EQ(replica->acknowledged_chunks(), 0);
+  // Nothing damaged reached the replica's cache: a resumption there computes everything.
+  const Outcome rest = resume_on_replica(request, run.tokens, 20);
+  EXPECT_EQ(rest.tokens, std::vector<TokenId>(run.tokens.begin() + 20, run.tokens.end()));
+  EXPECT_EQ(rest.usage.resumed_cached_tokens, 0);
+  EXPECT_EQ(rest.usage.cached_tokens, 0);
+}
+
+}  // namespace
+}  // namespace mnemo::server
