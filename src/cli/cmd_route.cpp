@@ -83,10 +83,11 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
                   "one stream, every token once)")
       ->capture_default_str();
   cmd->add_option("--replicas", args->config.replicas,
-                  "KV replicas of each streamed request in flight (0 or 1): with 1, its KV streams to the next-best "
-                  "instance as it runs, so a failover there recomputes almost nothing")
+                  "KV replicas of each chat or completion (one choice) on other instances: its KV streams to the "
+                  "next-best instances as it runs, so a failover there recomputes almost nothing and a finished "
+                  "conversation outlives its instance")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1));
+      ->check(CLI::Range(0, 8));
   cmd->callback([&run, args] { run = [args] { return run_route(*args); }; });
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cluster/etcd_client.h"
@@ -430,44 +431,51 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     tree_.record(members[order.front()].id, std::string_view(view->prompt_text).substr(0, push->bytes), now);
   }
 
-  // A streamed chat or completion of one choice can be resumed elsewhere if its instance fails
-  // (SPEC D7): its chunks name their tokens, and with --replicas 1 its KV streams to the next
-  // best instance while it runs.
+  // A chat or completion of one choice can keep KV replicas on other instances while it runs
+  // (--replicas N: the next best instances with a transport); streamed, it can be resumed
+  // elsewhere if its instance fails (SPEC D7), its chunks naming their tokens.
   const bool streamed = body.value("stream", false) == true;
   const bool one_choice = !body.contains("n") || body["n"] == 1;
   const bool resumable = config_.failover && api != Api::kResponses && streamed && one_choice;
+  const bool replicable = config_.replicas > 0 && api != Api::kResponses && one_choice;
   for (size_t k = 0; k < order.size(); ++k) {
     const cluster::InstanceInfo& m = members[order[k]];
-    std::shared_ptr<Failover> failover;
-    std::string replica;  // the instance holding the request's KV replica
-    std::string sent = req.body;
-    if (resumable) {
-      failover = std::make_shared<Failover>();
-      failover->request = body;
-      failover->request["mnemo_report_tokens"] = true;
-      for (size_t j = k + 1; j < order.size(); ++j) failover->candidates.push_back(members[order[j]]);
-      for (size_t j = 0; j < k; ++j) failover->candidates.push_back(members[order[j]]);  // they did not answer before; may now
-      if (config_.replicas > 0) {
-        // The replica goes to the best other instance with a transport, which is tried first on
-        // a failure.
-        const auto holder = std::find_if(failover->candidates.begin(), failover->candidates.end(),
-                                         [](const auto& c) { return !c.transfer_endpoint.empty(); });
-        if (holder != failover->candidates.end() && !m.transfer_endpoint.empty()) {
-          failover->request["mnemo_replica"] = holder->transfer_endpoint;
-          replica = holder->id;
-          std::rotate(failover->candidates.begin(), holder, holder + 1);
-        }
+    std::vector<cluster::InstanceInfo> others;  // the order to fail over in
+    for (size_t j = k + 1; j < order.size(); ++j) others.push_back(members[order[j]]);
+    for (size_t j = 0; j < k; ++j) others.push_back(members[order[j]]);  // they did not answer before; may now
+    std::vector<std::string> replicas;  // instances holding the request's KV replicas
+    json sent_body;
+    if (replicable && !m.transfer_endpoint.empty()) {
+      // The holders go first among the instances to fail over to, in their order.
+      auto holders_end = std::stable_partition(others.begin(), others.end(),
+                                               [](const auto& c) { return !c.transfer_endpoint.empty(); });
+      json endpoints = json::array();
+      for (auto it = others.begin(); it != holders_end && replicas.size() < static_cast<size_t>(config_.replicas); ++it) {
+        endpoints.push_back(it->transfer_endpoint);
+        replicas.push_back(it->id);
       }
-      sent = failover->request.dump(-1, ' ', false, json::error_handler_t::replace);
+      if (!replicas.empty()) {
+        sent_body = body;
+        sent_body["mnemo_replica"] = std::move(endpoints);
+      }
     }
+    std::shared_ptr<Failover> failover;
+    if (resumable) {
+      if (sent_body.is_null()) sent_body = body;
+      sent_body["mnemo_report_tokens"] = true;
+      failover = std::make_shared<Failover>();
+      failover->request = sent_body;
+      failover->candidates = std::move(others);
+    }
+    const std::string sent = sent_body.is_null() ? req.body : sent_body.dump(-1, ' ', false, json::error_handler_t::replace);
     {
       std::lock_guard lock(mutex_);
       ++in_flight_[m.id];
       ++routed_[m.id];
       tree_.record(m.id, view->prompt_text, now);  // its prefill caches the prompt there
     }
-    auto on_done = [this, api, id = m.id, replica, prompt = view->prompt_text](int status, const std::string& reply_body, bool sse,
-                                                                               const std::string& finished_on) {
+    auto on_done = [this, api, id = m.id, replicas, prompt = view->prompt_text](int status, const std::string& reply_body, bool sse,
+                                                                                const std::string& finished_on) {
       // The next turn's prompt starts with this one's and its reply: cached there now (and on
       // the replica holder). Read outside the lock: a reply can be megabytes of events.
       const std::string next_prefix = status == 200 ? with_reply(api, prompt, reply_text(api, reply_body, sse)) : "";
@@ -477,13 +485,15 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
         if (status != 200) return;
         const double t = seconds_now();
         tree_.record(finished_on, next_prefix, t);
-        if (!replica.empty() && replica != finished_on) tree_.record(replica, next_prefix, t);
+        for (const std::string& holder : replicas) {
+          if (holder != finished_on) tree_.record(holder, next_prefix, t);
+        }
       }
       if (api == Api::kResponses) {
         if (const std::string rid = response_id(reply_body, sse); !rid.empty()) remember_owner(rid, finished_on);
       }
     };
-    if (!replica.empty()) res.set_header("X-Mnemo-Replica", replica);
+    if (!replicas.empty()) res.set_header("X-Mnemo-Replica", fmt::format("{}", fmt::join(replicas, ",")));
     if (forward(req, res, m, sent, on_done, failover)) return;
     res.headers.erase("X-Mnemo-Replica");
     std::lock_guard lock(mutex_);

@@ -9,9 +9,10 @@
 // next best (its lease may not have expired yet); a whole (unstreamed) reply that breaks off
 // never started for the client, so it is retried the same way. A streamed chat or completion
 // (n = 1) that breaks off mid-reply is resumed (SPEC D7): the router sends it again, with the
-// tokens the client already has (router/sse_stitcher.h), to the instance holding its KV
-// replica (--replicas 1: every such request streams its KV to the next-best instance while it
-// runs), else to the next best, which computes what it lacks; sampling continues at the same
+// tokens the client already has (router/sse_stitcher.h), to an instance holding its KV replica
+// (--replicas N: every chat or completion of one choice, streamed or not, streams its KV to the
+// N next-best instances while it runs, so a finished conversation's KV survives its instance
+// too), else to the next best, which computes what it lacks; sampling continues at the same
 // step with the same seed, so the client's stream goes on as if nothing happened. A Responses
 // API turn that breaks off still ends the client's stream (its conversation is stored on the
 // failed instance).
@@ -64,7 +65,7 @@ struct RouterConfig {
   double upstream_timeout_seconds = 600;
   int http_threads = 32;
   bool failover = true;  // resume streamed replies whose instance fails (SPEC D7)
-  int replicas = 0;      // 1: requests in flight replicate their KV to another instance
+  int replicas = 0;      // KV replicas of each request in flight on other instances (0: none)
 };
 
 class Router {

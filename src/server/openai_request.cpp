@@ -183,8 +183,15 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   }
   r.boolean("mnemo_report_tokens", out.report_tokens);
   if (const json* replica = r.find("mnemo_replica")) {
-    if (!replica->is_string()) return bad_request("'mnemo_replica' must be a string (a KV transport endpoint)", "mnemo_replica");
-    out.replica_endpoint = replica->get<std::string>();
+    constexpr size_t kMaxReplicas = 8;
+    const auto is_endpoint = [](const json& e) { return e.is_string() && !e.get<std::string>().empty(); };
+    if (is_endpoint(*replica)) {
+      out.replica_endpoints.push_back(replica->get<std::string>());
+    } else if (replica->is_array() && replica->size() <= kMaxReplicas && std::all_of(replica->begin(), replica->end(), is_endpoint)) {
+      for (const json& e : *replica) out.replica_endpoints.push_back(e.get<std::string>());
+    } else {
+      return bad_request("'mnemo_replica' must be a KV transport endpoint or an array of at most 8", "mnemo_replica");
+    }
   }
   if (const json* resume = r.find("mnemo_resume_tokens")) {
     if (!resume->is_array() || !std::all_of(resume->begin(), resume->end(), [](const json& t) { return t.is_number_integer(); })) {

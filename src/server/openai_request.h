@@ -27,11 +27,11 @@ struct ParsedRequest {
   std::vector<TokenId> prompt_tokens;    // completions, given as token ids
   std::string cache_salt;                // tenant separation of cached KV, with the API key
   // Set by a router (SPEC D7), not by clients:
-  //   mnemo_replica        where to replicate the request's KV while it runs (a KV transport
-  //                        endpoint; "" : nowhere)
+  //   mnemo_replica        where to replicate the request's KV while it runs: a KV transport
+  //                        endpoint, or an array of them (one replica each)
   //   mnemo_report_tokens  a streamed chunk for every token, naming it as "mnemo_token"
   //   mnemo_resume_tokens  generation.resume_tokens
-  std::string replica_endpoint;
+  std::vector<std::string> replica_endpoints;
   bool report_tokens = false;
 };
 

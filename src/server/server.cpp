@@ -203,7 +203,7 @@ std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req,
   g.prompt = std::move(prompt);
   g.cache_namespace = cache_namespace_of(req, request);
   // A replica follows every token, including those whose text is held back.
-  g.report_every_token = request.report_tokens || (!request.replica_endpoint.empty() && replicator_);
+  g.report_every_token = request.report_tokens || (!request.replica_endpoints.empty() && replicator_);
 
   if (in_flight_.fetch_add(1) >= config_.max_connections) {
     in_flight_.fetch_sub(1);
@@ -228,22 +228,31 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
   auto prepared = prepare(req, request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   PreparedRun run = std::move(std::get<PreparedRun>(prepared));
-  std::shared_ptr<KvReplicator::Replica> replica;
-  if (!request.replica_endpoint.empty() && replicator_ && request.generation.n == 1) {
+  std::vector<std::shared_ptr<KvReplicator::Replica>> replicas;
+  if (replicator_ && request.generation.n == 1) {
     std::vector<TokenId> tokens = request.generation.prompt;
     tokens.insert(tokens.end(), request.generation.resume_tokens.begin(), request.generation.resume_tokens.end());
-    replica = replicator_->open(request.replica_endpoint, request.generation.cache_namespace, run.stream, std::move(tokens));
+    for (const std::string& holder : request.replica_endpoints) {
+      replicas.push_back(replicator_->open(holder, request.generation.cache_namespace, run.stream, tokens));
+    }
   }
   auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), run.stream, tokenizer_);
-  if (replica) {
-    completion->set_observer([replica](const StreamEvent& event) {
-      if (const auto* delta = std::get_if<TokenDelta>(&event)) {
-        if (delta->choice == 0 && delta->token >= 0) replica->on_token(delta->token);
-      } else if (std::holds_alternative<RequestDone>(event)) {
-        replica->on_finished();
+  if (!replicas.empty()) {
+    completion->set_observer([replicas](const StreamEvent& event) {
+      for (const auto& replica : replicas) {
+        if (const auto* delta = std::get_if<TokenDelta>(&event)) {
+          if (delta->choice == 0 && delta->token >= 0) replica->on_token(delta->token);
+        } else if (std::holds_alternative<RequestDone>(event)) {
+          replica->on_finished();
+        }
       }
     });
-    completion->set_replica_progress([replica, bs = engine_.config().block_size] { return replica->acknowledged_chunks() * bs; });
+    // How far a failover can go without recompute: the replica that got furthest.
+    completion->set_replica_progress([replicas, bs = engine_.config().block_size] {
+      int32_t chunks = 0;
+      for (const auto& replica : replicas) chunks = std::max(chunks, replica->acknowledged_chunks());
+      return chunks * bs;
+    });
   }
   if (!completion->streaming()) {
     res.set_content(completion->run_to_completion().dump(-1, ' ', false, json::error_handler_t::replace),

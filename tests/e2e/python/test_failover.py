@@ -232,3 +232,38 @@ def test_instance_and_replica_holder_killed_together_recompute_identically(clust
     for s in kept:
         details = s.usage["prompt_tokens_details"]
         assert details["resumed_cached_tokens"] >= details["resumed_tokens"] - 2 * 32, details
+
+
+def test_a_finished_conversation_outlives_its_instance_on_its_replica(cluster):
+    """Non-streamed turns are replicated too: once the turn's instance is gone, the next turn goes
+    to the replica holder and finds the whole first turn (prompt and reply) cached there."""
+    router = cluster["router"]
+    alive = [s for s in cluster["instances"] if s.proc.poll() is None]
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == len(alive), 15, 0.1, "the killed ones gone")
+    while len(alive) < 3:
+        alive.append(cluster["start_instance"]())
+        cluster["instances"].append(alive[-1])
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 30, 0.1, "three instances in the view")
+    messages = [{"role": "user", "content": "Describe, in a few sentences, the harbour of a small fishing town at dawn, "
+                                            "with its boats, its gulls, the smell of the sea and the first light."}]
+    first = requests.post(router.url + "/v1/chat/completions",
+                          json={"model": "m", "messages": messages, "max_tokens": 48, "temperature": 0}, timeout=120)
+    assert first.status_code == 200, first.text
+    owner, holder = first.headers["X-Mnemo-Instance"], first.headers["X-Mnemo-Replica"]
+    assert holder and holder != owner
+    reply = first.json()["choices"][0]["message"]["content"]
+    turn_tokens = first.json()["usage"]["prompt_tokens"] + first.json()["usage"]["completion_tokens"]
+    holder_server = instance_by_id(cluster, holder)
+    # The last increment (the reply's chunks, from the cache) lands just after the reply.
+    wait_for(lambda: read_metrics(holder_server.url).get("mnemo_cache_imported_chunks_total", 0) >= (turn_tokens - 1) // 32,
+             10, 0.05, "the replica to hold the whole turn")
+    instance_by_id(cluster, owner).kill()
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 2, 15, 0.1, "the owner gone")
+    second = requests.post(router.url + "/v1/chat/completions",
+                           json={"model": "m", "max_tokens": 8, "temperature": 0,
+                                 "messages": messages + [{"role": "assistant", "content": reply},
+                                                         {"role": "user", "content": "And at dusk?"}]}, timeout=120)
+    assert second.status_code == 200, second.text
+    assert second.headers["X-Mnemo-Instance"] == holder  # where the conversation's KV is
+    cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= (turn_tokens - 1) // 32 * 32 - 32, (cached, turn_tokens)  # the reply's KV too (a re-rendered tail aside)
