@@ -88,6 +88,10 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
                   "conversation outlives its instance")
       ->capture_default_str()
       ->check(CLI::Range(0, 8));
+  cmd->add_option("--caching3", args->config.caching3,
+                  "With prefill and decode instances: decode instances send each request's KV (prompt and reply) back "
+                  "to its prefill instance as it runs, so the next turn's prefill finds it (MemServe's Caching-3)")
+      ->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_route(*args); }; });
 }
 

@@ -322,9 +322,11 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--profile", args->profile_path, "Cost model from `mnemo profile` (default: the one beside the model, if any)");
   cmd->add_option("--cluster", args->cluster_url, "etcd URL: join a cluster (e.g. http://127.0.0.1:2379), behind `mnemo route`");
   cmd->add_option("--cluster-name", args->cluster_name, "Cluster name (key prefix in etcd)")->capture_default_str();
-  cmd->add_option("--role", args->role, "Role in the cluster (disaggregated prefill/decode: not yet)")
+  cmd->add_option("--role", args->role,
+                  "Role in the cluster: colocated (prefill and decode), or disaggregated (SPEC D4): prefill (computes "
+                  "prompts and sends their KV to a decode instance), decode (generates)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"colocated"}));
+      ->check(CLI::IsMember({"colocated", "prefill", "decode"}));
   cmd->add_option("--transfer-port", args->transfer_port, "Port of the KV transport (UCX) in a cluster (0: any free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));

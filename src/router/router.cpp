@@ -112,13 +112,46 @@ std::string Router::owner_key(const std::string& response_id) const {
   return fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id);
 }
 
-std::vector<cluster::InstanceInfo> Router::live_members() {
+std::vector<cluster::InstanceInfo> Router::live_members(bool prefill) {
   std::vector<cluster::InstanceInfo> out;
   if (!members_) return out;
   for (auto& m : members_->members()) {
-    if (m.role == "colocated") out.push_back(std::move(m));  // disaggregated roles: not routed yet
+    if ((m.role == "prefill") == prefill) out.push_back(std::move(m));
   }
   return out;
+}
+
+bool Router::prefill_on(const httplib::Request& req, const cluster::InstanceInfo& prefill,
+                        const cluster::InstanceInfo& decode, const json& body) {
+  // The prompt alone: one token, unstreamed, its KV replicated to the decode instance, answered
+  // once the decode instance holds it all.
+  json prompt_only = body;
+  prompt_only["max_tokens"] = 1;
+  prompt_only.erase("max_completion_tokens");
+  prompt_only["stream"] = false;
+  prompt_only.erase("stream_options");
+  prompt_only.erase("n");
+  prompt_only["mnemo_replica"] = json::array({decode.transfer_endpoint});
+  prompt_only["mnemo_replica_wait"] = true;
+  const auto started = std::chrono::steady_clock::now();
+  httplib::Client client(prefill.address);
+  client.set_connection_timeout(std::chrono::seconds(2));
+  client.set_read_timeout(std::chrono::duration<double>(config_.upstream_timeout_seconds));
+  httplib::Headers headers;
+  if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
+  const auto reply = client.Post(req.path, headers, prompt_only.dump(-1, ' ', false, json::error_handler_t::replace),
+                                 "application/json");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::lock_guard lock(mutex_);
+  if (!reply || reply->status != 200) {
+    ++prefill_failures_;
+    std::fprintf(stderr, "mnemo route: prefill on %s for %s failed: %s\n", prefill.id.c_str(), decode.id.c_str(),
+                 reply ? reply->body.substr(0, 300).c_str() : httplib::to_string(reply.error()).c_str());
+    return false;
+  }
+  ++prefills_;
+  prefill_seconds_ += seconds;
+  return true;
 }
 
 Result<std::string> Router::owner_of(const std::string& response_id) {
@@ -431,6 +464,37 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     tree_.record(members[order.front()].id, std::string_view(view->prompt_text).substr(0, push->bytes), now);
   }
 
+  // Disaggregated (SPEC D4): a decode instance gets the request once a prefill instance has
+  // computed its prompt and sent it the KV (if that fails, the decode instance computes it). With
+  // --caching3, the decode instance sends the request's KV back as it runs (SPEC M4), so the next
+  // turn's prefill finds it.
+  std::optional<cluster::InstanceInfo> prefill;
+  if (api != Api::kResponses && members[order.front()].role == "decode" && !members[order.front()].transfer_endpoint.empty()) {
+    std::vector<cluster::InstanceInfo> prefills = live_members(/*prefill=*/true);
+    std::erase_if(prefills, [](const auto& p) { return p.transfer_endpoint.empty(); });
+    if (!prefills.empty()) {
+      std::lock_guard lock(mutex_);
+      // The one holding most of the prompt; then the least busy.
+      const auto best = std::min_element(prefills.begin(), prefills.end(), [&](const auto& a, const auto& b) {
+        const size_t ma = tree_.matched_bytes(a.id, view->prompt_text, now), mb = tree_.matched_bytes(b.id, view->prompt_text, now);
+        if (ma != mb) return ma > mb;
+        return in_flight_[a.id] < in_flight_[b.id];
+      });
+      prefill = *best;
+      ++in_flight_[prefill->id];
+      ++routed_[prefill->id];
+    }
+  }
+  if (prefill) {
+    const bool done = prefill_on(req, *prefill, members[order.front()], body);
+    std::lock_guard lock(mutex_);
+    --in_flight_[prefill->id];
+    if (done) {
+      tree_.record(prefill->id, view->prompt_text, now);
+      tree_.record(members[order.front()].id, view->prompt_text, now);
+    }
+  }
+
   // A chat or completion of one choice can keep KV replicas on other instances while it runs
   // (--replicas N: the next best instances with a transport); streamed, it can be resumed
   // elsewhere if its instance fails (SPEC D7), its chunks naming their tokens.
@@ -445,19 +509,24 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     for (size_t j = 0; j < k; ++j) others.push_back(members[order[j]]);  // they did not answer before; may now
     std::vector<std::string> replicas;  // instances holding the request's KV replicas
     json sent_body;
+    json endpoints = json::array();
+    if (prefill && config_.caching3 && k == 0 && !m.transfer_endpoint.empty() && one_choice) {
+      endpoints.push_back(prefill->transfer_endpoint);
+      replicas.push_back(prefill->id);
+    }
     if (replicable && !m.transfer_endpoint.empty()) {
       // The holders go first among the instances to fail over to, in their order.
       auto holders_end = std::stable_partition(others.begin(), others.end(),
                                                [](const auto& c) { return !c.transfer_endpoint.empty(); });
-      json endpoints = json::array();
-      for (auto it = others.begin(); it != holders_end && replicas.size() < static_cast<size_t>(config_.replicas); ++it) {
+      const size_t limit = endpoints.size() + static_cast<size_t>(config_.replicas);
+      for (auto it = others.begin(); it != holders_end && endpoints.size() < limit; ++it) {
         endpoints.push_back(it->transfer_endpoint);
         replicas.push_back(it->id);
       }
-      if (!replicas.empty()) {
-        sent_body = body;
-        sent_body["mnemo_replica"] = std::move(endpoints);
-      }
+    }
+    if (!replicas.empty()) {
+      sent_body = body;
+      sent_body["mnemo_replica"] = std::move(endpoints);
     }
     std::shared_ptr<Failover> failover;
     if (resumable) {
@@ -570,6 +639,7 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   const auto members = live_members();
   std::string out;
   prometheus::gauge(out, "router_instances", "Instances with a live lease that take requests.", members.size());
+  prometheus::gauge(out, "router_prefill_instances", "Prefill instances with a live lease.", live_members(/*prefill=*/true).size());
   std::lock_guard lock(mutex_);
   prometheus::per_instance(out, "router_requests_total", "Requests sent to each instance.", "counter", routed_);
   prometheus::per_instance(out, "router_in_flight", "Requests each instance has not finished.", "gauge", in_flight_);
@@ -591,6 +661,11 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
                       "Prompt and generated tokens of those replies whose KV replica was acknowledged at the failure.",
                       resumed_replicated_tokens_);
   prometheus::counter(out, "router_failed_resumes_total", "Streamed replies no instance could continue.", failed_resumes_);
+  prometheus::counter(out, "router_prefills_total",
+                      "Prompts computed on a prefill instance whose KV went to a decode instance.", prefills_);
+  prometheus::counter(out, "router_prefill_failures_total", "Prefills that failed (the decode instance computed the prompt).",
+                      prefill_failures_);
+  prometheus::counter(out, "router_prefill_seconds_total", "Time spent in prefills, KV transfer included.", prefill_seconds_);
   prometheus::counter(out, "router_predicted_cached_tokens_total",
                       "Prompt tokens the routing expected cached where it sent them.", predicted_cached_tokens_);
   res.set_content(out, "text/plain; version=0.0.4");

@@ -66,6 +66,7 @@ struct RouterConfig {
   int http_threads = 32;
   bool failover = true;  // resume streamed replies whose instance fails (SPEC D7)
   int replicas = 0;      // KV replicas of each request in flight on other instances (0: none)
+  bool caching3 = true;  // disaggregated: decode instances send each request's KV back to its prefill instance
 };
 
 class Router {
@@ -96,7 +97,12 @@ class Router {
   void handle_stored_response(const httplib::Request& req, httplib::Response& res);
   void handle_models(const httplib::Request& req, httplib::Response& res);
   void handle_metrics(const httplib::Request& req, httplib::Response& res);
-  std::vector<cluster::InstanceInfo> live_members();
+  // Instances with a live lease: those that generate (colocated and decode), or the prefill ones.
+  std::vector<cluster::InstanceInfo> live_members(bool prefill = false);
+  // Computes the request's prompt on `prefill`, its KV sent to `decode` (SPEC D4). False if it
+  // failed (the decode instance then computes the prompt itself).
+  bool prefill_on(const httplib::Request& req, const cluster::InstanceInfo& prefill, const cluster::InstanceInfo& decode,
+                  const nlohmann::json& body);
   // Where etcd keeps the instance that stored a response.
   std::string owner_key(const std::string& response_id) const;
   // The instance that stored a response ("" if unknown; an Error if etcd could not say).
@@ -141,6 +147,9 @@ class Router {
   uint64_t resumed_tokens_ = 0;        // tokens those streams had already delivered
   uint64_t resumed_replicated_tokens_ = 0;  // their tokens' KV replicated at the failure
   uint64_t failed_resumes_ = 0;        // streams no instance could continue
+  uint64_t prefills_ = 0;
+  uint64_t prefill_failures_ = 0;
+  double prefill_seconds_ = 0;
 };
 
 }  // namespace mnemo::router

@@ -98,6 +98,7 @@ void KvReplicator::replicate(Replica& r) {
       again = exported_ok && r.events_ != seen && r.has_work_locked();
       r.queued_ = again;
     }
+    r.settled_.notify_all();
     if (again) schedule(r.shared_from_this());
     return;
   }
@@ -120,6 +121,7 @@ void KvReplicator::replicate(Replica& r) {
     again = r.has_work_locked();
     r.queued_ = again;
   }
+  r.settled_.notify_all();
   if (!sent.ok()) std::fprintf(stderr, "mnemo: KV replica to %s: %s\n", r.endpoint_.c_str(), sent.error().message().c_str());
   {
     std::lock_guard lock(mutex_);
@@ -168,6 +170,11 @@ void KvReplicator::Replica::on_finished() {
     queued_ = true;
   }
   owner_.schedule(shared_from_this());
+}
+
+bool KvReplicator::Replica::wait_settled(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return settled_.wait_for(lock, timeout, [&] { return finished_ && !queued_; });
 }
 
 int32_t KvReplicator::Replica::acknowledged_chunks() const {

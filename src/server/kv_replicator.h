@@ -14,6 +14,7 @@
 // whose transfers keep failing is given up (the request still runs; its failover recomputes).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -78,6 +79,9 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   void on_token(TokenId token);
   void on_finished();
   int32_t acknowledged_chunks() const;
+  // Waits until the request ended and nothing more is being sent (everything acknowledged, or
+  // nothing left that can be, or the replica given up). False on timeout.
+  bool wait_settled(std::chrono::milliseconds timeout);
 
  private:
   friend class KvReplicator;
@@ -90,6 +94,7 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   const uint64_t ns_;
   const std::shared_ptr<RequestStream> stream_;
   mutable std::mutex mutex_;  // guards what follows
+  std::condition_variable settled_;
   std::vector<TokenId> tokens_;
   int32_t acknowledged_ = 0;  // chunks the replica holds
   bool queued_ = false;

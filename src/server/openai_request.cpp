@@ -182,6 +182,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
     out.cache_salt = salt->get<std::string>();
   }
   r.boolean("mnemo_report_tokens", out.report_tokens);
+  r.boolean("mnemo_replica_wait", out.replica_wait);
   if (const json* replica = r.find("mnemo_replica")) {
     constexpr size_t kMaxReplicas = 8;
     const auto is_endpoint = [](const json& e) { return e.is_string() && !e.get<std::string>().empty(); };

@@ -31,8 +31,11 @@ struct ParsedRequest {
   //                        endpoint, or an array of them (one replica each)
   //   mnemo_report_tokens  a streamed chunk for every token, naming it as "mnemo_token"
   //   mnemo_resume_tokens  generation.resume_tokens
+  //   mnemo_replica_wait   answer only once the replicas hold all they can (a prefill for a
+  //                        decode instance, SPEC D4)
   std::vector<std::string> replica_endpoints;
   bool report_tokens = false;
+  bool replica_wait = false;
 };
 
 // `chat` selects the chat-completions schema (messages, logprobs as bool + top_logprobs) over

@@ -236,6 +236,7 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
       replicas.push_back(replicator_->open(holder, request.generation.cache_namespace, run.stream, tokens));
     }
   }
+  const bool replica_wait = request.replica_wait;
   auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), run.stream, tokenizer_);
   if (!replicas.empty()) {
     completion->set_observer([replicas](const StreamEvent& event) {
@@ -255,8 +256,13 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
     });
   }
   if (!completion->streaming()) {
-    res.set_content(completion->run_to_completion().dump(-1, ' ', false, json::error_handler_t::replace),
-                    "application/json");
+    const json reply = completion->run_to_completion();
+    if (replica_wait) {
+      // A prefill for a decode instance: done once the decode side holds the prompt's KV.
+      constexpr auto kSettleWait = std::chrono::seconds(30);
+      for (const auto& replica : replicas) (void)replica->wait_settled(kSettleWait);
+    }
+    res.set_content(reply.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     return;
   }
   res.set_header("Cache-Control", "no-cache");

@@ -1,0 +1,102 @@
+"""Disaggregated serving on loopback (SPEC D4, M4): a real etcd, a `--role prefill` and a
+`--role decode` instance on the default model, `mnemo route` in front. A request's prompt is
+computed on the prefill instance, its KV sent to the decode instance, which generates; output is
+identical to a colocated instance's. With Caching-3 (the default) the decode instance sends the
+request's KV back, so the next turn's prefill finds its history cached; without it, it does not."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import requests
+
+from cluster_fixtures import etcd  # noqa: F401  (a pytest fixture, by name)
+from conftest import MnemoServer
+from helpers import read_metrics, wait_for
+
+HISTORY = [{"role": "user", "content": "Say hello to a friend you have not seen for a long time, and ask about their garden, "
+                                       "their dog, the new bakery on the corner and the trip they planned to the sea."}]
+
+
+@pytest.fixture(scope="module")
+def disaggregated(etcd, start_server, mnemo_bin):  # noqa: F811  (the etcd fixture)
+    name = f"d{os.getpid()}"
+    common = ["--cluster", etcd, "--cluster-name", name, "--kv-tokens", "16384", "--model-name", "m"]
+    prefill = start_server(*common, "--role", "prefill")
+    decode = start_server(*common, "--role", "decode")
+    colocated = start_server("--kv-tokens", "16384", "--model-name", "m")  # no cluster: the reference
+    routers: list[MnemoServer] = []
+
+    def start_router(*extra: str) -> MnemoServer:
+        r = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0", *extra])
+        routers.append(r)
+        r.start()
+        wait_for(lambda: read_metrics(r.url).get("mnemo_router_instances") == 1
+                 and read_metrics(r.url).get("mnemo_router_prefill_instances") == 1, 15, 0.1, "both instances in the view")
+        return r
+
+    yield {"prefill": prefill, "decode": decode, "colocated": colocated, "start_router": start_router}
+    for r in routers:
+        if r.proc is not None and r.proc.poll() is None:
+            r.terminate()
+
+
+def post(url: str, body: dict) -> requests.Response:
+    r = requests.post(url + "/v1/chat/completions", json={"model": "m", **body}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def streamed_text(url: str, body: dict) -> str:
+    text = ""
+    with requests.post(url + "/v1/chat/completions", json={"model": "m", **body, "stream": True}, stream=True, timeout=120) as r:
+        assert r.status_code == 200, r.text
+        for line in r.iter_lines():
+            if line.startswith(b"data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    text += choice.get("delta", {}).get("content") or ""
+    return text
+
+
+def test_output_is_identical_colocated_and_disaggregated(disaggregated):
+    router = disaggregated["start_router"]()
+    reference = disaggregated["colocated"].url
+    for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 5}):
+        body = {"messages": HISTORY, "max_tokens": 24, **sampling}
+        before = read_metrics(router.url)
+        got = post(router.url, body)
+        after = read_metrics(router.url)
+        assert got.json()["choices"][0]["message"]["content"] == post(reference, body).json()["choices"][0]["message"]["content"]
+        assert after["mnemo_router_prefills_total"] == before.get("mnemo_router_prefills_total", 0) + 1
+        assert after.get("mnemo_router_prefill_failures_total", 0) == 0
+        assert got.headers["X-Mnemo-Instance"] in "".join(disaggregated["decode"].stdout_lines)
+        # The decode instance found the prompt's KV (all whole chunks below its last token).
+        usage = got.json()["usage"]
+        assert usage["prompt_tokens_details"]["cached_tokens"] >= (usage["prompt_tokens"] - 1) // 32 * 32 - 32, usage
+        assert streamed_text(router.url, body) == streamed_text(reference, body)
+
+
+def test_caching3_sends_the_turn_back_so_the_next_prefill_hits(disaggregated):
+    prefill = disaggregated["prefill"].url
+    for caching3 in ("false", "true"):
+        router = disaggregated["start_router"]("--caching3", caching3)
+        history = [{"role": "user", "content": HISTORY[0]["content"] + f" (variant {caching3})"}]
+        first = post(router.url, {"messages": history, "max_tokens": 48, "temperature": 0})
+        reply = first.json()["choices"][0]["message"]["content"]
+        turn_tokens = first.json()["usage"]["prompt_tokens"] + first.json()["usage"]["completion_tokens"]
+        imported = read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0)
+        if caching3 == "true":  # the reply's chunks came back to the prefill instance
+            wait_for(lambda: read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0) > 0, 10, 0.05, "KV back on prefill")
+        hits_before = read_metrics(prefill).get("mnemo_prefix_cache_hit_tokens_total", 0)
+        post(router.url, {"messages": history + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Thanks!"}],
+                          "max_tokens": 4, "temperature": 0})
+        hits = read_metrics(prefill)["mnemo_prefix_cache_hit_tokens_total"] - hits_before
+        prompt_chunks_tokens = (first.json()["usage"]["prompt_tokens"] - 1) // 32 * 32
+        if caching3 == "true":
+            assert hits >= (turn_tokens - 1) // 32 * 32 - 32, (hits, turn_tokens)  # prompt and reply
+        else:
+            assert imported == read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0)  # nothing came back
+            assert hits <= prompt_chunks_tokens, (hits, prompt_chunks_tokens)  # only what it computed itself
+        router.terminate()
