@@ -7,6 +7,9 @@
 #   session       a conversation stays on one instance (rendezvous hashing on its first message)
 #   cache-aware   argmin over instances of (requests in flight x REQUEST_SECONDS + uncached prompt
 #                 tokens / PREFILL_TPS), the cached prefix from the router's prompt trees
+#   pd-basic      disaggregated (SPEC D4): instance 1 --role prefill, the others --role decode; a
+#                 prompt's KV goes from prefill to decode, nothing comes back (--caching3 false)
+#   pd-caching3   the same with MemServe's Caching-3: decode sends each request's KV back to prefill
 # Repeats REPEATS times with policies interleaved, then writes table.md (medians over repeats).
 #
 #   bench/run_cluster.sh [OUT_DIR]        (default bench/results/cluster-DATE)
@@ -79,17 +82,31 @@ for repeat in $(seq 1 "$REPEATS"); do
     cluster=bench-$run
     run=$((run + 1))
     echo "== $policy, repeat $repeat (cluster $cluster)"
+    route_policy=$policy
+    route_extra=()
+    first_role=colocated
+    other_role=colocated
+    case $policy in
+      pd-basic|pd-caching3)
+        route_policy=cache-aware
+        first_role=prefill
+        other_role=decode
+        if [ "$policy" = pd-caching3 ]; then route_extra=(--caching3 true); else route_extra=(--caching3 false); fi ;;
+    esac
     for i in $(seq 1 "$INSTANCES"); do
       port=$(free_port)
+      role=$other_role
+      if [ "$i" = 1 ]; then role=$first_role; fi
       "$MNEMO_BIN" serve -m "$MODEL" --host 127.0.0.1 --port "$port" -t "$THREADS" --kv-tokens "$KV_TOKENS" \
         --max-running "$SLOTS" --state-dir "$OUT/state-$cluster-$i" --cluster "$ETCD_URL" --cluster-name "$cluster" \
-        >> "$OUT/$policy.instance$i.log" 2>&1 &
+        --role "$role" >> "$OUT/$policy.instance$i.log" 2>&1 &
       PIDS+=($!)
       wait_url "http://127.0.0.1:$port/health" "instance $i"
     done
     router_port=$(free_port)
-    "$MNEMO_BIN" route --cluster "$ETCD_URL" --cluster-name "$cluster" --port "$router_port" --policy "$policy" \
-      --prefill-tokens-per-second "$PREFILL_TPS" --request-seconds "$REQUEST_SECONDS" >> "$OUT/$policy.router.log" 2>&1 &
+    "$MNEMO_BIN" route --cluster "$ETCD_URL" --cluster-name "$cluster" --port "$router_port" --policy "$route_policy" \
+      --prefill-tokens-per-second "$PREFILL_TPS" --request-seconds "$REQUEST_SECONDS" "${route_extra[@]}" \
+      >> "$OUT/$policy.router.log" 2>&1 &
     PIDS+=($!)
     wait_url "http://127.0.0.1:$router_port/health" router
     result=$OUT/$policy-repeat$repeat
