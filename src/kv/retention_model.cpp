@@ -15,6 +15,37 @@ double softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::l
 // ln P(alive) from ln S: P = p S / (p S + 1 - p), the logistic of ln(p / (1 - p)) + ln S.
 double log_alive(double p, double log_s) { return -softplus(-(std::log(p) - std::log1p(-p) + log_s)); }
 
+// Censored observations of weight `weight` at an idle time by which a conversation that comes
+// back would have come back with probability `back` (1 - S).
+struct Censored {
+  double weight;
+  double back;
+};
+
+// ln of the likelihood of a class's observations as a function of its p alone (the think times
+// fixed, their factors left out): ln p per returned conversation, ln(1 - p + p S) per censored one.
+double log_likelihood(double p, double returned, const std::vector<Censored>& censored) {
+  double l = returned > 0 ? returned * std::log(p) : 0;
+  for (const Censored& x : censored) l += x.weight * std::log1p(-p * x.back);
+  return l;
+}
+
+// 2 ln of the likelihood ratio of the best p for these observations against `pooled`: about
+// chi-square with one degree of freedom if the class comes back like the pooled traffic. The
+// log-likelihood is concave in p, so its maximum is where the score changes sign: bisection.
+double split_statistic(double pooled, double returned, const std::vector<Censored>& censored) {
+  double lo = 0;
+  double hi = 1;
+  for (int i = 0; i < 48; ++i) {
+    const double p = (lo + hi) / 2;
+    double score = returned / p;
+    for (const Censored& x : censored) score -= x.weight * x.back / (1 - p * x.back);
+    (score > 0 ? lo : hi) = p;
+  }
+  const double best = (lo + hi) / 2;
+  return 2 * std::max(0.0, log_likelihood(best, returned, censored) - log_likelihood(pooled, returned, censored));
+}
+
 }  // namespace
 
 RetentionModel::RetentionModel(RetentionOptions options) : o_(options) {
@@ -25,6 +56,8 @@ RetentionModel::RetentionModel(RetentionOptions options) : o_(options) {
   MNEMO_CHECK(o_.prior_conversations > 0 && o_.class_prior_conversations > 0 && o_.prior_hazard_conversations > 0 &&
                   o_.neighbour_weight >= 0,
               "prior weights must be positive");
+  MNEMO_CHECK(o_.class_split_statistic >= 0, "the class split statistic must be non-negative, got {}",
+              o_.class_split_statistic);
   MNEMO_CHECK(o_.prior_think_s > 0 && o_.refresh_interval_s >= 0 && o_.em_steps >= 1 && o_.pending_horizon_s > 0,
               "bad fit options");
   const auto bins = static_cast<size_t>(o_.idle_bins);
@@ -140,6 +173,8 @@ void RetentionModel::fit(const std::vector<double>& censored, const std::vector<
     }
   }
   std::vector<double> ended_in(bins), exposure(bins);  // of conversations that come back (expected)
+  std::vector<double> back(classes * bins, 0);  // P(back by its censoring time | comes back), per cell
+  std::vector<Censored> group;
   const auto survival_starts = [&] {
     double log_s = 0;
     for (size_t b = 0; b < bins; ++b) {
@@ -163,7 +198,9 @@ void RetentionModel::fit(const std::vector<double>& censored, const std::vector<
         double alive_in_bin = 0;
         if (censored[i] > 0) {
           const double mean_in_bin = censored_in_bin[i] / censored[i];
-          const double w = std::exp(log_alive(p_[c], log_s_start_[b] - hazard_[b] * mean_in_bin));
+          const double log_s = log_s_start_[b] - hazard_[b] * mean_in_bin;
+          back[i] = -std::expm1(log_s);
+          const double w = std::exp(log_alive(p_[c], log_s));
           alive_censored = w * censored[i];
           alive_in_bin = w * censored_in_bin[i];
         }
@@ -187,13 +224,30 @@ void RetentionModel::fit(const std::vector<double>& censored, const std::vector<
     for (size_t c = 0; c < classes; ++c) {
       double a = alive[c];
       double n = total[c];
+      double r = returned[c];
+      group.clear();
+      const auto gather = [&](size_t d, double weight) {
+        for (size_t b = 0; b < bins; ++b) {
+          if (censored[d * bins + b] > 0) group.push_back({weight * censored[d * bins + b], back[d * bins + b]});
+        }
+      };
+      gather(c, 1);
       for (const size_t d : {c - 1, c + 1}) {  // c - 1 wraps past the end for c = 0
         if (d < classes) {
           a += o_.neighbour_weight * alive[d];
           n += o_.neighbour_weight * total[d];
+          r += o_.neighbour_weight * returned[d];
+          gather(d, o_.neighbour_weight);
         }
       }
-      p_[c] = (a + o_.class_prior_conversations * p_pooled_) / (n + o_.class_prior_conversations);
+      // A class parts from the pooled p only on overwhelming evidence that it comes back
+      // differently; otherwise every class has the pooled p and the order is exactly LRU's.
+      // Shrinkage alone let a few dozen conversations move p_c by chance, and acting on a small
+      // difference cost more than it saved. Hence a likelihood-ratio test, and a strict one
+      // (see class_split_statistic). It tests the data the estimate uses, so a class that passes
+      // keeps the estimate it would have had without the gate.
+      const bool differs = n > 0 && split_statistic(p_pooled_, r, group) > o_.class_split_statistic;
+      p_[c] = differs ? (a + o_.class_prior_conversations * p_pooled_) / (n + o_.class_prior_conversations) : p_pooled_;
     }
   }
   survival_starts();

@@ -33,11 +33,28 @@
 // hazard. Weights are conversations: a chunk counts 1 / end_chunks, so a conversation's turn
 // counts about 1 whatever its length.
 //
-// What this buys (docs/benchmarks.md, "Cache policy simulation"): it follows whatever relation
+// A class gets its own p_c only past a significance gate; otherwise p_c is exactly the pooled p,
+// so with classes alike the order is exactly LRU's rather than LRU's plus noise. The test: 2 ln
+// of the likelihood ratio of the class's data (its neighbours' at half weight, as in its
+// estimate), best p against the pooled p, with the think-time distribution fixed, must exceed
+// class_split_statistic. The likelihood counts censored observations by what they say (one
+// censored at an idle time a returning conversation rarely outlasts says "probably not coming
+// back"; one just gone idle says nothing), which a count of returns against observations would
+// not. The threshold is far stricter than a single test needs because (measured) a relation can
+// be real and still not worth following: on the Chinese ShareGPT set continuation rises from
+// ~0.7 to ~0.95 with length, which the test finds at 2 ln LR 15-33 by the end of a replay, and
+// following it recomputed more than LRU in about half the runs (so did plain shrinkage, or a
+// gate at 10.8, i.e. p < 0.001; at 28 a few runs still were, by under 0.5%). The English set's
+// relation (contexts over ~2k tokens continue 10-40% of the time, shorter ones ~80%) passes 40
+// early in a replay. The price is that gain delayed: evidence builds for longer before a class
+// splits.
+//
+// What this buys (docs/benchmarks.md, "Cache policy simulation"): it follows a strong relation
 // the traffic has between a conversation's length and whether it continues (the think times set
-// how fast idling erodes it); where there is none it is LRU. Tried and left out because they did
-// not help in the simulator: the number of turns so far as part of the class, weighting tokens by
-// their recompute cost, the current return rate alone (instead of the best horizon).
+// how fast idling erodes it); where there is none, or a weak one, it is LRU. Tried and left out
+// because they did not help in the simulator: the number of turns so far as part of the class,
+// weighting tokens by their recompute cost, the current return rate alone (instead of the best
+// horizon).
 //
 // Who calls what (the cache's own events, in time order; nothing about the future):
 //   observe_insert  chunks become idle: the request that used them finished (a turn end), or
@@ -84,6 +101,11 @@ struct RetentionOptions {
   double prior_conversations = 4;        // weight of that prior against the pooled data
   double class_prior_conversations = 4;  // weight of the pooled p against a class's own data
   double neighbour_weight = 0.5;         // weight of each neighbouring class's data in a class's p
+  // A class gets its own p only when 2 ln (likelihood ratio) of its data (as weighted for its p)
+  // against the pooled p exceeds this. Far beyond chi-square's 10.83 (p < 0.001) on purpose: it
+  // is tested at every refresh in every class, a conversation's turns are not independent, and a
+  // real but weak relation is not worth following (see the comment at the top).
+  double class_split_statistic = 40;
   double prior_think_s = 120;
   double prior_hazard_conversations = 2;  // pseudo-conversations through every idle bin at the prior hazard
   double refresh_interval_s = 10;

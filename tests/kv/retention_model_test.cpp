@@ -1,6 +1,7 @@
 // RetentionModel: its bins and classes, the prior (least-recently-used order, exact values), the
 // fit on hand-countable observations (exact return probabilities and hazards), censoring of
-// drops and of chunks still idle, the refresh interval and the horizon, and properties on random
+// drops and of chunks still idle, the refresh interval and the horizon, the significance gate
+// (classes alike keep the pooled p exactly, classes that differ split), and properties on random
 // events (the index never rises with idle time; the same events give the same values).
 #include <gtest/gtest.h>
 
@@ -109,23 +110,36 @@ TEST(RetentionModel, ValueIsPerBytePerTokenAndZeroForAnEndedConversation) {
 // 96 one-chunk conversations, each back 0.5 s after it went idle, and nothing censored: the fit
 // is one M step.
 //   pooled p = (96 + 4 x 0.5) / (96 + 4) = 0.98
+//   hazard of bin 0 ([0, 1 s), width 1): (96 returns + 2 x 1 / 120) / (96 x 0.5 s + 2 x 1 s)
+//   later bins: only the prior, 1 / 120.
+// All the data are in class 0, so nothing says it differs from the pooled traffic: every class
+// keeps the pooled p. Without the significance gate (class_split_statistic 0) the classes shrink
+// to it:
 //   class 0:   (96 + 4 x 0.98) / (96 + 4) = 0.9992
 //   class 1 (borrows half of class 0): (48 + 3.92) / (48 + 4) = 51.92 / 52
 //   class 5 (no data near): 0.98
-//   hazard of bin 0 ([0, 1 s), width 1): (96 returns + 2 x 1 / 120) / (96 x 0.5 s + 2 x 1 s)
-//   later bins: only the prior, 1 / 120.
 TEST(RetentionModel, ReturnsAloneGiveTheShrunkProbabilitiesAndHazardsExactly) {
+  RetentionOptions ungated;
+  ungated.class_split_statistic = 0;
   RetentionModel m;
-  for (int i = 0; i < 96; ++i) m.observe_return(facts(1000 + i - 0.5), 1000 + i);
+  RetentionModel u(ungated);
+  for (int i = 0; i < 96; ++i) {
+    m.observe_return(facts(1000 + i - 0.5), 1000 + i);
+    u.observe_return(facts(1000 + i - 0.5), 1000 + i);
+  }
   m.refresh(1100);
-  EXPECT_DOUBLE_EQ(m.observed_conversations(), 96);
-  EXPECT_DOUBLE_EQ(m.pooled_return_probability(), 0.98);
-  EXPECT_DOUBLE_EQ(m.return_probability(0), 0.9992);
-  EXPECT_DOUBLE_EQ(m.return_probability(1), 51.92 / 52);
-  EXPECT_DOUBLE_EQ(m.return_probability(5), 0.98);
-  EXPECT_DOUBLE_EQ(m.hazard(0), (96 + 2.0 / 120) / (48 + 2));
-  EXPECT_DOUBLE_EQ(m.hazard(1), 1.0 / 120);
-  EXPECT_DOUBLE_EQ(m.hazard(20), 1.0 / 120);
+  u.refresh(1100);
+  for (const RetentionModel* x : {&m, &u}) {
+    EXPECT_DOUBLE_EQ(x->observed_conversations(), 96);
+    EXPECT_DOUBLE_EQ(x->pooled_return_probability(), 0.98);
+    EXPECT_DOUBLE_EQ(x->hazard(0), (96 + 2.0 / 120) / (48 + 2));
+    EXPECT_DOUBLE_EQ(x->hazard(1), 1.0 / 120);
+    EXPECT_DOUBLE_EQ(x->hazard(20), 1.0 / 120);
+  }
+  for (const int32_t c : {0, 1, 5}) EXPECT_EQ(m.return_probability(c), m.pooled_return_probability()) << c;
+  EXPECT_DOUBLE_EQ(u.return_probability(0), 0.9992);
+  EXPECT_DOUBLE_EQ(u.return_probability(1), 51.92 / 52);
+  EXPECT_DOUBLE_EQ(u.return_probability(5), 0.98);
 }
 
 // A conversation counts once whatever its length: four chunks of a four-chunk conversation weigh
@@ -144,21 +158,22 @@ TEST(RetentionModel, AReturnResolvesThePendingChunksOfItsConversation) {
 
 // One conversation goes idle at 0 and is still idle at 1000 s: censored there, it is almost
 // surely not coming back (S(1000) = e^(-1000/120)), so the pooled p falls from 1/2 to about
-// (0 + 2) / (1 + 4) = 0.4 and its class to about (0 + 4 x 0.4) / (1 + 4) = 0.32. Past the
-// horizon (a day) it is censored for good and leaves the pending list.
+// (0 + 2) / (1 + 4) = 0.4; one conversation is no evidence that its class differs, so the class
+// has the pooled p. Past the horizon (a day) it is censored for good and leaves the pending list.
 TEST(RetentionModel, ChunksStillIdleAreCensoredAtRefreshAndExpireAtTheHorizon) {
   RetentionModel m;
   m.observe_insert(facts(0), 0);
   EXPECT_DOUBLE_EQ(m.return_probability(0), 0.5);  // censored at 0 s: no news
   m.refresh(1000);
   EXPECT_NEAR(m.pooled_return_probability(), 0.4, 1e-3);
-  EXPECT_NEAR(m.return_probability(0), 0.32, 1e-3);
+  EXPECT_EQ(m.return_probability(0), m.pooled_return_probability());
   EXPECT_DOUBLE_EQ(m.observed_conversations(), 0);
   EXPECT_EQ(m.pending_groups(), 1u);
   m.refresh(86401);
   EXPECT_EQ(m.pending_groups(), 0u);
   EXPECT_DOUBLE_EQ(m.observed_conversations(), 1);
-  EXPECT_NEAR(m.return_probability(0), 0.32, 1e-3);
+  EXPECT_NEAR(m.pooled_return_probability(), 0.4, 1e-3);
+  EXPECT_EQ(m.return_probability(0), m.pooled_return_probability());
 }
 
 // The fit is redone when an event comes 10 s or more after the last fit (the first event fits).
@@ -210,6 +225,107 @@ TEST(RetentionModel, LearnsWhichConversationsComeBack) {
   // Within a class the order stays least-recently-used.
   EXPECT_LT(m.value(facts(t - 100, 64), t), m.value(facts(t - 10, 64), t));
   EXPECT_LT(m.value(facts(t - 1000, 2), t), m.value(facts(t - 100, 2), t));
+}
+
+// 2,000 one-turn conversations of random lengths (1 to 300 chunks, log-uniform: every class from
+// 0 to 16 gets some), one every 20 s on average, each back after an exponential think time of
+// 60 s with probability `p(length)`, else dropped unmatched after an hour. Events in time order.
+// Refits every 200 s (sooner only costs time here).
+RetentionOptions every_200_s(double class_split_statistic = RetentionOptions{}.class_split_statistic) {
+  RetentionOptions o;
+  o.refresh_interval_s = 200;
+  o.class_split_statistic = class_split_statistic;
+  return o;
+}
+
+template <typename P>
+void replay_random_conversations(RetentionModel& m, P p, uint64_t seed) {
+  struct Event {
+    double time;
+    int kind;  // 0 insert, 1 return, 2 drop
+    double last_use;
+    int32_t length;
+  };
+  std::mt19937_64 rng(seed);
+  std::vector<Event> events;
+  double now = 0;
+  for (int i = 0; i < 2000; ++i) {
+    now += std::exponential_distribution<double>(1.0 / 20)(rng);
+    const auto length = static_cast<int32_t>(std::exp(std::uniform_real_distribution<double>(0, std::log(300.0))(rng)));
+    events.push_back({now, 0, now, length});
+    if (std::uniform_real_distribution<double>(0, 1)(rng) < p(length)) {
+      events.push_back({now + std::exponential_distribution<double>(1.0 / 60)(rng), 1, now, length});
+    } else {
+      events.push_back({now + 3600, 2, now, length});
+    }
+  }
+  std::stable_sort(events.begin(), events.end(), [](const Event& x, const Event& y) { return x.time < y.time; });
+  for (const Event& e : events) {
+    const ChunkFacts c = facts(e.last_use, e.length);
+    if (e.kind == 0) m.observe_insert(c, e.time, e.length);
+    if (e.kind == 1) m.observe_return(c, e.time, e.length);
+    if (e.kind == 2) m.observe_drop(c, e.time, e.length);
+  }
+  m.refresh(now + 3600);
+}
+
+// Every class comes back alike (p 0.6): the chance differences between classes are not evidence,
+// so every class has exactly the pooled p and the order is least-recently-used whatever the
+// lengths. Without the gate the same data part the classes.
+TEST(RetentionModel, ClassesThatComeBackAlikeKeepThePooledProbabilityAndTheLruOrder) {
+  for (const uint64_t seed : {1, 2, 3}) {
+    RetentionModel m(every_200_s());
+    RetentionModel u(every_200_s(0));
+    replay_random_conversations(m, [](int32_t) { return 0.6; }, seed);
+    replay_random_conversations(u, [](int32_t) { return 0.6; }, seed);
+    EXPECT_NEAR(m.pooled_return_probability(), 0.6, 0.05) << seed;
+    double spread = 0;
+    for (int32_t cls = 0; cls < m.options().classes; ++cls) {
+      EXPECT_EQ(m.return_probability(cls), m.pooled_return_probability()) << seed << " " << cls;
+      spread = std::max(spread, std::abs(u.return_probability(cls) - u.pooled_return_probability()));
+    }
+    EXPECT_GT(spread, 0.02) << seed;
+    // Least-recently-used: the longer idle never worth more, and the same idle time worth the
+    // same at every length.
+    const double t = 1e5;
+    const std::vector<int32_t> lengths = {1, 3, 10, 40, 150, 300, 5000};
+    double previous = std::numeric_limits<double>::infinity();
+    for (double idle = 0; idle < 1e5; idle = idle * 1.3 + 0.1) {
+      const double v = m.log_value(facts(t - idle), t);
+      EXPECT_LE(v, previous) << seed << " " << idle;
+      for (const int32_t length : lengths) EXPECT_EQ(m.log_value(facts(t - idle, length), t), v) << seed << " " << idle;
+      previous = v;
+    }
+  }
+}
+
+// Short conversations (up to 8 chunks) come back with p 0.85, longer ones with 0.3: the classes
+// seen a few hundred times part from the pooled p as they did without the gate (one seen a few
+// dozen times, such as 256-362 chunks here, may keep the pooled p).
+TEST(RetentionModel, ClassesThatComeBackDifferentlySplit) {
+  const auto p = [](int32_t length) { return length <= 8 ? 0.85 : 0.3; };
+  for (const uint64_t seed : {1, 2, 3}) {
+    RetentionModel m(every_200_s());
+    RetentionModel u(every_200_s(0));
+    replay_random_conversations(m, p, seed);
+    replay_random_conversations(u, p, seed);
+    const double pooled = m.pooled_return_probability();
+    for (const int32_t length : {1, 2, 4}) {
+      EXPECT_GT(m.return_probability(m.class_of(length)), 0.75) << seed << " " << length;
+    }
+    for (const int32_t length : {32, 64, 128}) {
+      EXPECT_LT(m.return_probability(m.class_of(length)), 0.4) << seed << " " << length;
+    }
+    EXPECT_GT(pooled, 0.4) << seed;
+    EXPECT_LT(pooled, 0.6) << seed;
+    for (const int32_t length : {1, 2, 4, 32, 64, 128}) {
+      const int32_t cls = m.class_of(length);
+      EXPECT_NEAR(m.return_probability(cls), u.return_probability(cls), 0.01) << seed << " " << length;
+    }
+    // A long conversation idle for 10 s is worth less than a short one idle for 100 s.
+    const double t = 1e5;
+    EXPECT_LT(m.value(facts(t - 10, 64), t), m.value(facts(t - 100, 2), t)) << seed;
+  }
 }
 
 TEST(RetentionModel, OnRandomEventsTheIndexNeverRisesWithIdleTimeAndReplaysExactly) {
