@@ -25,6 +25,10 @@ using nlohmann::json;
 constexpr size_t kMaxKeptReplyBytes = 4u << 20;  // of a reply, for the prompt tree
 constexpr double kExpireEverySeconds = 5;          // prompt-tree expiry scans at most this often
 constexpr size_t kMaxRememberedOwners = 100000;    // response owners cached in memory (etcd has them all)
+// Prompt-tree bytes to the tokens an instance surely holds, for the chunks a KV replica need not
+// send: conservative (English text runs at about 4 bytes per token), since a guess past what the
+// receiver holds costs a refused increment and a resend from the first chunk.
+constexpr size_t kBytesPerKnownToken = 6;
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -122,7 +126,7 @@ std::vector<cluster::InstanceInfo> Router::live_members(bool prefill) {
 }
 
 bool Router::prefill_on(const httplib::Request& req, const cluster::InstanceInfo& prefill,
-                        const cluster::InstanceInfo& decode, const json& body) {
+                        const cluster::InstanceInfo& decode, const json& body, size_t decode_known_tokens) {
   // The prompt alone: one token, unstreamed, its KV replicated to the decode instance, answered
   // once the decode instance holds it all.
   json prompt_only = body;
@@ -132,6 +136,7 @@ bool Router::prefill_on(const httplib::Request& req, const cluster::InstanceInfo
   prompt_only.erase("stream_options");
   prompt_only.erase("n");
   prompt_only["mnemo_replica"] = json::array({decode.transfer_endpoint});
+  prompt_only["mnemo_replica_known_tokens"] = json::array({decode_known_tokens});
   prompt_only["mnemo_replica_wait"] = true;
   const auto started = std::chrono::steady_clock::now();
   httplib::Client client(prefill.address);
@@ -419,6 +424,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     size_t bytes;  // of the prompt text the source holds
   };
   std::optional<Push> push;
+  size_t chosen_matched_bytes = 0;  // of the prompt, in the chosen instance's prompt tree
   {
     std::lock_guard lock(mutex_);
     if (now - last_expire_ >= kExpireEverySeconds) {
@@ -444,6 +450,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       }
     }
     order.push_back(decision->index);
+    chosen_matched_bytes = candidates[decision->index].matched_bytes;
     predicted_cached_tokens_ += static_cast<uint64_t>(decision->predicted_cached_tokens);
     std::vector<size_t> rest;
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -469,6 +476,8 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   // --caching3, the decode instance sends the request's KV back as it runs (SPEC M4), so the next
   // turn's prefill finds it.
   std::optional<cluster::InstanceInfo> prefill;
+  size_t prefill_matched_bytes = 0;
+  bool prefilled = false;
   if (api != Api::kResponses && members[order.front()].role == "decode" && !members[order.front()].transfer_endpoint.empty()) {
     std::vector<cluster::InstanceInfo> prefills = live_members(/*prefill=*/true);
     std::erase_if(prefills, [](const auto& p) { return p.transfer_endpoint.empty(); });
@@ -481,12 +490,14 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
         return in_flight_[a.id] < in_flight_[b.id];
       });
       prefill = *best;
+      prefill_matched_bytes = tree_.matched_bytes(prefill->id, view->prompt_text, now);
       ++in_flight_[prefill->id];
       ++routed_[prefill->id];
     }
   }
   if (prefill) {
-    const bool done = prefill_on(req, *prefill, members[order.front()], body);
+    const bool done = prefill_on(req, *prefill, members[order.front()], body, chosen_matched_bytes / kBytesPerKnownToken);
+    prefilled = done;
     std::lock_guard lock(mutex_);
     --in_flight_[prefill->id];
     if (done) {
@@ -510,8 +521,10 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     std::vector<std::string> replicas;  // instances holding the request's KV replicas
     json sent_body;
     json endpoints = json::array();
+    json known = json::array();  // per replica, the leading tokens it holds already
     if (prefill && config_.caching3 && k == 0 && !m.transfer_endpoint.empty() && one_choice) {
       endpoints.push_back(prefill->transfer_endpoint);
+      known.push_back((prefilled ? view->prompt_text.size() : prefill_matched_bytes) / kBytesPerKnownToken);
       replicas.push_back(prefill->id);
     }
     if (replicable && !m.transfer_endpoint.empty()) {
@@ -521,12 +534,14 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       const size_t limit = endpoints.size() + static_cast<size_t>(config_.replicas);
       for (auto it = others.begin(); it != holders_end && endpoints.size() < limit; ++it) {
         endpoints.push_back(it->transfer_endpoint);
+        known.push_back(0);
         replicas.push_back(it->id);
       }
     }
     if (!replicas.empty()) {
       sent_body = body;
       sent_body["mnemo_replica"] = std::move(endpoints);
+      sent_body["mnemo_replica_known_tokens"] = std::move(known);
     }
     std::shared_ptr<Failover> failover;
     if (resumable) {

@@ -101,8 +101,9 @@ class Router {
   std::vector<cluster::InstanceInfo> live_members(bool prefill = false);
   // Computes the request's prompt on `prefill`, its KV sent to `decode` (SPEC D4). False if it
   // failed (the decode instance then computes the prompt itself).
+  // `decode_known_tokens`: leading prompt tokens the decode instance holds already (not sent).
   bool prefill_on(const httplib::Request& req, const cluster::InstanceInfo& prefill, const cluster::InstanceInfo& decode,
-                  const nlohmann::json& body);
+                  const nlohmann::json& body, size_t decode_known_tokens);
   // Where etcd keeps the instance that stored a response.
   std::string owner_key(const std::string& response_id) const;
   // The instance that stored a response ("" if unknown; an Error if etcd could not say).

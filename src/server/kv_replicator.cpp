@@ -1,5 +1,6 @@
 #include "server/kv_replicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -29,8 +30,8 @@ KvReplicator::~KvReplicator() {
 
 std::shared_ptr<KvReplicator::Replica> KvReplicator::open(std::string endpoint, uint64_t ns,
                                                           std::shared_ptr<RequestStream> stream,
-                                                          std::vector<TokenId> tokens) {
-  return std::make_shared<Replica>(*this, std::move(endpoint), ns, std::move(stream), std::move(tokens));
+                                                          std::vector<TokenId> tokens, int32_t known_chunks) {
+  return std::make_shared<Replica>(*this, std::move(endpoint), ns, std::move(stream), std::move(tokens), known_chunks);
 }
 
 ReplicationStats KvReplicator::stats() const {
@@ -138,8 +139,11 @@ void KvReplicator::replicate(Replica& r) {
 }
 
 KvReplicator::Replica::Replica(KvReplicator& owner, std::string endpoint, uint64_t ns,
-                               std::shared_ptr<RequestStream> stream, std::vector<TokenId> tokens)
-    : owner_(owner), endpoint_(std::move(endpoint)), ns_(ns), stream_(std::move(stream)), tokens_(std::move(tokens)) {}
+                               std::shared_ptr<RequestStream> stream, std::vector<TokenId> tokens, int32_t known_chunks)
+    : owner_(owner), endpoint_(std::move(endpoint)), ns_(ns), stream_(std::move(stream)), tokens_(std::move(tokens)) {
+  // Never past the chunks the request starts with: beyond them nothing is known.
+  acknowledged_ = std::clamp(known_chunks, 0, filled_chunks_locked());
+}
 
 int32_t KvReplicator::Replica::filled_chunks_locked() const {
   if (tokens_.empty()) return 0;

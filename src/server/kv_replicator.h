@@ -51,8 +51,10 @@ class KvReplicator {
   class Replica;
   // Starts replicating the request streaming into `stream` (prompt `prompt`, plus any tokens it
   // resumed with) to the transport at `endpoint`. Feed it the request's tokens as they stream.
+  // `known_chunks`: leading chunks the receiver is believed to hold already, not sent (if it
+  // turns out not to, its refusal restarts the replica from the first chunk).
   std::shared_ptr<Replica> open(std::string endpoint, uint64_t ns, std::shared_ptr<RequestStream> stream,
-                                std::vector<TokenId> tokens);
+                                std::vector<TokenId> tokens, int32_t known_chunks = 0);
   ReplicationStats stats() const;
 
  private:
@@ -74,7 +76,7 @@ class KvReplicator {
 class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
  public:
   Replica(KvReplicator& owner, std::string endpoint, uint64_t ns, std::shared_ptr<RequestStream> stream,
-          std::vector<TokenId> tokens);
+          std::vector<TokenId> tokens, int32_t known_chunks);
   // From the thread relaying the request's stream: a token it generated; the request ended.
   void on_token(TokenId token);
   void on_finished();

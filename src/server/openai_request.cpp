@@ -183,6 +183,13 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
   }
   r.boolean("mnemo_report_tokens", out.report_tokens);
   r.boolean("mnemo_replica_wait", out.replica_wait);
+  if (const json* known = r.find("mnemo_replica_known_tokens")) {
+    const auto is_count = [](const json& n) { return n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() < (1 << 30); };
+    if (!known->is_array() || known->size() > 8 || !std::all_of(known->begin(), known->end(), is_count)) {
+      return bad_request("'mnemo_replica_known_tokens' must be an array of token counts", "mnemo_replica_known_tokens");
+    }
+    for (const json& n : *known) out.replica_known_tokens.push_back(static_cast<int32_t>(n.get<int64_t>()));
+  }
   if (const json* replica = r.find("mnemo_replica")) {
     constexpr size_t kMaxReplicas = 8;
     const auto is_endpoint = [](const json& e) { return e.is_string() && !e.get<std::string>().empty(); };

@@ -33,7 +33,9 @@ struct ParsedRequest {
   //   mnemo_resume_tokens  generation.resume_tokens
   //   mnemo_replica_wait   answer only once the replicas hold all they can (a prefill for a
   //                        decode instance, SPEC D4)
+  //   mnemo_replica_known_tokens  per replica, leading tokens it is believed to hold already
   std::vector<std::string> replica_endpoints;
+  std::vector<int32_t> replica_known_tokens;
   bool report_tokens = false;
   bool replica_wait = false;
 };

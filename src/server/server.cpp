@@ -232,8 +232,11 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
   if (replicator_ && request.generation.n == 1) {
     std::vector<TokenId> tokens = request.generation.prompt;
     tokens.insert(tokens.end(), request.generation.resume_tokens.begin(), request.generation.resume_tokens.end());
-    for (const std::string& holder : request.replica_endpoints) {
-      replicas.push_back(replicator_->open(holder, request.generation.cache_namespace, run.stream, tokens));
+    const int32_t bs = engine_.config().block_size;
+    for (size_t i = 0; i < request.replica_endpoints.size(); ++i) {
+      const int32_t known = i < request.replica_known_tokens.size() ? request.replica_known_tokens[i] : 0;
+      replicas.push_back(replicator_->open(request.replica_endpoints[i], request.generation.cache_namespace, run.stream,
+                                           tokens, known / bs));
     }
   }
   const bool replica_wait = request.replica_wait;

@@ -127,10 +127,11 @@ class KvReplicatorTest : public ::testing::Test {
 
   // Runs `request` on the source with a replica on the replica engine; waits until the replica
   // has acknowledged `chunks` chunks (or gave up).
-  Outcome run_replicated(const GenerationRequest& request, std::shared_ptr<KvReplicator::Replica>& replica) {
+  Outcome run_replicated(const GenerationRequest& request, std::shared_ptr<KvReplicator::Replica>& replica,
+                         int32_t known_chunks = 0) {
     auto stream = source_->submit(request);
     EXPECT_TRUE(stream.ok()) << stream.error().message();
-    replica = replicator_->open(receiver_->endpoint(), request.cache_namespace, *stream, request.prompt);
+    replica = replicator_->open(receiver_->endpoint(), request.cache_namespace, *stream, request.prompt, known_chunks);
     return relay(**stream, replica.get());
   }
 
@@ -210,6 +211,36 @@ TEST_F(KvReplicatorTest, AReplicaThatKeepsFailingIsGivenUpAndTheRequestIsUnharme
   EXPECT_EQ(rest.tokens, std::vector<TokenId>(run.tokens.begin() + 20, run.tokens.end()));
   EXPECT_EQ(rest.usage.resumed_cached_tokens, 0);
   EXPECT_EQ(rest.usage.cached_tokens, 0);
+}
+
+// A receiver known to hold the leading chunks (a decode instance whose turn came back to the
+// prefill side, SPEC M4) is sent only the rest; a wrong guess costs one refusal and a resend.
+TEST_F(KvReplicatorTest, ChunksTheReceiverIsKnownToHoldAreNotSentAndAWrongGuessCostsOneResend) {
+  const GenerationRequest first_turn = make_request(14, 21, 11);  // 32 tokens: 7 whole chunks below the last
+  std::shared_ptr<KvReplicator::Replica> replica;
+  const Outcome first = run_replicated(first_turn, replica);
+  ASSERT_TRUE(eventually([&] { return replica->acknowledged_chunks() == 7; }));
+  ASSERT_EQ(replicator_->stats().chunks, 7u);
+  // The next turn starts with the first turn's 32 tokens, which the receiver holds.
+  GenerationRequest next_turn = first_turn;
+  next_turn.prompt.insert(next_turn.prompt.end(), first.tokens.begin(), first.tokens.end());
+  for (TokenId t : {7, 8, 9, 10, 11, 12, 13, 14, 15}) next_turn.prompt.push_back(t);  // 41 tokens
+  // (the receiver holds the first turn's 7 whole chunks: 28 of its 32 tokens)
+  next_turn.max_tokens = 8;
+  const Outcome next = run_replicated(next_turn, replica, /*known_chunks=*/7);
+  // 49 tokens: 12 whole chunks below the last; 7 known, 5 sent.
+  ASSERT_TRUE(eventually([&] { return replica->acknowledged_chunks() == 12; })) << replica->acknowledged_chunks();
+  EXPECT_EQ(replicator_->stats().chunks, 7u + 5u);
+  EXPECT_EQ(replicator_->stats().failures, 0u);
+  (void)next;
+
+  // A guess past what the receiver holds: refused once, then everything from the first chunk.
+  const GenerationRequest other = make_request(15, 21, 11);
+  const Outcome third = run_replicated(other, replica, /*known_chunks=*/4);
+  ASSERT_TRUE(eventually([&] { return replica->acknowledged_chunks() == 7; })) << replica->acknowledged_chunks();
+  EXPECT_EQ(replicator_->stats().failures, 1u);
+  EXPECT_EQ(replicator_->stats().chunks, 7u + 5u + 7u);
+  (void)third;
 }
 
 }  // namespace
