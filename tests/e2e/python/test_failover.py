@@ -22,8 +22,8 @@ from conftest import MnemoServer
 from helpers import read_metrics, wait_for
 
 REQUESTS = 16
-MAX_TOKENS = 72
-KILL_AFTER_TOKENS = 40  # streamed to each of the victim's clients before it dies: past a chunk boundary
+MAX_TOKENS = 128  # room for streams on a less loaded instance to run ahead of the kill
+KILL_AFTER_TOKENS = 32  # streamed to each of the victims' clients before they die: past a chunk boundary
 
 TOPICS = ["a lighthouse keeper", "a mountain village", "an old violin", "a forgotten library", "a desert caravan",
           "a winter market", "a clockmaker's shop", "a river ferry", "a night train", "a beekeeper's garden",
