@@ -44,18 +44,22 @@ def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "con
 
 
 def sse_events(response: requests.Response):
-    """Yields the JSON payloads of a streamed (SSE) response, then "[DONE]"; checks the framing."""
+    """Yields the JSON payloads of a streamed (SSE) response, then "[DONE]"; checks the framing.
+    Splits on the blank line that ends each event, not on every Unicode line break (sampled text
+    can hold U+2028 or a form feed, which str.splitlines would cut at)."""
     assert response.status_code == 200, response.text
     assert response.headers["Content-Type"].startswith("text/event-stream")
-    for line in response.iter_lines(decode_unicode=True):
-        if not line:
-            continue
-        assert line.startswith("data: "), f"unexpected SSE line {line!r}"
-        data = line[len("data: "):]
-        if data == "[DONE]":
-            yield data
-            return
-        yield json.loads(data)
+    buffer = b""
+    for piece in response.iter_content(chunk_size=None):
+        buffer += piece
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            assert event.startswith(b"data: "), f"unexpected SSE event {event!r}"
+            data = event[len(b"data: "):].decode()
+            if data == "[DONE]":
+                yield data
+                return
+            yield json.loads(data)
 
 
 def pick_stop_string(text: str) -> tuple[str, str]:

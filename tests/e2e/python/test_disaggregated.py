@@ -6,7 +6,6 @@ request's KV back, so the next turn's prefill finds its history cached; without 
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -14,7 +13,7 @@ import requests
 
 from cluster_fixtures import etcd  # noqa: F401  (a pytest fixture, by name)
 from conftest import MnemoServer
-from helpers import read_metrics, wait_for
+from helpers import read_metrics, sse_events, wait_for
 
 HISTORY = [{"role": "user", "content": "Say hello to a friend you have not seen for a long time, and ask about their garden, "
                                        "their dog, the new bakery on the corner and the trip they planned to the sea."}]
@@ -52,11 +51,11 @@ def post(url: str, body: dict) -> requests.Response:
 def streamed_text(url: str, body: dict) -> str:
     text = ""
     with requests.post(url + "/v1/chat/completions", json={"model": "m", **body, "stream": True}, stream=True, timeout=120) as r:
-        assert r.status_code == 200, r.text
-        for line in r.iter_lines():
-            if line.startswith(b"data: {"):
-                for choice in json.loads(line[6:])["choices"]:
-                    text += choice.get("delta", {}).get("content") or ""
+        for event in sse_events(r):
+            if event == "[DONE]":
+                break
+            for choice in event["choices"]:
+                text += choice.get("delta", {}).get("content") or ""
     return text
 
 

@@ -8,7 +8,6 @@ Runs as its own CTest entry (failover_e2e)."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import threading
@@ -19,7 +18,7 @@ import requests
 
 from cluster_fixtures import etcd  # noqa: F401  (a pytest fixture, by name)
 from conftest import MnemoServer
-from helpers import read_metrics, wait_for
+from helpers import read_metrics, sse_events, wait_for
 
 REQUESTS = 16
 MAX_TOKENS = 128  # room for streams on a less loaded instance to run ahead of the kill
@@ -60,24 +59,6 @@ def request_body(topic: str, seed: int) -> dict:
             "stream_options": {"include_usage": True}}
 
 
-def events_of(response: requests.Response):
-    """The JSON payloads of an SSE response, then "[DONE]". Split on the blank line SSE ends events
-    with, not on every Unicode line break (sampled text can hold U+2028 or a form feed)."""
-    assert response.status_code == 200, response.text
-    assert response.headers["Content-Type"].startswith("text/event-stream")
-    buffer = b""
-    for piece in response.iter_content(chunk_size=None):
-        buffer += piece
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            assert event.startswith(b"data: "), f"unexpected SSE event {event!r}"
-            data = event[len(b"data: "):].decode()
-            if data == "[DONE]":
-                yield data
-                return
-            yield json.loads(data)
-
-
 class Stream:
     """One streamed request through the router, read on its own thread."""
 
@@ -98,7 +79,7 @@ class Stream:
                 self.replica = r.headers.get("X-Mnemo-Replica", "")
                 self.started.set()
                 ids, roles, finishes = set(), 0, 0
-                for event in events_of(r):
+                for event in sse_events(r):
                     if event == "[DONE]":
                         break
                     assert "mnemo_token" not in str(event), "the router must strip its token field"
