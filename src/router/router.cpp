@@ -42,6 +42,20 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
                   "application/json");
 }
 
+// POSTs a JSON body to an instance on behalf of a client's request (its Authorization passed on,
+// so the instance sees the same tenant). For the router's own exchanges: KV pushes, prefills.
+httplib::Result post_for(const httplib::Request& client_request, const std::string& address, const std::string& path,
+                         const json& body, std::chrono::duration<double> read_timeout) {
+  httplib::Client client(address);
+  client.set_connection_timeout(std::chrono::seconds(2));
+  client.set_read_timeout(read_timeout);
+  httplib::Headers headers;
+  if (client_request.has_header("Authorization")) {
+    headers.emplace("Authorization", client_request.get_header_value("Authorization"));
+  }
+  return client.Post(path, headers, body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
 }  // namespace
 
 // One request's relay from an instance to the client: a thread reads the instance's reply into
@@ -139,13 +153,8 @@ bool Router::prefill_on(const httplib::Request& req, const cluster::InstanceInfo
   prompt_only["mnemo_replica_known_tokens"] = json::array({decode_known_tokens});
   prompt_only["mnemo_replica_wait"] = true;
   const auto started = std::chrono::steady_clock::now();
-  httplib::Client client(prefill.address);
-  client.set_connection_timeout(std::chrono::seconds(2));
-  client.set_read_timeout(std::chrono::duration<double>(config_.upstream_timeout_seconds));
-  httplib::Headers headers;
-  if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
-  const auto reply = client.Post(req.path, headers, prompt_only.dump(-1, ' ', false, json::error_handler_t::replace),
-                                 "application/json");
+  const auto reply = post_for(req, prefill.address, req.path, prompt_only,
+                              std::chrono::duration<double>(config_.upstream_timeout_seconds));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::lock_guard lock(mutex_);
   if (!reply || reply->status != 200) {
@@ -593,14 +602,8 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
 
 bool Router::push_kv(const httplib::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
                      const nlohmann::json& request) {
-  httplib::Client client(from.address);
-  client.set_connection_timeout(std::chrono::seconds(2));
-  client.set_read_timeout(std::chrono::seconds(60));
-  httplib::Headers headers;
-  if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
   const json body = {{"target", to_endpoint}, {"api", api == Api::kChat ? "chat" : "completions"}, {"request", request}};
-  const auto reply = client.Post("/v1/internal/kv_push", headers, body.dump(-1, ' ', false, json::error_handler_t::replace),
-                                 "application/json");
+  const auto reply = post_for(req, from.address, "/v1/internal/kv_push", body, std::chrono::seconds(60));
   std::lock_guard lock(mutex_);
   if (!reply || reply->status != 200) {
     ++kv_push_failures_;
