@@ -65,7 +65,8 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cache-aware", "session", "round-robin"}));
   cmd->add_option("--prefill-tokens-per-second", args->config.cost.prefill_tokens_per_second,
-                  "Cost model: an instance's prompt throughput")
+                  "Cost model: the prompt throughput of instances that publish no `mnemo profile` (those that do are "
+                  "charged their own profiled cost per token and context position)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--request-seconds", args->config.cost.request_seconds, "Cost model: time of each request queued ahead")

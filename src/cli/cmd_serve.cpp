@@ -69,6 +69,13 @@ class ClusterMembership {
     info.capacity_tokens = static_cast<int64_t>(engine.config().kv_blocks) * engine.config().block_size;
     const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
     info.kv_bytes_per_token = static_cast<int64_t>(layout.block_bytes() / static_cast<size_t>(layout.block_size));
+    // A measured profile is the router's cost model for this instance; defaults are no better
+    // than the router's own flags.
+    if (engine.config().cost.source != "default") {
+      auto profile = cost_model_json(engine.config().cost);
+      if (!profile.ok()) return profile.error().with_context("publishing the cost profile");
+      info.cost_profile = std::move(*profile);
+    }
     auto registration = cluster::Registration::start(args.cluster_url, cluster::instances_prefix(args.cluster_name), info);
     if (!registration.ok()) return registration.error().with_context("joining the cluster");
     auto self = std::unique_ptr<ClusterMembership>(new ClusterMembership(std::move(*registration), engine));

@@ -39,7 +39,7 @@ Status read_count(const json& object, const char* name, int64_t& out) {
 }  // namespace
 
 std::string InstanceInfo::to_json() const {
-  const json out = {{"id", id},
+  json out = {{"id", id},
                     {"address", address},
                     {"role", role},
                     {"transfer_endpoint", transfer_endpoint},
@@ -47,6 +47,10 @@ std::string InstanceInfo::to_json() const {
                     {"queued_requests", queued_requests},
                     {"queued_tokens", queued_tokens},
                     {"kv_bytes_per_token", kv_bytes_per_token}};
+  if (!cost_profile.empty()) {
+    const json profile = json::parse(cost_profile, /*cb=*/nullptr, /*allow_exceptions=*/false);
+    if (profile.is_object()) out["cost_profile"] = profile;  // else left out: readers would refuse it
+  }
   // Replace, not throw, should a string not be UTF-8: the value is for other instances to read.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -65,6 +69,10 @@ Result<InstanceInfo> InstanceInfo::from_json(std::string_view text) {
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_requests", info.queued_requests));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_tokens", info.queued_tokens));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "kv_bytes_per_token", info.kv_bytes_per_token));
+    if (const auto profile = parsed.find("cost_profile"); profile != parsed.end()) {
+      if (!profile->is_object()) return make_error("cost_profile: expected an object, got {}", profile->type_name());
+      info.cost_profile = profile->dump(-1, ' ', false, json::error_handler_t::replace);
+    }
     if (info.id.empty()) return make_error("id: missing or empty");
     if (info.address.empty()) return make_error("address: missing or empty");
     if (!is_known_role(info.role)) return make_error("role: \"{}\" is not colocated, prefill or decode", info.role);

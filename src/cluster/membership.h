@@ -41,6 +41,10 @@ struct InstanceInfo {
   int64_t queued_requests = 0;      // waiting + running
   int64_t queued_tokens = 0;        // prompt tokens admitted but not yet computed
   int64_t kv_bytes_per_token = 0;   // what moving a token's KV costs (0: unknown)
+  // The instance's cost model as `mnemo profile` measured it (kv/cost_model.h, as JSON; "" if it
+  // has none): the router's exec(x, y) for this instance (SPEC M6). Only its shape is checked
+  // here (a JSON object); the router checks the numbers.
+  std::string cost_profile;
 
   std::string to_json() const;
   // Validates: id and address non-empty, role one of the three, counts >= 0. Fields it does not

@@ -123,34 +123,26 @@ double CostModel::recompute_seconds(int64_t begin, int64_t end) const {
   return total;
 }
 
-Result<CostModel> load_cost_model(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return make_error("{}: cannot open the profile", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::exception& e) {
-    return make_error("{}: not valid JSON ({})", path, e.what());
-  }
-  if (!j.is_object()) return make_error("{}: not a JSON object", path);
+Result<CostModel> parse_cost_model(std::string_view text, const std::string& source) {
+  const json j = json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return make_error("{}: not valid JSON", source);
+  if (!j.is_object()) return make_error("{}: not a JSON object", source);
   CostModel m;
   for (const FieldSpec& f : kFields) {
-    MNEMO_ASSIGN_OR_RETURN(m.*f.member, number_field(j, f.name, f.name, f.bound, path));
+    MNEMO_ASSIGN_OR_RETURN(m.*f.member, number_field(j, f.name, f.name, f.bound, source));
   }
   if (j.contains("measured")) {
-    MNEMO_ASSIGN_OR_RETURN(m.measured, parse_provenance(j["measured"], path));
+    MNEMO_ASSIGN_OR_RETURN(m.measured, parse_provenance(j["measured"], source));
   }
-  m.source = path;
+  m.source = source;
   return m;
 }
 
-Status save_cost_model(const CostModel& m, const std::string& path) {
+Result<std::string> cost_model_json(const CostModel& m, int indent) {
   json j = json::object();
   for (const FieldSpec& f : kFields) {
     if (!within(m.*f.member, f.bound)) {
-      return make_error("{}: refusing to write '{}' = {} (must be finite and {})", path, f.name, m.*f.member, bound_text(f.bound));
+      return make_error("refusing to write '{}' = {} (must be finite and {})", f.name, m.*f.member, bound_text(f.bound));
     }
     j[f.name] = m.*f.member;
   }
@@ -159,18 +151,32 @@ Status save_cost_model(const CostModel& m, const std::string& path) {
     json points = json::array();
     for (const CostPoint& point : p.points) {
       if (point.start < 0 || point.tokens < 1 || !within(point.seconds_per_token, Bound::kPositive)) {
-        return make_error("{}: refusing to write an invalid measured point at position {}", path, point.start);
+        return make_error("refusing to write an invalid measured point at position {}", point.start);
       }
       points.push_back({{"start", point.start}, {"tokens", point.tokens}, {"seconds_per_token", point.seconds_per_token}});
     }
     j["measured"] = {{"model_file", p.model_file}, {"measured_at", p.measured_at}, {"threads", p.threads},
                      {"isa", p.isa}, {"disk_cache_dropped", p.disk_cache_dropped}, {"points", points}};
   }
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+Result<CostModel> load_cost_model(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error("{}: cannot open the profile", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_cost_model(text.str(), path);
+}
+
+Status save_cost_model(const CostModel& m, const std::string& path) {
+  auto text = cost_model_json(m, 2);
+  if (!text.ok()) return text.error().with_context(path);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return make_error("{}: cannot write the profile", tmp);
-    out << j.dump(2) << "\n";
+    out << *text << "\n";
     if (!out) return make_error("{}: write failed", tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return make_error("{}: cannot rename to {}", tmp, path);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "util/result.h"
@@ -74,6 +75,10 @@ Result<CostModel> load_cost_model(const std::string& path);
 // Writes one (atomically: a temporary file renamed over the target). Refuses values load would
 // reject, so a written profile always loads.
 Status save_cost_model(const CostModel& model, const std::string& path);
+// The same as text, for profiles that travel (an instance publishes its own in the cluster, and
+// the router's cost model reads it): `source` names it in errors and becomes CostModel::source.
+Result<CostModel> parse_cost_model(std::string_view json_text, const std::string& source);
+Result<std::string> cost_model_json(const CostModel& model, int indent = -1);
 
 // The least-squares line seconds_per_token = per_token + per_context * mean_position through the
 // points, with per_context clamped at 0 (more context never makes a token cheaper; a negative

@@ -168,6 +168,21 @@ bool Router::prefill_on(const httplib::Request& req, const cluster::InstanceInfo
   return true;
 }
 
+std::shared_ptr<const CostModel> Router::profile_of(const cluster::InstanceInfo& instance) {
+  if (instance.cost_profile.empty()) return nullptr;
+  auto& [text, model] = profiles_[instance.id];
+  if (text == instance.cost_profile) return model;
+  text = instance.cost_profile;
+  model = nullptr;
+  auto parsed = parse_cost_model(text, "the cost profile of instance " + instance.id);
+  if (parsed.ok()) {
+    model = std::make_shared<const CostModel>(std::move(*parsed));
+  } else {  // routed on the flags instead; logged once per published profile
+    std::fprintf(stderr, "mnemo route: %s\n", parsed.error().message().c_str());
+  }
+  return model;
+}
+
 Result<std::string> Router::owner_of(const std::string& response_id) {
   {
     std::lock_guard lock(mutex_);
@@ -439,6 +454,9 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     if (now - last_expire_ >= kExpireEverySeconds) {
       tree_.expire(now);
       last_expire_ = now;
+      std::unordered_set<std::string> live;
+      for (const auto& m : members_->members()) live.insert(m.id);
+      std::erase_if(profiles_, [&](const auto& entry) { return live.count(entry.first) == 0; });
     }
     std::vector<Candidate> candidates;
     for (const auto& m : members) {
@@ -450,6 +468,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       c.matched_bytes = tree_.matched_bytes(m.id, view->prompt_text, now);
       c.has_transport = !m.transfer_endpoint.empty();
       c.kv_bytes_per_token = m.kv_bytes_per_token;
+      c.profile = profile_of(m);
       candidates.push_back(std::move(c));
     }
     const auto decision = routing_.choose(candidates, view->prompt_text.size(), view->session_key);
@@ -664,6 +683,13 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   std::map<std::string, size_t> tree_sizes;
   for (const auto& id : tree_.instances()) tree_sizes[id] = tree_.size(id);
   prometheus::per_instance(out, "router_prompt_tree_chunks", "Prompt-tree entries per instance.", "gauge", tree_sizes);
+  std::map<std::string, double> profiled;
+  for (const auto& [id, entry] : profiles_) {
+    if (entry.second) profiled[id] = entry.second->seconds_per_token_at(0);
+  }
+  prometheus::per_instance(out, "router_profiled_seconds_per_prompt_token",
+                           "Instances routed on their own `mnemo profile`: a prompt token's cost at position 0.", "gauge",
+                           profiled);
   prometheus::counter(out, "router_retries_total", "Requests an instance did not answer, sent to another.", retries_);
   prometheus::counter(out, "router_unroutable_total", "Requests no instance answered.", unroutable_);
   prometheus::counter(out, "router_kv_pushes_total", "KV transfers between instances the router asked for, done.", kv_pushes_);

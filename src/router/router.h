@@ -104,6 +104,9 @@ class Router {
   // `decode_known_tokens`: leading prompt tokens the decode instance holds already (not sent).
   bool prefill_on(const httplib::Request& req, const cluster::InstanceInfo& prefill, const cluster::InstanceInfo& decode,
                   const nlohmann::json& body, size_t decode_known_tokens);
+  // The instance's published `mnemo profile` (parsed once per published text); null if it has
+  // none or it does not parse. Caller holds mutex_.
+  std::shared_ptr<const CostModel> profile_of(const cluster::InstanceInfo& instance);
   // Where etcd keeps the instance that stored a response.
   std::string owner_key(const std::string& response_id) const;
   // The instance that stored a response ("" if unknown; an Error if etcd could not say).
@@ -137,6 +140,8 @@ class Router {
   std::unordered_map<std::string, int64_t> in_flight_;
   std::unordered_map<std::string, uint64_t> routed_;  // requests per instance
   std::unordered_map<std::string, std::string> owners_;  // response id -> instance id
+  // instance id -> (its published profile, parsed; null if it did not parse)
+  std::unordered_map<std::string, std::pair<std::string, std::shared_ptr<const CostModel>>> profiles_;
   double last_expire_ = 0;  // of the prompt trees
   uint64_t retries_ = 0;
   uint64_t unroutable_ = 0;

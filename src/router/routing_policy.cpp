@@ -1,6 +1,7 @@
 #include "router/routing_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <xxhash.h>
 
@@ -25,12 +26,23 @@ std::string_view policy_name(Policy policy) {
   return "cache-aware";
 }
 
+int64_t RoutingPolicy::tokens_of(size_t bytes) const {
+  return static_cast<int64_t>(std::llround(static_cast<double>(bytes) / cost_.bytes_per_token));
+}
+
+double RoutingPolicy::exec_seconds(const Candidate& c, int64_t prompt_tokens, int64_t cached_tokens) const {
+  const int64_t cached = std::min(cached_tokens, prompt_tokens);
+  if (c.profile) {
+    return c.profile->recompute_seconds(cached, prompt_tokens) +
+           static_cast<double>(c.queued_tokens) * c.profile->seconds_per_token_at(0);
+  }
+  return static_cast<double>(c.queued_tokens + prompt_tokens - cached) / cost_.prefill_tokens_per_second;
+}
+
 double RoutingPolicy::predicted_seconds(const Candidate& c, size_t prompt_bytes) const {
   const auto ahead = static_cast<double>(c.in_flight);
-  const size_t uncached_bytes = prompt_bytes - std::min(prompt_bytes, c.matched_bytes);
-  const double uncached_tokens = static_cast<double>(uncached_bytes) / cost_.bytes_per_token;
   return ahead * cost_.request_seconds +
-         (static_cast<double>(c.queued_tokens) + uncached_tokens) / cost_.prefill_tokens_per_second;
+         exec_seconds(c, tokens_of(prompt_bytes), tokens_of(std::min(prompt_bytes, c.matched_bytes)));
 }
 
 double RoutingPolicy::transfer_seconds(const Candidate& from, size_t bytes) const {
@@ -48,7 +60,9 @@ std::optional<size_t> RoutingPolicy::transfer_source(const std::vector<Candidate
     const Candidate& from = candidates[i];
     if (i == chosen || !from.has_transport || from.kv_bytes_per_token <= 0 || from.matched_bytes <= to.matched_bytes) continue;
     const size_t extra = from.matched_bytes - to.matched_bytes;
-    const double saved = static_cast<double>(extra) / cost_.bytes_per_token / cost_.prefill_tokens_per_second;
+    // What `to` would spend on the positions `from` holds beyond its own prefix.
+    const double saved = exec_seconds(to, tokens_of(from.matched_bytes), tokens_of(to.matched_bytes)) -
+                         exec_seconds(to, 0, 0);
     const double gain = saved - transfer_seconds(from, extra);
     if (gain > best_gain) {
       best_gain = gain;

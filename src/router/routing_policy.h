@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kv/cost_model.h"
 #include "util/result.h"
 
 namespace mnemo::router {
@@ -28,10 +30,15 @@ struct Candidate {
   size_t matched_bytes = 0;     // of this prompt, in the instance's prompt tree
   bool has_transport = false;   // can send and receive KV (InstanceInfo.transfer_endpoint)
   int64_t kv_bytes_per_token = 0;
+  // The instance's own profile (`mnemo profile`, published in etcd): what a token costs it at
+  // each context position. Null: CostParams::prefill_tokens_per_second, flat.
+  std::shared_ptr<const CostModel> profile;
 };
 
-// exec(x, y_p) of SPEC M6 for the CPU instances here: prompt tokens not cached cost
-// 1 / prefill_tokens_per_second each; every request in flight there costs request_seconds.
+// exec(x, y_p) of SPEC M6: the prompt's tokens past the cached prefix, each at its context
+// position, on the instance's profiled curve (Candidate::profile; attention makes a token at
+// position 4096 cost about twice one at 0 here), else 1 / prefill_tokens_per_second each. Every
+// request in flight there costs request_seconds.
 struct CostParams {
   double prefill_tokens_per_second = 1000;
   double request_seconds = 1.0;
@@ -62,11 +69,16 @@ class RoutingPolicy {
 
   // The seconds cache-aware routing predicts for a candidate.
   double predicted_seconds(const Candidate& c, size_t prompt_bytes) const;
+  // exec(x, y_p): seconds for `c` to compute prompt positions [cached_tokens, prompt_tokens),
+  // plus the prompt tokens queued there (taken at position 0: their contexts are unknown).
+  double exec_seconds(const Candidate& c, int64_t prompt_tokens, int64_t cached_tokens) const;
 
   Policy policy() const { return policy_; }
   const CostParams& cost() const { return cost_; }
 
  private:
+  int64_t tokens_of(size_t prompt_bytes) const;  // the router does not tokenize: an estimate
+
   Policy policy_;
   CostParams cost_;
   uint64_t next_ = 0;  // round-robin position

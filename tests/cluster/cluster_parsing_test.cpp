@@ -198,6 +198,15 @@ TEST(InstanceInfo, RoundTripsThroughJson) {
   auto back = InstanceInfo::from_json(info.to_json());
   ASSERT_TRUE(back.ok()) << back.error().message();
   EXPECT_EQ(*back, info);
+  EXPECT_EQ(back->cost_profile, "");
+
+  // A published profile travels as a JSON object (canonical text: keys sorted, compact).
+  info.cost_profile = R"({"copy_bytes_per_second":1e10,"per_token_seconds":0.002})";
+  const std::string published = info.to_json();
+  EXPECT_NE(published.find(R"("cost_profile":{"copy_bytes_per_second")"), std::string::npos) << published;
+  back = InstanceInfo::from_json(published);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(back->cost_profile, R"({"copy_bytes_per_second":10000000000.0,"per_token_seconds":0.002})");
 
   // Fields from a newer version are ignored; missing ones take their defaults.
   auto minimal = InstanceInfo::from_json(R"({"id":"x","address":"http://h:1","future_field":[1,2]})");
@@ -220,6 +229,8 @@ TEST(InstanceInfo, RejectsInvalidValues) {
       {R"({"id":"x","address":"http://h:1","capacity_tokens":1.5})", "capacity_tokens: expected a non-negative int64, got 1.5"},
       {R"({"id":"x","address":"http://h:1","queued_requests":"3"})", "queued_requests: expected a non-negative int64, got string"},
       {R"({"id":"x","address":"http://h:1","queued_requests":18446744073709551615})", "queued_requests: 18446744073709551615 is out of the int64 range"},
+      {R"({"id":"x","address":"http://h:1","cost_profile":"fast"})", "cost_profile: expected an object, got string"},
+      {R"({"id":"x","address":"http://h:1","cost_profile":[1]})", "cost_profile: expected an object, got array"},
   };
   for (const auto& [text, expected] : cases) {
     auto info = InstanceInfo::from_json(text);

@@ -119,6 +119,25 @@ TEST(CostModelFile, RoundTripsEveryField) {
   std::remove(path.c_str());
 }
 
+TEST(CostModelFile, TravelsAsTextWithTheSameChecks) {
+  const CostModel m = measured_model();
+  const auto text = cost_model_json(m);
+  ASSERT_TRUE(text.ok()) << text.error().message();
+  EXPECT_EQ(text->find('\n'), std::string::npos);  // compact, for an etcd value
+  const auto back = parse_cost_model(*text, "instance i-1");
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(back->source, "instance i-1");
+  EXPECT_EQ(back->per_token_seconds, m.per_token_seconds);
+  ASSERT_EQ(back->measured.points.size(), 2u);
+  EXPECT_EQ(back->seconds_per_token_at(300), m.seconds_per_token_at(300));
+  const auto bad = parse_cost_model(R"({"per_token_seconds": -1})", "instance i-2");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("instance i-2: 'per_token_seconds' must be a finite number > 0"), std::string::npos)
+      << bad.error().message();
+  EXPECT_FALSE(parse_cost_model("{", "x").ok());
+  EXPECT_FALSE(parse_cost_model("[]", "x").ok());
+}
+
 TEST(CostModelFile, TheFourNumbersAloneAreAProfile) {
   const std::string path = temp_path("profile.json");
   std::ofstream(path) << R"({"per_token_seconds": 0.002, "per_context_token_seconds": 0,

@@ -120,6 +120,74 @@ TEST(RoutingPolicy, KvMovesWhenTransferCostsLessThanTheRecomputeItSaves) {
   EXPECT_EQ(RoutingPolicy(Policy::kSession, cost).transfer_source(c, 0), std::nullopt);
 }
 
+// A profile as `mnemo profile` writes it: `per_token` s at position 0, `per_context` s more per
+// position of context.
+std::shared_ptr<const CostModel> profile(double per_token, double per_context) {
+  auto m = std::make_shared<CostModel>();
+  m->per_token_seconds = per_token;
+  m->per_context_token_seconds = per_context;
+  m->source = "test";
+  return m;
+}
+
+TEST(RoutingPolicy, CacheAwareChargesEachInstanceItsOwnProfiledCost) {
+  CostParams cost;
+  cost.prefill_tokens_per_second = 100;  // instances without a profile: 10 ms per token
+  cost.request_seconds = 1.0;
+  cost.bytes_per_token = 4;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  auto c = three();
+  c[0].profile = profile(0.004, 0);  // 4 ms per token, flat
+  c[1].profile = profile(0.001, 0);  // 1 ms per token: the fastest
+  // c[2]: no profile, the flags' 10 ms per token.
+  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[0], 4000), 4.0);
+  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[1], 4000), 1.0);
+  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[2], 4000), 10.0);
+  EXPECT_EQ(p.choose(c, 4000, "")->index, 1u);
+  // A cached prefix on the slower instance: 200 tokens left there (0.8 s) beat 1000 on the fast one.
+  c[0].matched_bytes = 3200;
+  EXPECT_EQ(p.choose(c, 4000, "")->index, 0u);
+  EXPECT_DOUBLE_EQ(p.choose(c, 4000, "")->predicted_seconds, 0.8);
+  // Queued prompt tokens cost what the instance's first positions cost.
+  c[0].queued_tokens = 100;  // +0.4 s there: 1.2 s, more than the fast one's 1.0 s
+  EXPECT_EQ(p.choose(c, 4000, "")->index, 1u);
+}
+
+TEST(RoutingPolicy, ProfiledCostRisesWithTheContextPositionOfTheUncachedTokens) {
+  CostParams cost;
+  cost.bytes_per_token = 1;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  Candidate c;
+  c.profile = profile(0.001, 0.001 / 1000);  // a token at position 1000 costs twice one at 0
+  // 1000 uncached tokens at positions [0, 1000): mean position 499.5.
+  EXPECT_NEAR(p.exec_seconds(c, 1000, 0), 1000 * (0.001 + 0.000001 * 499.5), 1e-9);
+  // The same 1000 tokens at [3000, 4000), after a cached prefix, cost more: attention over it.
+  EXPECT_NEAR(p.exec_seconds(c, 4000, 3000), 1000 * (0.001 + 0.000001 * 3499.5), 1e-9);
+  EXPECT_DOUBLE_EQ(p.exec_seconds(c, 4000, 3000), c.profile->recompute_seconds(3000, 4000));
+  // A match longer than the prompt (the tree holds the reply too) leaves nothing to compute.
+  EXPECT_DOUBLE_EQ(p.exec_seconds(c, 100, 500), 0.0);
+}
+
+TEST(RoutingPolicy, KvMovesWhenItSavesMoreOfTheTargetsOwnProfiledTime) {
+  CostParams cost;
+  cost.prefill_tokens_per_second = 1e6;  // the flags would say recomputing is nearly free
+  cost.bytes_per_token = 4;
+  cost.transfer_bytes_per_second = 1e6;  // 1000 tokens of 1000 bytes: 1 s
+  cost.transfer_overhead_seconds = 0.5;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  auto c = three();
+  for (auto& x : c) {
+    x.has_transport = true;
+    x.kv_bytes_per_token = 1000;
+  }
+  c[1].matched_bytes = 4000;  // 1000 tokens
+  EXPECT_EQ(p.transfer_source(c, 0), std::nullopt);  // no profile: 1 ms to recompute, 1.5 s to move
+  c[0].profile = profile(0.01, 0);                   // the target's profile: 10 s to recompute
+  EXPECT_EQ(p.transfer_source(c, 0), std::optional<size_t>(1));
+  c[0].profile = profile(0.001, 0);  // 1 s to recompute: moving (1.5 s) does not pay
+  EXPECT_EQ(p.transfer_source(c, 0), std::nullopt);
+}
+
 TEST(RoutingPolicy, PolicyNamesRoundTripAndUnknownOnesAreRefused) {
   for (Policy policy : {Policy::kRoundRobin, Policy::kSession, Policy::kCacheAware}) {
     EXPECT_EQ(*parse_policy(policy_name(policy)), policy);

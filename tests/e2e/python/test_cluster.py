@@ -24,10 +24,19 @@ LONG_INPUT = ("Say hello to a friend you have not seen for a long time, and ask 
               "new bakery on the corner and the trip they planned to the sea last summer.")
 
 
+# Instance 0's `mnemo profile`, hand-written: a prompt token costs 1 ms at every position, what
+# the router's default flags say too, so where the other tests' requests go is unchanged.
+PROFILE = {"per_token_seconds": 0.001, "per_context_token_seconds": 0,
+           "copy_bytes_per_second": 8e9, "disk_read_bytes_per_second": 1e9}
+
+
 @pytest.fixture(scope="module")
-def cluster(etcd, start_server, mnemo_bin):
+def cluster(etcd, start_server, mnemo_bin, tmp_path_factory):
     name = f"c{os.getpid()}"
-    instances = [start_server("--cluster", etcd, "--cluster-name", name, "--kv-tokens", "16384", "--model-name", "m") for _ in range(2)]
+    profile = tmp_path_factory.mktemp("profile") / "model.profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    instances = [start_server("--cluster", etcd, "--cluster-name", name, "--kv-tokens", "16384", "--model-name", "m",
+                              *(["--profile", str(profile)] if i == 0 else [])) for i in range(2)]
     routers: list[MnemoServer] = []
 
     def start_router(*extra: str) -> MnemoServer:
@@ -76,6 +85,18 @@ def test_second_turns_land_where_their_prefix_is_cached(cluster):
     assert len(homes) == 2, homes
     metrics = read_metrics(router)
     assert metrics["mnemo_router_predicted_cached_tokens_total"] > 0
+
+
+def test_the_router_charges_a_profiled_instance_its_own_cost(cluster):
+    router = cluster["router"].url
+    chat(router, [{"role": "user", "content": "Name a colour."}])
+    profiled = {k: v for k, v in read_metrics(router).items() if k.startswith("mnemo_router_profiled_seconds_per_prompt_token{")}
+    # Only instance 0 published a profile; the router read its cost at position 0 from it.
+    assert len(profiled) == 1, profiled
+    [(key, value)] = profiled.items()
+    instance = re.search(r'instance="([^"]+)"', key).group(1)
+    assert instance_url(cluster, instance) == cluster["instances"][0].url
+    assert value == pytest.approx(PROFILE["per_token_seconds"])
 
 
 def test_output_through_the_router_equals_an_instance_directly(cluster):
