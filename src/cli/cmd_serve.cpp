@@ -227,7 +227,9 @@ int run_serve(ServeArgs args) {
     // Peers must reach the published endpoint: a wildcard listen address is not one.
     const std::string transfer_host = args.server.host == "0.0.0.0" || args.server.host.empty() ? "127.0.0.1" : args.server.host;
     auto listening = transfer::KvTransport::listen(
-        transfer_host, args.transfer_port, [&server](transfer::KvMessage&& m) { return server.receive_kv(std::move(m)); });
+        transfer_host, args.transfer_port, [&server](transfer::KvMessage&& m, transfer::Acknowledge acknowledge) {
+          server.receive_kv(std::move(m), std::move(acknowledge));
+        });
     if (!listening.ok()) {
       std::fprintf(stderr, "error: KV transport: %s\n", listening.error().message().c_str());
       return 1;

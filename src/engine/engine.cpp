@@ -252,6 +252,12 @@ std::future<Result<int32_t>> Engine::import_prefix(uint64_t ns, std::vector<Toke
   });
 }
 
+void Engine::import_prefix_then(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload, uint64_t parent_key,
+                                int32_t first_position, std::function<void(Result<int32_t>)> done) {
+  post([this, ns, tokens = std::move(tokens), payload = std::move(payload), parent_key, first_position,
+        done = std::move(done)] { done(kv_.import_prefix(ns, tokens, payload, parent_key, first_position)); });
+}
+
 std::future<KvManager::ExportedPrefix> Engine::export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk) {
   return on_engine_thread([this, stream = std::move(stream), first_chunk] {
     for (const auto& seq : running_) {

@@ -75,6 +75,10 @@ class Engine {
   std::future<KvManager::ExportedPrefix> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0);
   std::future<Result<int32_t>> import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload,
                                              uint64_t parent_key = 0, int32_t first_position = 0);
+  // The same, answering through `done` on the engine thread (never, if the engine shuts down
+  // first): for callers that must not block while the engine finishes a step.
+  void import_prefix_then(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload, uint64_t parent_key,
+                          int32_t first_position, std::function<void(Result<int32_t>)> done);
   // The computed whole chunks from `first_chunk` on of the request streaming into `stream`
   // while it runs (its choice 0), for a replica (SPEC D7). None once it is no longer running on
   // the device (finished: its chunks are in the cache, export_prefix finds them; swapped out or

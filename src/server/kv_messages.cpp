@@ -1,6 +1,8 @@
 #include "server/kv_messages.h"
 
 #include <chrono>
+#include <future>
+#include <memory>
 #include <random>
 
 #include "kv/prefix_index.h"
@@ -37,10 +39,11 @@ transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int3
   return message;
 }
 
-Status insert_kv_message(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message) {
+void insert_kv_message_then(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message,
+                            std::function<void(Status)> done) {
   if (message.layout_fingerprint != layout_fingerprint) {
-    return make_error("KV of layout {:016x}; this instance's is {:016x} (another model or KV type)",
-                      message.layout_fingerprint, layout_fingerprint);
+    return done(make_error("KV of layout {:016x}; this instance's is {:016x} (another model or KV type)",
+                           message.layout_fingerprint, layout_fingerprint));
   }
   const auto block_size = static_cast<size_t>(engine.config().block_size);
   // The chunks hang below the one keyed chunks[0].parent_key (0: they start the prefix); each
@@ -53,24 +56,32 @@ Status insert_kv_message(Engine& engine, uint64_t layout_fingerprint, transfer::
   for (size_t i = 0; i < message.chunks.size(); ++i) {
     const transfer::KvChunkMeta& chunk = message.chunks[i];
     if (chunk.tokens.size() != block_size) {
-      return make_error("a chunk of {} tokens; this instance's chunks have {}", chunk.tokens.size(), block_size);
+      return done(make_error("a chunk of {} tokens; this instance's chunks have {}", chunk.tokens.size(), block_size));
     }
     if (chunk.position != first_position + static_cast<int32_t>(i) || chunk.parent_key != key) {
-      return make_error("chunk {} of the message does not follow the one before it", i);
+      return done(make_error("chunk {} of the message does not follow the one before it", i));
     }
     key = PrefixIndex::chunk_key(key, message.ns, chunk.tokens);
-    if (chunk.key != key) return make_error("chunk {} of the message: its key does not match its tokens", i);
+    if (chunk.key != key) return done(make_error("chunk {} of the message: its key does not match its tokens", i));
     tokens.insert(tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
   }
-  auto inserted = engine.import_prefix(message.ns, std::move(tokens), std::move(message.payload), parent_key, first_position);
-  if (inserted.wait_for(kEngineWait) != std::future_status::ready) return make_error("the engine did not take the KV in time");
+  engine.import_prefix_then(message.ns, std::move(tokens), std::move(message.payload), parent_key, first_position,
+                            [done = std::move(done)](Result<int32_t> inserted) {
+                              done(inserted.ok() ? ok_status() : Status(inserted.error()));
+                            });
+}
+
+Status insert_kv_message(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message) {
+  auto inserted = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = inserted->get_future();
+  insert_kv_message_then(engine, layout_fingerprint, std::move(message),
+                         [inserted](Status status) { inserted->set_value(std::move(status)); });
+  if (result.wait_for(kEngineWait) != std::future_status::ready) return make_error("the engine did not take the KV in time");
   try {
-    const Result<int32_t> n = inserted.get();
-    if (!n.ok()) return n.error();
-  } catch (const std::future_error&) {
+    return result.get();
+  } catch (const std::future_error&) {  // the engine shut down with the import queued
     return make_error("the engine is shutting down");
   }
-  return ok_status();
 }
 
 }  // namespace mnemo::server

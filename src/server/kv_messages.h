@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "engine/engine.h"
 #include "transfer/kv_message.h"
@@ -20,5 +21,10 @@ transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int3
 // names what is wrong (another layout, chunk size, a broken key chain, an unknown predecessor,
 // no room) and changes nothing.
 Status insert_kv_message(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message);
+// The same without waiting: `done` gets the outcome, at once when the message fails its checks,
+// else on the engine thread once inserted (keep it short). Never called if the engine shuts down
+// first.
+void insert_kv_message_then(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message,
+                            std::function<void(Status)> done);
 
 }  // namespace mnemo::server

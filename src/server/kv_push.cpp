@@ -46,8 +46,8 @@ void Server::attach_kv_transport(transfer::KvTransport* transport, uint64_t layo
 
 ReplicationStats Server::replication_stats() const { return replicator_ ? replicator_->stats() : ReplicationStats{}; }
 
-Status Server::receive_kv(transfer::KvMessage&& message) {
-  return insert_kv_message(engine_, layout_fingerprint_, std::move(message));
+void Server::receive_kv(transfer::KvMessage&& message, transfer::Acknowledge acknowledge) {
+  insert_kv_message_then(engine_, layout_fingerprint_, std::move(message), std::move(acknowledge));
 }
 
 void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res) {

@@ -15,6 +15,7 @@
 #include "server/kv_replicator.h"
 #include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
+#include "transfer/kv_transport.h"
 
 namespace httplib {
 class Server;
@@ -22,10 +23,6 @@ struct Request;
 struct Response;
 }
 
-namespace mnemo::transfer {
-class KvTransport;
-struct KvMessage;
-}
 
 namespace mnemo::server {
 
@@ -59,8 +56,9 @@ class Server {
   void attach_kv_transport(transfer::KvTransport* transport, uint64_t layout_fingerprint);
   // The replicas of requests in flight sent so far (zeros without a transport).
   ReplicationStats replication_stats() const;
-  // The transport's handler: inserts received chunks into the cache (waits for the engine).
-  Status receive_kv(transfer::KvMessage&& message);
+  // The transport's handler: inserts received chunks into the cache and acknowledges once the
+  // engine has (the transport's progress thread does not wait for it meanwhile).
+  void receive_kv(transfer::KvMessage&& message, transfer::Acknowledge acknowledge);
 
   // Opens the response store and binds the port (an Error if either fails).
   Status bind();

@@ -170,6 +170,10 @@ Status KvTransport::Impl::start(const std::string& listen_host, int port) {
   const int bound_port = port_of(attr.sockaddr);
   endpoint_text = fmt::format("{}:{}", listen_host, bound_port);
 
+  {
+    std::lock_guard lock(answers->mutex);
+    answers->worker = worker;
+  }
   thread = std::thread([this] { run(); });
   return ok_status();
 }
@@ -181,7 +185,19 @@ void KvTransport::Impl::stop_and_join() {
   thread.join();
 }
 
+void KvTransport::Impl::Answers::post(Incoming* in, Status status) {
+  std::lock_guard lock(mutex);
+  if (closed) return;
+  posted.emplace_back(in, std::move(status));
+  ucp_worker_signal(worker);
+}
+
 void KvTransport::Impl::destroy_ucp() {
+  {
+    std::lock_guard lock(answers->mutex);
+    answers->closed = true;
+    answers->worker = nullptr;
+  }
   if (listener != nullptr) ucp_listener_destroy(listener);  // only when start() failed half-way
   listener = nullptr;
   if (worker != nullptr) ucp_worker_destroy(worker);
@@ -263,6 +279,13 @@ KvTransport::KvTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<KvTransport>> KvTransport::listen(const std::string& host, int port,
                                                          MessageHandler on_message) {
+  return listen(host, port, [handler = std::move(on_message)](KvMessage&& message, Acknowledge acknowledge) {
+    acknowledge(handler(std::move(message)));
+  });
+}
+
+Result<std::unique_ptr<KvTransport>> KvTransport::listen(const std::string& host, int port,
+                                                         DeferredMessageHandler on_message) {
   auto impl = std::make_unique<Impl>(std::move(on_message));
   if (Status started = impl->start(host, port); !started.ok()) {
     impl->destroy_ucp();

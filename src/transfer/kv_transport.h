@@ -46,6 +46,13 @@ namespace mnemo::transfer {
 // progress thread, so every other transfer of this transport waits while it runs: keep it short
 // (copy the payload into the KV pool or queue it, then return).
 using MessageHandler = std::function<Status(KvMessage&& message)>;
+// Sends a received message's acknowledgement: OK, or the error the sender gets as "refused".
+// Call it once, from any thread; calls after the transport is gone do nothing.
+using Acknowledge = std::function<void(Status)>;
+// A handler that answers later: it takes the message on the progress thread and returns at once,
+// and the work (an insert waiting for the engine) acknowledges when done, so the progress thread
+// goes on moving other transfers meanwhile. A handler that throws before acknowledging refuses.
+using DeferredMessageHandler = std::function<void(KvMessage&& message, Acknowledge acknowledge)>;
 
 // For tests: applied by the SENDER to its next sends (tests of "the receiver rejects partial
 // transfers"). Counters count down once per send(); delay_ms applies to every send until another
@@ -65,6 +72,8 @@ class KvTransport {
   // restarted instance can listen on its port again at once) and UCX_MM_ERROR_HANDLING=y (shared
   // memory usable with peer-failure detection).
   static Result<std::unique_ptr<KvTransport>> listen(const std::string& host, int port, MessageHandler on_message);
+  static Result<std::unique_ptr<KvTransport>> listen(const std::string& host, int port,
+                                                     DeferredMessageHandler on_message);
   ~KvTransport();  // stops the thread, closes endpoints, destroys the listener/worker/context
   KvTransport(const KvTransport&) = delete;
   KvTransport& operator=(const KvTransport&) = delete;

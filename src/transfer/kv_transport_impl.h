@@ -140,7 +140,8 @@ struct KvTransport::Impl {
 
   // A message arriving (or arrived) on a Conn.
   struct Incoming {
-    enum class State { kReceiving, kReady, kFailed, kTooLarge, kDone };
+    // kHandling: with the handler, whose acknowledgement comes back through `answers`.
+    enum class State { kReceiving, kReady, kFailed, kTooLarge, kHandling, kDone };
     Impl* impl = nullptr;
     ucp_ep_h reply_ep = nullptr;
     uint64_t seq = 0;
@@ -165,7 +166,18 @@ struct KvTransport::Impl {
     std::unique_ptr<Conn> conn;
   };
 
-  explicit Impl(MessageHandler handler) : on_message(std::move(handler)) {}
+  // Handlers' acknowledgements, posted from any thread and sent by the progress thread. Shared
+  // with the Acknowledge callbacks, which may outlive the transport: once `closed`, posts are
+  // dropped (and the worker they would signal may be gone).
+  struct Answers {
+    std::mutex mutex;
+    bool closed = false;                                // guarded by mutex
+    ucp_worker_h worker = nullptr;                      // guarded by mutex
+    std::vector<std::pair<Incoming*, Status>> posted;   // guarded by mutex
+    void post(Incoming* in, Status status);
+  };
+
+  explicit Impl(DeferredMessageHandler handler) : on_message(std::move(handler)) {}
 
   Status start(const std::string& host, int port);
   void stop_and_join();
@@ -184,6 +196,7 @@ struct KvTransport::Impl {
   bool handle_failures();
   bool handle_connection_requests();
   bool handle_incoming();
+  bool take_answers();  // sends the acknowledgements handlers posted
   void acknowledge(const Incoming& in, kv_ucx::AckCode code, std::string reason);
   void expire(kv_ucx::Clock::time_point now);
   bool reap();
@@ -203,7 +216,8 @@ struct KvTransport::Impl {
   static ucs_status_t on_ack_am(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param);
 
-  const MessageHandler on_message;
+  const DeferredMessageHandler on_message;
+  const std::shared_ptr<Answers> answers = std::make_shared<Answers>();
   std::string host;
   std::string endpoint_text;
 

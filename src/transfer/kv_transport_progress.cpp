@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,7 @@ void KvTransport::Impl::run() {
     busy |= handle_failures();
     busy |= take_submitted();
     busy |= handle_incoming();
+    busy |= take_answers();
     busy |= reap();
     const Clock::time_point now = Clock::now();
     expire(now);
@@ -220,7 +222,7 @@ bool KvTransport::Impl::handle_incoming() {
   for (auto& owned : incoming) {
     Incoming& in = *owned;
     using State = Incoming::State;
-    if (in.state == State::kReceiving || in.state == State::kDone) continue;
+    if (in.state == State::kReceiving || in.state == State::kHandling || in.state == State::kDone) continue;
     any = true;
     const State state = in.state;
     in.state = State::kDone;
@@ -251,23 +253,42 @@ bool KvTransport::Impl::handle_incoming() {
     in.data.reset();  // the message holds its own copy of the payload
     messages_received.fetch_add(1, std::memory_order_relaxed);
     bytes_received.fetch_add(in.size, std::memory_order_relaxed);
-    Status handled = make_error("no handler");
+    // The handler answers through `answers` (take_answers sends it), now or later, from any
+    // thread; the Incoming stays (kHandling is never reaped) until then.
+    in.state = State::kHandling;
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    Acknowledge acknowledge = [box = answers, at = &in, answered](Status status) {
+      if (!answered->exchange(true)) box->post(at, std::move(status));
+    };
     try {
-      handled = on_message ? on_message(std::move(*decoded)) : handled;
+      if (!on_message) throw std::runtime_error("no handler");
+      on_message(std::move(*decoded), acknowledge);
     } catch (const std::exception& e) {
-      handled = make_error("handler threw: {}", e.what());
+      acknowledge(make_error("handler threw: {}", e.what()));
     } catch (...) {
-      handled = make_error("handler threw");
-    }
-    // A transport being destroyed does not acknowledge: its senders get "peer gone".
-    if (stopping.load(std::memory_order_acquire)) return any;
-    if (handled.ok()) {
-      acknowledge(in, kAckOk, "");
-    } else {
-      acknowledge(in, kAckRefused, handled.error().message());
+      acknowledge(make_error("handler threw"));
     }
   }
   return any;
+}
+
+bool KvTransport::Impl::take_answers() {
+  std::vector<std::pair<Incoming*, Status>> posted;
+  {
+    std::lock_guard lock(answers->mutex);
+    posted.swap(answers->posted);
+  }
+  for (auto& [in, status] : posted) {
+    in->state = Incoming::State::kDone;
+    // A transport being destroyed does not acknowledge: its senders get "peer gone".
+    if (stopping.load(std::memory_order_acquire)) continue;
+    if (status.ok()) {
+      acknowledge(*in, kAckOk, "");
+    } else {
+      acknowledge(*in, kAckRefused, status.error().message());
+    }
+  }
+  return !posted.empty();
 }
 
 void KvTransport::Impl::acknowledge(const Incoming& in, AckCode code, std::string reason) {

@@ -250,6 +250,68 @@ TEST_P(KvTransportTest, HandlerErrorComesBackAsTheSendError) {
   EXPECT_EQ(b->stats().rejected, 0u);  // a refusal is not damage
 }
 
+// A deferred handler keeps the first message's acknowledgement until the test releases it, and
+// answers every other message at once: the progress thread must go on meanwhile.
+TEST_P(KvTransportTest, DeferredAcknowledgementsDoNotHoldUpOtherTransfers) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Acknowledge> held;
+  auto b = KvTransport::listen("127.0.0.1", 0, [&](KvMessage&& message, Acknowledge acknowledge) {
+    std::lock_guard lock(mutex);
+    if (message.transfer_id == 41) {
+      held.push_back(std::move(acknowledge));
+      changed.notify_all();
+      return;
+    }
+    acknowledge(message.transfer_id == 43 ? make_error("no room") : ok_status());
+  });
+  ASSERT_TRUE(b.ok()) << b.error().message();
+  Inbox inbox_a;
+  auto a = start(inbox_a);
+  ASSERT_TRUE(a);
+  auto first = std::async(std::launch::async, [&] { return a->send((*b)->endpoint(), make_message(41, 2, 256), 20); });
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(10), [&] { return !held.empty(); }));
+  }
+  // The first waits for its answer; the next ones are answered meanwhile.
+  const Status second = a->send((*b)->endpoint(), make_message(42, 2, 256), 5);
+  EXPECT_TRUE(second.ok()) << second.error().message();
+  const Status third = a->send((*b)->endpoint(), make_message(43, 1, 256), 5);
+  ASSERT_FALSE(third.ok());
+  EXPECT_TRUE(contains(third.error().message(), "refused: no room")) << third.error().message();
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  // Answered from another thread, and once only: a second call changes nothing.
+  std::thread([&] {
+    std::lock_guard lock(mutex);
+    held.front()(make_error("too late"));
+    held.front()(ok_status());
+  }).join();
+  const Status answered = first.get();
+  ASSERT_FALSE(answered.ok());
+  EXPECT_TRUE(contains(answered.error().message(), "refused: too late")) << answered.error().message();
+  EXPECT_EQ((*b)->stats().messages_received, 3u);
+}
+
+TEST_P(KvTransportTest, AcknowledgingAfterTheTransportIsGoneDoesNothing) {
+  Acknowledge kept;
+  std::promise<void> got;
+  auto b = KvTransport::listen("127.0.0.1", 0, [&](KvMessage&&, Acknowledge acknowledge) {
+    kept = std::move(acknowledge);
+    got.set_value();
+  });
+  ASSERT_TRUE(b.ok()) << b.error().message();
+  Inbox inbox_a;
+  auto a = start(inbox_a);
+  ASSERT_TRUE(a);
+  auto sent = std::async(std::launch::async, [&] { return a->send((*b)->endpoint(), make_message(51, 1, 256), 10); });
+  ASSERT_EQ(got.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  b->reset();  // the receiver goes away with the answer outstanding: its sender gets an error
+  kept(ok_status());
+  const Status result = sent.get();
+  EXPECT_FALSE(result.ok());
+}
+
 TEST_P(KvTransportTest, NobodyListeningFailsFast) {
   Inbox inbox;
   auto a = start(inbox);
