@@ -76,6 +76,10 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
                   "Cost model: KV transfer bandwidth between instances (moving KV vs recomputing it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--relay-buffer-bytes", args->config.relay_buffer_bytes,
+                  "Bytes of a stream the router holds for a slow client before it stops reading the instance")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
   cmd->add_option("--prompt-ttl", args->config.prompt_ttl_seconds, "Seconds a prompt-tree entry lives without a refresh")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -70,6 +70,7 @@ struct Router::Upstream {
   std::string content_type;
   std::string retry_after;  // an instance's 429/503 hint, passed on
   std::deque<std::string> chunks;
+  size_t queued_bytes = 0;  // in `chunks`: a stream's reader waits while its client is this far behind
   std::string kept;  // the reply so far (bounded), for the prompt tree
   std::atomic<bool> client_gone{false};
   std::unique_ptr<httplib::Client> client;  // stop() breaks a wait on the instance off
@@ -227,7 +228,7 @@ std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& metho
   up->client->set_connection_timeout(std::chrono::seconds(2));
   up->client->set_read_timeout(std::chrono::duration<double>(config_.upstream_timeout_seconds));
   up->client->set_write_timeout(std::chrono::seconds(30));
-  up->thread = std::thread([up, method, path, body, auth = authorization] {
+  up->thread = std::thread([this, up, method, path, body, auth = authorization] {
     httplib::Request r;
     r.method = method;
     r.path = path;
@@ -245,9 +246,18 @@ std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& metho
       up->changed.notify_all();
       return true;
     };
-    r.content_receiver = [up](const char* data, size_t n, uint64_t, uint64_t) {
-      std::lock_guard lock(up->mutex);
+    r.content_receiver = [this, up](const char* data, size_t n, uint64_t, uint64_t) {
+      std::unique_lock lock(up->mutex);
+      // A stream whose client reads slower than the instance writes: stop reading the instance
+      // (TCP then holds it back) rather than queue without bound. A whole reply is read whole.
+      if (up->queued_bytes > config_.relay_buffer_bytes && up->content_type.rfind("text/event-stream", 0) == 0) {
+        relay_waits_.fetch_add(1, std::memory_order_relaxed);
+        while (up->queued_bytes > config_.relay_buffer_bytes && !up->client_gone.load()) {
+          up->changed.wait_for(lock, std::chrono::milliseconds(100));
+        }
+      }
       up->chunks.emplace_back(data, n);
+      up->queued_bytes += n;
       if (up->kept.size() < kMaxKeptReplyBytes) up->kept.append(data, std::min(n, kMaxKeptReplyBytes - up->kept.size()));
       up->changed.notify_all();
       return !up->client_gone.load();
@@ -363,6 +373,8 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
         while (!u.chunks.empty()) {
           std::string chunk = std::move(u.chunks.front());
           u.chunks.pop_front();
+          u.queued_bytes -= chunk.size();
+          u.changed.notify_all();  // a reader waiting for room
           l.unlock();
           if (relay->failover) {
             chunk = relay->stitcher.feed(chunk);
@@ -402,7 +414,11 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
       },
       [relay, on_done](bool) {
         Upstream& u = *relay->up;
-        u.client_gone = true;
+        {
+          std::lock_guard l(u.mutex);
+          u.client_gone = true;
+          u.changed.notify_all();  // a reader waiting for room stops
+        }
         u.client->stop();  // the instance's side ends now, not at its next chunk
         if (u.thread.joinable()) u.thread.join();
         // A client that left before the end: the request no longer counts as in flight.
@@ -690,6 +706,9 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   prometheus::per_instance(out, "router_profiled_seconds_per_prompt_token",
                            "Instances routed on their own `mnemo profile`: a prompt token's cost at position 0.", "gauge",
                            profiled);
+  prometheus::counter(out, "router_relay_waits_total",
+                      "Times a stream's relay stopped reading its instance because the client was behind.",
+                      relay_waits_.load(std::memory_order_relaxed));
   prometheus::counter(out, "router_retries_total", "Requests an instance did not answer, sent to another.", retries_);
   prometheus::counter(out, "router_unroutable_total", "Requests no instance answered.", unroutable_);
   prometheus::counter(out, "router_kv_pushes_total", "KV transfers between instances the router asked for, done.", kv_pushes_);

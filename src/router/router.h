@@ -67,6 +67,9 @@ struct RouterConfig {
   bool failover = true;  // resume streamed replies whose instance fails (SPEC D7)
   int replicas = 0;      // KV replicas of each request in flight on other instances (0: none)
   bool caching3 = true;  // disaggregated: decode instances send each request's KV back to its prefill instance
+  // Bytes of a stream read from its instance and not yet written to its client, at most (then
+  // the relay stops reading the instance until the client catches up).
+  size_t relay_buffer_bytes = size_t{1} << 20;
 };
 
 class Router {
@@ -143,6 +146,7 @@ class Router {
   // instance id -> (its published profile, parsed; null if it did not parse)
   std::unordered_map<std::string, std::pair<std::string, std::shared_ptr<const CostModel>>> profiles_;
   double last_expire_ = 0;  // of the prompt trees
+  std::atomic<uint64_t> relay_waits_{0};
   uint64_t retries_ = 0;
   uint64_t unroutable_ = 0;
   uint64_t predicted_cached_tokens_ = 0;

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import time
 
 import pytest
@@ -122,6 +123,50 @@ def test_output_through_the_router_equals_an_instance_directly(cluster):
         text += delta.get("content") or ""
     assert done
     assert text == direct.json()["choices"][0]["message"]["content"]
+
+
+def test_a_stream_to_a_slow_client_is_held_back_not_queued_and_arrives_whole(cluster):
+    # A client with a tiny receive window that reads nothing until the router's relay has had to
+    # wait for it (over 256 bytes of the stream held for it; 8 choices with top-20 logprobs make
+    # about 2 MB, more than the kernel's socket buffers take); then every token arrives.
+    router = cluster["start_router"]("--relay-buffer-bytes", "256")
+    max_tokens, n = 300, 8
+    request = {**CHAT, "messages": [{"role": "user", "content": "Tell a long story about a lighthouse."}],
+               "max_tokens": max_tokens, "ignore_eos": True, "stream": True, "logprobs": True, "top_logprobs": 20,
+               "n": n, "temperature": 1.0, "seed": 5}
+    body = json.dumps(request).encode()
+    host, port = router.url.removeprefix("http://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.connect((host, int(port)))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    wait_for(lambda: read_metrics(router.url)["mnemo_router_relay_waits_total"] > 0, 120, 0.2,
+             "the relay to wait for its slow client")
+    received = b""
+    sock.settimeout(120)
+    while chunk := sock.recv(65536):
+        received += chunk
+    sock.close()
+    head, _, chunked = received.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0], head
+    # Undo the chunked transfer encoding, then read the events.
+    stream, rest = b"", chunked
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        stream, rest = stream + rest[:size], rest[size + 2:]
+    events = [e.removeprefix("data: ") for e in stream.decode().split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    tokens, finished = [0] * n, [None] * n
+    for event in events[:-1]:
+        for choice in json.loads(event)["choices"]:
+            tokens[choice["index"]] += len((choice.get("logprobs") or {}).get("content") or [])
+            finished[choice["index"]] = choice["finish_reason"] or finished[choice["index"]]
+    assert tokens == [max_tokens] * n
+    assert finished == ["length"] * n
 
 
 def test_bad_requests_get_clear_errors_from_the_router(cluster):
