@@ -73,6 +73,8 @@ class Engine {
   // KV transfer between instances (KvManager::export_prefix / import_prefix) on the engine
   // thread, between steps. Thread-safe; the futures are ready within a step.
   std::future<KvManager::ExportedPrefix> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0);
+  // What the cache holds, as events for a router's prompt trees (thread-safe).
+  CacheEventLog& cache_events() const { return kv_.cache_events(); }
   std::future<Result<int32_t>> import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload,
                                              uint64_t parent_key = 0, int32_t first_position = 0);
   // The same, answering through `done` on the engine thread (never, if the engine shuts down

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kv/block_allocator.h"
+#include "kv/cache_events.h"
 #include "kv/cost_model.h"
 #include "kv/disk_tier.h"
 #include "kv/kv_storage.h"
@@ -170,6 +171,8 @@ class KvManager {
   void finish_loads();
   // Rebuilds the index from the disk tier's extents (at start-up). Returns the chunks restored.
   size_t restore_from_disk();
+  // Every chunk gaining or losing its last KV copy, for the router (thread-safe to read).
+  CacheEventLog& cache_events() const { return *events_; }
 
   struct Counters {
     int64_t device_hit_chunks = 0;   // matched chunks found on the device
@@ -232,6 +235,8 @@ class KvManager {
   KvStorage compact_;  // host blocks of a sliding-window model's global layers
   BlockAllocator compact_alloc_;
   std::vector<uint8_t> compact_buffer_;  // a compact disk extent on its way to the device
+  // Before index_: the index's observer records here.
+  std::unique_ptr<CacheEventLog> events_ = std::make_unique<CacheEventLog>();
   PrefixIndex index_;
   std::unordered_set<uint64_t> extents_to_delete_;  // keys of deleted chunks whose extent is still being written
   RetentionModel retention_;  // learns only under kMnemo

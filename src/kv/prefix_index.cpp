@@ -205,38 +205,45 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::restore(uint64_t ns, uint64_t pa
   at(node).disk = DiskCopy::kPresent;
   at(node).disk_compact = compact;
   tally(at(node), +1);
+  notify(at(node), false);
   return node;
 }
 
 void PrefixIndex::set_device(NodeId node, BlockId block) {
   Node& n = at(node);
   MNEMO_CHECK(n.live, "device copy for dead node {}", node);
+  const bool held = holds_kv(n);
   tally(n, -1);
   if (n.device != kNoBlock) by_location_.erase(location_key(Tier::kDevice, n.device));
   n.device = block;
   if (block != kNoBlock) by_location_.emplace(location_key(Tier::kDevice, block), node);
   tally(n, +1);
+  notify(n, held);
   forget_if_empty(node);
 }
 
 void PrefixIndex::set_host(NodeId node, BlockId block, bool compact) {
   Node& n = at(node);
   MNEMO_CHECK(n.live, "host copy for dead node {}", node);
+  const bool held = holds_kv(n);
   tally(n, -1);
   if (n.host != kNoBlock) by_location_.erase(location_key(n.host_compact ? kCompactHost : Tier::kHost, n.host));
   n.host = block;
   n.host_compact = compact && block != kNoBlock;
   if (block != kNoBlock) by_location_.emplace(location_key(n.host_compact ? kCompactHost : Tier::kHost, block), node);
   tally(n, +1);
+  notify(n, held);
   forget_if_empty(node);
 }
 
 void PrefixIndex::set_disk(NodeId node, DiskCopy state, bool compact) {
   MNEMO_CHECK(at(node).live, "disk copy for dead node {}", node);
+  const bool held = holds_kv(at(node));
   tally(at(node), -1);
   at(node).disk = state;
   at(node).disk_compact = compact && state != DiskCopy::kNone;
   tally(at(node), +1);
+  notify(at(node), held);
   forget_if_empty(node);
 }
 

@@ -124,6 +124,10 @@ class PrefixIndex {
   // whole path, the same on every instance, so a chunk's key names its prefix across a cluster.
   static uint64_t chunk_key(uint64_t parent_key, uint64_t ns, std::span<const TokenId> chunk);
 
+  // Called whenever a chunk comes to hold KV in some tier (held) or loses its last copy (not
+  // held): what the router's prompt trees follow (kv/cache_events.h). On the index's thread.
+  void set_observer(std::function<void(uint64_t key, bool held)> observer) { observer_ = std::move(observer); }
+
   // Whether the index keeps this block of this tier.
   bool holds(BlockId block, Tier tier) const;
   size_t size(Tier tier) const;
@@ -159,6 +163,11 @@ class PrefixIndex {
   }
   // Keeps the per-tier counts: -1 before a node's copies change, +1 after.
   void tally(const Node& n, int sign);
+  static bool holds_kv(const Node& n) { return n.device != kNoBlock || n.host != kNoBlock || n.disk != DiskCopy::kNone; }
+  // Tells the observer if a node's copies changed from `held_before`.
+  void notify(const Node& n, bool held_before) const {
+    if (observer_ && holds_kv(n) != held_before) observer_(n.key, !held_before);
+  }
   Node& at(NodeId id) { return nodes_[static_cast<size_t>(id)]; }
   const Node& at(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
 
@@ -170,6 +179,7 @@ class PrefixIndex {
   size_t live_nodes_ = 0;
   // Live nodes with a device copy, a host copy, a durable disk copy, and with none (dropped).
   int64_t device_count_ = 0, host_count_ = 0, disk_count_ = 0, dropped_count_ = 0;
+  std::function<void(uint64_t key, bool held)> observer_;
 };
 
 }  // namespace mnemo

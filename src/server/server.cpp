@@ -140,6 +140,7 @@ void Server::install_routes() {
     handle_generation(req, res, Endpoint::kCompletions);
   });
   http.Post("/v1/internal/kv_push", [this](const httplib::Request& req, httplib::Response& res) { handle_kv_push(req, res); });
+  http.Get("/v1/internal/cache_events", [this](const httplib::Request& req, httplib::Response& res) { handle_cache_events(req, res); });
   http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     handle_create_response(req, res);
   });

@@ -85,6 +85,9 @@ class Server {
   // POST /v1/internal/kv_push (server/kv_push.cpp): sends the cached KV of a request's prompt
   // to another instance's transport (a router asks, when the KV moving beats recomputing it).
   void handle_kv_push(const httplib::Request& req, httplib::Response& res);
+  // GET /v1/internal/cache_events (server/cache_events_endpoint.cpp): the cache's insert and
+  // evict events, long-polled by routers.
+  void handle_cache_events(const httplib::Request& req, httplib::Response& res);
   // Prompt tokens, limits, tenant, admission: everything between a parsed request and the engine.
   std::variant<PreparedRun, ApiError> prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint);
 

@@ -1,0 +1,54 @@
+// GET /v1/internal/cache_events: the cache's insert and evict events (kv/cache_events.h), for a
+// router's prompt trees (SPEC M7). A long poll: it answers at once when there are events after
+// `after`, else within `wait_ms`.
+//
+//   query: epoch=<from the last reply, 0 at first>&after=<its "next">&wait_ms=<0..5000, 2000>
+//   reply: {"epoch": E, "next": N, "snapshot": bool, "held": [keys, if snapshot],
+//           "events": [[key, held], ...], "chunk_tokens": C}
+// Keys are PrefixIndex::chunk_key values (unsigned 64-bit).
+#include <charconv>
+#include <string>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/server.h"
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxWaitMs = 5000;
+
+// An unsigned decimal query parameter, `fallback` when absent; false when malformed or > max.
+bool query_number(const httplib::Request& req, const char* name, uint64_t fallback, uint64_t max, uint64_t& out) {
+  if (!req.has_param(name)) {
+    out = fallback;
+    return true;
+  }
+  const std::string text = req.get_param_value(name);
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return error == std::errc() && end == text.data() + text.size() && !text.empty() && out <= max;
+}
+
+}  // namespace
+
+void Server::handle_cache_events(const httplib::Request& req, httplib::Response& res) {
+  uint64_t epoch = 0, after = 0, wait_ms = 0;
+  if (!query_number(req, "epoch", 0, UINT64_MAX, epoch) || !query_number(req, "after", 0, UINT64_MAX, after) ||
+      !query_number(req, "wait_ms", 2000, kMaxWaitMs, wait_ms)) {
+    return send_error(res, ApiError{400, "epoch, after and wait_ms (at most 5000) must be unsigned integers",
+                                    "invalid_request_error", "", ""});
+  }
+  const CacheEventLog::Batch batch = engine_.cache_events().read(epoch, after, std::chrono::milliseconds(wait_ms));
+  json events = json::array();
+  for (const auto& [key, held] : batch.events) events.push_back(json::array({key, held}));
+  json reply = {{"epoch", batch.epoch},       {"next", batch.next},   {"snapshot", batch.snapshot},
+                {"events", std::move(events)}, {"chunk_tokens", engine_.config().block_size}};
+  if (batch.snapshot) reply["held"] = batch.held;
+  res.status = 200;
+  res.set_content(reply.dump(), "application/json");
+}
+
+}  // namespace mnemo::server
