@@ -76,6 +76,11 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
                   "Cost model: KV transfer bandwidth between instances (moving KV vs recomputing it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("-m,--model", args->config.model_path,
+                  "The served model's GGUF: the router then tokenizes prompts as the instances do and follows each "
+                  "instance's cache by its insert and evict events (exact prompt trees); without it, prompt trees "
+                  "over the requests' text with a TTL")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--relay-buffer-bytes", args->config.relay_buffer_bytes,
                   "Bytes of a stream the router holds for a slow client before it stops reading the instance")
       ->capture_default_str()

@@ -12,9 +12,14 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "chat/chat_template.h"
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
+#include "gguf/gguf_file.h"
+#include "kv/prefix_index.h"
 #include "router/conversation_text.h"
+#include "server/prompt.h"
+#include "tokenizer/tokenizer.h"
 #include "util/prometheus_text.h"
 
 namespace mnemo::router {
@@ -29,6 +34,8 @@ constexpr size_t kMaxRememberedOwners = 100000;    // response owners cached in 
 // send: conservative (English text runs at about 4 bytes per token), since a guess past what the
 // receiver holds costs a refused increment and a resend from the first chunk.
 constexpr size_t kBytesPerKnownToken = 6;
+// An instance's chunk size until its first cache event says (mnemo serve's default).
+constexpr int32_t kDefaultChunkTokens = 32;
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -57,6 +64,58 @@ httplib::Result post_for(const httplib::Request& client_request, const std::stri
 }
 
 }  // namespace
+
+// The model's tokenizer and chat template, to name a prompt's chunks as the instances' caches do.
+class Router::PromptTokenizer {
+ public:
+  static Result<std::unique_ptr<PromptTokenizer>> load(const std::string& model_path) {
+    MNEMO_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(model_path));
+    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::from_gguf(file));
+    MNEMO_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::for_model(file));
+    return std::unique_ptr<PromptTokenizer>(new PromptTokenizer(std::move(tokenizer), std::move(chat_template)));
+  }
+  // The prompt's tokens as an instance renders them (empty if the request does not parse: the
+  // instance will refuse it anyway).
+  std::vector<TokenId> tokens(Api api, const std::string& body) const {
+    auto parsed = server::parse_request(body, api == Api::kChat);
+    if (const auto* request = std::get_if<server::ParsedRequest>(&parsed)) {
+      auto tokens = server::prompt_tokens(*tokenizer_, chat_template_, *request, api == Api::kChat);
+      if (auto* ok = std::get_if<std::vector<TokenId>>(&tokens)) return std::move(*ok);
+    }
+    return {};
+  }
+  static std::string cache_salt(const json& body) {
+    const auto salt = body.find("cache_salt");
+    return salt != body.end() && salt->is_string() ? salt->get<std::string>() : std::string();
+  }
+
+ private:
+  PromptTokenizer(std::unique_ptr<Tokenizer> tokenizer, ChatTemplate chat_template)
+      : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)) {}
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ChatTemplate chat_template_;
+};
+
+// A prompt as the prompt trees see it: its text always, its tokens and tenant when the router
+// tokenizes (then its chunks are named exactly as the instances' indexes name them).
+struct Router::PromptKeys {
+  std::string_view text;
+  std::vector<TokenId> tokens;  // empty: not tokenized
+  uint64_t ns = 0;
+  bool tokenized() const { return !tokens.empty(); }
+  // PrefixIndex::chunk_key of each whole chunk, in order.
+  std::vector<uint64_t> keys(int32_t chunk_tokens) const {
+    std::vector<uint64_t> out;
+    if (chunk_tokens <= 0) return out;
+    uint64_t key = 0;
+    const auto c = static_cast<size_t>(chunk_tokens);
+    for (size_t at = 0; at + c <= tokens.size(); at += c) {
+      key = PrefixIndex::chunk_key(key, ns, std::span(tokens).subspan(at, c));
+      out.push_back(key);
+    }
+    return out;
+  }
+};
 
 // One request's relay from an instance to the client: a thread reads the instance's reply into
 // chunks that the client's handler writes out as they come.
@@ -90,6 +149,11 @@ Router::~Router() {
 }
 
 Status Router::start() {
+  if (!config_.model_path.empty()) {
+    auto tokenizer = PromptTokenizer::load(config_.model_path);
+    if (!tokenizer.ok()) return tokenizer.error().with_context("router: the model's tokenizer");
+    tokenizer_ = std::move(*tokenizer);
+  }
   auto etcd = cluster::EtcdClient::create(config_.etcd_url);
   if (!etcd.ok()) return etcd.error().with_context("router");
   etcd_ = std::make_unique<cluster::EtcdClient>(std::move(*etcd));
@@ -167,6 +231,52 @@ bool Router::prefill_on(const httplib::Request& req, const cluster::InstanceInfo
   ++prefills_;
   prefill_seconds_ += seconds;
   return true;
+}
+
+void Router::sync_followers(std::vector<std::shared_ptr<CacheFollower>>& retired) {
+  if (!tokenizer_ || !members_ || members_->generation() == followers_generation_) return;
+  followers_generation_ = members_->generation();
+  std::unordered_map<std::string, std::string> live;  // id -> address
+  for (const auto& m : members_->members()) live.emplace(m.id, m.address);
+  for (auto it = followers_.begin(); it != followers_.end();) {
+    if (live.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    retired.push_back(std::move(it->second));  // stopped by the caller, outside the lock
+    it = followers_.erase(it);
+  }
+  for (const auto& [id, address] : live) {
+    if (followers_.count(id) == 0) followers_.emplace(id, std::make_shared<CacheFollower>(address));
+  }
+}
+
+int64_t Router::matched_tokens(const std::string& instance, const PromptKeys& prompt, double now, bool conservative) {
+  if (!prompt.tokenized()) {
+    const size_t bytes = tree_.matched_bytes(instance, prompt.text, now);
+    return conservative ? static_cast<int64_t>(bytes / kBytesPerKnownToken) : routing_.tokens_of_text(bytes);
+  }
+  const auto it = followers_.find(instance);
+  if (it == followers_.end()) return 0;
+  const int32_t chunk = it->second->chunk_tokens() > 0 ? it->second->chunk_tokens() : kDefaultChunkTokens;
+  return static_cast<int64_t>(it->second->matched_chunks(prompt.keys(chunk), now)) * chunk;
+}
+
+void Router::record_prompt(const std::string& instance, const PromptKeys& prompt, double now, int64_t tokens) {
+  if (!prompt.tokenized()) {
+    const size_t bytes =
+        tokens < 0 ? prompt.text.size()
+                   : std::min(prompt.text.size(),
+                              static_cast<size_t>(static_cast<double>(tokens) * routing_.cost().bytes_per_token));
+    tree_.record(instance, prompt.text.substr(0, bytes), now);
+    return;
+  }
+  const auto it = followers_.find(instance);
+  if (it == followers_.end()) return;
+  const int32_t chunk = it->second->chunk_tokens() > 0 ? it->second->chunk_tokens() : kDefaultChunkTokens;
+  std::vector<uint64_t> keys = prompt.keys(chunk);
+  if (tokens >= 0) keys.resize(std::min(keys.size(), static_cast<size_t>(tokens / chunk)));
+  it->second->record_pending(keys, now);
 }
 
 std::shared_ptr<const CostModel> Router::profile_of(const cluster::InstanceInfo& instance) {
@@ -455,18 +565,30 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     return send_error(res, 503, "no instance is serving", "server_error", "no_instance");
   }
 
+  // The prompt's chunks named as the instances' caches name them, when the router tokenizes (a
+  // Responses API turn's history is on its instance: it goes there anyway).
+  PromptKeys prompt{view->prompt_text, {}, 0};
+  if (tokenizer_ && api != Api::kResponses) {
+    prompt.tokens = tokenizer_->tokens(api, req.body);
+    prompt.ns = server::cache_namespace(req.get_header_value("Authorization"), PromptTokenizer::cache_salt(body));
+  }
+  const int64_t prompt_tokens =
+      prompt.tokenized() ? static_cast<int64_t>(prompt.tokens.size()) : routing_.tokens_of_text(view->prompt_text.size());
+
   // Candidates in the order to try: the policy's choice, then the rest by predicted time.
   const double now = seconds_now();
   std::vector<size_t> order;
   struct Push {
     cluster::InstanceInfo from;
     std::string to_endpoint;
-    size_t bytes;  // of the prompt text the source holds
+    int64_t tokens;  // of the prompt the source holds
   };
   std::optional<Push> push;
-  size_t chosen_matched_bytes = 0;  // of the prompt, in the chosen instance's prompt tree
+  int64_t chosen_known_tokens = 0;  // of the prompt, surely held by the chosen instance
+  std::vector<std::shared_ptr<CacheFollower>> retired_followers;
   {
     std::lock_guard lock(mutex_);
+    sync_followers(retired_followers);
     if (now - last_expire_ >= kExpireEverySeconds) {
       tree_.expire(now);
       last_expire_ = now;
@@ -481,38 +603,38 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       c.in_flight = in_flight_[m.id];
       c.routed = routed_[m.id];
       c.queued_tokens = m.queued_tokens;
-      c.matched_bytes = tree_.matched_bytes(m.id, view->prompt_text, now);
+      c.matched_tokens = matched_tokens(m.id, prompt, now);
       c.has_transport = !m.transfer_endpoint.empty();
       c.kv_bytes_per_token = m.kv_bytes_per_token;
       c.profile = profile_of(m);
       candidates.push_back(std::move(c));
     }
-    const auto decision = routing_.choose(candidates, view->prompt_text.size(), view->session_key);
+    const auto decision = routing_.choose(candidates, prompt_tokens, view->session_key);
     if (api != Api::kResponses) {
       if (const auto source = routing_.transfer_source(candidates, decision->index)) {
-        push = Push{members[*source], members[decision->index].transfer_endpoint, candidates[*source].matched_bytes};
+        push = Push{members[*source], members[decision->index].transfer_endpoint, candidates[*source].matched_tokens};
       }
     }
     order.push_back(decision->index);
-    chosen_matched_bytes = candidates[decision->index].matched_bytes;
+    chosen_known_tokens = matched_tokens(members[decision->index].id, prompt, now, /*conservative=*/true);
     predicted_cached_tokens_ += static_cast<uint64_t>(decision->predicted_cached_tokens);
     std::vector<size_t> rest;
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (i != decision->index) rest.push_back(i);
     }
     std::sort(rest.begin(), rest.end(), [&](size_t a, size_t b) {
-      return routing_.predicted_seconds(candidates[a], view->prompt_text.size()) <
-             routing_.predicted_seconds(candidates[b], view->prompt_text.size());
+      return routing_.predicted_seconds(candidates[a], prompt_tokens) < routing_.predicted_seconds(candidates[b], prompt_tokens);
     });
     order.insert(order.end(), rest.begin(), rest.end());
   }
+  retired_followers.clear();  // their threads stop here, outside the lock
 
   // Another instance holds more of the prompt and moving its KV beats recomputing it: it sends
   // the KV to the chosen instance first (transfer_with_insert); if that fails, the chosen
   // instance recomputes.
   if (push && push_kv(req, push->from, push->to_endpoint, api, body)) {
     std::lock_guard lock(mutex_);
-    tree_.record(members[order.front()].id, std::string_view(view->prompt_text).substr(0, push->bytes), now);
+    record_prompt(members[order.front()].id, prompt, now, push->tokens);
   }
 
   // Disaggregated (SPEC D4): a decode instance gets the request once a prefill instance has
@@ -520,7 +642,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   // --caching3, the decode instance sends the request's KV back as it runs (SPEC M4), so the next
   // turn's prefill finds it.
   std::optional<cluster::InstanceInfo> prefill;
-  size_t prefill_matched_bytes = 0;
+  int64_t prefill_known_tokens = 0;
   bool prefilled = false;
   if (api != Api::kResponses && members[order.front()].role == "decode" && !members[order.front()].transfer_endpoint.empty()) {
     std::vector<cluster::InstanceInfo> prefills = live_members(/*prefill=*/true);
@@ -529,24 +651,24 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       std::lock_guard lock(mutex_);
       // The one holding most of the prompt; then the least busy.
       const auto best = std::min_element(prefills.begin(), prefills.end(), [&](const auto& a, const auto& b) {
-        const size_t ma = tree_.matched_bytes(a.id, view->prompt_text, now), mb = tree_.matched_bytes(b.id, view->prompt_text, now);
+        const int64_t ma = matched_tokens(a.id, prompt, now), mb = matched_tokens(b.id, prompt, now);
         if (ma != mb) return ma > mb;
         return in_flight_[a.id] < in_flight_[b.id];
       });
       prefill = *best;
-      prefill_matched_bytes = tree_.matched_bytes(prefill->id, view->prompt_text, now);
+      prefill_known_tokens = matched_tokens(prefill->id, prompt, now, /*conservative=*/true);
       ++in_flight_[prefill->id];
       ++routed_[prefill->id];
     }
   }
   if (prefill) {
-    const bool done = prefill_on(req, *prefill, members[order.front()], body, chosen_matched_bytes / kBytesPerKnownToken);
+    const bool done = prefill_on(req, *prefill, members[order.front()], body, static_cast<size_t>(chosen_known_tokens));
     prefilled = done;
     std::lock_guard lock(mutex_);
     --in_flight_[prefill->id];
     if (done) {
-      tree_.record(prefill->id, view->prompt_text, now);
-      tree_.record(members[order.front()].id, view->prompt_text, now);
+      record_prompt(prefill->id, prompt, now);
+      record_prompt(members[order.front()].id, prompt, now);
     }
   }
 
@@ -568,7 +690,10 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     json known = json::array();  // per replica, the leading tokens it holds already
     if (prefill && config_.caching3 && k == 0 && !m.transfer_endpoint.empty() && one_choice) {
       endpoints.push_back(prefill->transfer_endpoint);
-      known.push_back((prefilled ? view->prompt_text.size() : prefill_matched_bytes) / kBytesPerKnownToken);
+      // After a prefill there, the prompt (all of it, if tokenized; else a conservative estimate).
+      const int64_t prompt_known =
+          prompt.tokenized() ? prompt_tokens : static_cast<int64_t>(view->prompt_text.size() / kBytesPerKnownToken);
+      known.push_back(prefilled ? prompt_known : prefill_known_tokens);
       replicas.push_back(prefill->id);
     }
     if (replicable && !m.transfer_endpoint.empty()) {
@@ -600,7 +725,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       std::lock_guard lock(mutex_);
       ++in_flight_[m.id];
       ++routed_[m.id];
-      tree_.record(m.id, view->prompt_text, now);  // its prefill caches the prompt there
+      record_prompt(m.id, prompt, now);  // its prefill caches the prompt there
     }
     auto on_done = [this, api, id = m.id, replicas, prompt = view->prompt_text](int status, const std::string& reply_body, bool sse,
                                                                                 const std::string& finished_on) {
@@ -693,12 +818,21 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   std::string out;
   prometheus::gauge(out, "router_instances", "Instances with a live lease that take requests.", members.size());
   prometheus::gauge(out, "router_prefill_instances", "Prefill instances with a live lease.", live_members(/*prefill=*/true).size());
+  std::vector<std::shared_ptr<CacheFollower>> retired_followers;  // declared first: stopped after the lock is let go
   std::lock_guard lock(mutex_);
+  sync_followers(retired_followers);  // also before any request: the view changes without one
   prometheus::per_instance(out, "router_requests_total", "Requests sent to each instance.", "counter", routed_);
   prometheus::per_instance(out, "router_in_flight", "Requests each instance has not finished.", "gauge", in_flight_);
   std::map<std::string, size_t> tree_sizes;
   for (const auto& id : tree_.instances()) tree_sizes[id] = tree_.size(id);
   prometheus::per_instance(out, "router_prompt_tree_chunks", "Prompt-tree entries per instance.", "gauge", tree_sizes);
+  std::map<std::string, size_t> followed;
+  for (const auto& [id, follower] : followers_) {
+    if (follower->following()) followed[id] = follower->held_chunks();
+  }
+  prometheus::per_instance(out, "router_followed_cache_chunks",
+                           "Chunks each instance's cache holds, as its insert and evict events say (with --model).",
+                           "gauge", followed);
   std::map<std::string, double> profiled;
   for (const auto& [id, entry] : profiles_) {
     if (entry.second) profiled[id] = entry.second->seconds_per_token_at(0);

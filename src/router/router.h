@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "router/cache_follower.h"
 #include "router/prompt_tree.h"
 #include "router/routing_policy.h"
 #include "router/sse_stitcher.h"
@@ -70,6 +71,10 @@ struct RouterConfig {
   // Bytes of a stream read from its instance and not yet written to its client, at most (then
   // the relay stops reading the instance until the client catches up).
   size_t relay_buffer_bytes = size_t{1} << 20;
+  // The served model's GGUF (its tokenizer and chat template): the router then tokenizes each
+  // prompt as the instances do and follows their caches by their insert and evict events
+  // (router/cache_follower.h). Empty: prompt trees over the requests' text, with a TTL.
+  std::string model_path;
 };
 
 class Router {
@@ -86,6 +91,8 @@ class Router {
  private:
   struct Upstream;
   struct Relay;
+  struct PromptKeys;
+  class PromptTokenizer;
   // Called once a request's reply is over: its status, the reply (bounded; SSE events when
   // streamed) and the instance that finished it (another one after a failover).
   using OnDone = std::function<void(int status, const std::string& body, bool sse, const std::string& instance)>;
@@ -110,6 +117,14 @@ class Router {
   // The instance's published `mnemo profile` (parsed once per published text); null if it has
   // none or it does not parse. Caller holds mutex_.
   std::shared_ptr<const CostModel> profile_of(const cluster::InstanceInfo& instance);
+  // The instances' cache followers, kept in step with the member view. Caller holds mutex_.
+  void sync_followers(std::vector<std::shared_ptr<CacheFollower>>& retired);
+  // Tokens of the prompt `instance` holds, as far as the router knows: exact (its events) when
+  // the prompt is tokenized, else estimated from the text tree. `conservative`: an estimate
+  // that errs low (what a KV replica may skip). Caller holds mutex_.
+  int64_t matched_tokens(const std::string& instance, const PromptKeys& prompt, double now, bool conservative = false);
+  // `instance` will hold the prompt's first `tokens` tokens (all: -1). Caller holds mutex_.
+  void record_prompt(const std::string& instance, const PromptKeys& prompt, double now, int64_t tokens = -1);
   // Where etcd keeps the instance that stored a response.
   std::string owner_key(const std::string& response_id) const;
   // The instance that stored a response ("" if unknown; an Error if etcd could not say).
@@ -145,6 +160,9 @@ class Router {
   std::unordered_map<std::string, std::string> owners_;  // response id -> instance id
   // instance id -> (its published profile, parsed; null if it did not parse)
   std::unordered_map<std::string, std::pair<std::string, std::shared_ptr<const CostModel>>> profiles_;
+  std::unique_ptr<PromptTokenizer> tokenizer_;  // with config_.model_path; immutable after start()
+  std::unordered_map<std::string, std::shared_ptr<CacheFollower>> followers_;  // by instance id
+  uint64_t followers_generation_ = ~uint64_t{0};  // of the member view they follow
   double last_expire_ = 0;  // of the prompt trees
   std::atomic<uint64_t> relay_waits_{0};
   uint64_t retries_ = 0;

@@ -26,8 +26,8 @@ std::string_view policy_name(Policy policy) {
   return "cache-aware";
 }
 
-int64_t RoutingPolicy::tokens_of(size_t bytes) const {
-  return static_cast<int64_t>(std::llround(static_cast<double>(bytes) / cost_.bytes_per_token));
+int64_t RoutingPolicy::tokens_of_text(size_t text_bytes) const {
+  return static_cast<int64_t>(std::llround(static_cast<double>(text_bytes) / cost_.bytes_per_token));
 }
 
 double RoutingPolicy::exec_seconds(const Candidate& c, int64_t prompt_tokens, int64_t cached_tokens) const {
@@ -39,16 +39,14 @@ double RoutingPolicy::exec_seconds(const Candidate& c, int64_t prompt_tokens, in
   return static_cast<double>(c.queued_tokens + prompt_tokens - cached) / cost_.prefill_tokens_per_second;
 }
 
-double RoutingPolicy::predicted_seconds(const Candidate& c, size_t prompt_bytes) const {
+double RoutingPolicy::predicted_seconds(const Candidate& c, int64_t prompt_tokens) const {
   const auto ahead = static_cast<double>(c.in_flight);
-  return ahead * cost_.request_seconds +
-         exec_seconds(c, tokens_of(prompt_bytes), tokens_of(std::min(prompt_bytes, c.matched_bytes)));
+  return ahead * cost_.request_seconds + exec_seconds(c, prompt_tokens, c.matched_tokens);
 }
 
-double RoutingPolicy::transfer_seconds(const Candidate& from, size_t bytes) const {
-  const double tokens = static_cast<double>(bytes) / cost_.bytes_per_token;
+double RoutingPolicy::transfer_seconds(const Candidate& from, int64_t tokens) const {
   return cost_.transfer_overhead_seconds +
-         tokens * static_cast<double>(from.kv_bytes_per_token) / cost_.transfer_bytes_per_second;
+         static_cast<double>(tokens) * static_cast<double>(from.kv_bytes_per_token) / cost_.transfer_bytes_per_second;
 }
 
 std::optional<size_t> RoutingPolicy::transfer_source(const std::vector<Candidate>& candidates, size_t chosen) const {
@@ -58,11 +56,10 @@ std::optional<size_t> RoutingPolicy::transfer_source(const std::vector<Candidate
   double best_gain = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& from = candidates[i];
-    if (i == chosen || !from.has_transport || from.kv_bytes_per_token <= 0 || from.matched_bytes <= to.matched_bytes) continue;
-    const size_t extra = from.matched_bytes - to.matched_bytes;
+    if (i == chosen || !from.has_transport || from.kv_bytes_per_token <= 0 || from.matched_tokens <= to.matched_tokens) continue;
+    const int64_t extra = from.matched_tokens - to.matched_tokens;
     // What `to` would spend on the positions `from` holds beyond its own prefix.
-    const double saved = exec_seconds(to, tokens_of(from.matched_bytes), tokens_of(to.matched_bytes)) -
-                         exec_seconds(to, 0, 0);
+    const double saved = exec_seconds(to, from.matched_tokens, to.matched_tokens) - exec_seconds(to, 0, 0);
     const double gain = saved - transfer_seconds(from, extra);
     if (gain > best_gain) {
       best_gain = gain;
@@ -72,7 +69,7 @@ std::optional<size_t> RoutingPolicy::transfer_source(const std::vector<Candidate
   return best;
 }
 
-std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& candidates, size_t prompt_bytes,
+std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& candidates, int64_t prompt_tokens,
                                               std::string_view session_key) {
   if (candidates.empty()) return std::nullopt;
   Decision d;
@@ -97,7 +94,7 @@ std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& cand
     case Policy::kCacheAware: {
       double best = 0;
       for (size_t i = 0; i < candidates.size(); ++i) {
-        const double s = predicted_seconds(candidates[i], prompt_bytes);
+        const double s = predicted_seconds(candidates[i], prompt_tokens);
         // Ties (an idle cluster, nothing cached): the one that got fewer requests, then the first.
         if (i == 0 || s < best || (s == best && candidates[i].routed < candidates[d.index].routed)) {
           best = s;
@@ -108,9 +105,8 @@ std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& cand
     }
   }
   const Candidate& chosen = candidates[d.index];
-  d.predicted_seconds = predicted_seconds(chosen, prompt_bytes);
-  d.predicted_cached_tokens =
-      static_cast<int64_t>(static_cast<double>(std::min(prompt_bytes, chosen.matched_bytes)) / cost_.bytes_per_token);
+  d.predicted_seconds = predicted_seconds(chosen, prompt_tokens);
+  d.predicted_cached_tokens = std::min(prompt_tokens, chosen.matched_tokens);
   return d;
 }
 

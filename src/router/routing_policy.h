@@ -27,7 +27,7 @@ struct Candidate {
   int64_t in_flight = 0;        // requests the router sent it that have not finished
   uint64_t routed = 0;          // requests the router sent it so far (spreads ties)
   int64_t queued_tokens = 0;    // prompt tokens admitted and not yet computed, as published
-  size_t matched_bytes = 0;     // of this prompt, in the instance's prompt tree
+  int64_t matched_tokens = 0;   // of this prompt, in the instance's prompt tree
   bool has_transport = false;   // can send and receive KV (InstanceInfo.transfer_endpoint)
   int64_t kv_bytes_per_token = 0;
   // The instance's own profile (`mnemo profile`, published in etcd): what a token costs it at
@@ -42,7 +42,7 @@ struct Candidate {
 struct CostParams {
   double prefill_tokens_per_second = 1000;
   double request_seconds = 1.0;
-  double bytes_per_token = 4;  // the router does not tokenize: prompt bytes -> tokens
+  double bytes_per_token = 4;  // a router that does not tokenize: prompt text bytes -> tokens
   // Moving KV between instances (SPEC M7): bytes / bandwidth + a fixed cost per transfer.
   double transfer_bytes_per_second = 1e9;
   double transfer_overhead_seconds = 0.05;
@@ -59,26 +59,27 @@ class RoutingPolicy {
   RoutingPolicy(Policy policy, CostParams cost) : policy_(policy), cost_(cost) {}
 
   // nullopt when there is no candidate. `session_key` identifies the conversation (for kSession).
-  std::optional<Decision> choose(const std::vector<Candidate>& candidates, size_t prompt_bytes,
+  std::optional<Decision> choose(const std::vector<Candidate>& candidates, int64_t prompt_tokens,
                                  std::string_view session_key);
   // Cache-aware only (SPEC M7): the candidate to fetch the prompt's KV from for `chosen`, when
   // another holds more of the prefix and moving the difference costs less than recomputing it
   // (transfer(y_p, y_p') <= exec(x, y_p) - exec(x, y_p')); nullopt to recompute.
   std::optional<size_t> transfer_source(const std::vector<Candidate>& candidates, size_t chosen) const;
-  double transfer_seconds(const Candidate& from, size_t bytes) const;
+  double transfer_seconds(const Candidate& from, int64_t tokens) const;
 
   // The seconds cache-aware routing predicts for a candidate.
-  double predicted_seconds(const Candidate& c, size_t prompt_bytes) const;
+  double predicted_seconds(const Candidate& c, int64_t prompt_tokens) const;
   // exec(x, y_p): seconds for `c` to compute prompt positions [cached_tokens, prompt_tokens),
   // plus the prompt tokens queued there (taken at position 0: their contexts are unknown).
   double exec_seconds(const Candidate& c, int64_t prompt_tokens, int64_t cached_tokens) const;
+
+  // Tokens in `text_bytes` of prompt text, for a router that does not tokenize (an estimate).
+  int64_t tokens_of_text(size_t text_bytes) const;
 
   Policy policy() const { return policy_; }
   const CostParams& cost() const { return cost_; }
 
  private:
-  int64_t tokens_of(size_t prompt_bytes) const;  // the router does not tokenize: an estimate
-
   Policy policy_;
   CostParams cost_;
   uint64_t next_ = 0;  // round-robin position

@@ -7,22 +7,15 @@
 #include <sys/socket.h>
 
 #include <httplib.h>
-#include <xxhash.h>
 #include <nlohmann/json.hpp>
 
 #include "server/completion.h"
 #include "server/metrics_text.h"
+#include "server/prompt.h"
 
 namespace mnemo::server {
-namespace {
 
 using nlohmann::json;
-
-std::string token_text_or_empty(const Tokenizer& tokenizer, TokenId id) {
-  return id >= 0 ? std::string(tokenizer.token_text(id)) : std::string();
-}
-
-}  // namespace
 
 Server::Server(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template, ServerConfig config)
     : engine_(engine),
@@ -156,30 +149,15 @@ void Server::install_routes() {
 }
 
 Result<std::vector<TokenId>> Server::render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  ChatTemplateOptions options;
-  options.bos_token = token_text_or_empty(tokenizer_, tokenizer_.bos());
-  options.eos_token = token_text_or_empty(tokenizer_, tokenizer_.eos());
-  options.add_generation_prompt = add_generation_prompt;
-  auto text = chat_template_.render(messages, options);
-  if (!text.ok()) return text.error();
-  // The template writes the BOS text itself.
-  return tokenizer_.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+  return server::render_chat(tokenizer_, chat_template_, messages, add_generation_prompt);
 }
 
 std::variant<std::vector<TokenId>, ApiError> Server::prompt_of(const ParsedRequest& request, Endpoint endpoint) const {
-  if (endpoint == Endpoint::kChat) {
-    auto tokens = render_chat(request.messages, /*add_generation_prompt=*/true);
-    if (!tokens.ok()) return bad_request(tokens.error().message(), "messages");
-    return std::move(*tokens);
-  }
-  if (!request.prompt_tokens.empty()) return request.prompt_tokens;
-  return tokenizer_.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+  return prompt_tokens(tokenizer_, chat_template_, request, endpoint == Endpoint::kChat);
 }
 
 uint64_t Server::cache_namespace_of(const httplib::Request& req, const ParsedRequest& request) {
-  // The tenant: its credentials and its salt. Equal prompts of different tenants never share KV.
-  const std::string tenant = req.get_header_value("Authorization") + '\0' + request.cache_salt;
-  return XXH3_64bits(tenant.data(), tenant.size());
+  return cache_namespace(req.get_header_value("Authorization"), request.cache_salt);
 }
 
 std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint) {

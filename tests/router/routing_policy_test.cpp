@@ -56,24 +56,24 @@ TEST(RoutingPolicy, CacheAwareWeighsTheCachedPrefixAgainstTheQueue) {
   cost.bytes_per_token = 4;
   RoutingPolicy p(Policy::kCacheAware, cost);
   auto c = three();
-  // 4000 bytes = 1000 tokens = 10 s to compute from scratch.
-  c[1].matched_bytes = 3200;  // 200 tokens left: 2 s
-  Decision d = *p.choose(c, 4000, "");
+  // 1000 tokens = 10 s to compute from scratch.
+  c[1].matched_tokens = 800;  // 200 tokens left: 2 s
+  Decision d = *p.choose(c, 1000, "");
   EXPECT_EQ(d.index, 1u);
   EXPECT_DOUBLE_EQ(d.predicted_seconds, 2.0);
   EXPECT_EQ(d.predicted_cached_tokens, 800);
   // Seven requests in flight there (7 s + 2 s) beat 10 s elsewhere still...
   c[1].in_flight = 7;
-  EXPECT_EQ(p.choose(c, 4000, "")->index, 1u);
+  EXPECT_EQ(p.choose(c, 1000, "")->index, 1u);
   // ...nine do not: an idle instance recomputes sooner.
   c[1].in_flight = 9;
-  EXPECT_EQ(p.choose(c, 4000, "")->index, 0u);
+  EXPECT_EQ(p.choose(c, 1000, "")->index, 0u);
   // Published queued prompt tokens weigh as compute.
   c = three();
   c[0].queued_tokens = 500;
   c[1].queued_tokens = 100;
   c[2].queued_tokens = 300;
-  EXPECT_EQ(p.choose(c, 400, "")->index, 1u);
+  EXPECT_EQ(p.choose(c, 100, "")->index, 1u);
 }
 
 TEST(RoutingPolicy, CacheAwareTiesGoToTheLeastUsedThenTheFirst) {
@@ -100,10 +100,10 @@ TEST(RoutingPolicy, KvMovesWhenTransferCostsLessThanTheRecomputeItSaves) {
     x.has_transport = true;
     x.kv_bytes_per_token = 1000;
   }
-  c[1].matched_bytes = 4000;  // 1000 tokens
-  c[2].matched_bytes = 2000;
+  c[1].matched_tokens = 1000;
+  c[2].matched_tokens = 500;
   EXPECT_EQ(p.transfer_source(c, 0), std::optional<size_t>(1));  // 10 s saved for 1.5 s moved: the most
-  EXPECT_DOUBLE_EQ(p.transfer_seconds(c[1], 4000), 1.5);
+  EXPECT_DOUBLE_EQ(p.transfer_seconds(c[1], 1000), 1.5);
   EXPECT_EQ(p.transfer_source(c, 1), std::nullopt);               // the chosen one holds the most
   EXPECT_EQ(p.transfer_source(c, 2), std::optional<size_t>(1));   // 500 more tokens: 5 s for 1 s
   // Slow links: moving costs more than recomputing.
@@ -140,23 +140,21 @@ TEST(RoutingPolicy, CacheAwareChargesEachInstanceItsOwnProfiledCost) {
   c[0].profile = profile(0.004, 0);  // 4 ms per token, flat
   c[1].profile = profile(0.001, 0);  // 1 ms per token: the fastest
   // c[2]: no profile, the flags' 10 ms per token.
-  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[0], 4000), 4.0);
-  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[1], 4000), 1.0);
-  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[2], 4000), 10.0);
-  EXPECT_EQ(p.choose(c, 4000, "")->index, 1u);
+  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[0], 1000), 4.0);
+  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[1], 1000), 1.0);
+  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[2], 1000), 10.0);
+  EXPECT_EQ(p.choose(c, 1000, "")->index, 1u);
   // A cached prefix on the slower instance: 200 tokens left there (0.8 s) beat 1000 on the fast one.
-  c[0].matched_bytes = 3200;
-  EXPECT_EQ(p.choose(c, 4000, "")->index, 0u);
-  EXPECT_DOUBLE_EQ(p.choose(c, 4000, "")->predicted_seconds, 0.8);
+  c[0].matched_tokens = 800;
+  EXPECT_EQ(p.choose(c, 1000, "")->index, 0u);
+  EXPECT_DOUBLE_EQ(p.choose(c, 1000, "")->predicted_seconds, 0.8);
   // Queued prompt tokens cost what the instance's first positions cost.
   c[0].queued_tokens = 100;  // +0.4 s there: 1.2 s, more than the fast one's 1.0 s
-  EXPECT_EQ(p.choose(c, 4000, "")->index, 1u);
+  EXPECT_EQ(p.choose(c, 1000, "")->index, 1u);
 }
 
 TEST(RoutingPolicy, ProfiledCostRisesWithTheContextPositionOfTheUncachedTokens) {
-  CostParams cost;
-  cost.bytes_per_token = 1;
-  RoutingPolicy p(Policy::kCacheAware, cost);
+  RoutingPolicy p(Policy::kCacheAware, {});
   Candidate c;
   c.profile = profile(0.001, 0.001 / 1000);  // a token at position 1000 costs twice one at 0
   // 1000 uncached tokens at positions [0, 1000): mean position 499.5.
@@ -180,12 +178,21 @@ TEST(RoutingPolicy, KvMovesWhenItSavesMoreOfTheTargetsOwnProfiledTime) {
     x.has_transport = true;
     x.kv_bytes_per_token = 1000;
   }
-  c[1].matched_bytes = 4000;  // 1000 tokens
+  c[1].matched_tokens = 1000;
   EXPECT_EQ(p.transfer_source(c, 0), std::nullopt);  // no profile: 1 ms to recompute, 1.5 s to move
   c[0].profile = profile(0.01, 0);                   // the target's profile: 10 s to recompute
   EXPECT_EQ(p.transfer_source(c, 0), std::optional<size_t>(1));
   c[0].profile = profile(0.001, 0);  // 1 s to recompute: moving (1.5 s) does not pay
   EXPECT_EQ(p.transfer_source(c, 0), std::nullopt);
+}
+
+TEST(RoutingPolicy, TextBytesConvertToTokensAtTheConfiguredRate) {
+  CostParams cost;
+  cost.bytes_per_token = 4;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  EXPECT_EQ(p.tokens_of_text(4000), 1000);
+  EXPECT_EQ(p.tokens_of_text(6), 2);  // rounded
+  EXPECT_EQ(p.tokens_of_text(0), 0);
 }
 
 TEST(RoutingPolicy, PolicyNamesRoundTripAndUnknownOnesAreRefused) {

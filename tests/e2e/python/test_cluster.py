@@ -169,6 +169,54 @@ def test_a_stream_to_a_slow_client_is_held_back_not_queued_and_arrives_whole(clu
     assert finished == ["length"] * n
 
 
+def default_model_path() -> str:
+    """Where `mnemo serve` finds its default model (src/util/paths.cpp)."""
+    cache = os.environ.get("MNEMO_CACHE") or (
+        os.environ["XDG_CACHE_HOME"] + "/mnemo" if os.environ.get("XDG_CACHE_HOME") else os.path.expanduser("~/.cache/mnemo"))
+    return cache + "/models/gemma-3-270m-q4_k_m.gguf"
+
+
+def followed(router_url: str) -> dict[str, float]:
+    prefix = "mnemo_router_followed_cache_chunks{"
+    return {re.search(r'instance="([^"]+)"', k).group(1): v
+            for k, v in read_metrics(router_url).items() if k.startswith(prefix)}
+
+
+def test_a_tokenizing_router_follows_the_instances_caches_by_their_events(cluster):
+    # With the model, the router names a prompt's chunks as the instances' indexes do and learns
+    # what each holds from its insert and evict events.
+    router = cluster["start_router"]("--model", default_model_path())
+    wait_for(lambda: len(followed(router.url)) == 2, 30, 0.2, "the router to follow both instances' caches")
+    topic = ("Plan a week of dinners for a family of four: one fish night, one soup night, something with beans, "
+             "a pasta the children like, and leftovers on Friday. ")
+    first = chat(router.url, [{"role": "user", "content": topic + "Start with Monday."}])
+    home = first.headers["X-Mnemo-Instance"]
+    history = [{"role": "user", "content": topic + "Start with Monday."},
+               {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+               {"role": "user", "content": "And Tuesday?"}]
+    before = read_metrics(router.url)["mnemo_router_predicted_cached_tokens_total"]
+    second = chat(router.url, history)
+    assert second.headers["X-Mnemo-Instance"] == home
+    cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 32
+    # The router's keys are the instance's: it predicted exactly what the instance found.
+    assert read_metrics(router.url)["mnemo_router_predicted_cached_tokens_total"] - before == cached
+
+    # A stored response, then deleted: its chunks' insert, then evict events reach the router.
+    held_before = followed(router.url)
+    r = requests.post(router.url + "/v1/responses", timeout=120,
+                      json={"model": "m", "max_output_tokens": 8, "temperature": 0, "store": True,
+                            "input": "Write down a long shopping list for those dinners, aisle by aisle, "
+                                     "with quantities for four people and a note on what to buy fresh."})
+    assert r.status_code == 200, r.text
+    owner = r.headers["X-Mnemo-Instance"]
+    grown = wait_for(lambda: (n := followed(router.url)[owner]) > held_before[owner] and n, 30, 0.2,
+                     "the turn's chunks to be followed")
+    deleted = requests.delete(router.url + f"/v1/responses/{r.json()['id']}", timeout=60)
+    assert deleted.status_code == 200, deleted.text
+    wait_for(lambda: followed(router.url)[owner] < grown, 30, 0.2, "the deleted turn's evict events")
+
+
 def test_bad_requests_get_clear_errors_from_the_router(cluster):
     router = cluster["router"].url
     r = requests.post(router + "/v1/chat/completions", data=b"{not json", headers={"Content-Type": "application/json"}, timeout=10)

@@ -1,0 +1,160 @@
+#include "router/cache_follower.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+namespace mnemo::router {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kPollWaitMs = 2000;
+constexpr auto kRetryAfterError = std::chrono::milliseconds(500);
+
+// A JSON integer >= 0 (nlohmann keeps small non-negative ones either signed or unsigned).
+bool is_unsigned(const json& v) {
+  return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+}
+
+Result<uint64_t> unsigned_field(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end() || !is_unsigned(*it)) return make_error("cache events: '{}' missing or not unsigned", name);
+  return it->get<uint64_t>();
+}
+
+}  // namespace
+
+CacheFollower::CacheFollower(std::string address, double pending_ttl_seconds)
+    : address_(std::move(address)), pending_ttl_seconds_(pending_ttl_seconds), thread_([this] { run(); }) {}
+
+CacheFollower::~CacheFollower() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    if (client_ != nullptr) client_->stop();
+  }
+  stop_requested_.notify_all();
+  thread_.join();
+}
+
+size_t CacheFollower::matched_chunks(std::span<const uint64_t> keys, double now) const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (uint64_t key : keys) {
+    if (held_.count(key) == 0) {
+      const auto pending = pending_.find(key);
+      if (pending == pending_.end() || now - pending->second > pending_ttl_seconds_) break;
+    }
+    ++n;
+  }
+  return n;
+}
+
+void CacheFollower::record_pending(std::span<const uint64_t> keys, double now) {
+  std::lock_guard lock(mutex_);
+  if (pending_.size() > 100000) {  // bounded: expired ones first, then all
+    std::erase_if(pending_, [&](const auto& p) { return now - p.second > pending_ttl_seconds_; });
+    if (pending_.size() > 100000) pending_.clear();
+  }
+  for (uint64_t key : keys) {
+    if (held_.count(key) == 0) pending_[key] = now;
+  }
+}
+
+Status CacheFollower::apply(const json& reply) {
+  if (!reply.is_object()) return make_error("cache events: not a JSON object");
+  MNEMO_ASSIGN_OR_RETURN(const uint64_t epoch, unsigned_field(reply, "epoch"));
+  MNEMO_ASSIGN_OR_RETURN(const uint64_t next, unsigned_field(reply, "next"));
+  MNEMO_ASSIGN_OR_RETURN(const uint64_t chunk_tokens, unsigned_field(reply, "chunk_tokens"));
+  const auto snapshot = reply.find("snapshot");
+  const auto events = reply.find("events");
+  if (snapshot == reply.end() || !snapshot->is_boolean()) return make_error("cache events: 'snapshot' missing");
+  if (events == reply.end() || !events->is_array()) return make_error("cache events: 'events' missing");
+  std::unordered_set<uint64_t> fresh;
+  if (snapshot->get<bool>()) {
+    const auto held = reply.find("held");
+    if (held == reply.end() || !held->is_array()) return make_error("cache events: a snapshot without 'held'");
+    for (const json& key : *held) {
+      if (!is_unsigned(key)) return make_error("cache events: a held key is not unsigned");
+      fresh.insert(key.get<uint64_t>());
+    }
+  }
+  for (const json& e : *events) {
+    if (!e.is_array() || e.size() != 2 || !is_unsigned(e[0]) || !e[1].is_boolean()) {
+      return make_error("cache events: an event is not [key, held]");
+    }
+  }
+  std::lock_guard lock(mutex_);
+  if (snapshot->get<bool>()) {
+    held_ = std::move(fresh);
+    following_ = true;
+  }
+  for (const json& e : *events) {
+    const auto key = e[0].get<uint64_t>();
+    if (e[1].get<bool>()) {
+      held_.insert(key);
+    } else {
+      held_.erase(key);
+    }
+    pending_.erase(key);
+  }
+  epoch_ = epoch;
+  next_ = next;
+  chunk_tokens_ = static_cast<int32_t>(chunk_tokens);
+  return ok_status();
+}
+
+void CacheFollower::run() {
+  httplib::Client client(address_);
+  client.set_connection_timeout(std::chrono::seconds(2));
+  client.set_read_timeout(std::chrono::milliseconds(kPollWaitMs + 5000));
+  bool failing = false;
+  for (;;) {
+    std::string path;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      client_ = &client;
+      path = fmt::format("/v1/internal/cache_events?epoch={}&after={}&wait_ms={}", epoch_, next_, kPollWaitMs);
+    }
+    const auto reply = client.Get(path);
+    {
+      std::lock_guard lock(mutex_);
+      client_ = nullptr;
+    }
+    Status applied = make_error("{}", reply ? fmt::format("HTTP {}", reply->status) : httplib::to_string(reply.error()));
+    if (reply && reply->status == 200) applied = apply(json::parse(reply->body, nullptr, /*allow_exceptions=*/false));
+    if (applied.ok()) {
+      if (failing) std::fprintf(stderr, "mnemo route: following the cache of %s again\n", address_.c_str());
+      failing = false;
+      continue;
+    }
+    if (!failing) {
+      std::fprintf(stderr, "mnemo route: cache events of %s: %s; retrying\n", address_.c_str(), applied.error().message().c_str());
+    }
+    failing = true;
+    std::unique_lock lock(mutex_);
+    if (stop_requested_.wait_for(lock, kRetryAfterError, [&] { return stopping_; })) return;
+  }
+}
+
+bool CacheFollower::following() const {
+  std::lock_guard lock(mutex_);
+  return following_;
+}
+
+size_t CacheFollower::held_chunks() const {
+  std::lock_guard lock(mutex_);
+  return held_.size();
+}
+
+int32_t CacheFollower::chunk_tokens() const {
+  std::lock_guard lock(mutex_);
+  return chunk_tokens_;
+}
+
+}  // namespace mnemo::router

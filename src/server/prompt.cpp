@@ -1,0 +1,46 @@
+#include "server/prompt.h"
+
+#include <string>
+
+#include <xxhash.h>
+
+namespace mnemo::server {
+namespace {
+
+std::string token_text_or_empty(const Tokenizer& tokenizer, TokenId id) {
+  return id >= 0 ? std::string(tokenizer.token_text(id)) : std::string();
+}
+
+}  // namespace
+
+Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                         const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  ChatTemplateOptions options;
+  options.bos_token = token_text_or_empty(tokenizer, tokenizer.bos());
+  options.eos_token = token_text_or_empty(tokenizer, tokenizer.eos());
+  options.add_generation_prompt = add_generation_prompt;
+  auto text = chat_template.render(messages, options);
+  if (!text.ok()) return text.error();
+  // The template writes the BOS text itself.
+  return tokenizer.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+}
+
+std::variant<std::vector<TokenId>, ApiError> prompt_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                                           const ParsedRequest& request, bool chat) {
+  if (chat) {
+    auto tokens = render_chat(tokenizer, chat_template, request.messages, /*add_generation_prompt=*/true);
+    if (!tokens.ok()) return bad_request(tokens.error().message(), "messages");
+    return std::move(*tokens);
+  }
+  if (!request.prompt_tokens.empty()) return request.prompt_tokens;
+  return tokenizer.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+uint64_t cache_namespace(std::string_view authorization, std::string_view cache_salt) {
+  std::string tenant(authorization);
+  tenant += '\0';
+  tenant += cache_salt;
+  return XXH3_64bits(tenant.data(), tenant.size());
+}
+
+}  // namespace mnemo::server

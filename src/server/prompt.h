@@ -1,0 +1,28 @@
+// A request's prompt as the model sees it (chat template, then tokenizer) and its tenant: the
+// two things that name its cached KV (PrefixIndex keys). Shared by the server, which runs the
+// prompt, and by a router that tokenizes to follow the instances' caches exactly.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "server/api_error.h"
+#include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mnemo::server {
+
+// Messages through the chat template, then the tokenizer.
+Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                         const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+// A chat or completion request's prompt tokens, or a 400 naming the field.
+std::variant<std::vector<TokenId>, ApiError> prompt_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                                           const ParsedRequest& request, bool chat);
+// The KV namespace of a tenant: its credentials (the Authorization header) and its cache_salt.
+// Equal prompts of different tenants never share KV.
+uint64_t cache_namespace(std::string_view authorization, std::string_view cache_salt);
+
+}  // namespace mnemo::server

@@ -1,0 +1,75 @@
+// CacheFollower: the events endpoint's replies applied in order (snapshots, inserts, evicts),
+// pending keys with their TTL, malformed replies refused whole. Its thread polls an address where
+// nothing listens (port 1): it retries in the background and never touches what the test applies.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "router/cache_follower.h"
+
+namespace mnemo::router {
+namespace {
+
+using nlohmann::json;
+
+json reply(bool snapshot, std::vector<uint64_t> held, json events, uint64_t next = 1) {
+  json r = {{"epoch", 7}, {"next", next}, {"snapshot", snapshot}, {"events", events}, {"chunk_tokens", 32}};
+  if (snapshot) r["held"] = held;
+  return r;
+}
+
+TEST(CacheFollower, FollowsSnapshotsAndEventsInOrder) {
+  CacheFollower f("http://127.0.0.1:1");
+  EXPECT_FALSE(f.following());
+  const std::vector<uint64_t> prompt = {11, 12, 13, 14};
+  EXPECT_EQ(f.matched_chunks(prompt, 0), 0u);
+  ASSERT_TRUE(f.apply(reply(true, {11, 12, 99}, json::array())).ok());
+  EXPECT_TRUE(f.following());
+  EXPECT_EQ(f.chunk_tokens(), 32);
+  EXPECT_EQ(f.matched_chunks(prompt, 0), 2u);
+  // 13 and 14 arrive; then 12 is evicted: the match stops before it.
+  ASSERT_TRUE(f.apply(reply(false, {}, json::array({json::array({13, true}), json::array({14, true})}))).ok());
+  EXPECT_EQ(f.matched_chunks(prompt, 0), 4u);
+  ASSERT_TRUE(f.apply(reply(false, {}, json::array({json::array({12, false})}))).ok());
+  EXPECT_EQ(f.matched_chunks(prompt, 0), 1u);
+  EXPECT_EQ(f.held_chunks(), 4u);  // 11, 13, 14, 99
+  // A new snapshot (the instance restarted) replaces everything.
+  ASSERT_TRUE(f.apply(reply(true, {12}, json::array())).ok());
+  EXPECT_EQ(f.matched_chunks(prompt, 0), 0u);
+  EXPECT_EQ(f.held_chunks(), 1u);
+}
+
+TEST(CacheFollower, PendingKeysCountUntilTheirTtlOrAnEvictEvent) {
+  CacheFollower f("http://127.0.0.1:1", /*pending_ttl_seconds=*/10);
+  ASSERT_TRUE(f.apply(reply(true, {1}, json::array())).ok());
+  const std::vector<uint64_t> prompt = {1, 2, 3};
+  f.record_pending(std::vector<uint64_t>{2, 3}, 100);
+  EXPECT_EQ(f.matched_chunks(prompt, 105), 3u);
+  EXPECT_EQ(f.matched_chunks(prompt, 111), 1u);  // expired
+  f.record_pending(std::vector<uint64_t>{2, 3}, 200);
+  ASSERT_TRUE(f.apply(reply(false, {}, json::array({json::array({3, false})}))).ok());
+  EXPECT_EQ(f.matched_chunks(prompt, 201), 2u);  // the instance dropped 3 (or never kept it)
+  ASSERT_TRUE(f.apply(reply(false, {}, json::array({json::array({2, true})}))).ok());
+  EXPECT_EQ(f.matched_chunks(prompt, 1000), 2u);  // confirmed by an event: no TTL
+}
+
+TEST(CacheFollower, MalformedRepliesAreRefusedWhole) {
+  CacheFollower f("http://127.0.0.1:1");
+  ASSERT_TRUE(f.apply(reply(true, {5}, json::array())).ok());
+  const std::vector<json> bad = {
+      json::array(),
+      json{{"epoch", 7}},
+      json{{"epoch", 7}, {"next", 1}, {"snapshot", true}, {"events", json::array()}, {"chunk_tokens", 32}},  // no "held"
+      reply(false, {}, json::array({json::array({6, true}), json::array({"7", true})})),
+      reply(false, {}, json::array({json::array({6})})),
+      reply(false, {}, "events"),
+      json{{"epoch", -1}, {"next", 1}, {"snapshot", false}, {"events", json::array()}, {"chunk_tokens", 32}},
+  };
+  for (const json& b : bad) EXPECT_FALSE(f.apply(b).ok()) << b.dump();
+  // Nothing of them was applied: 6 (before the bad event) is not held, 5 still is.
+  EXPECT_EQ(f.matched_chunks(std::vector<uint64_t>{5}, 0), 1u);
+  EXPECT_EQ(f.matched_chunks(std::vector<uint64_t>{6}, 0), 0u);
+}
+
+}  // namespace
+}  // namespace mnemo::router
