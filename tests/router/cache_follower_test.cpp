@@ -3,6 +3,8 @@
 // nothing listens (port 1): it retries in the background and never touches what the test applies.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <string>
 #include <vector>
 
 #include "router/cache_follower.h"
@@ -69,6 +71,37 @@ TEST(CacheFollower, MalformedRepliesAreRefusedWhole) {
   // Nothing of them was applied: 6 (before the bad event) is not held, 5 still is.
   EXPECT_EQ(f.matched_chunks(std::vector<uint64_t>{5}, 0), 1u);
   EXPECT_EQ(f.matched_chunks(std::vector<uint64_t>{6}, 0), 0u);
+}
+
+// Random edits of valid replies (bytes flipped, inserted, deleted, truncated): applying whatever
+// still parses never crashes, and a refused reply changes nothing.
+TEST(CacheFollower, MutatedRepliesNeverCrashAndRefusedOnesChangeNothing) {
+  CacheFollower f("http://127.0.0.1:1");
+  const std::vector<std::string> seeds = {
+      reply(true, {1, 2, 3}, json::array()).dump(),
+      reply(false, {}, json::array({json::array({4, true}), json::array({18446744073709551615ull, false})})).dump()};
+  std::mt19937 rng(2026);
+  int applied = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string text = seeds[rng() % seeds.size()];
+    for (int e = 1 + static_cast<int>(rng() % 3); e > 0 && !text.empty(); --e) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 4) {
+        case 0: text[at] = "{}[],:\"-0123456789tfnx"[rng() % 23]; break;
+        case 1: text.insert(at, 1, static_cast<char>(rng())); break;
+        case 2: text.erase(at, 1 + rng() % 6); break;
+        default: text.resize(at); break;
+      }
+    }
+    const json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const size_t before = f.held_chunks();
+    if (f.apply(parsed).ok()) {
+      ++applied;
+    } else {
+      EXPECT_EQ(f.held_chunks(), before) << text;
+    }
+  }
+  EXPECT_GT(applied, 0);
 }
 
 }  // namespace

@@ -217,6 +217,19 @@ def test_a_tokenizing_router_follows_the_instances_caches_by_their_events(cluste
     wait_for(lambda: followed(router.url)[owner] < grown, 30, 0.2, "the deleted turn's evict events")
 
 
+def test_the_cache_events_endpoint_checks_its_query_and_serves_a_snapshot(cluster):
+    url = cluster["instances"][0].url + "/v1/internal/cache_events"
+    for query in ["after=abc", "wait_ms=99999", "epoch=-1", "after=", "epoch=1e3"]:
+        r = requests.get(f"{url}?{query}", timeout=10)
+        assert r.status_code == 400, (query, r.text)
+        assert "unsigned integers" in r.json()["error"]["message"]
+    first = requests.get(url + "?wait_ms=0", timeout=10).json()
+    assert first["snapshot"] is True and first["chunk_tokens"] == 32 and first["epoch"] > 0
+    # Following on from it: no snapshot, and (nothing new) no events after a short wait.
+    again = requests.get(f"{url}?epoch={first['epoch']}&after={first['next']}&wait_ms=100", timeout=10).json()
+    assert again["snapshot"] is False and again["next"] >= first["next"]
+
+
 def test_bad_requests_get_clear_errors_from_the_router(cluster):
     router = cluster["router"].url
     r = requests.post(router + "/v1/chat/completions", data=b"{not json", headers={"Content-Type": "application/json"}, timeout=10)
