@@ -1,0 +1,119 @@
+"""A three-instance cluster on a tiny synthetic model (tests/support/tiny_model.h, written by
+mnemo_tiny_model): a real etcd, three `mnemo serve --cluster` instances and a tokenizing router
+(`mnemo route --model`) on loopback. The same properties as test_cluster.py on the default model,
+at a fraction of the cost: second turns land where their prefix is cached (and the router
+predicts exactly what the instance finds), output is identical through the router, on another
+instance and after a KV transfer, and a killed instance stops getting requests within its lease."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+import pytest
+import requests
+
+from conftest import MnemoServer
+from cluster_fixtures import etcd, free_port  # noqa: F401  (pytest fixtures by name)
+from helpers import read_metrics, wait_for
+
+COMPLETION = {"model": "tiny", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+# Long enough for several whole 32-token chunks with the tiny model's letter-level vocabulary.
+PROMPT = ("the quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire and the "
+          "birds sing in the old oak tree behind the little house near the river")
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> str:
+    tool = os.environ.get("MNEMO_TINY_MODEL_TOOL")
+    if not tool:
+        pytest.fail("MNEMO_TINY_MODEL_TOOL is not set (ctest sets it to the mnemo_tiny_model binary)")
+    path = os.path.join(tempfile.mkdtemp(prefix="mnemo-tiny-"), "tiny.gguf")
+    subprocess.run([tool, path, "gemma3", "7"], check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd, start_server, mnemo_bin, tiny_model):
+    name = f"t{os.getpid()}"
+    instances = [start_server("-m", tiny_model, "--model-name", "tiny", "--cluster", etcd, "--cluster-name", name,
+                              "--kv-tokens", "4096") for _ in range(3)]
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
+                          "--model", tiny_model])
+    router.start()
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 15, 0.1, "three instances in the view")
+    yield {"instances": instances, "router": router}
+    if router.proc is not None and router.proc.poll() is None:
+        router.terminate()
+
+
+def complete(url: str, prompt: str, **extra) -> requests.Response:
+    r = requests.post(url + "/v1/completions", json={**COMPLETION, "prompt": prompt, **extra}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def instance_of(cluster, instance_id: str) -> MnemoServer:
+    for server in cluster["instances"]:
+        if any(instance_id in line for line in server.stdout_lines):
+            return server
+    pytest.fail(f"no instance printed id {instance_id}")
+
+
+def followed(router_url: str) -> dict[str, float]:
+    prefix = "mnemo_router_followed_cache_chunks{"
+    return {re.search(r'instance="([^"]+)"', k).group(1): v
+            for k, v in read_metrics(router_url).items() if k.startswith(prefix)}
+
+
+def test_second_requests_land_where_their_prefix_is_cached_as_the_router_predicts(cluster):
+    router = cluster["router"].url
+    wait_for(lambda: len(followed(router)) == 3, 30, 0.2, "the router to follow all three caches")
+    homes = set()
+    for topic in ["apples", "boats", "clocks"]:
+        first = complete(router, f"{topic}: {PROMPT}")
+        home = first.headers["X-Mnemo-Instance"]
+        homes.add(home)
+        before = read_metrics(router)["mnemo_router_predicted_cached_tokens_total"]
+        second = complete(router, f"{topic}: {PROMPT}" + first.json()["choices"][0]["text"] + " and then")
+        assert second.headers["X-Mnemo-Instance"] == home, topic
+        cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached >= 64, second.json()["usage"]
+        assert read_metrics(router)["mnemo_router_predicted_cached_tokens_total"] - before == cached
+    assert len(homes) == 3  # an idle cluster spreads new conversations over all three
+
+
+def test_output_is_identical_through_the_router_on_another_instance_and_after_a_transfer(cluster):
+    router = cluster["router"].url
+    prompt = "delta: " + PROMPT
+    via_router = complete(router, prompt)
+    holder = instance_of(cluster, via_router.headers["X-Mnemo-Instance"])
+    other = next(s for s in cluster["instances"] if s is not holder and s.proc.poll() is None)
+    direct = complete(other.url, prompt)
+    assert via_router.json()["choices"][0]["text"] == direct.json()["choices"][0]["text"]
+    # The holder's KV moved to a third instance, which then serves the prompt from it identically.
+    third = next(s for s in cluster["instances"] if s is not holder and s is not other)
+    transport = next(re.search(r"KV transport (\S+)\)", line).group(1)
+                     for line in third.stdout_lines if "KV transport" in line)
+    pushed = requests.post(holder.url + "/v1/internal/kv_push", timeout=60,
+                           json={"target": transport, "api": "completions", "request": {**COMPLETION, "prompt": prompt}})
+    assert pushed.status_code == 200 and pushed.json()["chunks"] >= 2, pushed.text
+    after = complete(third.url, prompt)
+    assert after.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 64
+    assert after.json()["choices"][0]["text"] == via_router.json()["choices"][0]["text"]
+
+
+def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
+    router = cluster["router"].url
+    victim = cluster["instances"][2]
+    victim.kill()
+    killed_at = time.monotonic()
+    wait_for(lambda: read_metrics(router).get("mnemo_router_instances") == 2, 10, 0.1, "the lease to expire")
+    assert time.monotonic() - killed_at < 3 + 2.5
+    wait_for(lambda: len(followed(router)) == 2, 10, 0.1, "the router to stop following it")
+    for i in range(6):
+        r = complete(router, f"echo {i}: " + PROMPT)
+        assert instance_of(cluster, r.headers["X-Mnemo-Instance"]) is not victim
