@@ -16,9 +16,17 @@ namespace {
 struct RouteArgs {
   router::RouterConfig config;
   std::string policy = "cache-aware";
+  router::PlanInputs plan{.prompt_seconds = 0, .token_seconds = 0, .tokens_generated = 0, .machines = 0, .overhead = 1.1};
 };
 
 int run_route(RouteArgs args) {
+  const int plan_figures = (args.plan.prompt_seconds > 0) + (args.plan.token_seconds > 0) + (args.plan.tokens_generated > 0);
+  if (plan_figures == 3) {
+    args.config.plan = args.plan;
+  } else if (plan_figures != 0) {
+    std::fprintf(stderr, "error: a plan needs all of --plan-prompt-seconds, --plan-token-seconds and --plan-tokens\n");
+    return 2;
+  }
   auto policy = router::parse_policy(args.policy);
   if (!policy.ok()) {
     std::fprintf(stderr, "error: %s\n", policy.error().message().c_str());
@@ -81,6 +89,16 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
                   "instance's cache by its insert and evict events (exact prompt trees); without it, prompt trees "
                   "over the requests' text with a TTL")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--plan-prompt-seconds", args->plan.prompt_seconds,
+                  "Apply DejaVu's planner (as `mnemo plan`): Y, the time of one prompt; with --plan-token-seconds and "
+                  "--plan-tokens the router splits the live instances into prefill and decode ones itself")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--plan-token-seconds", args->plan.token_seconds, "The plan's t: time per generated token")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--plan-tokens", args->plan.tokens_generated, "The plan's N: tokens generated per request")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--plan-overhead", args->plan.overhead, "The plan's m in [1, 2): the slowdown of streaming prompt KV")
+      ->capture_default_str();
   cmd->add_option("--relay-buffer-bytes", args->config.relay_buffer_bytes,
                   "Bytes of a stream the router holds for a slow client before it stops reading the instance")
       ->capture_default_str()

@@ -149,6 +149,11 @@ Router::~Router() {
 }
 
 Status Router::start() {
+  if (config_.plan) {
+    PlanInputs check = *config_.plan;
+    check.machines = 2;
+    if (auto plan = plan_cluster(check); !plan.ok()) return plan.error().with_context("router: the plan to apply");
+  }
   if (!config_.model_path.empty()) {
     auto tokenizer = PromptTokenizer::load(config_.model_path);
     if (!tokenizer.ok()) return tokenizer.error().with_context("router: the model's tokenizer");
@@ -195,10 +200,35 @@ std::string Router::owner_key(const std::string& response_id) const {
   return fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id);
 }
 
+std::vector<cluster::InstanceInfo> Router::with_planned_roles(std::vector<cluster::InstanceInfo> members) {
+  if (!config_.plan) return members;
+  // Only instances that can send and receive KV can be split; the others stay colocated.
+  std::vector<cluster::InstanceInfo*> splittable;
+  for (auto& m : members) {
+    m.role = "colocated";
+    if (!m.transfer_endpoint.empty()) splittable.push_back(&m);
+  }
+  PlanInputs in = *config_.plan;
+  in.machines = static_cast<int32_t>(splittable.size());
+  const Result<Plan> plan = in.machines >= 1 ? plan_cluster(in) : Result<Plan>(make_error("no instance"));
+  const int32_t prefills = plan.ok() && plan->disaggregate ? plan->prompt_instances : 0;
+  for (size_t i = 0; i < splittable.size() && prefills > 0; ++i) {
+    splittable[i]->role = i < static_cast<size_t>(prefills) ? "prefill" : "decode";
+  }
+  if (planned_prefills_.exchange(prefills) != prefills && plan.ok()) {
+    std::fprintf(stderr, "mnemo route: plan for %d instances: %s\n", in.machines, plan->explanation.c_str());
+  }
+  return members;
+}
+
+std::vector<cluster::InstanceInfo> Router::all_members() {
+  return members_ ? members_->members() : std::vector<cluster::InstanceInfo>{};
+}
+
 std::vector<cluster::InstanceInfo> Router::live_members(bool prefill) {
   std::vector<cluster::InstanceInfo> out;
   if (!members_) return out;
-  for (auto& m : members_->members()) {
+  for (auto& m : with_planned_roles(members_->members())) {
     if ((m.role == "prefill") == prefill) out.push_back(std::move(m));
   }
   return out;
@@ -553,7 +583,10 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       return send_error(res, 404, fmt::format("No response found with id '{}'.", view->previous_response_id),
                         "invalid_request_error", "not_found");
     }
+    // Whatever role it has now (a plan may have made it a prefill instance since).
+    members = all_members();
     std::erase_if(members, [&](const auto& m) { return m.id != owner; });
+    for (auto& m : members) m.role = "colocated";  // the turn runs there whole
     if (members.empty()) {
       res.set_header("Retry-After", "1");
       return send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", view->previous_response_id),
@@ -786,7 +819,7 @@ void Router::handle_stored_response(const httplib::Request& req, httplib::Respon
   const Result<std::string> found = owner_of(id);
   if (!found.ok()) return send_owner_lookup_failure(res, found.error());
   const std::string& owner = *found;
-  const auto members = live_members();
+  const auto members = all_members();
   const auto it = std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.id == owner; });
   if (owner.empty()) return send_error(res, 404, fmt::format("No response found with id '{}'.", id), "invalid_request_error", "not_found");
   if (it == members.end()) {
@@ -818,6 +851,11 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   std::string out;
   prometheus::gauge(out, "router_instances", "Instances with a live lease that take requests.", members.size());
   prometheus::gauge(out, "router_prefill_instances", "Prefill instances with a live lease.", live_members(/*prefill=*/true).size());
+  if (config_.plan) {
+    prometheus::gauge(out, "router_planned_prefill_instances",
+                      "Instances the applied plan made prefill instances (0: colocated).",
+                      std::max<int64_t>(0, planned_prefills_.load()));
+  }
   std::vector<std::shared_ptr<CacheFollower>> retired_followers;  // declared first: stopped after the lock is let go
   std::lock_guard lock(mutex_);
   sync_followers(retired_followers);  // also before any request: the view changes without one

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -34,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "router/cache_follower.h"
+#include "router/planner.h"
 #include "router/prompt_tree.h"
 #include "router/routing_policy.h"
 #include "router/sse_stitcher.h"
@@ -75,6 +77,10 @@ struct RouterConfig {
   // prompt as the instances do and follows their caches by their insert and evict events
   // (router/cache_follower.h). Empty: prompt trees over the requests' text, with a TTL.
   std::string model_path;
+  // DejaVu's planner applied (SPEC D5): with Y, t, N and m given (planner.h; D is the number of
+  // live instances with a KV transport), the router splits them into prefill and decode
+  // instances itself, whatever roles they published, and again whenever the membership changes.
+  std::optional<PlanInputs> plan;
 };
 
 class Router {
@@ -107,8 +113,13 @@ class Router {
   void handle_stored_response(const httplib::Request& req, httplib::Response& res);
   void handle_models(const httplib::Request& req, httplib::Response& res);
   void handle_metrics(const httplib::Request& req, httplib::Response& res);
-  // Instances with a live lease: those that generate (colocated and decode), or the prefill ones.
+  // Instances with a live lease: those that generate (colocated and decode), or the prefill ones
+  // (by their published roles, or by the plan's split).
   std::vector<cluster::InstanceInfo> live_members(bool prefill = false);
+  // Every instance with a live lease, whatever its role (a stored response's owner).
+  std::vector<cluster::InstanceInfo> all_members();
+  // The members (sorted by id) with the roles the plan gives them; unchanged without a plan.
+  std::vector<cluster::InstanceInfo> with_planned_roles(std::vector<cluster::InstanceInfo> members);
   // Computes the request's prompt on `prefill`, its KV sent to `decode` (SPEC D4). False if it
   // failed (the decode instance then computes the prompt itself).
   // `decode_known_tokens`: leading prompt tokens the decode instance holds already (not sent).
@@ -165,6 +176,7 @@ class Router {
   uint64_t followers_generation_ = ~uint64_t{0};  // of the member view they follow
   double last_expire_ = 0;  // of the prompt trees
   std::atomic<uint64_t> relay_waits_{0};
+  std::atomic<int64_t> planned_prefills_{-1};  // of the last split applied (-1: none yet), for logs and metrics
   uint64_t retries_ = 0;
   uint64_t unroutable_ = 0;
   uint64_t predicted_cached_tokens_ = 0;

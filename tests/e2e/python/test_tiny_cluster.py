@@ -45,7 +45,7 @@ def cluster(etcd, start_server, mnemo_bin, tiny_model):
                           "--model", tiny_model])
     router.start()
     wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 15, 0.1, "three instances in the view")
-    yield {"instances": instances, "router": router}
+    yield {"instances": instances, "router": router, "name": name}
     if router.proc is not None and router.proc.poll() is None:
         router.terminate()
 
@@ -104,6 +104,37 @@ def test_output_is_identical_through_the_router_on_another_instance_and_after_a_
     after = complete(third.url, prompt)
     assert after.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 64
     assert after.json()["choices"][0]["text"] == via_router.json()["choices"][0]["text"]
+
+
+def test_a_router_applying_the_planners_split_disaggregates_colocated_instances(cluster, mnemo_bin, etcd):
+    # Prompts ten times dearer than a token's worth of decode at N = 10: with D = 3 and m = 1.1 the
+    # planner splits 2 prefill : 1 decode. The instances all published "colocated".
+    name = cluster["name"]
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
+                          "--plan-prompt-seconds", "1", "--plan-token-seconds", "0.01", "--plan-tokens", "10"])
+    router.start()
+    try:
+        wait_for(lambda: read_metrics(router.url).get("mnemo_router_prefill_instances") == 2, 15, 0.1, "the split")
+        metrics = read_metrics(router.url)
+        assert metrics["mnemo_router_planned_prefill_instances"] == 2
+        assert metrics["mnemo_router_instances"] == 1
+        prompt = "echo: " + PROMPT
+        expected = complete(cluster["instances"][0].url, prompt).json()["choices"][0]["text"]
+        r = complete(router.url, prompt)
+        assert r.json()["choices"][0]["text"] == expected
+        # The decode instance found the prompt's KV, sent by the prefill instance.
+        assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 64
+        assert read_metrics(router.url)["mnemo_router_prefills_total"] == 1
+    finally:
+        router.terminate()
+    # Bad plans are refused at start-up, with the figure named.
+    bad = subprocess.run([mnemo_bin, "route", "--cluster", etcd, "--port", "0", "--plan-prompt-seconds", "1",
+                          "--plan-token-seconds", "0.01", "--plan-tokens", "10", "--plan-overhead", "2.5"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and "overhead m must be in [1, 2)" in bad.stderr, bad.stderr
+    partial = subprocess.run([mnemo_bin, "route", "--cluster", etcd, "--port", "0", "--plan-prompt-seconds", "1"],
+                             capture_output=True, text=True, timeout=30)
+    assert partial.returncode == 2 and "a plan needs all of" in partial.stderr, partial.stderr
 
 
 def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
