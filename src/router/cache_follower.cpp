@@ -41,11 +41,12 @@ CacheFollower::~CacheFollower() {
   thread_.join();
 }
 
-size_t CacheFollower::matched_chunks(std::span<const uint64_t> keys, double now) const {
+size_t CacheFollower::matched_chunks(std::span<const uint64_t> keys, double now, bool include_pending) const {
   std::lock_guard lock(mutex_);
   size_t n = 0;
   for (uint64_t key : keys) {
     if (held_.count(key) == 0) {
+      if (!include_pending) break;
       const auto pending = pending_.find(key);
       if (pending == pending_.end() || now - pending->second > pending_ttl_seconds_) break;
     }

@@ -41,8 +41,9 @@ class CacheFollower {
   CacheFollower(const CacheFollower&) = delete;
   CacheFollower& operator=(const CacheFollower&) = delete;
 
-  // How many of `keys` (a prompt's chunk keys, in order) the instance holds from the first on.
-  size_t matched_chunks(std::span<const uint64_t> keys, double now) const;
+  // How many of `keys` (a prompt's chunk keys, in order) the instance holds from the first on;
+  // with `include_pending`, counting the recorded pending ones (not yet confirmed) as held.
+  size_t matched_chunks(std::span<const uint64_t> keys, double now, bool include_pending = true) const;
   // The instance is about to compute these chunks (a request routed there).
   void record_pending(std::span<const uint64_t> keys, double now);
   // Applies one reply of the events endpoint; an Error if it is malformed (nothing applied).

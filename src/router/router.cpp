@@ -289,7 +289,8 @@ int64_t Router::matched_tokens(const std::string& instance, const PromptKeys& pr
   const auto it = followers_.find(instance);
   if (it == followers_.end()) return 0;
   const int32_t chunk = it->second->chunk_tokens() > 0 ? it->second->chunk_tokens() : kDefaultChunkTokens;
-  return static_cast<int64_t>(it->second->matched_chunks(prompt.keys(chunk), now)) * chunk;
+  // Conservative: only what the instance's events confirmed.
+  return static_cast<int64_t>(it->second->matched_chunks(prompt.keys(chunk), now, !conservative)) * chunk;
 }
 
 void Router::record_prompt(const std::string& instance, const PromptKeys& prompt, double now, int64_t tokens) {

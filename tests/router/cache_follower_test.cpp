@@ -47,6 +47,7 @@ TEST(CacheFollower, PendingKeysCountUntilTheirTtlOrAnEvictEvent) {
   const std::vector<uint64_t> prompt = {1, 2, 3};
   f.record_pending(std::vector<uint64_t>{2, 3}, 100);
   EXPECT_EQ(f.matched_chunks(prompt, 105), 3u);
+  EXPECT_EQ(f.matched_chunks(prompt, 105, /*include_pending=*/false), 1u);
   EXPECT_EQ(f.matched_chunks(prompt, 111), 1u);  // expired
   f.record_pending(std::vector<uint64_t>{2, 3}, 200);
   ASSERT_TRUE(f.apply(reply(false, {}, json::array({json::array({3, false})}))).ok());
