@@ -19,6 +19,7 @@
 #include "cluster/membership.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/prompt.h"
 #include "server/server.h"
 #include "transfer/kv_transport.h"
 #include "util/paths.h"
@@ -60,8 +61,10 @@ std::string instance_id(int port) {
 class ClusterMembership {
  public:
   static Result<std::unique_ptr<ClusterMembership>> join(const ServeArgs& args, const Engine& engine, int port,
-                                                         const std::string& transfer_endpoint) {
+                                                         const std::string& transfer_endpoint,
+                                                         const std::string& prompt_fingerprint) {
     cluster::InstanceInfo info;
+    info.prompt_fingerprint = prompt_fingerprint;
     info.transfer_endpoint = transfer_endpoint;
     info.id = instance_id(port);
     info.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, port) : args.advertise;
@@ -215,6 +218,7 @@ int run_serve(ServeArgs args) {
   }
   config.response_store = args.state_dir + "/responses.sqlite";
   config.model_id = args.model_name.empty() ? std::filesystem::path(args.model_path).stem().string() : args.model_name;
+  const std::string prompt_fingerprint = fmt::format("{:016x}", server::prompt_fingerprint(**tokenizer, *chat_template));
   server::Server server(engine, **tokenizer, std::move(*chat_template), config);
   if (const Status bound = server.bind(); !bound.ok()) {
     std::fprintf(stderr, "error: %s\n", bound.error().message().c_str());
@@ -236,7 +240,7 @@ int run_serve(ServeArgs args) {
     }
     transport = std::move(*listening);
     server.attach_kv_transport(transport.get(), layout_fingerprint(args, **model, engine_config));
-    auto joined = ClusterMembership::join(args, engine, server.port(), transport->endpoint());
+    auto joined = ClusterMembership::join(args, engine, server.port(), transport->endpoint(), prompt_fingerprint);
     if (!joined.ok()) {
       std::fprintf(stderr, "error: %s\n", joined.error().message().c_str());
       return 1;

@@ -45,6 +45,9 @@ struct InstanceInfo {
   // has none): the router's exec(x, y) for this instance (SPEC M6). Only its shape is checked
   // here (a JSON object); the router checks the numbers.
   std::string cost_profile;
+  // server::prompt_fingerprint of its tokenizer and chat template, hex ("" if unknown): a router
+  // that tokenizes follows its cache only if its own fingerprint is the same.
+  std::string prompt_fingerprint;
 
   std::string to_json() const;
   // Validates: id and address non-empty, role one of the three, counts >= 0. Fields it does not

@@ -74,6 +74,8 @@ class Router::PromptTokenizer {
     MNEMO_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::for_model(file));
     return std::unique_ptr<PromptTokenizer>(new PromptTokenizer(std::move(tokenizer), std::move(chat_template)));
   }
+  // server::prompt_fingerprint, as instances publish it.
+  const std::string& fingerprint() const { return fingerprint_; }
   // The prompt's tokens as an instance renders them (empty if the request does not parse: the
   // instance will refuse it anyway).
   std::vector<TokenId> tokens(Api api, const std::string& body) const {
@@ -91,9 +93,12 @@ class Router::PromptTokenizer {
 
  private:
   PromptTokenizer(std::unique_ptr<Tokenizer> tokenizer, ChatTemplate chat_template)
-      : tokenizer_(std::move(tokenizer)), chat_template_(std::move(chat_template)) {}
+      : tokenizer_(std::move(tokenizer)),
+        chat_template_(std::move(chat_template)),
+        fingerprint_(fmt::format("{:016x}", server::prompt_fingerprint(*tokenizer_, chat_template_))) {}
   std::unique_ptr<Tokenizer> tokenizer_;
   ChatTemplate chat_template_;
+  std::string fingerprint_;
 };
 
 // A prompt as the prompt trees see it: its text always, its tokens and tenant when the router
@@ -267,7 +272,20 @@ void Router::sync_followers(std::vector<std::shared_ptr<CacheFollower>>& retired
   if (!tokenizer_ || !members_ || members_->generation() == followers_generation_) return;
   followers_generation_ = members_->generation();
   std::unordered_map<std::string, std::string> live;  // id -> address
-  for (const auto& m : members_->members()) live.emplace(m.id, m.address);
+  for (const auto& m : members_->members()) {
+    // Another tokenizer or chat template: its chunks' keys are not ours to compute. (Instances
+    // of older versions publish none: followed on trust.)
+    if (!m.prompt_fingerprint.empty() && m.prompt_fingerprint != tokenizer_->fingerprint()) {
+      if (unfollowable_.insert(m.id).second) {
+        std::fprintf(stderr,
+                     "mnemo route: instance %s tokenizes differently from --model (fingerprint %s, ours %s): its "
+                     "cache is not followed\n",
+                     m.id.c_str(), m.prompt_fingerprint.c_str(), tokenizer_->fingerprint().c_str());
+      }
+      continue;
+    }
+    live.emplace(m.id, m.address);
+  }
   for (auto it = followers_.begin(); it != followers_.end();) {
     if (live.count(it->first) != 0) {
       ++it;

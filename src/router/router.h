@@ -174,6 +174,7 @@ class Router {
   std::unique_ptr<PromptTokenizer> tokenizer_;  // with config_.model_path; immutable after start()
   std::unordered_map<std::string, std::shared_ptr<CacheFollower>> followers_;  // by instance id
   uint64_t followers_generation_ = ~uint64_t{0};  // of the member view they follow
+  std::unordered_set<std::string> unfollowable_;  // instances that tokenize differently (logged once)
   double last_expire_ = 0;  // of the prompt trees
   std::atomic<uint64_t> relay_waits_{0};
   std::atomic<int64_t> planned_prefills_{-1};  // of the last split applied (-1: none yet), for logs and metrics

@@ -36,6 +36,22 @@ std::variant<std::vector<TokenId>, ApiError> prompt_tokens(const Tokenizer& toke
   return tokenizer.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
 }
 
+uint64_t prompt_fingerprint(const Tokenizer& tokenizer, const ChatTemplate& chat_template) {
+  ParsedRequest chat;
+  chat.messages = {{"system", "You are terse."}, {"user", "Zähle bis drei, bitte: 一、二、三 🙂"},
+                   {"assistant", "1 2 3"}, {"user", "Now\tbackwards\n  with  spaces."}};
+  ParsedRequest completion;
+  completion.prompt_text = "The quick brown fox\njumps over 13 lazy dogs.";
+  uint64_t hash = 0;
+  for (const auto& [request, is_chat] : {std::pair{&chat, true}, std::pair{&completion, false}}) {
+    const auto tokens = prompt_tokens(tokenizer, chat_template, *request, is_chat);
+    const auto* ok = std::get_if<std::vector<TokenId>>(&tokens);
+    hash = ok == nullptr ? XXH3_64bits_withSeed("render failed", 13, hash)
+                         : XXH3_64bits_withSeed(ok->data(), ok->size() * sizeof(TokenId), hash);
+  }
+  return hash;
+}
+
 uint64_t cache_namespace(std::string_view authorization, std::string_view cache_salt) {
   std::string tenant(authorization);
   tenant += '\0';

@@ -21,6 +21,10 @@ Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatT
 // A chat or completion request's prompt tokens, or a 400 naming the field.
 std::variant<std::vector<TokenId>, ApiError> prompt_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                                            const ParsedRequest& request, bool chat);
+// What names this model's prompts: a hash of the tokens that fixed probe requests (chat with
+// every role and non-ASCII text, and a completion) render to. Equal on instances and routers that
+// tokenize alike; a router whose fingerprint differs from an instance's cannot name its chunks.
+uint64_t prompt_fingerprint(const Tokenizer& tokenizer, const ChatTemplate& chat_template);
 // The KV namespace of a tenant: its credentials (the Authorization header) and its cache_salt.
 // Equal prompts of different tenants never share KV.
 uint64_t cache_namespace(std::string_view authorization, std::string_view cache_salt);

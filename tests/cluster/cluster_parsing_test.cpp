@@ -195,6 +195,7 @@ TEST(InstanceInfo, RoundTripsThroughJson) {
   info.capacity_tokens = 1 << 20;
   info.queued_requests = 3;
   info.queued_tokens = 900;
+  info.prompt_fingerprint = "0123456789abcdef";
   auto back = InstanceInfo::from_json(info.to_json());
   ASSERT_TRUE(back.ok()) << back.error().message();
   EXPECT_EQ(*back, info);
@@ -230,6 +231,7 @@ TEST(InstanceInfo, RejectsInvalidValues) {
       {R"({"id":"x","address":"http://h:1","queued_requests":"3"})", "queued_requests: expected a non-negative int64, got string"},
       {R"({"id":"x","address":"http://h:1","queued_requests":18446744073709551615})", "queued_requests: 18446744073709551615 is out of the int64 range"},
       {R"({"id":"x","address":"http://h:1","cost_profile":"fast"})", "cost_profile: expected an object, got string"},
+      {R"({"id":"x","address":"http://h:1","prompt_fingerprint":7})", "prompt_fingerprint: expected a string, got number"},
       {R"({"id":"x","address":"http://h:1","cost_profile":[1]})", "cost_profile: expected an object, got array"},
   };
   for (const auto& [text, expected] : cases) {

@@ -12,6 +12,7 @@ import re
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -135,6 +136,24 @@ def test_a_router_applying_the_planners_split_disaggregates_colocated_instances(
     partial = subprocess.run([mnemo_bin, "route", "--cluster", etcd, "--port", "0", "--plan-prompt-seconds", "1"],
                              capture_output=True, text=True, timeout=30)
     assert partial.returncode == 2 and "a plan needs all of" in partial.stderr, partial.stderr
+
+
+def test_a_router_with_another_models_tokenizer_does_not_follow_the_instances(cluster, mnemo_bin, etcd):
+    # The instances publish their prompt fingerprint; a router tokenizing with the default model
+    # would name their chunks wrongly, so it leaves their caches alone (and says so) but routes.
+    default_model = (os.environ.get("MNEMO_CACHE") or os.path.expanduser("~/.cache/mnemo")) + "/models/gemma-3-270m-q4_k_m.gguf"
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", cluster["name"], "--port", "0",
+                          "--model", default_model])
+    router.start()
+    try:
+        wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 15, 0.1, "the instances")
+        wait_for(lambda: Path(router.stderr_path).read_text().count("tokenizes differently") == 3, 15, 0.1,
+                 "the mismatch to be reported for each instance")
+        assert followed(router.url) == {}
+        r = complete(router.url, "foxtrot: " + PROMPT)
+        assert r.json()["usage"]["completion_tokens"] == COMPLETION["max_tokens"]
+    finally:
+        router.terminate()
 
 
 def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
