@@ -118,7 +118,10 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::Range(0, 8));
   cmd->add_option("--caching3", args->config.caching3,
                   "With prefill and decode instances: decode instances send each request's KV (prompt and reply) back "
-                  "to its prefill instance as it runs, so the next turn's prefill finds it (MemServe's Caching-3)")
+                  "to its prefill instance, so the next turn's prefill finds it (MemServe's Caching-3)")
+      ->capture_default_str();
+  cmd->add_option("--caching3-at-end", args->config.caching3_at_end,
+                  "Caching-3 sends a request's KV back in one message when it ends (false: chunk by chunk as it runs)")
       ->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_route(*args); }; });
 }

@@ -739,13 +739,15 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     std::vector<std::string> replicas;  // instances holding the request's KV replicas
     json sent_body;
     json endpoints = json::array();
-    json known = json::array();  // per replica, the leading tokens it holds already
+    json known = json::array();   // per replica, the leading tokens it holds already
+    json at_end = json::array();  // per replica, whether it gets the KV only once the request ends
     if (prefill && config_.caching3 && k == 0 && !m.transfer_endpoint.empty() && one_choice) {
       endpoints.push_back(prefill->transfer_endpoint);
       // After a prefill there, the prompt (all of it, if tokenized; else a conservative estimate).
       const int64_t prompt_known =
           prompt.tokenized() ? prompt_tokens : static_cast<int64_t>(view->prompt_text.size() / kBytesPerKnownToken);
       known.push_back(prefilled ? prompt_known : prefill_known_tokens);
+      at_end.push_back(config_.caching3_at_end);  // for the next turn's prefill: no failover copy
       replicas.push_back(prefill->id);
     }
     if (replicable && !m.transfer_endpoint.empty()) {
@@ -756,6 +758,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       for (auto it = others.begin(); it != holders_end && endpoints.size() < limit; ++it) {
         endpoints.push_back(it->transfer_endpoint);
         known.push_back(0);
+        at_end.push_back(false);  // a failover copy follows the request as it runs
         replicas.push_back(it->id);
       }
     }
@@ -763,6 +766,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       sent_body = body;
       sent_body["mnemo_replica"] = std::move(endpoints);
       sent_body["mnemo_replica_known_tokens"] = std::move(known);
+      sent_body["mnemo_replica_at_end"] = std::move(at_end);
     }
     std::shared_ptr<Failover> failover;
     if (resumable) {

@@ -70,6 +70,7 @@ struct RouterConfig {
   bool failover = true;  // resume streamed replies whose instance fails (SPEC D7)
   int replicas = 0;      // KV replicas of each request in flight on other instances (0: none)
   bool caching3 = true;  // disaggregated: decode instances send each request's KV back to its prefill instance
+  bool caching3_at_end = true;  // ...in one message when the request ends (false: chunk by chunk as it runs)
   // Bytes of a stream read from its instance and not yet written to its client, at most (then
   // the relay stops reading the instance until the client catches up).
   size_t relay_buffer_bytes = size_t{1} << 20;

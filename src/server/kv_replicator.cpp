@@ -30,8 +30,10 @@ KvReplicator::~KvReplicator() {
 
 std::shared_ptr<KvReplicator::Replica> KvReplicator::open(std::string endpoint, uint64_t ns,
                                                           std::shared_ptr<RequestStream> stream,
-                                                          std::vector<TokenId> tokens, int32_t known_chunks) {
-  return std::make_shared<Replica>(*this, std::move(endpoint), ns, std::move(stream), std::move(tokens), known_chunks);
+                                                          std::vector<TokenId> tokens, int32_t known_chunks,
+                                                          bool at_end) {
+  return std::make_shared<Replica>(*this, std::move(endpoint), ns, std::move(stream), std::move(tokens), known_chunks,
+                                   at_end);
 }
 
 ReplicationStats KvReplicator::stats() const {
@@ -139,8 +141,14 @@ void KvReplicator::replicate(Replica& r) {
 }
 
 KvReplicator::Replica::Replica(KvReplicator& owner, std::string endpoint, uint64_t ns,
-                               std::shared_ptr<RequestStream> stream, std::vector<TokenId> tokens, int32_t known_chunks)
-    : owner_(owner), endpoint_(std::move(endpoint)), ns_(ns), stream_(std::move(stream)), tokens_(std::move(tokens)) {
+                               std::shared_ptr<RequestStream> stream, std::vector<TokenId> tokens, int32_t known_chunks,
+                               bool at_end)
+    : owner_(owner),
+      endpoint_(std::move(endpoint)),
+      ns_(ns),
+      stream_(std::move(stream)),
+      at_end_(at_end),
+      tokens_(std::move(tokens)) {
   // Never past the chunks the request starts with: beyond them nothing is known.
   acknowledged_ = std::clamp(known_chunks, 0, filled_chunks_locked());
 }
@@ -150,7 +158,9 @@ int32_t KvReplicator::Replica::filled_chunks_locked() const {
   return static_cast<int32_t>((tokens_.size() - 1) / static_cast<size_t>(owner_.engine_.config().block_size));
 }
 
-bool KvReplicator::Replica::has_work_locked() const { return !abandoned_ && filled_chunks_locked() > acknowledged_; }
+bool KvReplicator::Replica::has_work_locked() const {
+  return !abandoned_ && (finished_ || !at_end_) && filled_chunks_locked() > acknowledged_;
+}
 
 void KvReplicator::Replica::on_token(TokenId token) {
   {

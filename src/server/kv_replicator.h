@@ -52,9 +52,11 @@ class KvReplicator {
   // Starts replicating the request streaming into `stream` (prompt `prompt`, plus any tokens it
   // resumed with) to the transport at `endpoint`. Feed it the request's tokens as they stream.
   // `known_chunks`: leading chunks the receiver is believed to hold already, not sent (if it
-  // turns out not to, its refusal restarts the replica from the first chunk).
+  // turns out not to, its refusal restarts the replica from the first chunk). `at_end`: send
+  // nothing while the request runs, everything once it ends (a copy for the next turn, in one
+  // message, rather than one to fail over to).
   std::shared_ptr<Replica> open(std::string endpoint, uint64_t ns, std::shared_ptr<RequestStream> stream,
-                                std::vector<TokenId> tokens, int32_t known_chunks = 0);
+                                std::vector<TokenId> tokens, int32_t known_chunks = 0, bool at_end = false);
   ReplicationStats stats() const;
 
  private:
@@ -76,7 +78,7 @@ class KvReplicator {
 class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
  public:
   Replica(KvReplicator& owner, std::string endpoint, uint64_t ns, std::shared_ptr<RequestStream> stream,
-          std::vector<TokenId> tokens, int32_t known_chunks);
+          std::vector<TokenId> tokens, int32_t known_chunks, bool at_end);
   // From the thread relaying the request's stream: a token it generated; the request ended.
   void on_token(TokenId token);
   void on_finished();
@@ -95,6 +97,7 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   const std::string endpoint_;
   const uint64_t ns_;
   const std::shared_ptr<RequestStream> stream_;
+  const bool at_end_;
   mutable std::mutex mutex_;  // guards what follows
   std::condition_variable settled_;
   std::vector<TokenId> tokens_;

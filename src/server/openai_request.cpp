@@ -190,6 +190,13 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
     }
     for (const json& n : *known) out.replica_known_tokens.push_back(static_cast<int32_t>(n.get<int64_t>()));
   }
+  if (const json* at_end = r.find("mnemo_replica_at_end")) {
+    if (!at_end->is_array() || at_end->size() > 8 ||
+        !std::all_of(at_end->begin(), at_end->end(), [](const json& b) { return b.is_boolean(); })) {
+      return bad_request("'mnemo_replica_at_end' must be an array of booleans, one per replica", "mnemo_replica_at_end");
+    }
+    for (const json& b : *at_end) out.replica_at_end.push_back(b.get<bool>());
+  }
   if (const json* replica = r.find("mnemo_replica")) {
     constexpr size_t kMaxReplicas = 8;
     const auto is_endpoint = [](const json& e) { return e.is_string() && !e.get<std::string>().empty(); };

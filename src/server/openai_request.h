@@ -34,8 +34,11 @@ struct ParsedRequest {
   //   mnemo_replica_wait   answer only once the replicas hold all they can (a prefill for a
   //                        decode instance, SPEC D4)
   //   mnemo_replica_known_tokens  per replica, leading tokens it is believed to hold already
+  //   mnemo_replica_at_end  per replica, true: send its KV once the request ends, not while it
+  //                        runs (a cache for the next turn, not a failover copy: Caching-3)
   std::vector<std::string> replica_endpoints;
   std::vector<int32_t> replica_known_tokens;
+  std::vector<bool> replica_at_end;
   bool report_tokens = false;
   bool replica_wait = false;
 };

@@ -214,8 +214,9 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
     const int32_t bs = engine_.config().block_size;
     for (size_t i = 0; i < request.replica_endpoints.size(); ++i) {
       const int32_t known = i < request.replica_known_tokens.size() ? request.replica_known_tokens[i] : 0;
+      const bool at_end = i < request.replica_at_end.size() && request.replica_at_end[i];
       replicas.push_back(replicator_->open(request.replica_endpoints[i], request.generation.cache_namespace, run.stream,
-                                           tokens, known / bs));
+                                           tokens, known / bs, at_end));
     }
   }
   const bool replica_wait = request.replica_wait;

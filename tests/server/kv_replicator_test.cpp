@@ -213,6 +213,36 @@ TEST_F(KvReplicatorTest, AReplicaThatKeepsFailingIsGivenUpAndTheRequestIsUnharme
   EXPECT_EQ(rest.usage.cached_tokens, 0);
 }
 
+// A replica for the next turn (Caching-3's copy back to the prefill side) gets nothing while the
+// request runs and everything, in one message, once it ends.
+TEST_F(KvReplicatorTest, AnAtEndReplicaGetsTheWholeConversationInOneMessageWhenTheRequestEnds) {
+  const GenerationRequest request = make_request(16, 21, 40);
+  auto stream = source_->submit(request);
+  ASSERT_TRUE(stream.ok()) << stream.error().message();
+  auto replica = replicator_->open(receiver_->endpoint(), request.cache_namespace, *stream, request.prompt,
+                                   /*known_chunks=*/0, /*at_end=*/true);
+  // Relay 30 tokens (a running replica would have been sent chunks by now), then wait a while.
+  std::vector<TokenId> tokens;
+  while (tokens.size() < 30) {
+    auto event = (*stream)->next(std::chrono::milliseconds(30000));
+    ASSERT_TRUE(event.has_value());
+    if (auto* d = std::get_if<TokenDelta>(&*event); d != nullptr && d->token >= 0) {
+      tokens.push_back(d->token);
+      replica->on_token(d->token);
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(replica->acknowledged_chunks(), 0);
+  EXPECT_EQ(replicator_->stats().increments, 0u);
+  const Outcome rest = relay(**stream, replica.get());
+  ASSERT_EQ(tokens.size() + rest.tokens.size(), 40u);
+  // 61 tokens, all but the last computed: 15 whole chunks, in one increment.
+  ASSERT_TRUE(replica->wait_settled(std::chrono::seconds(30)));
+  EXPECT_EQ(replica->acknowledged_chunks(), 15);
+  EXPECT_EQ(replicator_->stats().increments, 1u);
+  EXPECT_EQ(replicator_->stats().chunks, 15u);
+}
+
 // A receiver known to hold the leading chunks (a decode instance whose turn came back to the
 // prefill side, SPEC M4) is sent only the rest; a wrong guess costs one refusal and a resend.
 TEST_F(KvReplicatorTest, ChunksTheReceiverIsKnownToHoldAreNotSentAndAWrongGuessCostsOneResend) {

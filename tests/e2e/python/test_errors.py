@@ -138,7 +138,8 @@ def test_router_fields_of_the_wrong_shape_are_400(server, raw, model_id):
     wrong one is a clear 400, and a resume the engine cannot continue is refused."""
     base = {"model": model_id, "messages": MESSAGES, "max_tokens": 4}
     for field, value in [("mnemo_resume_tokens", "1,2"), ("mnemo_resume_tokens", [1, "x"]), ("mnemo_resume_tokens", [-1]),
-                         ("mnemo_replica", 5), ("mnemo_report_tokens", "yes")]:
+                         ("mnemo_replica", 5), ("mnemo_report_tokens", "yes"), ("mnemo_replica_known_tokens", [-3]),
+                         ("mnemo_replica_at_end", True), ("mnemo_replica_at_end", [1]), ("mnemo_replica_at_end", [True] * 9)]:
         r = raw.post(server.base_url + "/chat/completions", json={**base, field: value}, timeout=30)
         check_error_body(r, 400, param=field)
     for resume in ([7, 8, 9, 10], [10 ** 9]):  # nothing left within max_tokens; outside the vocabulary
