@@ -34,7 +34,7 @@ def figures(summary):
 
 def main(paths):
     runs = load(paths)
-    order = {"round-robin": 0, "session": 1, "cache-aware": 2, "pd-basic": 3, "pd-caching3": 4}
+    order = {"round-robin": 0, "session": 1, "cache-aware": 2, "pd-basic": 3, "pd-caching3": 4, "pd-caching3-stream": 5}
     medians = {}
     print("| policy | repeats | requests ok (failed) | TTFT p50 | p90 | p99 | turns >= 2: TTFT p50 | p99 | e2e p50 | e2e p99 | cached share |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -56,12 +56,14 @@ def main(paths):
             def r(k):
                 return f"{m[k] / base[k]:.2f}" if base[k] > 0 else "-"
             print(f"| {policy} | {r('ttft_p50')} | {r('ttft_p99')} | {r('later_ttft_p99')} | {r('e2e_p99')} |")
-    basic, caching = medians.get("pd-basic"), medians.get("pd-caching3")
-    if basic and caching:
-        print()
-        print("Disaggregated, Caching-3 over basic (medians): " + ", ".join(
-            f"{k} {caching[k] / basic[k]:.2f}x" for k in ("ttft_p50", "ttft_p99", "later_ttft_p50", "later_ttft_p99", "e2e_p50")
-            if basic[k] > 0))
+    basic = medians.get("pd-basic")
+    for variant in ("pd-caching3", "pd-caching3-stream"):
+        caching = medians.get(variant)
+        if basic and caching:
+            print()
+            print(f"Disaggregated, {variant} over pd-basic (medians): " + ", ".join(
+                f"{k} {caching[k] / basic[k]:.2f}x"
+                for k in ("ttft_p50", "ttft_p99", "later_ttft_p50", "later_ttft_p99", "e2e_p50") if basic[k] > 0))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
 #                 tokens / PREFILL_TPS), the cached prefix from the router's prompt trees
 #   pd-basic      disaggregated (SPEC D4): instance 1 --role prefill, the others --role decode; a
 #                 prompt's KV goes from prefill to decode, nothing comes back (--caching3 false)
-#   pd-caching3   the same with MemServe's Caching-3: decode sends each request's KV back to prefill
+#   pd-caching3   the same with MemServe's Caching-3: decode sends each request's KV back to prefill,
+#                 in one message when the request ends
+#   pd-caching3-stream  Caching-3 sending it back chunk by chunk while the request decodes
 # Repeats REPEATS times with policies interleaved, then writes table.md (medians over repeats).
 #
 #   bench/run_cluster.sh [OUT_DIR]        (default bench/results/cluster-DATE)
@@ -87,11 +89,15 @@ for repeat in $(seq 1 "$REPEATS"); do
     first_role=colocated
     other_role=colocated
     case $policy in
-      pd-basic|pd-caching3)
+      pd-basic|pd-caching3|pd-caching3-stream)
         route_policy=cache-aware
         first_role=prefill
         other_role=decode
-        if [ "$policy" = pd-caching3 ]; then route_extra=(--caching3 true); else route_extra=(--caching3 false); fi ;;
+        case $policy in
+          pd-caching3) route_extra=(--caching3 true --caching3-at-end true) ;;
+          pd-caching3-stream) route_extra=(--caching3 true --caching3-at-end false) ;;
+          *) route_extra=(--caching3 false) ;;
+        esac ;;
     esac
     for i in $(seq 1 "$INSTANCES"); do
       port=$(free_port)
