@@ -18,7 +18,9 @@
 #
 # Knobs (environment): POLICIES, INSTANCES, THREADS (per instance), RATE, DURATION, DRAIN,
 # MAX_CONTEXT, MAX_OUTPUT, THINK, KV_TOKENS, SLOTS, REPEATS, SEED, MODEL, MNEMO_BIN,
-# PREFILL_TPS, REQUEST_SECONDS. Needs a release build and etcd (scripts/setup.sh). Not part of CI.
+# PREFILL_TPS, REQUEST_SECONDS, TOKENIZE (1: the router gets --model and follows the instances'
+# caches by their events instead of text prompt trees). Needs a release build and etcd
+# (scripts/setup.sh). Not part of CI.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$ROOT/bench/results/cluster-$(date +%Y%m%d-%H%M%S)}
@@ -40,6 +42,7 @@ REPEATS=${REPEATS:-3}
 SEED=${SEED:-1}
 PREFILL_TPS=${PREFILL_TPS:-500}
 REQUEST_SECONDS=${REQUEST_SECONDS:-1}
+TOKENIZE=${TOKENIZE:-0}
 
 mkdir -p "$OUT"
 PIDS=()
@@ -75,7 +78,8 @@ wait_url "$ETCD_URL/health" etcd
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores visible; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "settings: $INSTANCES instances x $THREADS threads, rate $RATE conversations/s for $DURATION s (drain $DRAIN s)," \
        "max context $MAX_CONTEXT, max output $MAX_OUTPUT, think $THINK s, KV $KV_TOKENS tokens per instance, $SLOTS slots," \
-       "cost model $PREFILL_TPS prefill tokens/s and $REQUEST_SECONDS s per request in flight, $REPEATS repeats"
+       "cost model $PREFILL_TPS prefill tokens/s and $REQUEST_SECONDS s per request in flight, $REPEATS repeats," \
+       "router tokenizes: $TOKENIZE"
 } | tee "$OUT/machine.txt"
 
 run=0
@@ -86,6 +90,7 @@ for repeat in $(seq 1 "$REPEATS"); do
     echo "== $policy, repeat $repeat (cluster $cluster)"
     route_policy=$policy
     route_extra=()
+    if [ "$TOKENIZE" = 1 ]; then route_extra+=(--model "$MODEL"); fi
     first_role=colocated
     other_role=colocated
     case $policy in
@@ -94,9 +99,9 @@ for repeat in $(seq 1 "$REPEATS"); do
         first_role=prefill
         other_role=decode
         case $policy in
-          pd-caching3) route_extra=(--caching3 true --caching3-at-end true) ;;
-          pd-caching3-stream) route_extra=(--caching3 true --caching3-at-end false) ;;
-          *) route_extra=(--caching3 false) ;;
+          pd-caching3) route_extra+=(--caching3 true --caching3-at-end true) ;;
+          pd-caching3-stream) route_extra+=(--caching3 true --caching3-at-end false) ;;
+          *) route_extra+=(--caching3 false) ;;
         esac ;;
     esac
     for i in $(seq 1 "$INSTANCES"); do
