@@ -99,6 +99,9 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--plan-overhead", args->plan.overhead, "The plan's m in [1, 2): the slowdown of streaming prompt KV")
       ->capture_default_str();
+  cmd->add_option("--instance-api-key", args->config.instance_api_key,
+                  "The API key of instances started with --api-key, for the router's own requests to them (its "
+                  "cache followers, with --model)");
   cmd->add_option("--relay-buffer-bytes", args->config.relay_buffer_bytes,
                   "Bytes of a stream the router holds for a slow client before it stops reading the instance")
       ->capture_default_str()

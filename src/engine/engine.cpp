@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "util/check.h"
 
@@ -254,8 +255,20 @@ std::future<Result<int32_t>> Engine::import_prefix(uint64_t ns, std::vector<Toke
 
 void Engine::import_prefix_then(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload, uint64_t parent_key,
                                 int32_t first_position, std::function<void(Result<int32_t>)> done) {
-  post([this, ns, tokens = std::move(tokens), payload = std::move(payload), parent_key, first_position,
-        done = std::move(done)] { done(kv_.import_prefix(ns, tokens, payload, parent_key, first_position)); });
+  // Answers exactly once: with the import's outcome, or, if the engine drops the task unrun (it
+  // is shutting down), with an error when the task goes, so the sender need not wait it out.
+  struct Answer {
+    std::function<void(Result<int32_t>)> done;
+    ~Answer() {
+      if (done) done(make_error("the engine shut down before importing the KV"));
+    }
+  };
+  auto answer = std::make_shared<Answer>();  // built in place: a copy's destructor would answer too
+  answer->done = std::move(done);
+  post([this, ns, tokens = std::move(tokens), payload = std::move(payload), parent_key, first_position, answer] {
+    auto reply = std::exchange(answer->done, nullptr);
+    reply(kv_.import_prefix(ns, tokens, payload, parent_key, first_position));
+  });
 }
 
 std::future<KvManager::ExportedPrefix> Engine::export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk) {

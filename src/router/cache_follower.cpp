@@ -28,16 +28,23 @@ Result<uint64_t> unsigned_field(const json& j, const char* name) {
 
 }  // namespace
 
-CacheFollower::CacheFollower(std::string address, double pending_ttl_seconds)
-    : address_(std::move(address)), pending_ttl_seconds_(pending_ttl_seconds), thread_([this] { run(); }) {}
+CacheFollower::CacheFollower(std::string address, std::string authorization, double pending_ttl_seconds)
+    : address_(std::move(address)),
+      authorization_(std::move(authorization)),
+      pending_ttl_seconds_(pending_ttl_seconds),
+      thread_([this] { run(); }) {}
 
-CacheFollower::~CacheFollower() {
+void CacheFollower::request_stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     if (client_ != nullptr) client_->stop();
   }
   stop_requested_.notify_all();
+}
+
+CacheFollower::~CacheFollower() {
+  request_stop();
   thread_.join();
 }
 
@@ -71,6 +78,7 @@ Status CacheFollower::apply(const json& reply) {
   MNEMO_ASSIGN_OR_RETURN(const uint64_t epoch, unsigned_field(reply, "epoch"));
   MNEMO_ASSIGN_OR_RETURN(const uint64_t next, unsigned_field(reply, "next"));
   MNEMO_ASSIGN_OR_RETURN(const uint64_t chunk_tokens, unsigned_field(reply, "chunk_tokens"));
+  if (chunk_tokens < 1 || chunk_tokens > 65536) return make_error("cache events: chunk_tokens {} out of range", chunk_tokens);
   const auto snapshot = reply.find("snapshot");
   const auto events = reply.find("events");
   if (snapshot == reply.end() || !snapshot->is_boolean()) return make_error("cache events: 'snapshot' missing");
@@ -122,7 +130,9 @@ void CacheFollower::run() {
       client_ = &client;
       path = fmt::format("/v1/internal/cache_events?epoch={}&after={}&wait_ms={}", epoch_, next_, kPollWaitMs);
     }
-    const auto reply = client.Get(path);
+    httplib::Headers headers;
+    if (!authorization_.empty()) headers.emplace("Authorization", authorization_);
+    const auto reply = client.Get(path, headers);
     {
       std::lock_guard lock(mutex_);
       client_ = nullptr;

@@ -35,9 +35,12 @@ namespace mnemo::router {
 
 class CacheFollower {
  public:
-  // Starts following the instance at `address` ("http://host:port").
-  explicit CacheFollower(std::string address, double pending_ttl_seconds = 30);
+  // Starts following the instance at `address` ("http://host:port"), sending `authorization`
+  // (an Authorization header value, "" for none) to instances that require an API key.
+  explicit CacheFollower(std::string address, std::string authorization = "", double pending_ttl_seconds = 30);
   ~CacheFollower();  // stops the thread (breaks off a poll in progress)
+  // Asks the thread to stop without waiting for it (the destructor then waits less).
+  void request_stop();
   CacheFollower(const CacheFollower&) = delete;
   CacheFollower& operator=(const CacheFollower&) = delete;
 
@@ -57,6 +60,7 @@ class CacheFollower {
   void run();
 
   const std::string address_;
+  const std::string authorization_;
   const double pending_ttl_seconds_;
 
   mutable std::mutex mutex_;

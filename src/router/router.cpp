@@ -108,13 +108,14 @@ struct Router::PromptKeys {
   std::vector<TokenId> tokens;  // empty: not tokenized
   uint64_t ns = 0;
   bool tokenized() const { return !tokens.empty(); }
-  // PrefixIndex::chunk_key of each whole chunk, in order.
-  std::vector<uint64_t> keys(int32_t chunk_tokens) const {
+  // PrefixIndex::chunk_key of each whole chunk of the first `n_tokens` tokens (all: -1), in order.
+  std::vector<uint64_t> keys(int32_t chunk_tokens, int64_t n_tokens = -1) const {
     std::vector<uint64_t> out;
     if (chunk_tokens <= 0) return out;
     uint64_t key = 0;
     const auto c = static_cast<size_t>(chunk_tokens);
-    for (size_t at = 0; at + c <= tokens.size(); at += c) {
+    const size_t n = n_tokens < 0 ? tokens.size() : std::min(tokens.size(), static_cast<size_t>(n_tokens));
+    for (size_t at = 0; at + c <= n; at += c) {
       key = PrefixIndex::chunk_key(key, ns, std::span(tokens).subspan(at, c));
       out.push_back(key);
     }
@@ -291,11 +292,15 @@ void Router::sync_followers(std::vector<std::shared_ptr<CacheFollower>>& retired
       ++it;
       continue;
     }
-    retired.push_back(std::move(it->second));  // stopped by the caller, outside the lock
+    it->second->request_stop();  // its thread ends meanwhile; the caller waits for it outside the lock
+    retired.push_back(std::move(it->second));
     it = followers_.erase(it);
   }
   for (const auto& [id, address] : live) {
-    if (followers_.count(id) == 0) followers_.emplace(id, std::make_shared<CacheFollower>(address));
+    if (followers_.count(id) == 0) {
+      const std::string authorization = config_.instance_api_key.empty() ? "" : "Bearer " + config_.instance_api_key;
+      followers_.emplace(id, std::make_shared<CacheFollower>(address, authorization));
+    }
   }
 }
 
@@ -307,8 +312,10 @@ int64_t Router::matched_tokens(const std::string& instance, const PromptKeys& pr
   const auto it = followers_.find(instance);
   if (it == followers_.end()) return 0;
   const int32_t chunk = it->second->chunk_tokens() > 0 ? it->second->chunk_tokens() : kDefaultChunkTokens;
-  // Conservative: only what the instance's events confirmed.
-  return static_cast<int64_t>(it->second->matched_chunks(prompt.keys(chunk), now, !conservative)) * chunk;
+  // An instance reuses whole chunks before the prompt's last token (that one is always computed,
+  // for its logits). Conservative: only what the instance's events confirmed.
+  const auto reusable = prompt.keys(chunk, static_cast<int64_t>(prompt.tokens.size()) - 1);
+  return static_cast<int64_t>(it->second->matched_chunks(reusable, now, !conservative)) * chunk;
 }
 
 void Router::record_prompt(const std::string& instance, const PromptKeys& prompt, double now, int64_t tokens) {

@@ -78,6 +78,9 @@ struct RouterConfig {
   // prompt as the instances do and follows their caches by their insert and evict events
   // (router/cache_follower.h). Empty: prompt trees over the requests' text, with a TTL.
   std::string model_path;
+  // The API key of instances started with --api-key, for the router's own requests to them (its
+  // cache followers); clients' requests carry their own.
+  std::string instance_api_key;
   // DejaVu's planner applied (SPEC D5): with Y, t, N and m given (planner.h; D is the number of
   // live instances with a KV transport), the router splits them into prefill and decode
   // instances itself, whatever roles they published, and again whenever the membership changes.

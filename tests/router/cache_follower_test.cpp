@@ -42,7 +42,7 @@ TEST(CacheFollower, FollowsSnapshotsAndEventsInOrder) {
 }
 
 TEST(CacheFollower, PendingKeysCountUntilTheirTtlOrAnEvictEvent) {
-  CacheFollower f("http://127.0.0.1:1", /*pending_ttl_seconds=*/10);
+  CacheFollower f("http://127.0.0.1:1", "", /*pending_ttl_seconds=*/10);
   ASSERT_TRUE(f.apply(reply(true, {1}, json::array())).ok());
   const std::vector<uint64_t> prompt = {1, 2, 3};
   f.record_pending(std::vector<uint64_t>{2, 3}, 100);
@@ -67,6 +67,8 @@ TEST(CacheFollower, MalformedRepliesAreRefusedWhole) {
       reply(false, {}, json::array({json::array({6})})),
       reply(false, {}, "events"),
       json{{"epoch", -1}, {"next", 1}, {"snapshot", false}, {"events", json::array()}, {"chunk_tokens", 32}},
+      json{{"epoch", 7}, {"next", 1}, {"snapshot", false}, {"events", json::array()}, {"chunk_tokens", 0}},
+      json{{"epoch", 7}, {"next", 1}, {"snapshot", false}, {"events", json::array()}, {"chunk_tokens", 4294967297ull}},
   };
   for (const json& b : bad) EXPECT_FALSE(f.apply(b).ok()) << b.dump();
   // Nothing of them was applied: 6 (before the bad event) is not held, 5 still is.

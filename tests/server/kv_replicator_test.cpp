@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -241,6 +242,21 @@ TEST_F(KvReplicatorTest, AnAtEndReplicaGetsTheWholeConversationInOneMessageWhenT
   EXPECT_EQ(replica->acknowledged_chunks(), 15);
   EXPECT_EQ(replicator_->stats().increments, 1u);
   EXPECT_EQ(replicator_->stats().chunks, 15u);
+}
+
+// An import the engine never runs (it shut down) is answered at once with an error, not left
+// for the sender to time out.
+TEST_F(KvReplicatorTest, AnImportTheEngineNeverRunsIsRefusedAtOnce) {
+  replica_engine_->shutdown();
+  std::promise<Status> answered;
+  replica_engine_->import_prefix_then(5, {1, 2, 3, 4}, std::vector<uint8_t>(16), 0, 0, [&](Result<int32_t> r) {
+    answered.set_value(r.ok() ? ok_status() : Status(r.error()));
+  });
+  auto future = answered.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  const Status status = future.get();
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message().find("shut down before importing"), std::string::npos) << status.error().message();
 }
 
 // A receiver known to hold the leading chunks (a decode instance whose turn came back to the

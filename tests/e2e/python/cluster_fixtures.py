@@ -16,6 +16,13 @@ from helpers import wait_for
 ETCD = "/usr/bin/etcd"
 
 
+def default_model_path() -> str:
+    """Where `mnemo serve` finds its default model (src/util/paths.cpp)."""
+    cache = os.environ.get("MNEMO_CACHE") or (
+        os.environ["XDG_CACHE_HOME"] + "/mnemo" if os.environ.get("XDG_CACHE_HOME") else os.path.expanduser("~/.cache/mnemo"))
+    return cache + "/models/gemma-3-270m-q4_k_m.gguf"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

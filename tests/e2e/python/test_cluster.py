@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from conftest import MnemoServer
-from cluster_fixtures import etcd, free_port  # noqa: F401  (pytest fixtures by name)
+from cluster_fixtures import default_model_path, etcd, free_port  # noqa: F401  (pytest fixtures by name)
 from helpers import read_metrics, wait_for
 
 CHAT = {"model": "m", "max_tokens": 12, "temperature": 0}
@@ -169,13 +169,6 @@ def test_a_stream_to_a_slow_client_is_held_back_not_queued_and_arrives_whole(clu
     assert finished == ["length"] * n
 
 
-def default_model_path() -> str:
-    """Where `mnemo serve` finds its default model (src/util/paths.cpp)."""
-    cache = os.environ.get("MNEMO_CACHE") or (
-        os.environ["XDG_CACHE_HOME"] + "/mnemo" if os.environ.get("XDG_CACHE_HOME") else os.path.expanduser("~/.cache/mnemo"))
-    return cache + "/models/gemma-3-270m-q4_k_m.gguf"
-
-
 def followed(router_url: str) -> dict[str, float]:
     prefix = "mnemo_router_followed_cache_chunks{"
     return {re.search(r'instance="([^"]+)"', k).group(1): v
@@ -189,8 +182,11 @@ def test_a_tokenizing_router_follows_the_instances_caches_by_their_events(cluste
     wait_for(lambda: len(followed(router.url)) == 2, 30, 0.2, "the router to follow both instances' caches")
     topic = ("Plan a week of dinners for a family of four: one fish night, one soup night, something with beans, "
              "a pasta the children like, and leftovers on Friday. ")
+    held_before = followed(router.url)
     first = chat(router.url, [{"role": "user", "content": topic + "Start with Monday."}])
     home = first.headers["X-Mnemo-Instance"]
+    # The turn's chunks reach the router as events (inserted before the reply was sent).
+    wait_for(lambda: followed(router.url)[home] > held_before[home], 30, 0.1, "the first turn's insert events")
     history = [{"role": "user", "content": topic + "Start with Monday."},
                {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
                {"role": "user", "content": "And Tuesday?"}]

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from conftest import MnemoServer
-from cluster_fixtures import etcd, free_port  # noqa: F401  (pytest fixtures by name)
+from cluster_fixtures import default_model_path, etcd, free_port  # noqa: F401  (pytest fixtures by name)
 from helpers import read_metrics, wait_for
 
 COMPLETION = {"model": "tiny", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
@@ -75,9 +75,12 @@ def test_second_requests_land_where_their_prefix_is_cached_as_the_router_predict
     wait_for(lambda: len(followed(router)) == 3, 30, 0.2, "the router to follow all three caches")
     homes = set()
     for topic in ["apples", "boats", "clocks"]:
+        held_before = followed(router)
         first = complete(router, f"{topic}: {PROMPT}")
         home = first.headers["X-Mnemo-Instance"]
         homes.add(home)
+        # The request's chunks reach the router as events (inserted before the reply was sent).
+        wait_for(lambda: followed(router)[home] > held_before[home], 30, 0.05, "the first request's insert events")
         before = read_metrics(router)["mnemo_router_predicted_cached_tokens_total"]
         second = complete(router, f"{topic}: {PROMPT}" + first.json()["choices"][0]["text"] + " and then")
         assert second.headers["X-Mnemo-Instance"] == home, topic
@@ -141,9 +144,8 @@ def test_a_router_applying_the_planners_split_disaggregates_colocated_instances(
 def test_a_router_with_another_models_tokenizer_does_not_follow_the_instances(cluster, mnemo_bin, etcd):
     # The instances publish their prompt fingerprint; a router tokenizing with the default model
     # would name their chunks wrongly, so it leaves their caches alone (and says so) but routes.
-    default_model = (os.environ.get("MNEMO_CACHE") or os.path.expanduser("~/.cache/mnemo")) + "/models/gemma-3-270m-q4_k_m.gguf"
     router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", cluster["name"], "--port", "0",
-                          "--model", default_model])
+                          "--model", default_model_path()])
     router.start()
     try:
         wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 15, 0.1, "the instances")
@@ -154,6 +156,33 @@ def test_a_router_with_another_models_tokenizer_does_not_follow_the_instances(cl
         assert r.json()["usage"]["completion_tokens"] == COMPLETION["max_tokens"]
     finally:
         router.terminate()
+
+
+def test_instances_with_an_api_key_are_followed_with_the_routers_instance_key(cluster, start_server, mnemo_bin, etcd,
+                                                                                 tiny_model):
+    name = cluster["name"] + "-keyed"
+    keyed = start_server("-m", tiny_model, "--model-name", "tiny", "--cluster", etcd, "--cluster-name", name,
+                         "--api-key", "sesame", "--kv-tokens", "2048")
+    routers = []
+    try:
+        for extra in ([], ["--instance-api-key", "sesame"]):
+            r = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
+                             "--model", tiny_model, *extra])
+            routers.append(r)
+            r.start()
+            wait_for(lambda: read_metrics(r.url).get("mnemo_router_instances") == 1, 15, 0.1, "the keyed instance")
+        without_key, with_key = routers
+        wait_for(lambda: len(followed(with_key.url)) == 1, 15, 0.1, "the keyed instance's cache to be followed")
+        # Without the key the router is refused (and says so), but still routes clients' requests.
+        wait_for(lambda: "HTTP 401" in Path(without_key.stderr_path).read_text(), 15, 0.1, "the refusal to be logged")
+        assert followed(without_key.url) == {}
+        r = requests.post(without_key.url + "/v1/completions", headers={"Authorization": "Bearer sesame"},
+                          json={**COMPLETION, "prompt": PROMPT}, timeout=60)
+        assert r.status_code == 200, r.text
+    finally:
+        for r in routers:
+            r.terminate()
+        keyed.terminate()
 
 
 def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
