@@ -188,6 +188,7 @@ void Router::install_routes() {
   const auto threads = static_cast<size_t>(config_.http_threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(8u << 20);
+  http.set_write_timeout(std::chrono::seconds(60));  // a client reading slowly keeps its stream this long
   http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kChat); });
   http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kCompletions); });
   http.Post("/v1/responses", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kResponses); });

@@ -77,6 +77,9 @@ void Server::install_routes() {
     listen_fd_.store(static_cast<int>(sock));
   });
   http.set_read_timeout(std::chrono::seconds(30));
+  // A client (or a router relaying to a slow one) may stop reading a stream for a while; the
+  // request is not given up on until it has for this long.
+  http.set_write_timeout(std::chrono::seconds(60));
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (config_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;

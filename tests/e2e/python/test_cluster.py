@@ -143,6 +143,7 @@ def test_a_stream_to_a_slow_client_is_held_back_not_queued_and_arrives_whole(clu
                  b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     wait_for(lambda: read_metrics(router.url)["mnemo_router_relay_waits_total"] > 0, 120, 0.2,
              "the relay to wait for its slow client")
+    time.sleep(7)  # longer than a default 5 s write timeout: neither the router nor the instance gives up
     received = b""
     sock.settimeout(120)
     while chunk := sock.recv(65536):
@@ -167,6 +168,7 @@ def test_a_stream_to_a_slow_client_is_held_back_not_queued_and_arrives_whole(clu
             finished[choice["index"]] = choice["finish_reason"] or finished[choice["index"]]
     assert tokens == [max_tokens] * n
     assert finished == ["length"] * n
+    assert read_metrics(router.url)["mnemo_router_resumed_streams_total"] == 0  # no failover was needed
 
 
 def followed(router_url: str) -> dict[str, float]:
