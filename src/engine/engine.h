@@ -77,8 +77,9 @@ class Engine {
   CacheEventLog& cache_events() const { return kv_.cache_events(); }
   std::future<Result<int32_t>> import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload,
                                              uint64_t parent_key = 0, int32_t first_position = 0);
-  // The same, answering through `done` on the engine thread (never, if the engine shuts down
-  // first): for callers that must not block while the engine finishes a step.
+  // The same, answering through `done` on the engine thread (with an error, wherever the task is
+  // dropped, if the engine shuts down first): for callers that must not block while the engine
+  // finishes a step.
   void import_prefix_then(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload, uint64_t parent_key,
                           int32_t first_position, std::function<void(Result<int32_t>)> done);
   // The computed whole chunks from `first_chunk` on of the request streaming into `stream`

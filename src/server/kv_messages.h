@@ -22,7 +22,7 @@ transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int3
 // no room) and changes nothing.
 Status insert_kv_message(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message);
 // The same without waiting: `done` gets the outcome, at once when the message fails its checks,
-// else on the engine thread once inserted (keep it short). Never called if the engine shuts down
+// else on the engine thread once inserted (keep it short); with an error if the engine shuts down
 // first.
 void insert_kv_message_then(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message,
                             std::function<void(Status)> done);
