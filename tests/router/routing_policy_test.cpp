@@ -17,6 +17,16 @@ std::vector<Candidate> three() {
   return c;
 }
 
+// Three candidates that can move KV, 1000 bytes of it per token.
+std::vector<Candidate> three_with_transports() {
+  auto c = three();
+  for (auto& x : c) {
+    x.has_transport = true;
+    x.kv_bytes_per_token = 1000;
+  }
+  return c;
+}
+
 TEST(RoutingPolicy, RoundRobinCyclesThroughTheCandidates) {
   RoutingPolicy p(Policy::kRoundRobin, {});
   std::vector<size_t> got;
@@ -95,11 +105,7 @@ TEST(RoutingPolicy, KvMovesWhenTransferCostsLessThanTheRecomputeItSaves) {
   cost.transfer_bytes_per_second = 1e6;  // 1000 tokens of 1000 bytes: 1 s
   cost.transfer_overhead_seconds = 0.5;
   RoutingPolicy p(Policy::kCacheAware, cost);
-  auto c = three();
-  for (auto& x : c) {
-    x.has_transport = true;
-    x.kv_bytes_per_token = 1000;
-  }
+  auto c = three_with_transports();
   c[1].matched_tokens = 1000;
   c[2].matched_tokens = 500;
   EXPECT_EQ(p.transfer_source(c, 0), std::optional<size_t>(1));  // 10 s saved for 1.5 s moved: the most
@@ -173,11 +179,7 @@ TEST(RoutingPolicy, KvMovesWhenItSavesMoreOfTheTargetsOwnProfiledTime) {
   cost.transfer_bytes_per_second = 1e6;  // 1000 tokens of 1000 bytes: 1 s
   cost.transfer_overhead_seconds = 0.5;
   RoutingPolicy p(Policy::kCacheAware, cost);
-  auto c = three();
-  for (auto& x : c) {
-    x.has_transport = true;
-    x.kv_bytes_per_token = 1000;
-  }
+  auto c = three_with_transports();
   c[1].matched_tokens = 1000;
   EXPECT_EQ(p.transfer_source(c, 0), std::nullopt);  // no profile: 1 ms to recompute, 1.5 s to move
   c[0].profile = profile(0.01, 0);                   // the target's profile: 10 s to recompute

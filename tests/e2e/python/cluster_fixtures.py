@@ -1,8 +1,11 @@
-"""A real etcd on loopback for the cluster tests (test_cluster.py, test_failover.py)."""
+"""A real etcd on loopback for the cluster tests (test_cluster.py, test_tiny_cluster.py, test_failover.py),
+and what they share: finding an instance by the id it printed, its KV transport, the router's
+followed caches."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -11,7 +14,7 @@ import tempfile
 import pytest
 import requests
 
-from helpers import wait_for
+from helpers import read_metrics, wait_for
 
 ETCD = "/usr/bin/etcd"
 
@@ -21,6 +24,30 @@ def default_model_path() -> str:
     cache = os.environ.get("MNEMO_CACHE") or (
         os.environ["XDG_CACHE_HOME"] + "/mnemo" if os.environ.get("XDG_CACHE_HOME") else os.path.expanduser("~/.cache/mnemo"))
     return cache + "/models/gemma-3-270m-q4_k_m.gguf"
+
+
+def instance_by_id(cluster, instance_id: str):
+    """The started instance (cluster["instances"]) that printed `instance_id` when it joined."""
+    for server in cluster["instances"]:
+        if any(instance_id in line for line in server.stdout_lines):
+            return server
+    pytest.fail(f"no instance printed id {instance_id}")
+
+
+def transport_of(server) -> str:
+    """The KV transport endpoint an instance printed when it joined."""
+    for line in server.stdout_lines:
+        m = re.search(r"\(KV transport ([^)]+)\)", line)
+        if m:
+            return m.group(1)
+    pytest.fail("the instance printed no KV transport endpoint")
+
+
+def followed(router_url: str) -> dict[str, float]:
+    """Instance id -> chunks its cache holds, as a tokenizing router follows it."""
+    prefix = "mnemo_router_followed_cache_chunks{"
+    return {re.search(r'instance="([^"]+)"', k).group(1): v
+            for k, v in read_metrics(router_url).items() if k.startswith(prefix)}
 
 
 def free_port() -> int:

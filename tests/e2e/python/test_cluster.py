@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from conftest import MnemoServer
-from cluster_fixtures import default_model_path, etcd, free_port  # noqa: F401  (pytest fixtures by name)
+from cluster_fixtures import default_model_path, etcd, followed, free_port, instance_by_id, transport_of  # noqa: F401
 from helpers import read_metrics, wait_for
 
 CHAT = {"model": "m", "max_tokens": 12, "temperature": 0}
@@ -59,13 +59,6 @@ def chat(url: str, messages: list[dict], **extra) -> requests.Response:
     return r
 
 
-def instance_url(cluster, instance_id: str) -> str:
-    for server in cluster["instances"]:
-        if any(instance_id in line for line in server.stdout_lines):
-            return server.url
-    pytest.fail(f"no instance printed id {instance_id}")
-
-
 def test_second_turns_land_where_their_prefix_is_cached(cluster):
     router = cluster["router"].url
     homes = set()
@@ -96,7 +89,7 @@ def test_the_router_charges_a_profiled_instance_its_own_cost(cluster):
     assert len(profiled) == 1, profiled
     [(key, value)] = profiled.items()
     instance = re.search(r'instance="([^"]+)"', key).group(1)
-    assert instance_url(cluster, instance) == cluster["instances"][0].url
+    assert instance_by_id(cluster, instance) is cluster["instances"][0]
     assert value == pytest.approx(PROFILE["per_token_seconds"])
 
 
@@ -169,12 +162,6 @@ def test_a_stream_to_a_slow_client_is_held_back_not_queued_and_arrives_whole(clu
     assert tokens == [max_tokens] * n
     assert finished == ["length"] * n
     assert read_metrics(router.url)["mnemo_router_resumed_streams_total"] == 0  # no failover was needed
-
-
-def followed(router_url: str) -> dict[str, float]:
-    prefix = "mnemo_router_followed_cache_chunks{"
-    return {re.search(r'instance="([^"]+)"', k).group(1): v
-            for k, v in read_metrics(router_url).items() if k.startswith(prefix)}
 
 
 def test_a_tokenizing_router_follows_the_instances_caches_by_their_events(cluster):
@@ -261,14 +248,6 @@ def test_responses_continue_on_their_instance_and_survive_a_router_restart(clust
                           timeout=120)
     assert third.status_code == 200, third.text
     assert third.headers["X-Mnemo-Instance"] == home
-
-
-def transport_of(server: MnemoServer) -> str:
-    for line in server.stdout_lines:
-        m = re.search(r"\(KV transport ([^)]+)\)", line)
-        if m:
-            return m.group(1)
-    pytest.fail("the instance printed no KV transport endpoint")
 
 
 def test_kv_pushed_to_another_instance_serves_the_next_turn_identically(cluster):

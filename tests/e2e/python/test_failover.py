@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from cluster_fixtures import etcd  # noqa: F401  (a pytest fixture, by name)
+from cluster_fixtures import etcd, instance_by_id  # noqa: F401  (etcd: a pytest fixture, by name)
 from conftest import MnemoServer
 from helpers import read_metrics, sse_events, wait_for
 
@@ -110,13 +110,6 @@ def run_all(url: str, bodies: list[dict], on_progress=None) -> list[Stream]:
         for f in futures:
             f.result()
     return streams
-
-
-def instance_by_id(cluster, instance_id: str) -> MnemoServer:
-    for server in cluster["instances"]:
-        if any(instance_id in line for line in server.stdout_lines):
-            return server
-    pytest.fail(f"no instance printed id {instance_id}")
 
 
 def kill_when_streaming(cluster, victims_of) -> callable:

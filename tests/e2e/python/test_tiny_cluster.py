@@ -8,7 +8,6 @@ instance and after a KV transfer, and a killed instance stops getting requests w
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import tempfile
 import time
@@ -18,7 +17,7 @@ import pytest
 import requests
 
 from conftest import MnemoServer
-from cluster_fixtures import default_model_path, etcd, free_port  # noqa: F401  (pytest fixtures by name)
+from cluster_fixtures import default_model_path, etcd, followed, free_port, instance_by_id, transport_of  # noqa: F401
 from helpers import read_metrics, wait_for
 
 COMPLETION = {"model": "tiny", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
@@ -57,19 +56,6 @@ def complete(url: str, prompt: str, **extra) -> requests.Response:
     return r
 
 
-def instance_of(cluster, instance_id: str) -> MnemoServer:
-    for server in cluster["instances"]:
-        if any(instance_id in line for line in server.stdout_lines):
-            return server
-    pytest.fail(f"no instance printed id {instance_id}")
-
-
-def followed(router_url: str) -> dict[str, float]:
-    prefix = "mnemo_router_followed_cache_chunks{"
-    return {re.search(r'instance="([^"]+)"', k).group(1): v
-            for k, v in read_metrics(router_url).items() if k.startswith(prefix)}
-
-
 def test_second_requests_land_where_their_prefix_is_cached_as_the_router_predicts(cluster):
     router = cluster["router"].url
     wait_for(lambda: len(followed(router)) == 3, 30, 0.2, "the router to follow all three caches")
@@ -94,14 +80,13 @@ def test_output_is_identical_through_the_router_on_another_instance_and_after_a_
     router = cluster["router"].url
     prompt = "delta: " + PROMPT
     via_router = complete(router, prompt)
-    holder = instance_of(cluster, via_router.headers["X-Mnemo-Instance"])
+    holder = instance_by_id(cluster, via_router.headers["X-Mnemo-Instance"])
     other = next(s for s in cluster["instances"] if s is not holder and s.proc.poll() is None)
     direct = complete(other.url, prompt)
     assert via_router.json()["choices"][0]["text"] == direct.json()["choices"][0]["text"]
     # The holder's KV moved to a third instance, which then serves the prompt from it identically.
     third = next(s for s in cluster["instances"] if s is not holder and s is not other)
-    transport = next(re.search(r"KV transport (\S+)\)", line).group(1)
-                     for line in third.stdout_lines if "KV transport" in line)
+    transport = transport_of(third)
     pushed = requests.post(holder.url + "/v1/internal/kv_push", timeout=60,
                            json={"target": transport, "api": "completions", "request": {**COMPLETION, "prompt": prompt}})
     assert pushed.status_code == 200 and pushed.json()["chunks"] >= 2, pushed.text
@@ -195,4 +180,4 @@ def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
     wait_for(lambda: len(followed(router)) == 2, 10, 0.1, "the router to stop following it")
     for i in range(6):
         r = complete(router, f"echo {i}: " + PROMPT)
-        assert instance_of(cluster, r.headers["X-Mnemo-Instance"]) is not victim
+        assert instance_by_id(cluster, r.headers["X-Mnemo-Instance"]) is not victim
