@@ -12,14 +12,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "chat/chat_template.h"
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
-#include "gguf/gguf_file.h"
-#include "kv/prefix_index.h"
 #include "router/conversation_text.h"
-#include "server/prompt.h"
-#include "tokenizer/tokenizer.h"
+#include "router/prompt_keys.h"
 #include "util/prometheus_text.h"
 
 namespace mnemo::router {
@@ -64,64 +60,6 @@ httplib::Result post_for(const httplib::Request& client_request, const std::stri
 }
 
 }  // namespace
-
-// The model's tokenizer and chat template, to name a prompt's chunks as the instances' caches do.
-class Router::PromptTokenizer {
- public:
-  static Result<std::unique_ptr<PromptTokenizer>> load(const std::string& model_path) {
-    MNEMO_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(model_path));
-    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::from_gguf(file));
-    MNEMO_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::for_model(file));
-    return std::unique_ptr<PromptTokenizer>(new PromptTokenizer(std::move(tokenizer), std::move(chat_template)));
-  }
-  // server::prompt_fingerprint, as instances publish it.
-  const std::string& fingerprint() const { return fingerprint_; }
-  // The prompt's tokens as an instance renders them (empty if the request does not parse: the
-  // instance will refuse it anyway).
-  std::vector<TokenId> tokens(Api api, const std::string& body) const {
-    auto parsed = server::parse_request(body, api == Api::kChat);
-    if (const auto* request = std::get_if<server::ParsedRequest>(&parsed)) {
-      auto tokens = server::prompt_tokens(*tokenizer_, chat_template_, *request, api == Api::kChat);
-      if (auto* ok = std::get_if<std::vector<TokenId>>(&tokens)) return std::move(*ok);
-    }
-    return {};
-  }
-  static std::string cache_salt(const json& body) {
-    const auto salt = body.find("cache_salt");
-    return salt != body.end() && salt->is_string() ? salt->get<std::string>() : std::string();
-  }
-
- private:
-  PromptTokenizer(std::unique_ptr<Tokenizer> tokenizer, ChatTemplate chat_template)
-      : tokenizer_(std::move(tokenizer)),
-        chat_template_(std::move(chat_template)),
-        fingerprint_(fmt::format("{:016x}", server::prompt_fingerprint(*tokenizer_, chat_template_))) {}
-  std::unique_ptr<Tokenizer> tokenizer_;
-  ChatTemplate chat_template_;
-  std::string fingerprint_;
-};
-
-// A prompt as the prompt trees see it: its text always, its tokens and tenant when the router
-// tokenizes (then its chunks are named exactly as the instances' indexes name them).
-struct Router::PromptKeys {
-  std::string_view text;
-  std::vector<TokenId> tokens;  // empty: not tokenized
-  uint64_t ns = 0;
-  bool tokenized() const { return !tokens.empty(); }
-  // PrefixIndex::chunk_key of each whole chunk of the first `n_tokens` tokens (all: -1), in order.
-  std::vector<uint64_t> keys(int32_t chunk_tokens, int64_t n_tokens = -1) const {
-    std::vector<uint64_t> out;
-    if (chunk_tokens <= 0) return out;
-    uint64_t key = 0;
-    const auto c = static_cast<size_t>(chunk_tokens);
-    const size_t n = n_tokens < 0 ? tokens.size() : std::min(tokens.size(), static_cast<size_t>(n_tokens));
-    for (size_t at = 0; at + c <= n; at += c) {
-      key = PrefixIndex::chunk_key(key, ns, std::span(tokens).subspan(at, c));
-      out.push_back(key);
-    }
-    return out;
-  }
-};
 
 // One request's relay from an instance to the client: a thread reads the instance's reply into
 // chunks that the client's handler writes out as they come.
@@ -307,32 +245,30 @@ void Router::sync_followers(std::vector<std::shared_ptr<CacheFollower>>& retired
 
 int64_t Router::matched_tokens(const std::string& instance, const PromptKeys& prompt, double now, bool conservative) {
   if (!prompt.tokenized()) {
-    const size_t bytes = tree_.matched_bytes(instance, prompt.text, now);
+    const size_t bytes = tree_.matched_bytes(instance, prompt.text(), now);
     return conservative ? static_cast<int64_t>(bytes / kBytesPerKnownToken) : routing_.tokens_of_text(bytes);
   }
   const auto it = followers_.find(instance);
   if (it == followers_.end()) return 0;
   const int32_t chunk = it->second->chunk_tokens() > 0 ? it->second->chunk_tokens() : kDefaultChunkTokens;
-  // An instance reuses whole chunks before the prompt's last token (that one is always computed,
-  // for its logits). Conservative: only what the instance's events confirmed.
-  const auto reusable = prompt.keys(chunk, static_cast<int64_t>(prompt.tokens.size()) - 1);
-  return static_cast<int64_t>(it->second->matched_chunks(reusable, now, !conservative)) * chunk;
+  // Conservative: only what the instance's events confirmed.
+  return static_cast<int64_t>(it->second->matched_chunks(prompt.reusable_keys(chunk), now, !conservative)) * chunk;
 }
 
 void Router::record_prompt(const std::string& instance, const PromptKeys& prompt, double now, int64_t tokens) {
   if (!prompt.tokenized()) {
     const size_t bytes =
-        tokens < 0 ? prompt.text.size()
-                   : std::min(prompt.text.size(),
+        tokens < 0 ? prompt.text().size()
+                   : std::min(prompt.text().size(),
                               static_cast<size_t>(static_cast<double>(tokens) * routing_.cost().bytes_per_token));
-    tree_.record(instance, prompt.text.substr(0, bytes), now);
+    tree_.record(instance, prompt.text().substr(0, bytes), now);
     return;
   }
   const auto it = followers_.find(instance);
   if (it == followers_.end()) return;
   const int32_t chunk = it->second->chunk_tokens() > 0 ? it->second->chunk_tokens() : kDefaultChunkTokens;
-  std::vector<uint64_t> keys = prompt.keys(chunk);
-  if (tokens >= 0) keys.resize(std::min(keys.size(), static_cast<size_t>(tokens / chunk)));
+  std::span<const uint64_t> keys = prompt.keys(chunk);
+  if (tokens >= 0) keys = keys.first(std::min(keys.size(), static_cast<size_t>(tokens / chunk)));
   it->second->record_pending(keys, now);
 }
 
@@ -627,13 +563,12 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
 
   // The prompt's chunks named as the instances' caches name them, when the router tokenizes (a
   // Responses API turn's history is on its instance: it goes there anyway).
-  PromptKeys prompt{view->prompt_text, {}, 0};
-  if (tokenizer_ && api != Api::kResponses) {
-    prompt.tokens = tokenizer_->tokens(api, req.body);
-    prompt.ns = server::cache_namespace(req.get_header_value("Authorization"), PromptTokenizer::cache_salt(body));
-  }
-  const int64_t prompt_tokens =
-      prompt.tokenized() ? static_cast<int64_t>(prompt.tokens.size()) : routing_.tokens_of_text(view->prompt_text.size());
+  const PromptKeys prompt =
+      tokenizer_ && api != Api::kResponses
+          ? PromptKeys(view->prompt_text, tokenizer_->tokens(api, req.body),
+                       PromptTokenizer::cache_namespace(req.get_header_value("Authorization"), body))
+          : PromptKeys(view->prompt_text);
+  const int64_t prompt_tokens = prompt.tokenized() ? prompt.n_tokens() : routing_.tokens_of_text(view->prompt_text.size());
 
   // Candidates in the order to try: the policy's choice, then the rest by predicted time.
   const double now = seconds_now();

@@ -55,7 +55,9 @@ struct InstanceInfo;
 
 namespace mnemo::router {
 
-enum class Api;  // router/conversation_text.h
+enum class Api;
+class PromptKeys;
+class PromptTokenizer;  // router/conversation_text.h
 
 struct RouterConfig {
   std::string host = "127.0.0.1";
@@ -101,8 +103,6 @@ class Router {
  private:
   struct Upstream;
   struct Relay;
-  struct PromptKeys;
-  class PromptTokenizer;
   // Called once a request's reply is over: its status, the reply (bounded; SSE events when
   // streamed) and the instance that finished it (another one after a failover).
   using OnDone = std::function<void(int status, const std::string& body, bool sse, const std::string& instance)>;
