@@ -18,6 +18,7 @@ namespace {
 struct LoadgenArgs {
   loadgen::LoadgenOptions options;
   std::string api = "chat";
+  std::string history = "dataset";
   double rate = 0.1;
   std::vector<double> rates = {0.05, 0.1, 0.2, 0.4};
   int32_t stop_after_violations = 2;
@@ -29,6 +30,7 @@ struct LoadgenArgs {
 
 Result<loadgen::Loadgen> prepare(LoadgenArgs& args) {
   args.options.api = args.api == "responses" ? loadgen::Api::kResponses : loadgen::Api::kChatCompletions;
+  args.options.history = args.history == "model" ? loadgen::History::kModel : loadgen::History::kDataset;
   args.options.run.show_progress = !args.quiet;
   if (args.dry_run && args.options.model.empty()) args.options.model = "(dry run)";  // no server to ask
   if (args.options.num_conversations == 0 && args.options.run.duration_s <= 0.0) {
@@ -95,6 +97,11 @@ void add_common_options(CLI::App* cmd, LoadgenArgs& args) {
   cmd->add_option("--api", args.api, "chat: Chat Completions with the whole history; responses: Responses API with previous_response_id")
       ->capture_default_str()
       ->check(CLI::IsMember({"chat", "responses"}));
+  cmd->add_option("--history", args.history,
+                  "chat: whose replies the history holds: dataset (the same prompts for every system) or model "
+                  "(the server's own replies, as a chat client sends them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"dataset", "model"}));
   cmd->add_option("--label", o.label, "The system's name in the results (e.g. mnemo, llama-server)");
   cmd->add_option("--data", o.data_path, "ShareGPT-format conversations (JSONL)")->capture_default_str();
   cmd->add_option("--tokenizer-model", o.tokenizer_model, "GGUF whose tokenizer and chat template count tokens")->capture_default_str();

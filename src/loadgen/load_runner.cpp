@@ -51,8 +51,9 @@ class Run {
       : workload_(workload),
         config_(config),
         api_(api),
+        history_(options.history),
         schedule_(make_schedule(workload, config.rate, think, config.seed)),
-        previous_response_(workload.size()),
+        conversation_state_(workload.size()),
         start_(Clock::now()) {
     for (size_t c = 0; c < workload.size(); ++c) due_.push({schedule_.arrival_s[c], static_cast<int32_t>(c), 0});
     const int32_t workers = std::max<int32_t>(1, config.max_in_flight);
@@ -131,7 +132,7 @@ class Run {
       const DueTurn due = ready_.front();
       ready_.pop_front();
       ++in_flight_;
-      const std::string previous = previous_response_[static_cast<size_t>(due.conversation)];
+      const ConversationState state = conversation_state_[static_cast<size_t>(due.conversation)];
       lock.unlock();
 
       const PlannedConversation& conversation = workload_[static_cast<size_t>(due.conversation)];
@@ -143,17 +144,23 @@ class Run {
       record.max_tokens = conversation.turns[turn].max_tokens;
       record.planned_prompt_tokens = conversation.turns[turn].prompt_tokens;
       record.scheduled_s = due.at_s;
-      client.send(conversation, turn, previous, [this] { return now(); }, record);
+      client.send(conversation, turn, state, [this] { return now(); }, record);
 
       lock.lock();
       --in_flight_;
       if (!record.ok) ++failed_;
-      const bool chain_broken = api_ == Api::kResponses && !record.ok;
+      // A turn whose next one needs its reply (a response to chain to, or the text) ends its
+      // conversation when it fails.
+      const bool chain_broken = (api_ == Api::kResponses || history_ == History::kModel) && !record.ok;
       if (turn + 1 < conversation.turns.size() && !chain_broken) {
-        previous_response_[static_cast<size_t>(due.conversation)] = record.response_id;
+        ConversationState& next = conversation_state_[static_cast<size_t>(due.conversation)];
+        next.previous_response_id = record.response_id;
+        if (history_ == History::kModel) next.model_replies.push_back(record.reply_text);
         const double think = schedule_.think_s[static_cast<size_t>(due.conversation)][turn];
         due_.push({record.finished_s + think, due.conversation, due.turn + 1});
       }
+      record.reply_text.clear();
+      record.reply_text.shrink_to_fit();
       records_.push_back(std::move(record));
       scheduler_wakeup_.notify_one();
     }
@@ -162,6 +169,7 @@ class Run {
   const std::vector<PlannedConversation>& workload_;
   const RunConfig config_;
   const Api api_;
+  const History history_;
   const Schedule schedule_;
   std::vector<std::unique_ptr<OpenAiClient>> clients_;
 
@@ -171,8 +179,8 @@ class Run {
   // Guarded by mutex_:
   std::priority_queue<DueTurn, std::vector<DueTurn>, std::greater<>> due_;
   std::deque<DueTurn> ready_;
-  std::vector<std::string> previous_response_;
-  std::vector<RequestRecord> records_;
+  std::vector<ConversationState> conversation_state_;
+  std::vector<RequestRecord> records_;  // without reply_text, which only the next turn needs
   int32_t in_flight_ = 0;
   int64_t failed_ = 0;
   bool finished_ = false;

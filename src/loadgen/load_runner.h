@@ -9,9 +9,10 @@
 // duration whatever is left is dropped (turns not yet sent) or aborted (requests running).
 // Requests time out after the endpoint's request_timeout_s.
 //
-// Chat Completions turns do not depend on earlier replies (the history is the data set's), so a
-// failed turn does not end its conversation; a failed Responses API turn does (there is no
-// response to chain the next turn to).
+// Chat Completions turns with the data set's history do not depend on earlier replies, so a
+// failed turn does not end its conversation. A failed Responses API turn does (there is no
+// response to chain the next turn to), and so does a failed turn whose reply the next turn's
+// history needs (History::kModel).
 #pragma once
 
 #include <cstdint>

@@ -21,6 +21,9 @@ Result<Loadgen> Loadgen::prepare(LoadgenOptions options) {
   if (options.model.empty()) {
     MNEMO_ASSIGN_OR_RETURN(options.model, discover_model(loadgen.endpoint_));
   }
+  if (options.history == History::kModel && options.api == Api::kResponses) {
+    return make_error("the model's replies as history apply to the Chat Completions API; the Responses API's history is always the server's");
+  }
   if (options.data_path.empty()) options.data_path = default_dataset_path();
   MNEMO_ASSIGN_OR_RETURN(loadgen.dataset_, load_sharegpt(options.data_path));
   if (loadgen.dataset_.empty()) return make_error("{}: no conversation", options.data_path);
@@ -58,7 +61,7 @@ Result<RunOutcome> Loadgen::run(double rate, size_t point) const {
   RunConfig config = options_.run;
   config.rate = rate;
   if (config.label.empty()) config.label = fmt::format("{}{}@{}/s", options_.label, options_.label.empty() ? "" : " ", rate);
-  const RequestOptions request_options{options_.model, options_.temperature};
+  const RequestOptions request_options{options_.model, options_.temperature, options_.history};
   RunResult result = run_load(workload, *think_, endpoint_, options_.api, request_options, config);
   RunOutcome outcome;
   outcome.rate = rate;
@@ -92,6 +95,7 @@ nlohmann::json Loadgen::config_json() const {
   return {{"url", o.url},
           {"model", o.model},
           {"api", o.api == Api::kResponses ? "responses" : "chat"},
+          {"history", o.history == History::kModel ? "model" : "dataset"},
           {"data", o.data_path},
           {"tokenizer_model", o.tokenizer_model},
           {"max_context", o.limits.max_context},

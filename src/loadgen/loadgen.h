@@ -25,6 +25,7 @@ struct LoadgenOptions {
   std::string api_key;
   std::string model;  // empty: the first model of GET /v1/models
   Api api = Api::kChatCompletions;
+  History history = History::kDataset;  // Chat Completions only
   std::string data_path;
   std::string tokenizer_model;
   WorkloadLimits limits;

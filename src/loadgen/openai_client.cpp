@@ -87,7 +87,7 @@ void OpenAiClient::abort() {
   http_->stop();
 }
 
-void OpenAiClient::send(const PlannedConversation& conversation, size_t turn, const std::string& previous_response_id,
+void OpenAiClient::send(const PlannedConversation& conversation, size_t turn, const ConversationState& state,
                         const std::function<double()>& clock, RequestRecord& record) {
   if (aborted_) {
     record.sent_s = record.finished_s = clock();
@@ -95,8 +95,8 @@ void OpenAiClient::send(const PlannedConversation& conversation, size_t turn, co
     return;
   }
   const nlohmann::json body = api_ == Api::kResponses
-                                  ? responses_request_body(conversation, turn, previous_response_id, options_)
-                                  : chat_request_body(conversation, turn, options_);
+                                  ? responses_request_body(conversation, turn, state.previous_response_id, options_)
+                                  : chat_request_body(conversation, turn, options_, state);
   StreamedReply reply(api_);
   SseReader reader([&](const SseEvent& event) {
     reply.on_event(event, clock(), record);

@@ -37,8 +37,9 @@ class OpenAiClient {
   ~OpenAiClient();
 
   // Sends turn `turn` of `conversation` and streams the reply into `record` (times from
-  // `clock`, seconds since the run started). previous_response_id chains Responses API turns.
-  void send(const PlannedConversation& conversation, size_t turn, const std::string& previous_response_id,
+  // `clock`, seconds since the run started). `state` carries what earlier turns left: the
+  // Responses API's previous_response_id, the server's own replies.
+  void send(const PlannedConversation& conversation, size_t turn, const ConversationState& state,
             const std::function<double()>& clock, RequestRecord& record);
 
   // Ends the request in progress, if any, from another thread; it is recorded as failed.

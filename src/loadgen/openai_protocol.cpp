@@ -6,12 +6,17 @@ using nlohmann::json;
 
 const char* api_path(Api api) { return api == Api::kResponses ? "/v1/responses" : "/v1/chat/completions"; }
 
-json chat_request_body(const PlannedConversation& conversation, size_t turn, const RequestOptions& options) {
+json chat_request_body(const PlannedConversation& conversation, size_t turn, const RequestOptions& options,
+                       const ConversationState& state) {
   const PlannedTurn& planned = conversation.turns[turn];
   json messages = json::array();
+  size_t replies = 0;
   for (int32_t i = 0; i < planned.n_messages; ++i) {
     const ChatMessage& m = conversation.messages[static_cast<size_t>(i)];
-    messages.push_back({{"role", m.role}, {"content", m.content}});
+    const bool own_reply =
+        options.history == History::kModel && m.role == "assistant" && replies < state.model_replies.size();
+    messages.push_back({{"role", m.role}, {"content", own_reply ? state.model_replies[replies] : m.content}});
+    if (m.role == "assistant") ++replies;
   }
   json body = {{"messages", std::move(messages)},
                {"max_tokens", planned.max_tokens},
@@ -53,6 +58,15 @@ std::string error_text(const json& error) {
 
 void StreamedReply::take_text(const json& text, double now_s, RequestRecord& record) {
   if (!text.is_string() || text.get_ref<const std::string&>().empty()) return;
+  record.reply_text += text.get_ref<const std::string&>();
+  ++text_chunks_;
+  if (record.first_token_s < 0.0) record.first_token_s = now_s;
+}
+
+// Reasoning counts for the first token and the chunk count, but is not part of the reply a
+// client sends back as history.
+void StreamedReply::take_reasoning(const json& text, double now_s, RequestRecord& record) {
+  if (!text.is_string() || text.get_ref<const std::string&>().empty()) return;
   ++text_chunks_;
   if (record.first_token_s < 0.0) record.first_token_s = now_s;
 }
@@ -81,7 +95,7 @@ bool StreamedReply::on_chat_chunk(const json& chunk, double now_s, RequestRecord
       if (!choice.is_object() || !choice.contains("delta") || !choice["delta"].is_object()) continue;
       const json& delta = choice["delta"];
       if (delta.contains("content")) take_text(delta["content"], now_s, record);
-      if (delta.contains("reasoning_content")) take_text(delta["reasoning_content"], now_s, record);
+      if (delta.contains("reasoning_content")) take_reasoning(delta["reasoning_content"], now_s, record);
     }
   }
   if (const auto usage = chunk.find("usage"); usage != chunk.end() && usage->is_object()) {

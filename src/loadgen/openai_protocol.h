@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,19 +23,35 @@ enum class Api {
   kResponses,        // POST /v1/responses, the new question and previous_response_id (stateful)
 };
 
+// Whose replies a Chat Completions turn's history holds.
+enum class History {
+  kDataset,  // the data set's replies (cut to the forced length): every system gets the same prompts
+  kModel,    // the replies this server generated for the earlier turns, as a real chat client sends
+};
+
 struct RequestOptions {
   std::string model;
   double temperature = 0.0;
+  History history = History::kDataset;
+};
+
+// What the earlier turns of a conversation left for the next one.
+struct ConversationState {
+  std::string previous_response_id;       // the Responses API's chain
+  std::vector<std::string> model_replies;  // the server's reply text of each earlier turn (History::kModel)
 };
 
 const char* api_path(Api api);
 
-nlohmann::json chat_request_body(const PlannedConversation& conversation, size_t turn, const RequestOptions& options);
+// With History::kModel the assistant messages of the history are state.model_replies, in order
+// (one per earlier turn).
+nlohmann::json chat_request_body(const PlannedConversation& conversation, size_t turn, const RequestOptions& options,
+                                 const ConversationState& state = {});
 nlohmann::json responses_request_body(const PlannedConversation& conversation, size_t turn,
                                       const std::string& previous_response_id, const RequestOptions& options);
 
 // Reads the events of one streamed reply into a record: the time of the first text, the end,
-// and the token counts the server reports. Chat Completions: usage (with
+// the reply's text, and the token counts the server reports. Chat Completions: usage (with
 // prompt_tokens_details.cached_tokens) in the last chunk; llama-server's "timings" (cache_n,
 // prompt_n, predicted_n) fill what usage lacks. Responses API: the usage of the terminal
 // response.completed / response.incomplete event.
@@ -53,6 +70,7 @@ class StreamedReply {
   bool on_chat_chunk(const nlohmann::json& chunk, double now_s, RequestRecord& record);
   bool on_responses_event(const nlohmann::json& payload, double now_s, RequestRecord& record);
   void take_text(const nlohmann::json& text, double now_s, RequestRecord& record);
+  void take_reasoning(const nlohmann::json& text, double now_s, RequestRecord& record);
 
   Api api_;
   bool finished_ = false;

@@ -24,6 +24,7 @@ struct RequestRecord {
   int32_t cached_tokens = -1;
   int32_t completion_tokens = -1;
   std::string response_id;  // the Responses API's id, for the next turn's previous_response_id
+  std::string reply_text;   // the streamed reply, for the next turn's history (History::kModel)
 
   int http_status = 0;
   bool ok = false;

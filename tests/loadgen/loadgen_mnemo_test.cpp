@@ -171,6 +171,68 @@ TEST(LoadgenOnMnemo, NoPrefixCacheReusesNothing) {
   for (const RequestRecord& r : outcome->records) EXPECT_EQ(r.cached_tokens, 0) << r.conversation_id;
 }
 
+// The second turn's prompt of a conversation, its first turn's prompt and reply lengths.
+struct TwoTurns {
+  int32_t first_prompt = 0;
+  int32_t first_reply = 0;
+  int32_t second_cached = 0;
+};
+std::vector<TwoTurns> two_turns_of(const RunOutcome& outcome) {
+  std::vector<TwoTurns> pairs;
+  for (const RequestRecord& later : outcome.records) {
+    if (later.turn != 1) continue;
+    for (const RequestRecord& first : outcome.records) {
+      if (first.conversation == later.conversation && first.turn == 0) {
+        pairs.push_back({first.prompt_tokens, first.completion_tokens, later.cached_tokens});
+      }
+    }
+  }
+  return pairs;
+}
+
+// With the model's own replies as history, a second turn hits the first turn's prompt and the
+// whole chunks of its generated reply; with the data set's it cannot get past the first prompt.
+// 40-token replies, so that every reply fills at least one chunk (32 tokens) of its own.
+TEST(LoadgenOnMnemo, ModelHistoryHitsTheGeneratedReply) {
+  ServerProcess server("");
+  ASSERT_NE(server.port(), 0) << "mnemo serve did not start";
+  for (const History history : {History::kModel, History::kDataset}) {
+    const bool model = history == History::kModel;
+    SCOPED_TRACE(model ? "model history" : "dataset history");
+    LoadgenOptions options = tiny_options(server.url());
+    options.limits.max_output_tokens = 40;
+    options.history = history;
+    // The same conversations in both passes: the model's replies never equal the data set's,
+    // so what one pass cached cannot change the other's bound.
+    auto loadgen = Loadgen::prepare(options);
+    ASSERT_TRUE(loadgen.ok()) << loadgen.error().message();
+    auto outcome = loadgen->run(2.0);
+    ASSERT_TRUE(outcome.ok()) << outcome.error().message();
+    for (const RequestRecord& r : outcome->records) ASSERT_TRUE(r.ok) << r.error;
+    const std::vector<TwoTurns> pairs = two_turns_of(*outcome);
+    ASSERT_EQ(pairs.size(), 3u);
+    for (const TwoTurns& p : pairs) {
+      ASSERT_EQ(p.first_reply, 40);
+      if (model) {
+        EXPECT_GE(p.second_cached, (p.first_prompt + p.first_reply) / 32 * 32 - 32);
+        EXPECT_GT(p.second_cached, p.first_prompt);
+      } else {
+        EXPECT_LE(p.second_cached, p.first_prompt);
+      }
+    }
+  }
+}
+
+TEST(LoadgenOnMnemo, ModelHistoryIsForChatCompletionsOnly) {
+  LoadgenOptions options = tiny_options("http://127.0.0.1:1");
+  options.model = "m";  // no server to ask
+  options.api = Api::kResponses;
+  options.history = History::kModel;
+  const auto loadgen = Loadgen::prepare(options);
+  ASSERT_FALSE(loadgen.ok());
+  EXPECT_NE(loadgen.error().message().find("Chat Completions"), std::string::npos);
+}
+
 TEST(LoadgenOnMnemo, ResponsesApiChainsTurnsByPreviousResponseId) {
   ServerProcess server("--state-dir " + ::testing::TempDir() + "/loadgen_responses_state");
   ASSERT_NE(server.port(), 0) << "mnemo serve did not start";

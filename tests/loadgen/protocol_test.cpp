@@ -59,6 +59,26 @@ TEST(RequestBodies, ChatSendsTheHistoryAndForcesTheLength) {
   EXPECT_EQ(chat_request_body(two_turns(), 0, RequestOptions{"m", 0.0})["messages"].size(), 1u);
 }
 
+TEST(RequestBodies, ModelHistorySendsTheServersOwnReplies) {
+  PlannedConversation c = two_turns();
+  c.messages.push_back({"assistant", "r2"});
+  c.messages.push_back({"user", "q3"});
+  c.turns.push_back({5, 4, 30});
+  RequestOptions options{"m", 0.0, History::kModel};
+  const json third = chat_request_body(c, 2, options, ConversationState{"", {"own 1", "own 2"}});
+  ASSERT_EQ(third["messages"].size(), 5u);
+  EXPECT_EQ(third["messages"][0], (json{{"role", "user"}, {"content", "q1"}}));
+  EXPECT_EQ(third["messages"][1], (json{{"role", "assistant"}, {"content", "own 1"}}));
+  EXPECT_EQ(third["messages"][2], (json{{"role", "user"}, {"content", "q2"}}));
+  EXPECT_EQ(third["messages"][3], (json{{"role", "assistant"}, {"content", "own 2"}}));
+  EXPECT_EQ(third["messages"][4], (json{{"role", "user"}, {"content", "q3"}}));
+  // With the data set's history the same state changes nothing.
+  options.history = History::kDataset;
+  const json dataset = chat_request_body(c, 2, options, ConversationState{"", {"own 1", "own 2"}});
+  EXPECT_EQ(dataset["messages"][1]["content"], "r1");
+  EXPECT_EQ(dataset["messages"][3]["content"], "r2");
+}
+
 TEST(RequestBodies, ResponsesSendOnlyTheNewQuestionAndChain) {
   const json first = responses_request_body(two_turns(), 0, "", RequestOptions{"m", 0.0});
   EXPECT_FALSE(first.contains("previous_response_id"));
@@ -96,6 +116,20 @@ TEST(StreamedReply, MnemoChatStreamWithUsage) {
   EXPECT_EQ(r.prompt_tokens, 40);
   EXPECT_EQ(r.cached_tokens, 32);
   EXPECT_EQ(r.completion_tokens, 2);
+  EXPECT_EQ(r.reply_text, "Hi there");
+}
+
+TEST(StreamedReply, ReasoningIsNotPartOfTheReplyText) {
+  StreamedReply reply(Api::kChatCompletions);
+  RequestRecord r;
+  EXPECT_TRUE(reply.on_event(data({{"choices", {{{"index", 0}, {"delta", {{"reasoning_content", "hmm"}}}}}}}), 1.0, r));
+  EXPECT_TRUE(reply.on_event(data({{"choices", {{{"index", 0}, {"delta", {{"content", "Yes"}}}}}}}), 2.0, r));
+  EXPECT_FALSE(reply.on_event({"", "[DONE]"}, 3.0, r));
+  reply.finish(r);
+  EXPECT_TRUE(r.ok) << r.error;
+  EXPECT_DOUBLE_EQ(r.first_token_s, 1.0);
+  EXPECT_EQ(r.completion_tokens, 2);
+  EXPECT_EQ(r.reply_text, "Yes");
 }
 
 TEST(StreamedReply, LlamaServerTimingsFillWhatUsageLacks) {
