@@ -19,7 +19,9 @@
 # Knobs (environment): POLICIES, INSTANCES, THREADS (per instance), RATE, DURATION, DRAIN,
 # MAX_CONTEXT, MAX_OUTPUT, THINK, KV_TOKENS, SLOTS, REPEATS, SEED, MODEL, MNEMO_BIN,
 # PREFILL_TPS, REQUEST_SECONDS, TOKENIZE (1: the router gets --model and follows the instances'
-# caches by their events instead of text prompt trees). Needs a release build and etcd
+# caches by their events instead of text prompt trees), HISTORY (dataset: later turns carry the
+# data set's replies, the same prompts for every policy; model: the model's own replies, as a chat
+# client sends them, so a turn's generated KV can be reused). Needs a release build and etcd
 # (scripts/setup.sh). Not part of CI.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,6 +45,7 @@ SEED=${SEED:-1}
 PREFILL_TPS=${PREFILL_TPS:-500}
 REQUEST_SECONDS=${REQUEST_SECONDS:-1}
 TOKENIZE=${TOKENIZE:-0}
+HISTORY=${HISTORY:-dataset}
 
 mkdir -p "$OUT"
 PIDS=()
@@ -79,7 +82,7 @@ wait_url "$ETCD_URL/health" etcd
   echo "settings: $INSTANCES instances x $THREADS threads, rate $RATE conversations/s for $DURATION s (drain $DRAIN s)," \
        "max context $MAX_CONTEXT, max output $MAX_OUTPUT, think $THINK s, KV $KV_TOKENS tokens per instance, $SLOTS slots," \
        "cost model $PREFILL_TPS prefill tokens/s and $REQUEST_SECONDS s per request in flight, $REPEATS repeats," \
-       "router tokenizes: $TOKENIZE"
+       "router tokenizes: $TOKENIZE, history: $HISTORY"
 } | tee "$OUT/machine.txt"
 
 run=0
@@ -123,7 +126,7 @@ for repeat in $(seq 1 "$REPEATS"); do
     result=$OUT/$policy-repeat$repeat
     "$MNEMO_BIN" loadgen --url "http://127.0.0.1:$router_port" --label "$policy" --tokenizer-model "$MODEL" \
       --rate "$RATE" -n 0 --duration "$DURATION" --drain-timeout "$DRAIN" --max-context "$MAX_CONTEXT" \
-      --max-output-tokens "$MAX_OUTPUT" --think-time "$THINK" --seed "$SEED" -q --json "$result.json" | tee "$result.txt"
+      --max-output-tokens "$MAX_OUTPUT" --think-time "$THINK" --history "$HISTORY" --seed "$SEED" -q --json "$result.json" | tee "$result.txt"
     curl -s "http://127.0.0.1:$router_port/metrics" > "$result.router-metrics.txt"
     stop_all
     rm -rf "$OUT"/state-"$cluster"-*  # the instances' KV disk tiers: large, and not results

@@ -240,9 +240,11 @@ void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t kee
   post([this, ns, tokens = std::move(tokens), keep_tokens] { kv_.forget(ns, tokens, keep_tokens / kv_.block_size()); });
 }
 
-std::future<KvManager::ExportedPrefix> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk) {
-  return on_engine_thread([this, ns, tokens = std::move(tokens), first_chunk] {
-    return kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size(), first_chunk);
+std::future<KvManager::ExportedPrefix> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk,
+                                                             std::vector<uint8_t> staging) {
+  return on_engine_thread([this, ns, tokens = std::move(tokens), first_chunk, staging = std::move(staging)]() mutable {
+    return kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size(), first_chunk,
+                             std::move(staging));
   });
 }
 
@@ -271,13 +273,15 @@ void Engine::import_prefix_then(uint64_t ns, std::vector<TokenId> tokens, std::v
   });
 }
 
-std::future<KvManager::ExportedPrefix> Engine::export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk) {
-  return on_engine_thread([this, stream = std::move(stream), first_chunk] {
+std::future<KvManager::ExportedPrefix> Engine::export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
+                                                              std::vector<uint8_t> staging) {
+  return on_engine_thread([this, stream = std::move(stream), first_chunk, staging = std::move(staging)]() mutable {
     for (const auto& seq : running_) {
       if (seq->request->stream != stream || seq->choice != 0 || seq->state != SequenceState::kRunning) continue;
       int32_t end = seq->n_valid() / config_.block_size;
       for (int32_t partial : seq->partial_chunks) end = std::min(end, partial);
-      return kv_.export_blocks(seq->request->request.cache_namespace, seq->tokens, seq->blocks, first_chunk, end);
+      return kv_.export_blocks(seq->request->request.cache_namespace, seq->tokens, seq->blocks, first_chunk, end,
+                               std::move(staging));
     }
     return KvManager::ExportedPrefix{};
   });

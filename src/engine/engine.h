@@ -71,8 +71,10 @@ class Engine {
   // Thread-safe.
   void forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens);
   // KV transfer between instances (KvManager::export_prefix / import_prefix) on the engine
-  // thread, between steps. Thread-safe; the futures are ready within a step.
-  std::future<KvManager::ExportedPrefix> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0);
+  // thread, between steps. Thread-safe; the futures are ready within a step. Exports gather into
+  // `staging`'s storage when it is large enough (a sender's reused buffer).
+  std::future<KvManager::ExportedPrefix> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0,
+                                                       std::vector<uint8_t> staging = {});
   // What the cache holds, as events for a router's prompt trees (thread-safe).
   CacheEventLog& cache_events() const { return kv_.cache_events(); }
   std::future<Result<int32_t>> import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload,
@@ -86,7 +88,8 @@ class Engine {
   // while it runs (its choice 0), for a replica (SPEC D7). None once it is no longer running on
   // the device (finished: its chunks are in the cache, export_prefix finds them; swapped out or
   // waiting: later). Chunks whose blocks hold only some layers end the export.
-  std::future<KvManager::ExportedPrefix> export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk);
+  std::future<KvManager::ExportedPrefix> export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
+                                                        std::vector<uint8_t> staging = {});
 
   // Stops the engine thread: running requests are cancelled (finish reason "cancelled").
   void shutdown();

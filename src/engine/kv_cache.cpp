@@ -492,9 +492,11 @@ uint64_t key_of_prefix(uint64_t ns, std::span<const TokenId> tokens, size_t chun
 }  // namespace
 
 KvManager::ExportedPrefix KvManager::export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks,
-                                                   int32_t first_chunk) {
+                                                   int32_t first_chunk, std::vector<uint8_t> staging) {
   take_disk_completions();
   ExportedPrefix out;
+  out.payload = std::move(staging);
+  out.payload.clear();
   out.first_chunk = std::max(0, first_chunk);
   const std::vector<PrefixIndex::NodeId> path = index_.path(ns, tokens);
   const size_t n = std::min(path.size(), static_cast<size_t>(std::max(0, max_chunks)));
@@ -525,8 +527,10 @@ KvManager::ExportedPrefix KvManager::export_prefix(uint64_t ns, std::span<const 
 }
 
 KvManager::ExportedPrefix KvManager::export_blocks(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> table,
-                                                   int32_t first_chunk, int32_t end_chunk) {
+                                                   int32_t first_chunk, int32_t end_chunk, std::vector<uint8_t> staging) {
   ExportedPrefix out;
+  out.payload = std::move(staging);
+  out.payload.clear();
   const auto bs = static_cast<size_t>(block_size());
   const size_t end = std::min({static_cast<size_t>(std::max(0, end_chunk)), table.size(), tokens.size() / bs});
   const auto first = static_cast<size_t>(std::max(0, first_chunk));

@@ -136,12 +136,14 @@ class KvManager {
   };
   // The longest cached prefix of `tokens` (at most max_chunks) whose every chunk from
   // `first_chunk` on has all its layers in some tier, those chunks gathered into one buffer (the
-  // ones before need only be indexed). The cache is left as it was.
-  ExportedPrefix export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks, int32_t first_chunk = 0);
+  // ones before need only be indexed). The cache is left as it was. Both exports gather into
+  // `staging`'s storage (a sender's reused buffer) when it is large enough.
+  ExportedPrefix export_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks, int32_t first_chunk = 0,
+                               std::vector<uint8_t> staging = {});
   // Chunks [first_chunk, end_chunk) of a running sequence's device blocks (`table[i]` holds
   // chunk i of `tokens`), for a replica of a request in flight (SPEC D7).
   ExportedPrefix export_blocks(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> table,
-                               int32_t first_chunk, int32_t end_chunk);
+                               int32_t first_chunk, int32_t end_chunk, std::vector<uint8_t> staging = {});
   // Inserts another instance's chunks into the host tier (the device if there is no host
   // tier), written through to disk, so the next request with this prefix finds them. `tokens`
   // are whole chunks, the first at position `first_position` below the indexed chunk keyed

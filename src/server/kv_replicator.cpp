@@ -80,8 +80,10 @@ void KvReplicator::replicate(Replica& r) {
   // A request still running: from its blocks. One that ended: from the cache, which took its
   // blocks (the chunks filled after the last increment).
   std::future<KvManager::ExportedPrefix> future =
-      finished ? engine_.export_prefix(r.ns_, std::vector<TokenId>(tokens.begin(), tokens.end() - 1), first)
-               : engine_.export_running(r.stream_, first);
+      finished ? engine_.export_prefix(r.ns_, std::vector<TokenId>(tokens.begin(), tokens.end() - 1), first,
+                                       std::move(staging_))
+               : engine_.export_running(r.stream_, first, std::move(staging_));
+  staging_ = {};
   KvManager::ExportedPrefix exported;
   bool exported_ok = future.wait_for(kEngineWait) == std::future_status::ready;
   if (exported_ok) {
@@ -107,8 +109,9 @@ void KvReplicator::replicate(Replica& r) {
   }
   const int32_t chunks = exported.chunks;
   const size_t bytes = exported.payload.size();
-  const Status sent = transport_.send(r.endpoint_, kv_message_of(r.ns_, layout_fingerprint_, bs, std::move(exported)),
-                                      kAckTimeoutSeconds);
+  transfer::KvMessage message = kv_message_of(r.ns_, layout_fingerprint_, bs, std::move(exported));
+  const Status sent = transport_.send(r.endpoint_, message, kAckTimeoutSeconds);
+  staging_ = std::move(message.payload);  // the next increment gathers into it
   bool again = false;
   bool gave_up = false;
   {

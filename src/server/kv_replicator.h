@@ -67,6 +67,8 @@ class KvReplicator {
   Engine& engine_;
   transfer::KvTransport& transport_;
   uint64_t layout_fingerprint_;
+  // Worker thread only: the buffer increments are gathered into, reused (SPEC D2).
+  std::vector<uint8_t> staging_;
   mutable std::mutex mutex_;  // guards what follows
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Replica>> queue_;

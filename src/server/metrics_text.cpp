@@ -33,6 +33,9 @@ std::string render_transport_metrics(const transfer::KvTransport::Stats& s) {
   counter(out, "kv_transfer_bytes_received_total", "Bytes of KV transfers received.", s.bytes_received);
   counter(out, "kv_transfer_rejected_total", "Received KV transfers that failed verification.", s.rejected);
   counter(out, "kv_transfer_failed_sends_total", "KV transfers that were not acknowledged.", s.failed_sends);
+  counter(out, "kv_transfer_staged_sends_total", "KV transfers encoded into a staging buffer.", s.staged_sends);
+  counter(out, "kv_transfer_staging_reuses_total", "KV transfers encoded into a reused staging buffer (no allocation).",
+          s.staging_reuses);
   return out;
 }
 

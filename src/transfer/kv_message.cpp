@@ -79,6 +79,12 @@ size_t encoded_size(const KvMessage& message) {
 
 std::vector<uint8_t> encode(const KvMessage& message) {
   std::vector<uint8_t> bytes;
+  encode_into(message, bytes);
+  return bytes;
+}
+
+void encode_into(const KvMessage& message, std::vector<uint8_t>& bytes) {
+  bytes.clear();
   bytes.reserve(encoded_size(message));
   bytes.insert(bytes.end(), std::begin(kMagic), std::end(kMagic));
   put<uint32_t>(bytes, kKvMessageVersion);
@@ -97,7 +103,6 @@ std::vector<uint8_t> encode(const KvMessage& message) {
   }
   bytes.insert(bytes.end(), message.payload.begin(), message.payload.end());
   put<uint64_t>(bytes, XXH3_64bits(bytes.data(), bytes.size()));
-  return bytes;
 }
 
 Result<KvMessage> decode(std::span<const uint8_t> bytes) {

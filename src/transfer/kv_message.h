@@ -63,6 +63,8 @@ size_t encoded_size(const KvMessage& message);
 
 // Precondition: check_encodable(message) is OK (otherwise the bytes decode to an error).
 std::vector<uint8_t> encode(const KvMessage& message);
+// The same into `bytes` (cleared first), whose capacity is reused: a staging buffer.
+void encode_into(const KvMessage& message, std::vector<uint8_t>& bytes);
 
 // Validates everything (magic, version, lengths against the buffer, payload size == chunks *
 // block_bytes, checksum) and returns an Error saying what is wrong. Never reads outside `bytes`,

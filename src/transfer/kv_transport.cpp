@@ -243,7 +243,8 @@ Status KvTransport::Impl::send(const std::string& endpoint, const KvMessage& mes
   }
   if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
 
-  op->bytes = encode(message);
+  op->bytes = staging.acquire(encoded_size(message));
+  encode_into(message, op->bytes);
   if (corrupt) {
     // The middle payload byte; the middle byte of the message when there is no payload.
     const size_t payload_at = op->bytes.size() - kKvChecksumBytes - message.payload.size();
@@ -318,6 +319,9 @@ KvTransport::Stats KvTransport::stats() const {
   s.bytes_received = impl_->bytes_received.load(std::memory_order_relaxed);
   s.rejected = impl_->rejected.load(std::memory_order_relaxed);
   s.failed_sends = impl_->failed_sends.load(std::memory_order_relaxed);
+  const StagingBuffers::Stats staging = impl_->staging.stats();
+  s.staged_sends = staging.acquired;
+  s.staging_reuses = staging.reused;
   return s;
 }
 

@@ -96,6 +96,8 @@ class KvTransport {
     uint64_t bytes_received = 0;
     uint64_t rejected = 0;           // received messages that failed verification
     uint64_t failed_sends = 0;       // send() calls that returned an error
+    uint64_t staged_sends = 0;       // messages encoded into a staging buffer
+    uint64_t staging_reuses = 0;     // of them, into a reused buffer (no allocation)
   };
   Stats stats() const;  // thread-safe
 

@@ -41,6 +41,7 @@
 #include <ucp/api/ucp.h>
 
 #include "transfer/kv_transport.h"
+#include "transfer/staging_buffers.h"
 
 namespace mnemo::transfer {
 namespace kv_ucx {
@@ -235,6 +236,8 @@ struct KvTransport::Impl {
   // release store so everything the destructor did before is visible).
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> next_seq{1};
+  // Encoded messages: taken by send(), given back by the progress thread once the send is over.
+  StagingBuffers staging;
   // Counters only: nothing is ordered by them, so relaxed increments suffice.
   std::atomic<uint64_t> messages_sent{0}, messages_received{0}, bytes_sent{0}, bytes_received{0}, rejected{0},
       failed_sends{0};

@@ -322,7 +322,11 @@ void KvTransport::Impl::expire(Clock::time_point now) {
 
 bool KvTransport::Impl::reap() {
   bool any = false;
-  std::erase_if(ops, [](const auto& entry) { return entry.second->resolved && entry.second->request == nullptr; });
+  std::erase_if(ops, [&](const auto& entry) {
+    if (!entry.second->resolved || entry.second->request != nullptr) return false;
+    staging.release(std::move(entry.second->bytes));
+    return true;
+  });
   incoming.remove_if([&](const std::unique_ptr<Incoming>& in) {
     return in->state == Incoming::State::kDone && in->request == nullptr;
   });

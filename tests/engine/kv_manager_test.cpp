@@ -293,6 +293,16 @@ TEST_F(KvManagerTest, APrefixExportedByOneInstanceIsImportedIntoAnothersHostTier
   ASSERT_EQ(from_device.payload.size(), 4 * tiny_layout().block_bytes());
   EXPECT_EQ(source.export_prefix(1, a, 3).chunks, 3);
   EXPECT_EQ(source.export_prefix(2, a, 4).chunks, 0);  // another tenant's namespace
+  {
+    // A sender's staging buffer: the export gathers into its storage, with the same bytes.
+    std::vector<uint8_t> staging;
+    staging.reserve(4 * tiny_layout().block_bytes());
+    staging.push_back(99);  // leftover contents are discarded
+    const uint8_t* storage = staging.data();
+    const KvManager::ExportedPrefix staged = source.export_prefix(1, a, 4, 0, std::move(staging));
+    EXPECT_EQ(staged.payload.data(), storage);
+    EXPECT_EQ(staged.payload, from_device.payload);
+  }
   // A new sequence takes the whole device: the chunks move to the host. Exports read any tier.
   std::vector<BlockId> table;
   ASSERT_TRUE(source.prepare_write(table, 0, 8));
@@ -301,7 +311,7 @@ TEST_F(KvManagerTest, APrefixExportedByOneInstanceIsImportedIntoAnothersHostTier
   const KvManager::ExportedPrefix exported = source.export_prefix(1, a, 4);
   ASSERT_EQ(exported.chunks, 4);
   EXPECT_EQ(exported.payload, from_device.payload);
-  EXPECT_EQ(source.counters().exported_chunks, 4 + 3 + 4);
+  EXPECT_EQ(source.counters().exported_chunks, 4 + 3 + 4 + 4);
 
   auto imported = target.import_prefix(1, exported.tokens, exported.payload);
   ASSERT_TRUE(imported.ok()) << imported.error().message();
@@ -332,8 +342,11 @@ TEST_F(KvManagerTest, ARunningSequencesChunksReplicateIncrementallyBelowTheChunk
   EXPECT_EQ(first.parent_key, 0u);
   EXPECT_EQ(first.tokens, std::vector<TokenId>(a.begin(), a.begin() + 4));
   ASSERT_TRUE(replica.import_prefix(1, first.tokens, first.payload).ok());
-  // Second: chunks 2-3, named below chunk 1's key, which is the hash chain of the tokens.
-  KvManager::ExportedPrefix second = source.export_blocks(1, a, table, 2, 4);
+  // Second: chunks 2-3, named below chunk 1's key, which is the hash chain of the tokens;
+  // gathered into the first increment's buffer (a replicator reuses it).
+  const uint8_t* first_storage = first.payload.data();
+  KvManager::ExportedPrefix second = source.export_blocks(1, a, table, 2, 4, std::move(first.payload));
+  EXPECT_EQ(second.payload.data(), first_storage);
   ASSERT_EQ(second.chunks, 2);
   EXPECT_EQ(second.first_chunk, 2);
   const uint64_t key0 = PrefixIndex::chunk_key(0, 1, std::span<const TokenId>(a).first(2));

@@ -62,6 +62,21 @@ TEST(KvMessage, RoundTrip) {
   EXPECT_EQ(*back, m);
 }
 
+TEST(KvMessage, EncodeIntoReusesTheBufferAndEqualsEncode) {
+  const KvMessage big = sample_message(3, 512, 5);
+  const KvMessage small = sample_message(1, 64, 6);
+  std::vector<uint8_t> bytes;
+  encode_into(big, bytes);
+  EXPECT_EQ(bytes, encode(big));
+  const uint8_t* storage = bytes.data();
+  encode_into(small, bytes);  // replaces the contents, keeps the storage
+  EXPECT_EQ(bytes, encode(small));
+  EXPECT_EQ(bytes.data(), storage);
+  const auto decoded = decode(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.error().message();
+  EXPECT_EQ(*decoded, small);
+}
+
 TEST(KvMessage, RoundTripEmptyAndExtremes) {
   KvMessage empty;
   auto back = decode(encode(empty));

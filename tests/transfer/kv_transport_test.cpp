@@ -181,6 +181,27 @@ TEST_P(KvTransportTest, ThreeChunksArriveIdenticalAndAcked) {
   EXPECT_EQ(sa.bytes_sent, encoded_size(message) + encoded_size(make_message(12, 1, 64)));
   EXPECT_EQ(sb.bytes_received, sa.bytes_sent);
   EXPECT_EQ(sa.failed_sends + sb.failed_sends + sa.rejected + sb.rejected, 0u);
+  EXPECT_EQ(sa.staged_sends, 2u);
+}
+
+// Each message is encoded into a staging buffer that goes back to the pool when its send is
+// over, so a run of sends stops allocating.
+TEST_P(KvTransportTest, SendsReuseTheirStagingBuffers) {
+  Inbox inbox_a, inbox_b;
+  auto a = start(inbox_a);
+  auto b = start(inbox_b);
+  ASSERT_TRUE(a && b);
+  for (uint64_t i = 0; i < 6; ++i) {
+    ASSERT_TRUE(a->send(b->endpoint(), make_message(100 + i, 4, 65536, i)).ok());
+    // The progress thread gives the buffer back just after it resolves the send.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto got = inbox_b.messages();
+  ASSERT_EQ(got.size(), 6u);
+  for (uint64_t i = 0; i < 6; ++i) EXPECT_EQ(got[i], make_message(100 + i, 4, 65536, i));
+  const auto s = a->stats();
+  EXPECT_EQ(s.staged_sends, 6u);
+  EXPECT_GE(s.staging_reuses, 4u);
 }
 
 TEST_P(KvTransportTest, SixtyFourMiBPayloadArrivesIntact) {
