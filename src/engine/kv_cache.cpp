@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "engine/kv_manager.h"
+#include "kv/chunk_reuse.h"
 
 namespace mnemo {
 
@@ -308,24 +309,15 @@ PrefixMatch KvManager::match_prefix(uint64_t ns, std::span<const TokenId> tokens
   for (const auto& c : chain) {
     if (c.device != kNoBlock) device_alloc_.add_ref(c.device);
   }
-  enum class Use : uint8_t { kFull, kCompact, kRecompute };
+  using Use = ChunkUse;
   std::vector<Use> use(chain.size());
   std::vector<Tier> from(chain.size(), Tier::kDevice);
   for (size_t i = 0; i < chain.size(); ++i) {
     use[i] = chain[i].has_full() ? Use::kFull : chain[i].dropped() ? Use::kRecompute : Use::kCompact;
   }
-  // A chunk with only its global layers is usable if no query of this sequence reads its local
-  // layers: every position computed after it (recomputed chunks, and the new tokens from the end
-  // of the match on) is a whole window past its end. Requirements only reach backwards.
-  const auto enforce_windows = [&](size_t n) {
-    int64_t earliest_query = static_cast<int64_t>(n) * block_size();
-    for (size_t p = n; p-- > 0;) {
-      const int64_t chunk_end = static_cast<int64_t>(p + 1) * block_size();
-      if (use[p] == Use::kCompact && chunk_end + config_.sliding_window - 1 > earliest_query) use[p] = Use::kRecompute;
-      if (use[p] == Use::kRecompute) earliest_query = static_cast<int64_t>(p) * block_size();
-    }
-  };
-  enforce_windows(chain.size());
+  // A chunk with only its global layers is usable only where no computed position reads its
+  // local layers (kv/chunk_reuse.h: the router predicts this match with the same rules).
+  enforce_sliding_windows(use, block_size(), config_.sliding_window);
 
   PrefixMatch result;
   size_t i = 0;
@@ -363,7 +355,7 @@ PrefixMatch KvManager::match_prefix(uint64_t ns, std::span<const TokenId> tokens
     if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
   }
   use.resize(i);
-  enforce_windows(i);  // the match may have ended early, or loads turned out compact
+  enforce_sliding_windows(use, block_size(), config_.sliding_window);  // the match may have ended early, or loads turned out compact
   // Chunks to recompute at the end of the match save nothing: the caller computes them anyway.
   while (!use.empty() && use.back() == Use::kRecompute) {
     device_alloc_.release(result.table.back());

@@ -88,7 +88,7 @@ KvManager::KvManager(const KvLayout& layout, KvPoolConfig config)
       index_(layout.block_size),
       retention_(config_.retention),
       copier_(std::make_unique<BackgroundCopier>()) {
-  index_.set_observer([events = events_.get()](uint64_t key, bool held) { events->record(key, held); });
+  index_.set_observer([events = events_.get()](uint64_t key, ChunkHold hold) { events->record(key, hold); });
   if (!config_.clock) {
     config_.clock = [] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

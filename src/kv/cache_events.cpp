@@ -10,12 +10,17 @@ CacheEventLog::CacheEventLog(size_t kept_events)
         return (uint64_t{random()} << 32 | random()) | 1;  // never 0: a new reader's epoch
       }()) {}
 
-void CacheEventLog::record(uint64_t key, bool held) {
+void CacheEventLog::record(uint64_t key, ChunkHold hold) {
   {
     std::lock_guard lock(mutex_);
-    const bool changed = held ? held_.insert(key).second : held_.erase(key) != 0;
-    if (!changed) return;
-    events_.emplace_back(key, held);
+    if (hold == ChunkHold::kNone) {
+      if (held_.erase(key) == 0) return;
+    } else {
+      const auto [it, inserted] = held_.try_emplace(key, hold);
+      if (!inserted && it->second == hold) return;
+      it->second = hold;
+    }
+    events_.emplace_back(key, hold);
     if (events_.size() > kept_events_) {
       events_.pop_front();
       ++first_seq_;

@@ -2,7 +2,8 @@
 // (SPEC M7: the trees are fed by the instances' insert and evict events, not only by what the
 // router routed). Each event names a chunk by its key (PrefixIndex::chunk_key: a hash of the whole
 // path, the same on every instance, so a router that tokenizes a prompt the same way computes the
-// same keys) and says whether the instance now holds its KV in some tier or no longer does.
+// same keys) and says what the instance now holds of its KV: every layer in some tier, only the
+// global layers (sliding-window history), or nothing.
 //
 // The engine thread records; any thread reads. A reader follows the log by sequence number; one
 // that fell behind the kept events, or whose epoch is another process's (the instance
@@ -14,9 +15,11 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "kv/chunk_reuse.h"
 
 namespace mnemo {
 
@@ -25,15 +28,15 @@ class CacheEventLog {
   // Keeps the last `kept_events` events for readers that follow (older ones: a snapshot).
   explicit CacheEventLog(size_t kept_events = size_t{1} << 16);
 
-  // The chunk keyed `key` now holds KV somewhere (held) or no longer does. Repeats are ignored.
-  void record(uint64_t key, bool held);
+  // The chunk keyed `key` now holds `hold`. Repeats are ignored.
+  void record(uint64_t key, ChunkHold hold);
 
   struct Batch {
     uint64_t epoch = 0;
     uint64_t next = 0;        // the sequence number to read after next time
-    bool snapshot = false;    // `held` is every held key; forget what was known before
-    std::vector<uint64_t> held;
-    std::vector<std::pair<uint64_t, bool>> events;  // in order: (key, held)
+    bool snapshot = false;    // `held` is every key held; forget what was known before
+    std::vector<std::pair<uint64_t, ChunkHold>> held;    // snapshot only: never kNone
+    std::vector<std::pair<uint64_t, ChunkHold>> events;  // in order
   };
   // The events after `after` of `epoch` (at most `max_events`), waiting up to `wait` for one;
   // a snapshot when `epoch` is not this log's or those events are no longer kept.
@@ -48,8 +51,8 @@ class CacheEventLog {
 
   mutable std::mutex mutex_;
   std::condition_variable recorded_;
-  std::unordered_set<uint64_t> held_;                  // guarded by mutex_
-  std::deque<std::pair<uint64_t, bool>> events_;       // guarded by mutex_; events_[i] has sequence first_seq_ + i
+  std::unordered_map<uint64_t, ChunkHold> held_;       // guarded by mutex_: never kNone
+  std::deque<std::pair<uint64_t, ChunkHold>> events_;  // guarded by mutex_; events_[i] has sequence first_seq_ + i
   uint64_t first_seq_ = 1;                             // guarded by mutex_
 };
 

@@ -205,14 +205,14 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::restore(uint64_t ns, uint64_t pa
   at(node).disk = DiskCopy::kPresent;
   at(node).disk_compact = compact;
   tally(at(node), +1);
-  notify(at(node), false);
+  notify(at(node), ChunkHold::kNone);
   return node;
 }
 
 void PrefixIndex::set_device(NodeId node, BlockId block) {
   Node& n = at(node);
   MNEMO_CHECK(n.live, "device copy for dead node {}", node);
-  const bool held = holds_kv(n);
+  const ChunkHold held = hold_of(n);
   tally(n, -1);
   if (n.device != kNoBlock) by_location_.erase(location_key(Tier::kDevice, n.device));
   n.device = block;
@@ -225,7 +225,7 @@ void PrefixIndex::set_device(NodeId node, BlockId block) {
 void PrefixIndex::set_host(NodeId node, BlockId block, bool compact) {
   Node& n = at(node);
   MNEMO_CHECK(n.live, "host copy for dead node {}", node);
-  const bool held = holds_kv(n);
+  const ChunkHold held = hold_of(n);
   tally(n, -1);
   if (n.host != kNoBlock) by_location_.erase(location_key(n.host_compact ? kCompactHost : Tier::kHost, n.host));
   n.host = block;
@@ -238,7 +238,7 @@ void PrefixIndex::set_host(NodeId node, BlockId block, bool compact) {
 
 void PrefixIndex::set_disk(NodeId node, DiskCopy state, bool compact) {
   MNEMO_CHECK(at(node).live, "disk copy for dead node {}", node);
-  const bool held = holds_kv(at(node));
+  const ChunkHold held = hold_of(at(node));
   tally(at(node), -1);
   at(node).disk = state;
   at(node).disk_compact = compact && state != DiskCopy::kNone;

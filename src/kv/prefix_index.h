@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kv/chunk_reuse.h"
 #include "kv/kv_layout.h"
 
 namespace mnemo {
@@ -124,9 +125,10 @@ class PrefixIndex {
   // whole path, the same on every instance, so a chunk's key names its prefix across a cluster.
   static uint64_t chunk_key(uint64_t parent_key, uint64_t ns, std::span<const TokenId> chunk);
 
-  // Called whenever a chunk comes to hold KV in some tier (held) or loses its last copy (not
-  // held): what the router's prompt trees follow (kv/cache_events.h). On the index's thread.
-  void set_observer(std::function<void(uint64_t key, bool held)> observer) { observer_ = std::move(observer); }
+  // Called whenever what a chunk holds changes: KV in some tier with every layer (kWhole), only
+  // its global layers (kCompact), or no copy left (kNone). What the router's prompt trees follow
+  // (kv/cache_events.h). On the index's thread.
+  void set_observer(std::function<void(uint64_t key, ChunkHold hold)> observer) { observer_ = std::move(observer); }
 
   // Whether the index keeps this block of this tier.
   bool holds(BlockId block, Tier tier) const;
@@ -163,10 +165,18 @@ class PrefixIndex {
   }
   // Keeps the per-tier counts: -1 before a node's copies change, +1 after.
   void tally(const Node& n, int sign);
-  static bool holds_kv(const Node& n) { return n.device != kNoBlock || n.host != kNoBlock || n.disk != DiskCopy::kNone; }
-  // Tells the observer if a node's copies changed from `held_before`.
-  void notify(const Node& n, bool held_before) const {
-    if (observer_ && holds_kv(n) != held_before) observer_(n.key, !held_before);
+  // A disk extent still being written counts: it is complete within moments.
+  static ChunkHold hold_of(const Node& n) {
+    if (n.device != kNoBlock || (n.host != kNoBlock && !n.host_compact) || (n.disk != DiskCopy::kNone && !n.disk_compact)) {
+      return ChunkHold::kWhole;
+    }
+    return n.host != kNoBlock || n.disk != DiskCopy::kNone ? ChunkHold::kCompact : ChunkHold::kNone;
+  }
+  // Tells the observer if what a node holds changed from `before`.
+  void notify(const Node& n, ChunkHold before) const {
+    if (!observer_) return;
+    const ChunkHold now = hold_of(n);
+    if (now != before) observer_(n.key, now);
   }
   Node& at(NodeId id) { return nodes_[static_cast<size_t>(id)]; }
   const Node& at(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
@@ -179,7 +189,7 @@ class PrefixIndex {
   size_t live_nodes_ = 0;
   // Live nodes with a device copy, a host copy, a durable disk copy, and with none (dropped).
   int64_t device_count_ = 0, host_count_ = 0, disk_count_ = 0, dropped_count_ = 0;
-  std::function<void(uint64_t key, bool held)> observer_;
+  std::function<void(uint64_t key, ChunkHold hold)> observer_;
 };
 
 }  // namespace mnemo

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -50,16 +51,33 @@ CacheFollower::~CacheFollower() {
 
 size_t CacheFollower::matched_chunks(std::span<const uint64_t> keys, double now, bool include_pending) const {
   std::lock_guard lock(mutex_);
-  size_t n = 0;
-  for (uint64_t key : keys) {
-    if (held_.count(key) == 0) {
-      if (!include_pending) break;
-      const auto pending = pending_.find(key);
-      if (pending == pending_.end() || now - pending->second > pending_ttl_seconds_) break;
+  if (!include_pending) {
+    size_t n = 0;
+    while (n < keys.size()) {
+      const auto it = held_.find(keys[n]);
+      if (it == held_.end() || it->second != ChunkHold::kWhole) break;
+      ++n;
     }
-    ++n;
+    return n;
   }
-  return n;
+  // What each chunk holds, up to the last one with a copy: a chunk below it without one is
+  // dropped (the instance keeps a dropped chunk's tokens while chunks below it are cached, and
+  // recomputes it in place). Pending chunks will have every layer.
+  std::vector<ChunkHold> holds;
+  size_t last_held = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ChunkHold hold = ChunkHold::kNone;
+    if (const auto it = held_.find(keys[i]); it != held_.end()) {
+      hold = it->second;
+    } else if (const auto pending = pending_.find(keys[i]);
+               pending != pending_.end() && now - pending->second <= pending_ttl_seconds_) {
+      hold = ChunkHold::kWhole;
+    }
+    holds.push_back(hold);
+    if (hold != ChunkHold::kNone) last_held = i + 1;
+  }
+  holds.resize(last_held);
+  return static_cast<size_t>(reused_chunks(plan_chunk_use(holds, chunk_tokens_, sliding_window_)));
 }
 
 void CacheFollower::record_pending(std::span<const uint64_t> keys, double now) {
@@ -83,18 +101,22 @@ Status CacheFollower::apply(const json& reply) {
   const auto events = reply.find("events");
   if (snapshot == reply.end() || !snapshot->is_boolean()) return make_error("cache events: 'snapshot' missing");
   if (events == reply.end() || !events->is_array()) return make_error("cache events: 'events' missing");
-  std::unordered_set<uint64_t> fresh;
+  MNEMO_ASSIGN_OR_RETURN(const uint64_t sliding_window, unsigned_field(reply, "sliding_window"));
+  if (sliding_window > (uint64_t{1} << 30)) return make_error("cache events: sliding_window {} out of range", sliding_window);
+  std::unordered_map<uint64_t, ChunkHold> fresh;
   if (snapshot->get<bool>()) {
-    const auto held = reply.find("held");
-    if (held == reply.end() || !held->is_array()) return make_error("cache events: a snapshot without 'held'");
-    for (const json& key : *held) {
-      if (!is_unsigned(key)) return make_error("cache events: a held key is not unsigned");
-      fresh.insert(key.get<uint64_t>());
+    for (const auto& [name, hold] : {std::pair{"held", ChunkHold::kWhole}, std::pair{"compact", ChunkHold::kCompact}}) {
+      const auto keys = reply.find(name);
+      if (keys == reply.end() || !keys->is_array()) return make_error("cache events: a snapshot without '{}'", name);
+      for (const json& key : *keys) {
+        if (!is_unsigned(key)) return make_error("cache events: a '{}' key is not unsigned", name);
+        fresh[key.get<uint64_t>()] = hold;
+      }
     }
   }
   for (const json& e : *events) {
-    if (!e.is_array() || e.size() != 2 || !is_unsigned(e[0]) || !e[1].is_boolean()) {
-      return make_error("cache events: an event is not [key, held]");
+    if (!e.is_array() || e.size() != 2 || !is_unsigned(e[0]) || !is_unsigned(e[1]) || e[1].get<uint64_t>() > 2) {
+      return make_error("cache events: an event is not [key, hold 0-2]");
     }
   }
   std::lock_guard lock(mutex_);
@@ -104,16 +126,18 @@ Status CacheFollower::apply(const json& reply) {
   }
   for (const json& e : *events) {
     const auto key = e[0].get<uint64_t>();
-    if (e[1].get<bool>()) {
-      held_.insert(key);
-    } else {
+    const auto hold = static_cast<ChunkHold>(e[1].get<uint64_t>());
+    if (hold == ChunkHold::kNone) {
       held_.erase(key);
+    } else {
+      held_[key] = hold;
     }
     pending_.erase(key);
   }
   epoch_ = epoch;
   next_ = next;
   chunk_tokens_ = static_cast<int32_t>(chunk_tokens);
+  sliding_window_ = static_cast<int32_t>(sliding_window);
   return ok_status();
 }
 
@@ -161,6 +185,12 @@ bool CacheFollower::following() const {
 size_t CacheFollower::held_chunks() const {
   std::lock_guard lock(mutex_);
   return held_.size();
+}
+
+size_t CacheFollower::compact_chunks() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<size_t>(
+      std::count_if(held_.begin(), held_.end(), [](const auto& entry) { return entry.second == ChunkHold::kCompact; }));
 }
 
 int32_t CacheFollower::chunk_tokens() const {

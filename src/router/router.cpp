@@ -830,13 +830,18 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   std::map<std::string, size_t> tree_sizes;
   for (const auto& id : tree_.instances()) tree_sizes[id] = tree_.size(id);
   prometheus::per_instance(out, "router_prompt_tree_chunks", "Prompt-tree entries per instance.", "gauge", tree_sizes);
-  std::map<std::string, size_t> followed;
+  std::map<std::string, size_t> followed, followed_compact;
   for (const auto& [id, follower] : followers_) {
-    if (follower->following()) followed[id] = follower->held_chunks();
+    if (!follower->following()) continue;
+    followed[id] = follower->held_chunks();
+    followed_compact[id] = follower->compact_chunks();
   }
   prometheus::per_instance(out, "router_followed_cache_chunks",
                            "Chunks each instance's cache holds, as its insert and evict events say (with --model).",
                            "gauge", followed);
+  prometheus::per_instance(out, "router_followed_compact_chunks",
+                           "Of them, chunks held as their global layers only (sliding-window history).", "gauge",
+                           followed_compact);
   std::map<std::string, double> profiled;
   for (const auto& [id, entry] : profiles_) {
     if (entry.second) profiled[id] = entry.second->seconds_per_token_at(0);

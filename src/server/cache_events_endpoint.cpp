@@ -3,9 +3,13 @@
 // `after`, else within `wait_ms`.
 //
 //   query: epoch=<from the last reply, 0 at first>&after=<its "next">&wait_ms=<0..5000, 2000>
-//   reply: {"epoch": E, "next": N, "snapshot": bool, "held": [keys, if snapshot],
-//           "events": [[key, held], ...], "chunk_tokens": C}
-// Keys are PrefixIndex::chunk_key values (unsigned 64-bit).
+//   reply: {"epoch": E, "next": N, "snapshot": bool,
+//           "held": [keys with every layer], "compact": [keys with the global layers only] (if snapshot),
+//           "events": [[key, hold], ...], "chunk_tokens": C, "sliding_window": W}
+// Keys are PrefixIndex::chunk_key values (unsigned 64-bit); a hold is 0 (no copy left), 1
+// (compact: global layers only) or 2 (every layer), as kv/chunk_reuse.h's ChunkHold. W is the
+// model's sliding window in tokens (0: none), which decides where compact chunks are usable.
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -43,10 +47,19 @@ void Server::handle_cache_events(const httplib::Request& req, httplib::Response&
   }
   const CacheEventLog::Batch batch = engine_.cache_events().read(epoch, after, std::chrono::milliseconds(wait_ms));
   json events = json::array();
-  for (const auto& [key, held] : batch.events) events.push_back(json::array({key, held}));
-  json reply = {{"epoch", batch.epoch},       {"next", batch.next},   {"snapshot", batch.snapshot},
-                {"events", std::move(events)}, {"chunk_tokens", engine_.config().block_size}};
-  if (batch.snapshot) reply["held"] = batch.held;
+  for (const auto& [key, hold] : batch.events) events.push_back(json::array({key, static_cast<int>(hold)}));
+  json reply = {{"epoch", batch.epoch},
+                {"next", batch.next},
+                {"snapshot", batch.snapshot},
+                {"events", std::move(events)},
+                {"chunk_tokens", engine_.config().block_size},
+                {"sliding_window", std::max(0, engine_.model().config().sliding_window)}};
+  if (batch.snapshot) {
+    json whole = json::array(), compact = json::array();
+    for (const auto& [key, hold] : batch.held) (hold == ChunkHold::kWhole ? whole : compact).push_back(key);
+    reply["held"] = std::move(whole);
+    reply["compact"] = std::move(compact);
+  }
   res.status = 200;
   res.set_content(reply.dump(), "application/json");
 }

@@ -202,6 +202,54 @@ def test_a_tokenizing_router_follows_the_instances_caches_by_their_events(cluste
     wait_for(lambda: followed(router.url)[owner] < grown, 30, 0.2, "the deleted turn's evict events")
 
 
+def long_text(n_items: int, salt: str) -> str:
+    colours = ["red", "green", "amber", "violet", "silver", "ochre", "teal", "crimson"]
+    places = ["harbour", "orchard", "library", "market", "station", "meadow", "bridge", "bakery"]
+    return " ".join(f"{salt} note {i}: the {colours[i % 8]} kite drifted over the {places[(i * 3) % 8]} "
+                    f"while {i * 7 % 13} gulls argued about item {i * 11 % 17}." for i in range(n_items))
+
+
+def test_the_router_predicts_sliding_window_history_as_the_instance_reuses_it(etcd, start_server, mnemo_bin):
+    # Gemma 3 keeps a chunk a window (512 tokens) before its conversation's end as its global
+    # layers only once it leaves the device. A prompt that branches off within a window after
+    # such chunks cannot use them (its new tokens would read their local layers): the instance
+    # recomputes them, and the tokenizing router, told which chunks are compact by the events,
+    # predicts exactly that.
+    name = f"swa{os.getpid()}"
+    start_server("--cluster", etcd, "--cluster-name", name, "--kv-tokens", "1024", "--model-name", "m")
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
+                          "--model", default_model_path()])
+    router.start()
+    try:
+        wait_for(lambda: len(followed(router.url)) == 1, 30, 0.2, "the router to follow the instance's cache")
+
+        def complete(prompt: str) -> dict:
+            r = requests.post(router.url + "/v1/completions", timeout=120,
+                              json={"model": "m", "prompt": prompt, "max_tokens": 4, "temperature": 0})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        a = long_text(32, "Ann")
+        first = complete(a)
+        assert 700 <= first["usage"]["prompt_tokens"] <= 960, first["usage"]
+        # Another long prompt needs the device: the first one's leading chunks leave it compact.
+        complete(long_text(34, "Bob"))
+        wait_for(lambda: sum(v for k, v in read_metrics(router.url).items()
+                             if k.startswith("mnemo_router_followed_compact_chunks{")) > 0,
+                 30, 0.1, "compact chunks in the router's view")
+        time.sleep(0.5)  # the rest of that eviction's events
+        # Branch off the first prompt at about 60%: its compact chunks are within a window of the
+        # new tokens, so only its whole chunks after them are reused.
+        before = read_metrics(router.url)["mnemo_router_predicted_cached_tokens_total"]
+        branch = complete(a[: len(a) * 6 // 10] + " But then the weather turned, and")
+        cached = branch["usage"]["prompt_tokens_details"]["cached_tokens"]
+        recomputed = branch["usage"]["prompt_tokens_details"].get("recomputed_tokens", 0)
+        assert cached > 0 and recomputed > 0, branch["usage"]
+        assert read_metrics(router.url)["mnemo_router_predicted_cached_tokens_total"] - before == cached
+    finally:
+        router.terminate()
+
+
 def test_the_cache_events_endpoint_checks_its_query_and_serves_a_snapshot(cluster):
     url = cluster["instances"][0].url + "/v1/internal/cache_events"
     for query in ["after=abc", "wait_ms=99999", "epoch=-1", "after=", "epoch=1e3"]:
@@ -210,6 +258,10 @@ def test_the_cache_events_endpoint_checks_its_query_and_serves_a_snapshot(cluste
         assert "unsigned integers" in r.json()["error"]["message"]
     first = requests.get(url + "?wait_ms=0", timeout=10).json()
     assert first["snapshot"] is True and first["chunk_tokens"] == 32 and first["epoch"] > 0
+    # Gemma 3's sliding window, which decides where compact (global-layer) chunks are usable.
+    assert first["sliding_window"] == 512
+    assert isinstance(first["held"], list) and isinstance(first["compact"], list)
+    assert all(isinstance(e, list) and len(e) == 2 and e[1] in (0, 1, 2) for e in first["events"])
     # Following on from it: no snapshot, and (nothing new) no events after a short wait.
     again = requests.get(f"{url}?epoch={first['epoch']}&after={first['next']}&wait_ms=100", timeout=10).json()
     assert again["snapshot"] is False and again["next"] >= first["next"]
