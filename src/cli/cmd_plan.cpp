@@ -1,12 +1,15 @@
 // `mnemo plan`: DejaVu's planner (SPEC D5, router/planner.h). Figures given on the command line,
 // or measured: from a `mnemo loadgen --json` run at low load, Y is the median time to first token
 // of first turns (a whole prompt computed), t the median time per output token, and N the mean
-// tokens generated per request.
+// tokens generated per request; or from a running `mnemo route`, which measures the same
+// figures over the generations it relays (router/plan_meter.h) and knows D, the instances that
+// can be split.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -18,8 +21,34 @@ namespace {
 struct PlanArgs {
   router::PlanInputs in;
   std::string loadgen_json;
+  std::string router_url;
+  bool machines_given = false;
   bool json = false;
 };
+
+// GET ROUTER/v1/internal/plan_inputs; figures already given on the command line are kept.
+Status read_router(const std::string& url, bool machines_given, router::PlanInputs& in) {
+  httplib::Client client(url);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(10);
+  const auto reply = client.Get("/v1/internal/plan_inputs");
+  if (!reply) return make_error("{}: {}", url, httplib::to_string(reply.error()));
+  if (reply->status != 200) return make_error("{}/v1/internal/plan_inputs: HTTP {}", url, reply->status);
+  const nlohmann::json j = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
+  try {
+    if (j.at("requests").get<double>() <= 0) {
+      return make_error("{}: the router has relayed no generation yet: nothing measured", url);
+    }
+    if (in.prompt_seconds <= 0) in.prompt_seconds = j.at("prompt_seconds").get<double>();
+    if (in.token_seconds <= 0) in.token_seconds = j.at("token_seconds").get<double>();
+    if (in.tokens_generated <= 0) in.tokens_generated = j.at("tokens_generated").get<double>();
+    const auto machines = j.at("machines").get<int32_t>();
+    if (!machines_given && machines >= 1) in.machines = machines;
+  } catch (const nlohmann::json::exception& e) {
+    return make_error("{}: not a router's plan inputs: {}", url, e.what());
+  }
+  return ok_status();
+}
 
 Status read_loadgen(const std::string& path, router::PlanInputs& in) {
   std::ifstream file(path);
@@ -46,6 +75,12 @@ Status read_loadgen(const std::string& path, router::PlanInputs& in) {
 }
 
 int run_plan(PlanArgs args) {
+  if (!args.router_url.empty()) {
+    if (const Status read = read_router(args.router_url, args.machines_given, args.in); !read.ok()) {
+      std::fprintf(stderr, "error: %s\n", read.error().message().c_str());
+      return 1;
+    }
+  }
   if (!args.loadgen_json.empty()) {
     if (const Status read = read_loadgen(args.loadgen_json, args.in); !read.ok()) {
       std::fprintf(stderr, "error: %s\n", read.error().message().c_str());
@@ -82,9 +117,14 @@ void add_plan_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--prompt-seconds,-Y", args->in.prompt_seconds, "Y: time to compute one prompt");
   cmd->add_option("--token-seconds,-t", args->in.token_seconds, "t: time per generated token");
   cmd->add_option("--tokens,-N", args->in.tokens_generated, "N: tokens generated per request");
-  cmd->add_option("--machines,-D", args->in.machines, "D: machines in the cluster")->capture_default_str();
+  cmd->add_option("--machines,-D", args->in.machines, "D: machines in the cluster (default 2, or the router's)")
+      ->each([args](const std::string&) { args->machines_given = true; });
   cmd->add_option("--overhead,-m", args->in.overhead, "m in [1, 2): the slowdown of streaming prompt KV")->capture_default_str();
-  cmd->add_option("--from-loadgen", args->loadgen_json, "Y, t and N measured by a `mnemo loadgen --json` run (flags override)");
+  CLI::Option* from_loadgen = cmd->add_option("--from-loadgen", args->loadgen_json,
+                                              "Y, t and N measured by a `mnemo loadgen --json` run (flags override)");
+  cmd->add_option("--from-router", args->router_url,
+                  "Y, t, N and D measured by a running `mnemo route` at this URL, e.g. http://127.0.0.1:8000 (flags override)")
+      ->excludes(from_loadgen);
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
   cmd->callback([&run, args] { run = [args] { return run_plan(*args); }; });
 }

@@ -117,38 +117,77 @@ std::string with_reply(Api api, const std::string& prompt_text, std::string_view
   return out;
 }
 
+namespace {
+
+// The generated text one reply object (a whole body, or one event of a stream) carries.
+std::string text_of(Api api, const json& j, bool sse) {
+  std::string text;
+  if (api == Api::kResponses) {
+    if (sse) {
+      const bool is_delta = j.contains("type") && j["type"].is_string() && j["type"].get<std::string>() == "response.output_text.delta";
+      if (is_delta && j.contains("delta") && j["delta"].is_string()) text = j["delta"].get<std::string>();
+      return text;
+    }
+    const auto output = j.find("output");
+    if (output == j.end() || !output->is_array()) return text;
+    for (const json& item : *output) {
+      if (item.is_object() && item.contains("content")) text += content_text(item["content"]);
+    }
+    return text;
+  }
+  const auto choices = j.find("choices");
+  if (choices == j.end() || !choices->is_array() || choices->empty() || !(*choices)[0].is_object()) return text;
+  const json& c = (*choices)[0];
+  if (api == Api::kCompletions) {
+    if (c.contains("text") && c["text"].is_string()) text = c["text"].get<std::string>();
+  } else if (sse) {
+    if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+      text = c["delta"]["content"].get<std::string>();
+    }
+  } else if (c.contains("message") && c["message"].is_object() && c["message"].contains("content")) {
+    text = content_text(c["message"]["content"]);
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string reply_text(Api api, std::string_view body, bool sse) {
   std::string text;
-  for_each_object(body, sse, [&](const json& j) {
-    if (api == Api::kResponses) {
-      if (sse) {
-        const bool is_delta = j.contains("type") && j["type"].is_string() && j["type"].get<std::string>() == "response.output_text.delta";
-        if (is_delta && j.contains("delta") && j["delta"].is_string()) {
-          text += j["delta"].get<std::string>();
-        }
-        return;
-      }
-      const auto output = j.find("output");
-      if (output == j.end() || !output->is_array()) return;
-      for (const json& item : *output) {
-        if (item.is_object() && item.contains("content")) text += content_text(item["content"]);
-      }
-      return;
-    }
-    const auto choices = j.find("choices");
-    if (choices == j.end() || !choices->is_array() || choices->empty() || !(*choices)[0].is_object()) return;
-    const json& c = (*choices)[0];
-    if (api == Api::kCompletions) {
-      if (c.contains("text") && c["text"].is_string()) text += c["text"].get<std::string>();
-    } else if (sse) {
-      if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") && c["delta"]["content"].is_string()) {
-        text += c["delta"]["content"].get<std::string>();
-      }
-    } else if (c.contains("message") && c["message"].is_object() && c["message"].contains("content")) {
-      text += content_text(c["message"]["content"]);
-    }
-  });
+  for_each_object(body, sse, [&](const json& j) { text += text_of(api, j, sse); });
   return text;
+}
+
+int64_t generated_tokens(Api api, std::string_view body, bool sse) {
+  int64_t reported = -1;
+  int64_t text_events = 0;
+  for_each_object(body, sse, [&](const json& j) {
+    const json* usage = nullptr;
+    if (j.contains("usage") && j["usage"].is_object()) {
+      usage = &j["usage"];
+    } else if (j.contains("response") && j["response"].is_object() && j["response"].contains("usage") &&
+               j["response"]["usage"].is_object()) {
+      usage = &j["response"]["usage"];
+    }
+    if (usage != nullptr) {
+      const char* name = api == Api::kResponses ? "output_tokens" : "completion_tokens";
+      if (usage->contains(name) && (*usage)[name].is_number_integer()) reported = (*usage)[name].get<int64_t>();
+    }
+    if (sse && !text_of(api, j, sse).empty()) ++text_events;
+  });
+  if (reported >= 0) return reported;
+  return sse ? text_events : -1;
+}
+
+bool carries_text(std::string_view chunk) {
+  if (chunk.find("\"response.output_text.delta\"") != std::string_view::npos) return true;
+  for (const std::string_view field : {std::string_view("\"text\":\""), std::string_view("\"content\":\"")}) {
+    for (size_t at = chunk.find(field); at != std::string_view::npos; at = chunk.find(field, at + 1)) {
+      const size_t next = at + field.size();
+      if (next < chunk.size() && chunk[next] != '"') return true;
+    }
+  }
+  return false;
 }
 
 std::string response_id(std::string_view body, bool sse) {

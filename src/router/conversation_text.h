@@ -4,6 +4,7 @@
 // one turn plus its reply is a prefix of the next turn's prompt text.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,13 @@ Result<ConversationView> view_request(Api api, const nlohmann::json& body);
 std::string with_reply(Api api, const std::string& prompt_text, std::string_view reply);
 // The reply's text from a whole JSON body, or from a server-sent event stream. Empty if none.
 std::string reply_text(Api api, std::string_view body, bool sse);
+// The tokens a reply generated: its usage (completion_tokens, or the Responses API's
+// output_tokens) when it reports one, else, for a stream, the events that carried text; -1 when
+// neither says.
+int64_t generated_tokens(Api api, std::string_view body, bool sse);
+// Whether a chunk of a stream (of any of the APIs) carries generated text, not only a role, a
+// finish or usage: a quick look at its bytes, no parse.
+bool carries_text(std::string_view chunk);
 // A Responses API reply's id ("" if none).
 std::string response_id(std::string_view body, bool sse);
 

@@ -134,6 +134,20 @@ void Router::install_routes() {
   http.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& q, httplib::Response& r) { handle_stored_response(q, r); });
   http.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& r) { handle_models(q, r); });
   http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) { handle_metrics(q, r); });
+  // The planner's Y, t and N as measured here, and the instances that could be split (D):
+  // what `mnemo plan --from-router` reads.
+  http.Get("/v1/internal/plan_inputs", [this](const httplib::Request&, httplib::Response& r) {
+    const PlanMeter::Measured m = plan_meter_.measured();
+    size_t splittable = 0;
+    for (const auto& member : all_members()) splittable += member.transfer_endpoint.empty() ? 0 : 1;
+    r.set_content(json{{"requests", m.requests},
+                       {"prompt_seconds", m.prompt_seconds},
+                       {"token_seconds", m.token_seconds},
+                       {"tokens_generated", m.tokens_generated},
+                       {"machines", splittable}}
+                      .dump(),
+                  "application/json");
+  });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
     const size_t n = live_members().size();
     r.status = n > 0 ? 200 : 503;
@@ -394,6 +408,7 @@ struct Router::Relay {
   std::unordered_set<std::string> failed;  // instances that broke off this reply
   std::string kept;                        // what the client got (bounded), for the prompt tree
   std::atomic<bool> reported{false};       // on_done ran (once, whether the stream ended or the client left)
+  double first_text_at = -1;               // the writer thread's: when the first generated text went out
 };
 
 std::shared_ptr<Router::Upstream> Router::resume(Relay& relay) {
@@ -453,7 +468,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
       for (const auto& c : up->chunks) whole += c;
       res.set_content(whole, up->content_type.empty() ? "application/json" : up->content_type);
     }
-    on_done(up->broke ? 502 : up->status, up->kept, false, instance.id);
+    on_done(up->broke ? 502 : up->status, up->kept, false, instance.id, -1.0);
     return true;
   }
   lock.unlock();
@@ -483,6 +498,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
             chunk = relay->stitcher.feed(chunk);
             if (relay->kept.size() < kMaxKeptReplyBytes) relay->kept += chunk.substr(0, kMaxKeptReplyBytes - relay->kept.size());
           }
+          if (relay->first_text_at < 0 && carries_text(chunk)) relay->first_text_at = seconds_now();
           if (!chunk.empty() && (!sink.is_writable() || !sink.write(chunk.data(), chunk.size()))) {
             u.client_gone = true;
             return false;
@@ -508,7 +524,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
         const std::string kept = relay->failover ? relay->kept : u.kept;
         // Before the end reaches the client: a next turn sent at once must find what this one left
         // (its Responses owner, its prompt-tree entries).
-        if (!relay->reported.exchange(true)) on_done(broke ? 502 : status, kept, true, relay->instance);
+        if (!relay->reported.exchange(true)) on_done(broke ? 502 : status, kept, true, relay->instance, relay->first_text_at);
         // An instance gone mid-reply: the client's connection breaks rather than ending as if the
         // reply were whole.
         if (broke) return false;
@@ -525,7 +541,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
         u.client->stop();  // the instance's side ends now, not at its next chunk
         if (u.thread.joinable()) u.thread.join();
         // A client that left before the end: the request no longer counts as in flight.
-        if (!relay->reported.exchange(true)) on_done(499, "", true, relay->instance);
+        if (!relay->reported.exchange(true)) on_done(499, "", true, relay->instance, -1.0);
       });
   return true;
 }
@@ -726,11 +742,16 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       ++routed_[m.id];
       record_prompt(m.id, prompt, now);  // its prefill caches the prompt there
     }
-    auto on_done = [this, api, id = m.id, replicas, prompt = view->prompt_text](int status, const std::string& reply_body, bool sse,
-                                                                                const std::string& finished_on) {
+    auto on_done = [this, api, id = m.id, replicas, prompt = view->prompt_text, arrived = now](
+                       int status, const std::string& reply_body, bool sse, const std::string& finished_on,
+                       double first_text_at) {
       // The next turn's prompt starts with this one's and its reply: cached there now (and on
       // the replica holder). Read outside the lock: a reply can be megabytes of events.
       const std::string next_prefix = status == 200 ? with_reply(api, prompt, reply_text(api, reply_body, sse)) : "";
+      if (status == 200) {
+        plan_meter_.record(first_text_at >= 0 ? first_text_at - arrived : -1.0, seconds_now() - arrived,
+                           generated_tokens(api, reply_body, sse));
+      }
       {
         std::lock_guard lock(mutex_);
         --in_flight_[id];
@@ -794,7 +815,7 @@ void Router::handle_stored_response(const httplib::Request& req, httplib::Respon
                       "instance_unavailable");
   }
   const bool deleting = req.method == "DELETE";
-  const bool reached = forward(req, res, *it, "", [this, id, deleting](int status, const std::string&, bool, const std::string&) {
+  const bool reached = forward(req, res, *it, "", [this, id, deleting](int status, const std::string&, bool, const std::string&, double) {
     if (!deleting || status != 200) return;
     {
       std::lock_guard lock(mutex_);
@@ -807,7 +828,7 @@ void Router::handle_stored_response(const httplib::Request& req, httplib::Respon
 
 void Router::handle_models(const httplib::Request& req, httplib::Response& res) {
   for (const auto& m : live_members()) {
-    if (forward(req, res, m, "", [](int, const std::string&, bool, const std::string&) {})) return;
+    if (forward(req, res, m, "", [](int, const std::string&, bool, const std::string&, double) {})) return;
   }
   send_error(res, 503, "no instance is serving", "server_error", "no_instance");
 }
@@ -815,6 +836,14 @@ void Router::handle_models(const httplib::Request& req, httplib::Response& res) 
 void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   const auto members = live_members();
   std::string out;
+  const PlanMeter::Measured measured = plan_meter_.measured();
+  prometheus::gauge(out, "router_measured_prompt_seconds",
+                    "The planner's Y as measured here: median time to first generated text.", measured.prompt_seconds);
+  prometheus::gauge(out, "router_measured_token_seconds",
+                    "The planner's t as measured here: median time per generated token after the first.",
+                    measured.token_seconds);
+  prometheus::gauge(out, "router_measured_tokens_per_request",
+                    "The planner's N as measured here: mean tokens generated per request.", measured.tokens_generated);
   prometheus::gauge(out, "router_instances", "Instances with a live lease that take requests.", members.size());
   prometheus::gauge(out, "router_prefill_instances", "Prefill instances with a live lease.", live_members(/*prefill=*/true).size());
   if (config_.plan) {

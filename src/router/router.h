@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "router/cache_follower.h"
+#include "router/plan_meter.h"
 #include "router/planner.h"
 #include "router/prompt_tree.h"
 #include "router/routing_policy.h"
@@ -104,8 +105,10 @@ class Router {
   struct Upstream;
   struct Relay;
   // Called once a request's reply is over: its status, the reply (bounded; SSE events when
-  // streamed) and the instance that finished it (another one after a failover).
-  using OnDone = std::function<void(int status, const std::string& body, bool sse, const std::string& instance)>;
+  // streamed), the instance that finished it (another one after a failover) and when its first
+  // generated text reached the client (seconds_now(); negative: unstreamed, or none).
+  using OnDone = std::function<void(int status, const std::string& body, bool sse, const std::string& instance,
+                                    double first_text_at)>;
   // Where a streamed reply goes on if its instance fails: the request as sent, and the
   // instances to try in order.
   struct Failover {
@@ -170,6 +173,7 @@ class Router {
   std::mutex mutex_;  // guards what follows
   PromptTree tree_;
   RoutingPolicy routing_;
+  PlanMeter plan_meter_;  // Y, t and N of the generations relayed (thread-safe)
   std::unordered_map<std::string, int64_t> in_flight_;
   std::unordered_map<std::string, uint64_t> routed_;  // requests per instance
   std::unordered_map<std::string, std::string> owners_;  // response id -> instance id

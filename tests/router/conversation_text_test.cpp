@@ -65,6 +65,36 @@ TEST(ConversationText, RepliesAreReadWholeAndFromEventStreams) {
   EXPECT_EQ(response_id(resp_sse, true), "resp_7");
 }
 
+TEST(ConversationText, GeneratedTokensFromUsageElseFromTheTextEvents) {
+  const std::string chat_sse =
+      "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"
+      "data: [DONE]\n\n";
+  EXPECT_EQ(generated_tokens(Api::kChat, chat_sse, true), 2);  // no usage: the events with text
+  const std::string with_usage = chat_sse + "data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\n";
+  EXPECT_EQ(generated_tokens(Api::kChat, with_usage, true), 3);
+  EXPECT_EQ(generated_tokens(Api::kCompletions, R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":5}})", false), 5);
+  EXPECT_EQ(generated_tokens(Api::kChat, R"({"choices":[{"message":{"content":"ab"}}]})", false), -1);  // unknown
+  const std::string resp_sse =
+      "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Y\"}\n\n"
+      "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"output_tokens\":4}}}\n\n";
+  EXPECT_EQ(generated_tokens(Api::kResponses, resp_sse, true), 4);
+  EXPECT_EQ(generated_tokens(Api::kChat, "", true), 0);
+}
+
+TEST(ConversationText, ChunksCarryingTextAreToldFromRolesAndFinishes) {
+  EXPECT_FALSE(carries_text("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"));
+  EXPECT_TRUE(carries_text("data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"));
+  EXPECT_TRUE(carries_text("data: {\"choices\":[{\"text\":\" a\",\"index\":0}]}\n\n"));
+  EXPECT_FALSE(carries_text("data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"stop\"}]}\n\n"));
+  EXPECT_TRUE(carries_text("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\"}\n\n"));
+  EXPECT_FALSE(carries_text("event: response.created\ndata: {\"type\":\"response.created\"}\n\n"));
+  EXPECT_FALSE(carries_text("data: [DONE]\n\n"));
+  EXPECT_FALSE(carries_text("data: {\"choices\":[{\"delta\":{\"content\":\""));  // cut off: nothing seen yet
+}
+
 TEST(ConversationText, MalformedRequestsAreRefusedWithAReason) {
   const std::vector<std::pair<Api, json>> bad = {
       {Api::kChat, json::array()},

@@ -7,6 +7,7 @@ instance and after a KV transfer, and a killed instance stops getting requests w
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -124,6 +125,43 @@ def test_a_router_applying_the_planners_split_disaggregates_colocated_instances(
     partial = subprocess.run([mnemo_bin, "route", "--cluster", etcd, "--port", "0", "--plan-prompt-seconds", "1"],
                              capture_output=True, text=True, timeout=30)
     assert partial.returncode == 2 and "a plan needs all of" in partial.stderr, partial.stderr
+
+
+def test_the_router_measures_the_planners_inputs_and_mnemo_plan_reads_them(cluster, mnemo_bin, etcd):
+    # A fresh router on the same instances: Y, t and N from the generations it relays.
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", cluster["name"], "--port", "0"])
+    router.start()
+    try:
+        wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 15, 0.1, "three instances")
+        inputs = requests.get(router.url + "/v1/internal/plan_inputs", timeout=10).json()
+        assert inputs["requests"] == 0 and inputs["machines"] == 3
+        empty = subprocess.run([mnemo_bin, "plan", "--from-router", router.url], capture_output=True, text=True, timeout=30)
+        assert empty.returncode == 1 and "nothing measured" in empty.stderr, empty.stderr
+        for i in range(4):  # streamed: the router sees when the first text goes out
+            r = requests.post(router.url + "/v1/completions", stream=True, timeout=60,
+                              json={**COMPLETION, "prompt": f"plan {i}: " + PROMPT, "stream": True})
+            assert r.status_code == 200
+            events = [line for line in r.iter_lines() if line.startswith(b"data: ")]
+            assert events[-1] == b"data: [DONE]"
+        complete(router.url, "plan unstreamed: " + PROMPT)  # counts for N only
+        inputs = requests.get(router.url + "/v1/internal/plan_inputs", timeout=10).json()
+        assert inputs["requests"] == 5
+        assert inputs["tokens_generated"] == COMPLETION["max_tokens"]  # forced with ignore_eos
+        assert 0 < inputs["prompt_seconds"] < 10 and 0 < inputs["token_seconds"] < 1
+        metrics = read_metrics(router.url)
+        assert metrics["mnemo_router_measured_prompt_seconds"] == pytest.approx(inputs["prompt_seconds"])
+        assert metrics["mnemo_router_measured_tokens_per_request"] == COMPLETION["max_tokens"]
+        plan = subprocess.run([mnemo_bin, "plan", "--from-router", router.url, "--json"], capture_output=True, text=True,
+                              timeout=30)
+        assert plan.returncode == 0, plan.stderr
+        planned = json.loads(plan.stdout)
+        assert planned["inputs"]["Y"] == pytest.approx(inputs["prompt_seconds"])
+        assert planned["inputs"]["t"] == pytest.approx(inputs["token_seconds"])
+        assert planned["inputs"]["N"] == COMPLETION["max_tokens"]
+        assert planned["inputs"]["D"] == 3
+        assert planned["prompt_instances"] + planned["token_instances"] == 3
+    finally:
+        router.terminate()
 
 
 def test_a_router_with_another_models_tokenizer_does_not_follow_the_instances(cluster, mnemo_bin, etcd):
