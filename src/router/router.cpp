@@ -193,11 +193,34 @@ std::vector<cluster::InstanceInfo> Router::live_members(bool prefill) {
   return out;
 }
 
-bool Router::prefill_on(const httplib::Request& req, const cluster::InstanceInfo& prefill,
-                        const cluster::InstanceInfo& decode, const json& body, size_t decode_known_tokens) {
+bool Router::prefill_on(const httplib::Request& req, Api api, const cluster::InstanceInfo& prefill,
+                        const cluster::InstanceInfo& decode, const json& body, size_t decode_known_tokens,
+                        int64_t& prompt_tokens) {
   // The prompt alone: one token, unstreamed, its KV replicated to the decode instance, answered
   // once the decode instance holds it all.
   json prompt_only = body;
+  std::string path = req.path;
+  if (api == Api::kResponses) {
+    // Only the decode instance knows the history a stored conversation's turn continues: it says
+    // what the prompt is, and the prefill instance computes those tokens, under the same tenant
+    // (Authorization passed on, cache_salt kept).
+    const auto rendered = post_for(req, decode.address, "/v1/internal/responses_prompt", body,
+                                   std::chrono::duration<double>(config_.upstream_timeout_seconds));
+    const json prompt = rendered && rendered->status == 200 ? json::parse(rendered->body, nullptr, false) : json();
+    if (!prompt.is_object() || !prompt.contains("prompt") || !prompt["prompt"].is_array()) {
+      std::lock_guard lock(mutex_);
+      ++prefill_failures_;
+      std::fprintf(stderr, "mnemo route: the prompt of a Responses turn on %s: %s\n", decode.id.c_str(),
+                   rendered ? rendered->body.substr(0, 300).c_str() : httplib::to_string(rendered.error()).c_str());
+      return false;
+    }
+    prompt_tokens = static_cast<int64_t>(prompt["prompt"].size());
+    prompt_only = json{{"prompt", prompt["prompt"]}, {"temperature", 0}};
+    for (const char* field : {"model", "cache_salt"}) {
+      if (body.contains(field)) prompt_only[field] = body[field];
+    }
+    path = "/v1/completions";
+  }
   prompt_only["max_tokens"] = 1;
   prompt_only.erase("max_completion_tokens");
   prompt_only["stream"] = false;
@@ -207,7 +230,7 @@ bool Router::prefill_on(const httplib::Request& req, const cluster::InstanceInfo
   prompt_only["mnemo_replica_known_tokens"] = json::array({decode_known_tokens});
   prompt_only["mnemo_replica_wait"] = true;
   const auto started = std::chrono::steady_clock::now();
-  const auto reply = post_for(req, prefill.address, req.path, prompt_only,
+  const auto reply = post_for(req, prefill.address, path, prompt_only,
                               std::chrono::duration<double>(config_.upstream_timeout_seconds));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::lock_guard lock(mutex_);
@@ -562,10 +585,14 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       return send_error(res, 404, fmt::format("No response found with id '{}'.", view->previous_response_id),
                         "invalid_request_error", "not_found");
     }
-    // Whatever role it has now (a plan may have made it a prefill instance since).
-    members = all_members();
+    // Whatever role it has now: a decode instance has the turn's prompt computed by a prefill
+    // instance, as for a new request; any other (a plan may have made it a prefill instance
+    // since) runs the turn whole.
+    members = with_planned_roles(all_members());
     std::erase_if(members, [&](const auto& m) { return m.id != owner; });
-    for (auto& m : members) m.role = "colocated";  // the turn runs there whole
+    for (auto& m : members) {
+      if (m.role != "decode") m.role = "colocated";
+    }
     if (members.empty()) {
       res.set_header("Retry-After", "1");
       return send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", view->previous_response_id),
@@ -655,7 +682,8 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   std::optional<cluster::InstanceInfo> prefill;
   int64_t prefill_known_tokens = 0;
   bool prefilled = false;
-  if (api != Api::kResponses && members[order.front()].role == "decode" && !members[order.front()].transfer_endpoint.empty()) {
+  int64_t rendered_prompt_tokens = -1;  // a Responses turn's, as its decode instance rendered it
+  if (members[order.front()].role == "decode" && !members[order.front()].transfer_endpoint.empty()) {
     std::vector<cluster::InstanceInfo> prefills = live_members(/*prefill=*/true);
     std::erase_if(prefills, [](const auto& p) { return p.transfer_endpoint.empty(); });
     if (!prefills.empty()) {
@@ -673,7 +701,8 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     }
   }
   if (prefill) {
-    const bool done = prefill_on(req, *prefill, members[order.front()], body, static_cast<size_t>(chosen_known_tokens));
+    const bool done = prefill_on(req, api, *prefill, members[order.front()], body, static_cast<size_t>(chosen_known_tokens),
+                                 rendered_prompt_tokens);
     prefilled = done;
     std::lock_guard lock(mutex_);
     --in_flight_[prefill->id];
@@ -703,8 +732,9 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     if (prefill && config_.caching3 && k == 0 && !m.transfer_endpoint.empty() && one_choice) {
       endpoints.push_back(prefill->transfer_endpoint);
       // After a prefill there, the prompt (all of it, if tokenized; else a conservative estimate).
-      const int64_t prompt_known =
-          prompt.tokenized() ? prompt_tokens : static_cast<int64_t>(view->prompt_text.size() / kBytesPerKnownToken);
+      const int64_t prompt_known = rendered_prompt_tokens >= 0 ? rendered_prompt_tokens
+                                   : prompt.tokenized()      ? prompt_tokens
+                                                             : static_cast<int64_t>(view->prompt_text.size() / kBytesPerKnownToken);
       known.push_back(prefilled ? prompt_known : prefill_known_tokens);
       at_end.push_back(config_.caching3_at_end);  // for the next turn's prefill: no failover copy
       replicas.push_back(prefill->id);

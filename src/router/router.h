@@ -130,8 +130,12 @@ class Router {
   // Computes the request's prompt on `prefill`, its KV sent to `decode` (SPEC D4). False if it
   // failed (the decode instance then computes the prompt itself).
   // `decode_known_tokens`: leading prompt tokens the decode instance holds already (not sent).
-  bool prefill_on(const httplib::Request& req, const cluster::InstanceInfo& prefill, const cluster::InstanceInfo& decode,
-                  const nlohmann::json& body, size_t decode_known_tokens);
+  // A Responses API turn's prompt (its history is the decode instance's) is asked of the decode
+  // instance first and computed on `prefill` as a completion of those tokens; `prompt_tokens`
+  // gets its length (unchanged for the other APIs).
+  bool prefill_on(const httplib::Request& req, Api api, const cluster::InstanceInfo& prefill,
+                  const cluster::InstanceInfo& decode, const nlohmann::json& body, size_t decode_known_tokens,
+                  int64_t& prompt_tokens);
   // The instance's published `mnemo profile` (parsed once per published text); null if it has
   // none or it does not parse. Caller holds mutex_.
   std::shared_ptr<const CostModel> profile_of(const cluster::InstanceInfo& instance);

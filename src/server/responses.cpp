@@ -104,69 +104,95 @@ std::string output_text(const json& response) {
 
 }  // namespace
 
-void Server::handle_create_response(const httplib::Request& req, httplib::Response& res) {
-  json body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return send_error(res, bad_request("the request body must be a JSON object"));
+std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const json& body) const {
+  if (!body.is_object()) return bad_request("the request body must be a JSON object");
   if (body.contains("model") && (!body["model"].is_string() || body["model"] != config_.model_id)) {
-    return send_error(res, ApiError{404, "The model does not exist; this server serves '" + config_.model_id + "'.",
-                              "invalid_request_error", "model", "model_not_found"});
+    return ApiError{404, "The model does not exist; this server serves '" + config_.model_id + "'.",
+                    "invalid_request_error", "model", "model_not_found"};
   }
-  // Sampling and limits share the chat-completions parser (field names mapped).
+  // Sampling and limits share the chat-completions parser (field names mapped), and so do a
+  // router's replica fields (a decode instance sending a turn's KV back, SPEC M4).
   json as_chat = {{"messages", json::array({{{"role", "user"}, {"content", ""}}})}};
   for (const char* field : {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "cache_salt",
-                            "presence_penalty", "frequency_penalty", "repetition_penalty"}) {
+                            "presence_penalty", "frequency_penalty", "repetition_penalty", "mnemo_replica",
+                            "mnemo_replica_known_tokens", "mnemo_replica_at_end"}) {
     if (body.contains(field)) as_chat[field] = body[field];
   }
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) as_chat["max_tokens"] = body["max_output_tokens"];
   auto parsed = parse_request(as_chat.dump(), /*chat=*/true);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
     if (error->param == "max_tokens") error->param = "max_output_tokens";
-    return send_error(res, *error);
+    return *error;
   }
-  ParsedRequest request = std::move(std::get<ParsedRequest>(parsed));
-  const bool stream = body.value("stream", false);
-  const bool store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
-  if (store && store_ == nullptr) return send_error(res, bad_request("this server has no response store", "store"));
+  ResponsesTurn t{std::move(std::get<ParsedRequest>(parsed)), {}, "", false, true};
+  t.stream = body.value("stream", false);
+  t.store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
+  if (t.store && store_ == nullptr) return bad_request("this server has no response store", "store");
 
   // The new turn's messages.
-  std::vector<ChatMessage> turn;
   const auto input = body.find("input");
-  if (input == body.end()) return send_error(res, bad_request("'input' is required", "input"));
+  if (input == body.end()) return bad_request("'input' is required", "input");
   if (input->is_string()) {
-    turn.push_back({"user", input->get<std::string>()});
+    t.turn.push_back({"user", input->get<std::string>()});
   } else if (input->is_array()) {
     for (const json& item : *input) {
       std::string error;
       auto message = to_message(item, error);
-      if (!error.empty()) return send_error(res, bad_request(error, "input"));
-      if (message) turn.push_back(std::move(*message));
+      if (!error.empty()) return bad_request(error, "input");
+      if (message) t.turn.push_back(std::move(*message));
     }
   } else {
-    return send_error(res, bad_request("'input' must be a string or a list of items", "input"));
+    return bad_request("'input' must be a string or a list of items", "input");
   }
 
   // The history, oldest first: each stored turn's inputs, then its output (instructions are not
   // inherited).
   std::vector<ChatMessage> messages;
-  std::string previous_id;
   if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
-    if (!body["previous_response_id"].is_string()) return send_error(res, bad_request("'previous_response_id' must be a string", "previous_response_id"));
-    previous_id = body["previous_response_id"].get<std::string>();
-    if (store_ == nullptr) return send_error(res, not_found(previous_id, "previous_response_id"));
-    auto chain = load_chain(*store_, previous_id);
-    if (auto* error = std::get_if<ApiError>(&chain)) return send_error(res, *error);
+    if (!body["previous_response_id"].is_string()) return bad_request("'previous_response_id' must be a string", "previous_response_id");
+    t.previous_id = body["previous_response_id"].get<std::string>();
+    if (store_ == nullptr) return not_found(t.previous_id, "previous_response_id");
+    auto chain = load_chain(*store_, t.previous_id);
+    if (auto* error = std::get_if<ApiError>(&chain)) return *error;
     messages = history_of(std::get<std::vector<StoredResponse>>(chain));
   }
   std::vector<ChatMessage> all;
   if (body.contains("instructions") && body["instructions"].is_string()) all.push_back({"system", body["instructions"].get<std::string>()});
   for (ChatMessage& m : messages) all.push_back(std::move(m));
-  for (const ChatMessage& m : turn) all.push_back(m);
-  request.messages = all;
+  for (const ChatMessage& m : t.turn) all.push_back(m);
+  t.request.messages = std::move(all);
+  return t;
+}
+
+void Server::handle_responses_prompt(const httplib::Request& req, httplib::Response& res) {
+  const json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return send_error(res, bad_request("the request body must be a JSON object"));
+  auto read = read_responses_turn(body);
+  if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
+  const ResponsesTurn& t = std::get<ResponsesTurn>(read);
+  auto tokens = prompt_of(t.request, Endpoint::kChat);
+  if (auto* error = std::get_if<ApiError>(&tokens)) return send_error(res, *error);
+  res.set_content(json{{"prompt", std::get<std::vector<TokenId>>(tokens)}}.dump(), "application/json");
+}
+
+void Server::handle_create_response(const httplib::Request& req, httplib::Response& res) {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return send_error(res, bad_request("the request body must be a JSON object"));
+  auto read = read_responses_turn(body);
+  if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
+  ResponsesTurn& t = std::get<ResponsesTurn>(read);
+  ParsedRequest& request = t.request;
+  const std::vector<ChatMessage>& turn = t.turn;
+  const std::string previous_id = t.previous_id;
+  const bool stream = t.stream;
+  const bool store = t.store;
 
   auto prepared = prepare(req, request, Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   auto run = std::move(std::get<PreparedRun>(prepared));
   const uint64_t cache_namespace = request.generation.cache_namespace;
+  // A router's Caching-3 copy back to a prefill instance (SPEC M4), or a failover copy.
+  const auto replicas = open_replicas(request, run);
 
   const std::string id = new_id("resp");
   const std::string message_id = new_id("msg");
@@ -224,6 +250,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
     for (;;) {
       auto event = run.stream->next(std::chrono::milliseconds(1000));
       if (!event) continue;
+      feed_replicas(replicas, *event);
       if (auto* d = std::get_if<TokenDelta>(&*event)) text += d->text;
       if (auto* f = std::get_if<ChoiceFinished>(&*event)) length_stop = f->reason == FinishReason::kLength;
       if (auto* done = std::get_if<RequestDone>(&*event)) {
@@ -276,6 +303,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
         }
         bool done = false;
         for (auto e = stream_handle->next(std::chrono::milliseconds(100)); e; e = stream_handle->next(std::chrono::milliseconds(0))) {
+          feed_replicas(replicas, *e);
           if (auto* d = std::get_if<TokenDelta>(&*e)) {
             if (d->text.empty()) continue;
             state->text += d->text;

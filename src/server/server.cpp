@@ -137,6 +137,9 @@ void Server::install_routes() {
   });
   http.Post("/v1/internal/kv_push", [this](const httplib::Request& req, httplib::Response& res) { handle_kv_push(req, res); });
   http.Get("/v1/internal/cache_events", [this](const httplib::Request& req, httplib::Response& res) { handle_cache_events(req, res); });
+  http.Post("/v1/internal/responses_prompt", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_responses_prompt(req, res);
+  });
   http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     handle_create_response(req, res);
   });
@@ -198,6 +201,32 @@ std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req,
   return PreparedRun{*stream, std::move(guard)};
 }
 
+std::vector<std::shared_ptr<KvReplicator::Replica>> Server::open_replicas(const ParsedRequest& request,
+                                                                          const PreparedRun& run) {
+  std::vector<std::shared_ptr<KvReplicator::Replica>> replicas;
+  if (!replicator_ || request.generation.n != 1) return replicas;
+  std::vector<TokenId> tokens = request.generation.prompt;
+  tokens.insert(tokens.end(), request.generation.resume_tokens.begin(), request.generation.resume_tokens.end());
+  const int32_t bs = engine_.config().block_size;
+  for (size_t i = 0; i < request.replica_endpoints.size(); ++i) {
+    const int32_t known = i < request.replica_known_tokens.size() ? request.replica_known_tokens[i] : 0;
+    const bool at_end = i < request.replica_at_end.size() && request.replica_at_end[i];
+    replicas.push_back(replicator_->open(request.replica_endpoints[i], request.generation.cache_namespace, run.stream,
+                                         tokens, known / bs, at_end));
+  }
+  return replicas;
+}
+
+void Server::feed_replicas(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas, const StreamEvent& event) {
+  for (const auto& replica : replicas) {
+    if (const auto* delta = std::get_if<TokenDelta>(&event)) {
+      if (delta->choice == 0 && delta->token >= 0) replica->on_token(delta->token);
+    } else if (std::holds_alternative<RequestDone>(event)) {
+      replica->on_finished();
+    }
+  }
+}
+
 void Server::handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
   auto parsed = parse_request(req.body, endpoint == Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
@@ -210,30 +239,11 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
   auto prepared = prepare(req, request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   PreparedRun run = std::move(std::get<PreparedRun>(prepared));
-  std::vector<std::shared_ptr<KvReplicator::Replica>> replicas;
-  if (replicator_ && request.generation.n == 1) {
-    std::vector<TokenId> tokens = request.generation.prompt;
-    tokens.insert(tokens.end(), request.generation.resume_tokens.begin(), request.generation.resume_tokens.end());
-    const int32_t bs = engine_.config().block_size;
-    for (size_t i = 0; i < request.replica_endpoints.size(); ++i) {
-      const int32_t known = i < request.replica_known_tokens.size() ? request.replica_known_tokens[i] : 0;
-      const bool at_end = i < request.replica_at_end.size() && request.replica_at_end[i];
-      replicas.push_back(replicator_->open(request.replica_endpoints[i], request.generation.cache_namespace, run.stream,
-                                           tokens, known / bs, at_end));
-    }
-  }
+  const std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = open_replicas(request, run);
   const bool replica_wait = request.replica_wait;
   auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), run.stream, tokenizer_);
   if (!replicas.empty()) {
-    completion->set_observer([replicas](const StreamEvent& event) {
-      for (const auto& replica : replicas) {
-        if (const auto* delta = std::get_if<TokenDelta>(&event)) {
-          if (delta->choice == 0 && delta->token >= 0) replica->on_token(delta->token);
-        } else if (std::holds_alternative<RequestDone>(event)) {
-          replica->on_finished();
-        }
-      }
-    });
+    completion->set_observer([replicas](const StreamEvent& event) { feed_replicas(replicas, event); });
     // How far a failover can go without recompute: the replica that got furthest.
     completion->set_replica_progress([replicas, bs = engine_.config().block_size] {
       int32_t chunks = 0;

@@ -72,6 +72,24 @@ class Server {
   void install_routes();
   void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void handle_create_response(const httplib::Request& req, httplib::Response& res);
+  // A Responses API request read: the chat request it runs (its history from the store, then
+  // its input), the new turn's messages, what it continues, and how it answers.
+  struct ResponsesTurn {
+    ParsedRequest request;
+    std::vector<ChatMessage> turn;
+    std::string previous_id;
+    bool stream = false;
+    bool store = true;
+  };
+  std::variant<ResponsesTurn, ApiError> read_responses_turn(const nlohmann::json& body) const;
+  // POST /v1/internal/responses_prompt: the prompt tokens a Responses API request would run
+  // here (its stored history included), for a router that has another instance compute them
+  // (disaggregated prefill, SPEC D4).
+  void handle_responses_prompt(const httplib::Request& req, httplib::Response& res);
+  // The KV replicas a request asked for (mnemo_replica: a failover copy or Caching-3's copy
+  // back), following its stream; fed its events.
+  std::vector<std::shared_ptr<KvReplicator::Replica>> open_replicas(const ParsedRequest& request, const PreparedRun& run);
+  static void feed_replicas(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas, const StreamEvent& event);
   void handle_get_response(const httplib::Request& req, httplib::Response& res);
   void handle_delete_response(const httplib::Request& req, httplib::Response& res);
   // The tokens of a stored conversation as the model saw them: the last turn's instructions, the

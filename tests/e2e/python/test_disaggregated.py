@@ -99,3 +99,48 @@ def test_caching3_sends_the_turn_back_so_the_next_prefill_hits(disaggregated):
             assert imported == read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0)  # nothing came back
             assert hits <= prompt_chunks_tokens, (hits, prompt_chunks_tokens)  # only what it computed itself
         router.terminate()
+
+
+def respond(url: str, body: dict) -> requests.Response:
+    r = requests.post(url + "/v1/responses", json={"model": "m", **body}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def output_text(response: dict) -> str:
+    return "".join(c["text"] for item in response["output"] for c in item["content"])
+
+
+def test_responses_turns_are_disaggregated_and_their_history_comes_back_to_prefill(disaggregated):
+    # A stored conversation's turn: the decode instance (its owner) says what the prompt is (its
+    # history is there), the prefill instance computes it and sends the KV; Caching-3 sends each
+    # turn back, so the next turn's prefill finds the history. Output equals a colocated
+    # instance's over the same conversation.
+    router = disaggregated["start_router"]()
+    prefill = disaggregated["prefill"].url
+    reference = disaggregated["colocated"].url
+    question = HISTORY[0]["content"] + " (stored)"
+    body = {"input": question, "max_output_tokens": 40, "temperature": 0}
+    before = read_metrics(router.url).get("mnemo_router_prefills_total", 0)
+    first = respond(router.url, body).json()
+    expected_first = respond(reference, body).json()
+    assert output_text(first) == output_text(expected_first)
+    assert read_metrics(router.url)["mnemo_router_prefills_total"] == before + 1
+    assert read_metrics(router.url).get("mnemo_router_prefill_failures_total", 0) == 0
+    usage = first["usage"]
+    assert usage["input_tokens_details"]["cached_tokens"] >= (usage["input_tokens"] - 1) // 32 * 32 - 32, usage
+    turn_tokens = usage["input_tokens"] + usage["output_tokens"]
+    wait_for(lambda: read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0) > 0, 10, 0.05, "KV back on prefill")
+
+    hits_before = read_metrics(prefill).get("mnemo_prefix_cache_hit_tokens_total", 0)
+    follow_up = {"input": "Thanks! And what about the dog?", "max_output_tokens": 16, "temperature": 0}
+    second = respond(router.url, {**follow_up, "previous_response_id": first["id"]})
+    assert second.headers["X-Mnemo-Instance"] in "".join(disaggregated["decode"].stdout_lines)
+    assert read_metrics(router.url)["mnemo_router_prefills_total"] == before + 2
+    hits = read_metrics(prefill)["mnemo_prefix_cache_hit_tokens_total"] - hits_before
+    assert hits >= (turn_tokens - 1) // 32 * 32 - 32, (hits, turn_tokens)  # the first turn's prompt and reply
+    expected_second = respond(reference, {**follow_up, "previous_response_id": expected_first["id"]}).json()
+    assert output_text(second.json()) == output_text(expected_second)
+    # The decode instance found the second prompt computed too.
+    usage = second.json()["usage"]
+    assert usage["input_tokens_details"]["cached_tokens"] >= (usage["input_tokens"] - 1) // 32 * 32 - 32, usage
