@@ -190,6 +190,21 @@ bool carries_text(std::string_view chunk) {
   return false;
 }
 
+json final_response(std::string_view body, bool sse) {
+  json response;
+  for_each_object(body, sse, [&](const json& j) {
+    if (!sse) {
+      response = j;
+      return;
+    }
+    const std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+    if ((type == "response.completed" || type == "response.incomplete") && j.contains("response") && j["response"].is_object()) {
+      response = j["response"];
+    }
+  });
+  return response;
+}
+
 std::string response_id(std::string_view body, bool sse) {
   std::string id;
   for_each_object(body, sse, [&](const json& j) {

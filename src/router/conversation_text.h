@@ -36,6 +36,9 @@ int64_t generated_tokens(Api api, std::string_view body, bool sse);
 // Whether a chunk of a stream (of any of the APIs) carries generated text, not only a role, a
 // finish or usage: a quick look at its bytes, no parse.
 bool carries_text(std::string_view chunk);
+// A Responses API reply's final response object: the body itself, or a stream's
+// response.completed (or .incomplete) event's; null if there is none.
+nlohmann::json final_response(std::string_view body, bool sse);
 // A Responses API reply's id ("" if none).
 std::string response_id(std::string_view body, bool sse);
 

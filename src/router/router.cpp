@@ -33,6 +33,18 @@ constexpr size_t kBytesPerKnownToken = 6;
 // An instance's chunk size until its first cache event says (mnemo serve's default).
 constexpr int32_t kDefaultChunkTokens = 32;
 
+// An owner record: the instance that stored a response, then those holding copies, comma-separated.
+std::vector<std::string> split_holders(const std::string& holders) {
+  std::vector<std::string> ids;
+  size_t at = 0;
+  while (at <= holders.size()) {
+    const size_t comma = std::min(holders.find(',', at), holders.size());
+    if (comma > at) ids.push_back(holders.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return ids;
+}
+
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -178,6 +190,43 @@ std::vector<cluster::InstanceInfo> Router::with_planned_roles(std::vector<cluste
     std::fprintf(stderr, "mnemo route: plan for %d instances: %s\n", in.machines, plan->explanation.c_str());
   }
   return members;
+}
+
+std::vector<cluster::InstanceInfo> Router::live_holders(const std::string& holders) {
+  std::vector<cluster::InstanceInfo> members = with_planned_roles(all_members());
+  std::vector<cluster::InstanceInfo> out;
+  for (const auto& id : split_holders(holders)) {
+    for (const auto& m : members) {
+      if (m.id == id) out.push_back(m);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Router::copy_stored_turn(const std::string& authorization, const json& request,
+                                                  const json& response, const std::vector<cluster::InstanceInfo>& holders) {
+  std::vector<std::string> stored;
+  if (!response.is_object()) return stored;
+  json copy = request;
+  for (const char* field : {"stream", "mnemo_replica", "mnemo_replica_known_tokens", "mnemo_replica_at_end"}) copy.erase(field);
+  const std::string body = json{{"request", std::move(copy)}, {"response", response}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  for (const auto& h : holders) {
+    httplib::Client client(h.address);
+    client.set_connection_timeout(std::chrono::seconds(2));
+    client.set_read_timeout(std::chrono::seconds(30));
+    httplib::Headers headers;
+    if (!authorization.empty()) headers.emplace("Authorization", authorization);
+    const auto reply = client.Post("/v1/internal/responses_import", headers, body, "application/json");
+    if (reply && reply->status == 200) {
+      stored.push_back(h.id);
+      stored_turn_copies_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      stored_turn_copy_failures_.fetch_add(1, std::memory_order_relaxed);
+      std::fprintf(stderr, "mnemo route: a copy of a stored turn on %s: %s\n", h.id.c_str(),
+                   reply ? reply->body.substr(0, 300).c_str() : httplib::to_string(reply.error()).c_str());
+    }
+  }
+  return stored;
 }
 
 std::vector<cluster::InstanceInfo> Router::all_members() {
@@ -580,16 +629,15 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     // The conversation's history and KV are on the instance that stored it.
     const Result<std::string> found = owner_of(view->previous_response_id);
     if (!found.ok()) return send_owner_lookup_failure(res, found.error());
-    const std::string& owner = *found;
-    if (owner.empty()) {
+    if (found->empty()) {
       return send_error(res, 404, fmt::format("No response found with id '{}'.", view->previous_response_id),
                         "invalid_request_error", "not_found");
     }
-    // Whatever role it has now: a decode instance has the turn's prompt computed by a prefill
-    // instance, as for a new request; any other (a plan may have made it a prefill instance
-    // since) runs the turn whole.
-    members = with_planned_roles(all_members());
-    std::erase_if(members, [&](const auto& m) { return m.id != owner; });
+    // The instances that stored it (the owner, and the holders of its copies): whatever role
+    // they have now, a decode instance has the turn's prompt computed by a prefill instance, as
+    // for a new request; any other (a plan may have made it a prefill instance since) runs the
+    // turn whole.
+    members = live_holders(*found);
     for (auto& m : members) {
       if (m.role != "decode") m.role = "colocated";
     }
@@ -718,13 +766,17 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   const bool streamed = body.value("stream", false) == true;
   const bool one_choice = !body.contains("n") || body["n"] == 1;
   const bool resumable = config_.failover && api != Api::kResponses && streamed && one_choice;
-  const bool replicable = config_.replicas > 0 && api != Api::kResponses && one_choice;
+  // A stored Responses turn (store defaults to true) keeps copies too: its KV, once it ends, and
+  // the stored turn itself, so the conversation outlives its instance.
+  const bool stored_turn = api == Api::kResponses && body.value("store", true) != false;
+  const bool replicable = config_.replicas > 0 && one_choice && (api != Api::kResponses || stored_turn);
   for (size_t k = 0; k < order.size(); ++k) {
     const cluster::InstanceInfo& m = members[order[k]];
     std::vector<cluster::InstanceInfo> others;  // the order to fail over in
     for (size_t j = k + 1; j < order.size(); ++j) others.push_back(members[order[j]]);
     for (size_t j = 0; j < k; ++j) others.push_back(members[order[j]]);  // they did not answer before; may now
     std::vector<std::string> replicas;  // instances holding the request's KV replicas
+    std::vector<cluster::InstanceInfo> turn_holders;  // of them, those to store a Responses turn on
     json sent_body;
     json endpoints = json::array();
     json known = json::array();   // per replica, the leading tokens it holds already
@@ -747,8 +799,10 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       for (auto it = others.begin(); it != holders_end && endpoints.size() < limit; ++it) {
         endpoints.push_back(it->transfer_endpoint);
         known.push_back(0);
-        at_end.push_back(false);  // a failover copy follows the request as it runs
+        // A failover copy follows the request as it runs; a stored turn's is for the next turn.
+        at_end.push_back(api == Api::kResponses);
         replicas.push_back(it->id);
+        if (api == Api::kResponses) turn_holders.push_back(*it);
       }
     }
     if (!replicas.empty()) {
@@ -772,7 +826,8 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       ++routed_[m.id];
       record_prompt(m.id, prompt, now);  // its prefill caches the prompt there
     }
-    auto on_done = [this, api, id = m.id, replicas, prompt = view->prompt_text, arrived = now](
+    auto on_done = [this, api, id = m.id, replicas, turn_holders, prompt = view->prompt_text, arrived = now,
+                    authorization = req.get_header_value("Authorization"), request_body = body](
                        int status, const std::string& reply_body, bool sse, const std::string& finished_on,
                        double first_text_at) {
       // The next turn's prompt starts with this one's and its reply: cached there now (and on
@@ -793,7 +848,17 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
         }
       }
       if (api == Api::kResponses) {
-        if (const std::string rid = response_id(reply_body, sse); !rid.empty()) remember_owner(rid, finished_on);
+        const std::string rid = response_id(reply_body, sse);
+        if (!rid.empty()) {
+          std::vector<cluster::InstanceInfo> copies_to = turn_holders;
+          std::erase_if(copies_to, [&](const auto& h) { return h.id == finished_on; });
+          std::string holders = finished_on;
+          if (!copies_to.empty()) {
+            const json response = final_response(reply_body, sse);
+            for (const std::string& h : copy_stored_turn(authorization, request_body, response, copies_to)) holders += "," + h;
+          }
+          remember_owner(rid, holders);
+        }
       }
     };
     if (!replicas.empty()) res.set_header("X-Mnemo-Replica", fmt::format("{}", fmt::join(replicas, ",")));
@@ -835,16 +900,26 @@ void Router::handle_stored_response(const httplib::Request& req, httplib::Respon
   const std::string id = req.matches[1];
   const Result<std::string> found = owner_of(id);
   if (!found.ok()) return send_owner_lookup_failure(res, found.error());
-  const std::string& owner = *found;
-  const auto members = all_members();
-  const auto it = std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.id == owner; });
-  if (owner.empty()) return send_error(res, 404, fmt::format("No response found with id '{}'.", id), "invalid_request_error", "not_found");
-  if (it == members.end()) {
+  if (found->empty()) return send_error(res, 404, fmt::format("No response found with id '{}'.", id), "invalid_request_error", "not_found");
+  const std::vector<cluster::InstanceInfo> holders = live_holders(*found);
+  if (holders.empty()) {
     res.set_header("Retry-After", "1");
     return send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", id), "server_error",
                       "instance_unavailable");
   }
   const bool deleting = req.method == "DELETE";
+  if (deleting) {
+    // The copies on the other holders go too (the first one answers the client).
+    for (size_t i = 1; i < holders.size(); ++i) {
+      httplib::Client client(holders[i].address);
+      client.set_connection_timeout(std::chrono::seconds(2));
+      client.set_read_timeout(std::chrono::seconds(30));
+      httplib::Headers headers;
+      if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
+      (void)client.Delete(req.path, headers);
+    }
+  }
+  const auto it = holders.begin();
   const bool reached = forward(req, res, *it, "", [this, id, deleting](int status, const std::string&, bool, const std::string&, double) {
     if (!deleting || status != 200) return;
     {
@@ -911,6 +986,12 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   prometheus::counter(out, "router_relay_waits_total",
                       "Times a stream's relay stopped reading its instance because the client was behind.",
                       relay_waits_.load(std::memory_order_relaxed));
+  prometheus::counter(out, "router_stored_turn_copies_total",
+                      "Stored Responses API turns copied to an instance holding their KV replica.",
+                      stored_turn_copies_.load(std::memory_order_relaxed));
+  prometheus::counter(out, "router_stored_turn_copy_failures_total",
+                      "Copies of stored turns an instance refused or did not answer.",
+                      stored_turn_copy_failures_.load(std::memory_order_relaxed));
   prometheus::counter(out, "router_retries_total", "Requests an instance did not answer, sent to another.", retries_);
   prometheus::counter(out, "router_unroutable_total", "Requests no instance answered.", unroutable_);
   prometheus::counter(out, "router_kv_pushes_total", "KV transfers between instances the router asked for, done.", kv_pushes_);

@@ -125,6 +125,14 @@ class Router {
   std::vector<cluster::InstanceInfo> live_members(bool prefill = false);
   // Every instance with a live lease, whatever its role (a stored response's owner).
   std::vector<cluster::InstanceInfo> all_members();
+  // The live instances among a stored response's holders (its owner record: the instance that
+  // stored it, then those holding copies), in that order, with the roles the plan gives them.
+  std::vector<cluster::InstanceInfo> live_holders(const std::string& holders);
+  // Stores a finished Responses API turn on the instances holding its KV copies too (POST
+  // /v1/internal/responses_import); returns those that took it.
+  std::vector<std::string> copy_stored_turn(const std::string& authorization, const nlohmann::json& request,
+                                            const nlohmann::json& response,
+                                            const std::vector<cluster::InstanceInfo>& holders);
   // The members (sorted by id) with the roles the plan gives them; unchanged without a plan.
   std::vector<cluster::InstanceInfo> with_planned_roles(std::vector<cluster::InstanceInfo> members);
   // Computes the request's prompt on `prefill`, its KV sent to `decode` (SPEC D4). False if it
@@ -189,6 +197,7 @@ class Router {
   std::unordered_set<std::string> unfollowable_;  // instances that tokenize differently (logged once)
   double last_expire_ = 0;  // of the prompt trees
   std::atomic<uint64_t> relay_waits_{0};
+  std::atomic<uint64_t> stored_turn_copies_{0}, stored_turn_copy_failures_{0};
   std::atomic<int64_t> planned_prefills_{-1};  // of the last split applied (-1: none yet), for logs and metrics
   uint64_t retries_ = 0;
   uint64_t unroutable_ = 0;

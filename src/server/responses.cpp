@@ -175,6 +175,33 @@ void Server::handle_responses_prompt(const httplib::Request& req, httplib::Respo
   res.set_content(json{{"prompt", std::get<std::vector<TokenId>>(tokens)}}.dump(), "application/json");
 }
 
+void Server::handle_responses_import(const httplib::Request& req, httplib::Response& res) {
+  const json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("request") || !body.contains("response")) {
+    return send_error(res, bad_request("the body must be an object with 'request' and 'response'"));
+  }
+  const json& response = body["response"];
+  if (!response.is_object() || !response.contains("id") || !response["id"].is_string() ||
+      response["id"].get<std::string>().rfind("resp_", 0) != 0 || !response.contains("output") ||
+      !response["output"].is_array()) {
+    return send_error(res, bad_request("'response' must be a response object (an id 'resp_...', an output list)", "response"));
+  }
+  if (store_ == nullptr) return send_error(res, bad_request("this server has no response store"));
+  // The turn's inputs and the history it continues, which must be here already: a copy of a
+  // turn whose earlier turns this instance lacks could not be continued.
+  auto read = read_responses_turn(body["request"]);
+  if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
+  const ResponsesTurn& t = std::get<ResponsesTurn>(read);
+  json turn_inputs = json::array();
+  for (const ChatMessage& m : t.turn) {
+    if (m.role != "system") turn_inputs.push_back({{"role", m.role}, {"content", m.content}});
+  }
+  const Status saved = store_->put({response["id"].get<std::string>(), t.previous_id, turn_inputs, response,
+                                    cache_namespace_of(req, t.request)});
+  if (!saved.ok()) return send_error(res, ApiError{500, saved.error().message(), "server_error", "", ""});
+  res.set_content(json{{"stored", response["id"]}}.dump(), "application/json");
+}
+
 void Server::handle_create_response(const httplib::Request& req, httplib::Response& res) {
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return send_error(res, bad_request("the request body must be a JSON object"));

@@ -140,6 +140,9 @@ void Server::install_routes() {
   http.Post("/v1/internal/responses_prompt", [this](const httplib::Request& req, httplib::Response& res) {
     handle_responses_prompt(req, res);
   });
+  http.Post("/v1/internal/responses_import", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_responses_import(req, res);
+  });
   http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     handle_create_response(req, res);
   });

@@ -86,6 +86,10 @@ class Server {
   // here (its stored history included), for a router that has another instance compute them
   // (disaggregated prefill, SPEC D4).
   void handle_responses_prompt(const httplib::Request& req, httplib::Response& res);
+  // POST /v1/internal/responses_import {"request", "response"}: stores another instance's
+  // finished turn (a router keeps a stored conversation on its KV replica holders too, so the
+  // conversation outlives its instance). Refused unless the turn it continues is stored here.
+  void handle_responses_import(const httplib::Request& req, httplib::Response& res);
   // The KV replicas a request asked for (mnemo_replica: a failover copy or Caching-3's copy
   // back), following its stream; fed its events.
   std::vector<std::shared_ptr<KvReplicator::Replica>> open_replicas(const ParsedRequest& request, const PreparedRun& run);

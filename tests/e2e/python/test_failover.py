@@ -241,3 +241,55 @@ def test_a_finished_conversation_outlives_its_instance_on_its_replica(cluster):
     assert second.headers["X-Mnemo-Instance"] == holder  # where the conversation's KV is
     cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= (turn_tokens - 1) // 32 * 32 - 32, (cached, turn_tokens)  # the reply's KV too (a re-rendered tail aside)
+
+
+def respond(url: str, body: dict) -> requests.Response:
+    r = requests.post(url + "/v1/responses", json={"model": "m", "temperature": 0, **body}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def output_text(response: dict) -> str:
+    return "".join(c["text"] for item in response["output"] for c in item["content"])
+
+
+def test_a_stored_conversation_outlives_its_instance_on_its_replica(cluster):
+    """A stored Responses conversation is kept on the holder of its KV replica too (the stored
+    turn copied there, the KV sent once the turn ends): once its instance is gone, the next turn
+    goes to the holder, continues the conversation from its copy and finds its KV there; GET
+    and DELETE reach the copy."""
+    router = cluster["router"]
+    alive = [s for s in cluster["instances"] if s.proc.poll() is None]
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == len(alive), 15, 0.1, "the killed ones gone")
+    while len(alive) < 3:
+        alive.append(cluster["start_instance"]())
+        cluster["instances"].append(alive[-1])
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 30, 0.1, "three instances in the view")
+    question = ("Describe, in a few sentences, a mountain village in winter: its chimneys, the church bell, the "
+                "children sledging and the baker's first loaves.")
+    first = respond(router.url, {"input": question, "max_output_tokens": 40})
+    owner, holder = first.headers["X-Mnemo-Instance"], first.headers["X-Mnemo-Replica"]
+    assert holder and holder != owner
+    assert read_metrics(router.url)["mnemo_router_stored_turn_copies_total"] >= 1
+    rid = first.json()["id"]
+    usage = first.json()["usage"]
+    turn_tokens = usage["input_tokens"] + usage["output_tokens"]
+    holder_server = instance_by_id(cluster, holder)
+    # The turn's KV lands on the holder once the turn ends.
+    wait_for(lambda: read_metrics(holder_server.url).get("mnemo_cache_imported_chunks_total", 0) >= (turn_tokens - 1) // 32,
+             10, 0.05, "the replica to hold the whole turn")
+    # The reference: the same conversation on the owner, before it dies (greedy, so the same).
+    reference = respond(instance_by_id(cluster, owner).url,
+                        {"input": "And in summer?", "max_output_tokens": 12, "previous_response_id": rid}).json()
+    instance_by_id(cluster, owner).kill()
+    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 2, 15, 0.1, "the owner gone")
+    stored = requests.get(router.url + f"/v1/responses/{rid}", timeout=30)
+    assert stored.status_code == 200 and stored.json()["id"] == rid
+    second = respond(router.url, {"input": "And in summer?", "max_output_tokens": 12, "previous_response_id": rid})
+    assert second.headers["X-Mnemo-Instance"] == holder
+    assert output_text(second.json()) == output_text(reference)
+    cached = second.json()["usage"]["input_tokens_details"]["cached_tokens"]
+    assert cached >= (turn_tokens - 1) // 32 * 32 - 32, (cached, turn_tokens)
+    # Deleting the conversation's last turn through the router removes the copy too.
+    assert requests.delete(router.url + f"/v1/responses/{second.json()['id']}", timeout=30).status_code == 200
+    assert requests.get(holder_server.url + f"/v1/responses/{second.json()['id']}", timeout=30).status_code == 404
