@@ -272,3 +272,33 @@ def test_corrupted_or_truncated_extents_are_recomputed_never_served(start_server
     assert metric(b.url, "cache_disk_corrupt_chunks_total") > 0
     assert body["usage"]["input_tokens_details"]["recomputed_tokens"] > 0 or \
         body["usage"]["input_tokens_details"]["cached_tokens"] == 0
+
+
+def test_an_imported_turn_is_stored_and_continued_and_bad_imports_change_nothing(state_server, start_server):
+    # A router copies a stored turn to the holder of its KV replica: the holder stores it as its
+    # own, and a next turn continues from it exactly as on the instance that ran it.
+    server, _ = state_server
+    holder = start_server()
+    first = create(server.url, input="Name a river in France.", max_output_tokens=8, temperature=0).json()
+    url = holder.url + "/v1/internal/responses_import"
+    request = {"input": "Name a river in France.", "max_output_tokens": 8, "temperature": 0}
+    bad = [b"{not json", json.dumps({"request": request}).encode(),
+           json.dumps({"request": request, "response": {"id": "x", "output": []}}).encode(),
+           json.dumps({"request": request, "response": {"id": "resp_1"}}).encode(),
+           json.dumps({"request": {"input": 7}, "response": first}).encode()]
+    for body in bad:
+        r = requests.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=30)
+        assert r.status_code == 400, (body, r.text)
+        assert requests.get(holder.url + f"/v1/responses/{first['id']}", timeout=30).status_code == 404
+    # A turn continuing one the holder lacks: refused (it could not be continued there).
+    orphan = {**request, "previous_response_id": "resp_unknown"}
+    r = requests.post(url, json={"request": orphan, "response": first}, timeout=30)
+    assert r.status_code == 404, r.text
+    r = requests.post(url, json={"request": request, "response": first}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert requests.get(holder.url + f"/v1/responses/{first['id']}", timeout=30).json() == first
+    follow = {"input": "How long is it?", "max_output_tokens": 8, "temperature": 0, "previous_response_id": first["id"]}
+    on_holder = create(holder.url, **follow).json()
+    on_owner = create(server.url, **follow).json()
+    assert output_text(on_holder) == output_text(on_owner)
+    assert on_holder["usage"]["input_tokens"] == on_owner["usage"]["input_tokens"]
