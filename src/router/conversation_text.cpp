@@ -152,32 +152,36 @@ std::string text_of(Api api, const json& j, bool sse) {
 
 }  // namespace
 
-std::string reply_text(Api api, std::string_view body, bool sse) {
-  std::string text;
-  for_each_object(body, sse, [&](const json& j) { text += text_of(api, j, sse); });
-  return text;
-}
-
-int64_t generated_tokens(Api api, std::string_view body, bool sse) {
+ReplyDigest read_reply(Api api, std::string_view body, bool sse) {
+  ReplyDigest d;
   int64_t reported = -1;
   int64_t text_events = 0;
   for_each_object(body, sse, [&](const json& j) {
-    const json* usage = nullptr;
-    if (j.contains("usage") && j["usage"].is_object()) {
-      usage = &j["usage"];
-    } else if (j.contains("response") && j["response"].is_object() && j["response"].contains("usage") &&
-               j["response"]["usage"].is_object()) {
-      usage = &j["response"]["usage"];
+    const std::string text = text_of(api, j, sse);
+    d.text += text;
+    if (sse && !text.empty()) ++text_events;
+    const json* response = sse ? (j.contains("response") && j["response"].is_object() ? &j["response"] : nullptr) : &j;
+    if (response != nullptr && d.response_id.empty() && response->contains("id") && (*response)["id"].is_string()) {
+      d.response_id = (*response)["id"].get<std::string>();
     }
-    if (usage != nullptr) {
-      const char* name = api == Api::kResponses ? "output_tokens" : "completion_tokens";
-      if (usage->contains(name) && (*usage)[name].is_number_integer()) reported = (*usage)[name].get<int64_t>();
+    const std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+    if (!sse || ((type == "response.completed" || type == "response.incomplete") && response != nullptr)) {
+      d.final_response = *response;
     }
-    if (sse && !text_of(api, j, sse).empty()) ++text_events;
+    const json* usage = j.contains("usage") && j["usage"].is_object() ? &j["usage"]
+                        : response != nullptr && response->contains("usage") && (*response)["usage"].is_object()
+                            ? &(*response)["usage"]
+                            : nullptr;
+    const char* name = api == Api::kResponses ? "output_tokens" : "completion_tokens";
+    if (usage != nullptr && usage->contains(name) && (*usage)[name].is_number_integer()) {
+      reported = (*usage)[name].get<int64_t>();
+    }
   });
-  if (reported >= 0) return reported;
-  return sse ? text_events : -1;
+  d.generated_tokens = reported >= 0 ? reported : sse ? text_events : -1;
+  return d;
 }
+
+std::string reply_text(Api api, std::string_view body, bool sse) { return read_reply(api, body, sse).text; }
 
 bool carries_text(std::string_view chunk) {
   if (chunk.find("\"response.output_text.delta\"") != std::string_view::npos) return true;
@@ -190,29 +194,6 @@ bool carries_text(std::string_view chunk) {
   return false;
 }
 
-json final_response(std::string_view body, bool sse) {
-  json response;
-  for_each_object(body, sse, [&](const json& j) {
-    if (!sse) {
-      response = j;
-      return;
-    }
-    const std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
-    if ((type == "response.completed" || type == "response.incomplete") && j.contains("response") && j["response"].is_object()) {
-      response = j["response"];
-    }
-  });
-  return response;
-}
-
-std::string response_id(std::string_view body, bool sse) {
-  std::string id;
-  for_each_object(body, sse, [&](const json& j) {
-    if (!id.empty()) return;
-    const json* r = sse ? (j.contains("response") && j["response"].is_object() ? &j["response"] : nullptr) : &j;
-    if (r != nullptr && r->contains("id") && (*r)["id"].is_string()) id = (*r)["id"].get<std::string>();
-  });
-  return id;
-}
+std::string response_id(std::string_view body, bool sse) { return read_reply(Api::kResponses, body, sse).response_id; }
 
 }  // namespace mnemo::router

@@ -27,18 +27,22 @@ struct ConversationView {
 Result<ConversationView> view_request(Api api, const nlohmann::json& body);
 // The prompt text of the turn after this reply.
 std::string with_reply(Api api, const std::string& prompt_text, std::string_view reply);
+// What the router reads of a finished reply (a whole JSON body, or a server-sent event stream),
+// in one pass over it: its text, the tokens it generated (its usage's completion_tokens or
+// output_tokens, else for a stream the events that carried text; -1 when neither says), and for
+// the Responses API its id and final response object (null if none).
+struct ReplyDigest {
+  std::string text;
+  int64_t generated_tokens = -1;
+  std::string response_id;
+  nlohmann::json final_response;
+};
+ReplyDigest read_reply(Api api, std::string_view body, bool sse);
 // The reply's text from a whole JSON body, or from a server-sent event stream. Empty if none.
 std::string reply_text(Api api, std::string_view body, bool sse);
-// The tokens a reply generated: its usage (completion_tokens, or the Responses API's
-// output_tokens) when it reports one, else, for a stream, the events that carried text; -1 when
-// neither says.
-int64_t generated_tokens(Api api, std::string_view body, bool sse);
 // Whether a chunk of a stream (of any of the APIs) carries generated text, not only a role, a
 // finish or usage: a quick look at its bytes, no parse.
 bool carries_text(std::string_view chunk);
-// A Responses API reply's final response object: the body itself, or a stream's
-// response.completed (or .incomplete) event's; null if there is none.
-nlohmann::json final_response(std::string_view body, bool sse);
 // A Responses API reply's id ("" if none).
 std::string response_id(std::string_view body, bool sse);
 

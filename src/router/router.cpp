@@ -15,6 +15,7 @@
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "router/conversation_text.h"
+#include "router/router_http.h"
 #include "router/prompt_keys.h"
 #include "util/prometheus_text.h"
 
@@ -25,7 +26,6 @@ using nlohmann::json;
 
 constexpr size_t kMaxKeptReplyBytes = 4u << 20;  // of a reply, for the prompt tree
 constexpr double kExpireEverySeconds = 5;          // prompt-tree expiry scans at most this often
-constexpr size_t kMaxRememberedOwners = 100000;    // response owners cached in memory (etcd has them all)
 // Prompt-tree bytes to the tokens an instance surely holds, for the chunks a KV replica need not
 // send: conservative (English text runs at about 4 bytes per token), since a guess past what the
 // receiver holds costs a refused increment and a resend from the first chunk.
@@ -33,42 +33,8 @@ constexpr size_t kBytesPerKnownToken = 6;
 // An instance's chunk size until its first cache event says (mnemo serve's default).
 constexpr int32_t kDefaultChunkTokens = 32;
 
-// An owner record: the instance that stored a response, then those holding copies, comma-separated.
-std::vector<std::string> split_holders(const std::string& holders) {
-  std::vector<std::string> ids;
-  size_t at = 0;
-  while (at <= holders.size()) {
-    const size_t comma = std::min(holders.find(',', at), holders.size());
-    if (comma > at) ids.push_back(holders.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return ids;
-}
-
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
-                const std::string& code) {
-  res.status = status;
-  res.set_content(json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}
-                      .dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
-}
-
-// POSTs a JSON body to an instance on behalf of a client's request (its Authorization passed on,
-// so the instance sees the same tenant). For the router's own exchanges: KV pushes, prefills.
-httplib::Result post_for(const httplib::Request& client_request, const std::string& address, const std::string& path,
-                         const json& body, std::chrono::duration<double> read_timeout) {
-  httplib::Client client(address);
-  client.set_connection_timeout(std::chrono::seconds(2));
-  client.set_read_timeout(read_timeout);
-  httplib::Headers headers;
-  if (client_request.has_header("Authorization")) {
-    headers.emplace("Authorization", client_request.get_header_value("Authorization"));
-  }
-  return client.Post(path, headers, body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 }  // namespace
@@ -167,10 +133,6 @@ void Router::install_routes() {
   });
 }
 
-std::string Router::owner_key(const std::string& response_id) const {
-  return fmt::format("/mnemo/{}/responses/{}", config_.cluster_name, response_id);
-}
-
 std::vector<cluster::InstanceInfo> Router::with_planned_roles(std::vector<cluster::InstanceInfo> members) {
   if (!config_.plan) return members;
   // Only instances that can send and receive KV can be split; the others stay colocated.
@@ -190,43 +152,6 @@ std::vector<cluster::InstanceInfo> Router::with_planned_roles(std::vector<cluste
     std::fprintf(stderr, "mnemo route: plan for %d instances: %s\n", in.machines, plan->explanation.c_str());
   }
   return members;
-}
-
-std::vector<cluster::InstanceInfo> Router::live_holders(const std::string& holders) {
-  std::vector<cluster::InstanceInfo> members = with_planned_roles(all_members());
-  std::vector<cluster::InstanceInfo> out;
-  for (const auto& id : split_holders(holders)) {
-    for (const auto& m : members) {
-      if (m.id == id) out.push_back(m);
-    }
-  }
-  return out;
-}
-
-std::vector<std::string> Router::copy_stored_turn(const std::string& authorization, const json& request,
-                                                  const json& response, const std::vector<cluster::InstanceInfo>& holders) {
-  std::vector<std::string> stored;
-  if (!response.is_object()) return stored;
-  json copy = request;
-  for (const char* field : {"stream", "mnemo_replica", "mnemo_replica_known_tokens", "mnemo_replica_at_end"}) copy.erase(field);
-  const std::string body = json{{"request", std::move(copy)}, {"response", response}}.dump(-1, ' ', false, json::error_handler_t::replace);
-  for (const auto& h : holders) {
-    httplib::Client client(h.address);
-    client.set_connection_timeout(std::chrono::seconds(2));
-    client.set_read_timeout(std::chrono::seconds(30));
-    httplib::Headers headers;
-    if (!authorization.empty()) headers.emplace("Authorization", authorization);
-    const auto reply = client.Post("/v1/internal/responses_import", headers, body, "application/json");
-    if (reply && reply->status == 200) {
-      stored.push_back(h.id);
-      stored_turn_copies_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      stored_turn_copy_failures_.fetch_add(1, std::memory_order_relaxed);
-      std::fprintf(stderr, "mnemo route: a copy of a stored turn on %s: %s\n", h.id.c_str(),
-                   reply ? reply->body.substr(0, 300).c_str() : httplib::to_string(reply.error()).c_str());
-    }
-  }
-  return stored;
 }
 
 std::vector<cluster::InstanceInfo> Router::all_members() {
@@ -371,37 +296,6 @@ std::shared_ptr<const CostModel> Router::profile_of(const cluster::InstanceInfo&
     std::fprintf(stderr, "mnemo route: %s\n", parsed.error().message().c_str());
   }
   return model;
-}
-
-Result<std::string> Router::owner_of(const std::string& response_id) {
-  {
-    std::lock_guard lock(mutex_);
-    if (const auto it = owners_.find(response_id); it != owners_.end()) return it->second;
-  }
-  // A restarted router, or another one, routed it: etcd knows.
-  auto kv = etcd_->get(owner_key(response_id));
-  if (!kv.ok()) return kv.error();
-  if (!kv->has_value()) return std::string();
-  std::lock_guard lock(mutex_);
-  if (owners_.size() >= kMaxRememberedOwners) owners_.clear();
-  owners_[response_id] = (*kv)->value;
-  return (*kv)->value;
-}
-
-void Router::send_owner_lookup_failure(httplib::Response& res, const Error& error) {
-  res.set_header("Retry-After", "1");
-  send_error(res, 503, fmt::format("cannot look up the instance of a stored response: {}", error.message()), "server_error",
-             "cluster_unavailable");
-}
-
-void Router::remember_owner(const std::string& response_id, const std::string& instance) {
-  {
-    std::lock_guard lock(mutex_);
-    if (owners_.size() >= kMaxRememberedOwners) owners_.clear();  // etcd answers for the rest
-    owners_[response_id] = instance;
-  }
-  const Status put = etcd_->put(owner_key(response_id), instance);
-  if (!put.ok()) std::fprintf(stderr, "mnemo route: %s\n", put.error().message().c_str());
 }
 
 std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& method, const std::string& path,
@@ -832,10 +726,11 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
                        double first_text_at) {
       // The next turn's prompt starts with this one's and its reply: cached there now (and on
       // the replica holder). Read outside the lock: a reply can be megabytes of events.
-      const std::string next_prefix = status == 200 ? with_reply(api, prompt, reply_text(api, reply_body, sse)) : "";
+      const ReplyDigest reply = status == 200 ? read_reply(api, reply_body, sse) : ReplyDigest{};
+      const std::string next_prefix = status == 200 ? with_reply(api, prompt, reply.text) : "";
       if (status == 200) {
         plan_meter_.record(first_text_at >= 0 ? first_text_at - arrived : -1.0, seconds_now() - arrived,
-                           generated_tokens(api, reply_body, sse));
+                           reply.generated_tokens);
       }
       {
         std::lock_guard lock(mutex_);
@@ -848,14 +743,15 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
         }
       }
       if (api == Api::kResponses) {
-        const std::string rid = response_id(reply_body, sse);
+        const std::string& rid = reply.response_id;
         if (!rid.empty()) {
           std::vector<cluster::InstanceInfo> copies_to = turn_holders;
           std::erase_if(copies_to, [&](const auto& h) { return h.id == finished_on; });
           std::string holders = finished_on;
           if (!copies_to.empty()) {
-            const json response = final_response(reply_body, sse);
-            for (const std::string& h : copy_stored_turn(authorization, request_body, response, copies_to)) holders += "," + h;
+            for (const std::string& h : copy_stored_turn(authorization, request_body, reply.final_response, copies_to)) {
+              holders += "," + h;
+            }
           }
           remember_owner(rid, holders);
         }
@@ -894,41 +790,6 @@ bool Router::push_kv(const httplib::Request& req, const cluster::InstanceInfo& f
   ++kv_pushes_;
   kv_pushed_tokens_ += tokens;
   return true;
-}
-
-void Router::handle_stored_response(const httplib::Request& req, httplib::Response& res) {
-  const std::string id = req.matches[1];
-  const Result<std::string> found = owner_of(id);
-  if (!found.ok()) return send_owner_lookup_failure(res, found.error());
-  if (found->empty()) return send_error(res, 404, fmt::format("No response found with id '{}'.", id), "invalid_request_error", "not_found");
-  const std::vector<cluster::InstanceInfo> holders = live_holders(*found);
-  if (holders.empty()) {
-    res.set_header("Retry-After", "1");
-    return send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", id), "server_error",
-                      "instance_unavailable");
-  }
-  const bool deleting = req.method == "DELETE";
-  if (deleting) {
-    // The copies on the other holders go too (the first one answers the client).
-    for (size_t i = 1; i < holders.size(); ++i) {
-      httplib::Client client(holders[i].address);
-      client.set_connection_timeout(std::chrono::seconds(2));
-      client.set_read_timeout(std::chrono::seconds(30));
-      httplib::Headers headers;
-      if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
-      (void)client.Delete(req.path, headers);
-    }
-  }
-  const auto it = holders.begin();
-  const bool reached = forward(req, res, *it, "", [this, id, deleting](int status, const std::string&, bool, const std::string&, double) {
-    if (!deleting || status != 200) return;
-    {
-      std::lock_guard lock(mutex_);
-      owners_.erase(id);
-    }
-    (void)etcd_->delete_key(owner_key(id));
-  });
-  if (!reached) send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", id), "server_error", "instance_unavailable");
 }
 
 void Router::handle_models(const httplib::Request& req, httplib::Response& res) {

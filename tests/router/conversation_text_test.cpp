@@ -63,6 +63,20 @@ TEST(ConversationText, RepliesAreReadWholeAndFromEventStreams) {
       "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"es\"}\n\n";
   EXPECT_EQ(reply_text(Api::kResponses, resp_sse, true), "Yes");
   EXPECT_EQ(response_id(resp_sse, true), "resp_7");
+  // One pass reads all of it; a stream's final response is its response.completed event's.
+  const ReplyDigest whole = read_reply(Api::kResponses, resp, false);
+  EXPECT_EQ(whole.text, "Yes");
+  EXPECT_EQ(whole.response_id, "resp_9");
+  EXPECT_EQ(whole.final_response["id"], "resp_9");
+  const std::string completed =
+      resp_sse + "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":"
+                 "{\"id\":\"resp_7\",\"output\":[],\"usage\":{\"output_tokens\":2}}}\n\n";
+  const ReplyDigest streamed = read_reply(Api::kResponses, completed, true);
+  EXPECT_EQ(streamed.text, "Yes");
+  EXPECT_EQ(streamed.response_id, "resp_7");
+  EXPECT_EQ(streamed.final_response["usage"]["output_tokens"], 2);
+  EXPECT_EQ(streamed.generated_tokens, 2);
+  EXPECT_TRUE(read_reply(Api::kResponses, resp_sse, true).final_response.is_null());  // no terminal event
 }
 
 TEST(ConversationText, GeneratedTokensFromUsageElseFromTheTextEvents) {
@@ -72,16 +86,16 @@ TEST(ConversationText, GeneratedTokensFromUsageElseFromTheTextEvents) {
       "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n\n"
       "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"
       "data: [DONE]\n\n";
-  EXPECT_EQ(generated_tokens(Api::kChat, chat_sse, true), 2);  // no usage: the events with text
+  EXPECT_EQ(read_reply(Api::kChat, chat_sse, true).generated_tokens, 2);  // no usage: the events with text
   const std::string with_usage = chat_sse + "data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\n";
-  EXPECT_EQ(generated_tokens(Api::kChat, with_usage, true), 3);
-  EXPECT_EQ(generated_tokens(Api::kCompletions, R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":5}})", false), 5);
-  EXPECT_EQ(generated_tokens(Api::kChat, R"({"choices":[{"message":{"content":"ab"}}]})", false), -1);  // unknown
+  EXPECT_EQ(read_reply(Api::kChat, with_usage, true).generated_tokens, 3);
+  EXPECT_EQ(read_reply(Api::kCompletions, R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":5}})", false).generated_tokens, 5);
+  EXPECT_EQ(read_reply(Api::kChat, R"({"choices":[{"message":{"content":"ab"}}]})", false).generated_tokens, -1);  // unknown
   const std::string resp_sse =
       "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Y\"}\n\n"
       "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"output_tokens\":4}}}\n\n";
-  EXPECT_EQ(generated_tokens(Api::kResponses, resp_sse, true), 4);
-  EXPECT_EQ(generated_tokens(Api::kChat, "", true), 0);
+  EXPECT_EQ(read_reply(Api::kResponses, resp_sse, true).generated_tokens, 4);
+  EXPECT_EQ(read_reply(Api::kChat, "", true).generated_tokens, 0);
 }
 
 TEST(ConversationText, ChunksCarryingTextAreToldFromRolesAndFinishes) {
