@@ -81,6 +81,15 @@ std::variant<std::vector<StoredResponse>, ApiError> load_chain(ResponseStore& st
 
 std::string output_text(const json& response);
 
+// A turn's messages as the store keeps them (instructions are per turn: not stored).
+json stored_inputs(const std::vector<ChatMessage>& turn) {
+  json inputs = json::array();
+  for (const ChatMessage& m : turn) {
+    if (m.role != "system") inputs.push_back({{"role", m.role}, {"content", m.content}});
+  }
+  return inputs;
+}
+
 // The conversation of a chain of turns: each turn's inputs, then its output (instructions are
 // per turn: not part of the history).
 std::vector<ChatMessage> history_of(const std::vector<StoredResponse>& chain) {
@@ -192,11 +201,7 @@ void Server::handle_responses_import(const httplib::Request& req, httplib::Respo
   auto read = read_responses_turn(body["request"]);
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   const ResponsesTurn& t = std::get<ResponsesTurn>(read);
-  json turn_inputs = json::array();
-  for (const ChatMessage& m : t.turn) {
-    if (m.role != "system") turn_inputs.push_back({{"role", m.role}, {"content", m.content}});
-  }
-  const Status saved = store_->put({response["id"].get<std::string>(), t.previous_id, turn_inputs, response,
+  const Status saved = store_->put({response["id"].get<std::string>(), t.previous_id, stored_inputs(t.turn), response,
                                     cache_namespace_of(req, t.request)});
   if (!saved.ok()) return send_error(res, ApiError{500, saved.error().message(), "server_error", "", ""});
   res.set_content(json{{"stored", response["id"]}}.dump(), "application/json");
@@ -225,10 +230,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   const std::string message_id = new_id("msg");
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   const int32_t max_output_tokens = request.generation.max_tokens;
-  json turn_inputs = json::array();
-  for (const ChatMessage& m : turn) {
-    if (m.role != "system") turn_inputs.push_back({{"role", m.role}, {"content", m.content}});
-  }
+  const json turn_inputs = stored_inputs(turn);
   // The response object in a given state.
   auto make_response = [=, this, body = body](const std::string& status, const std::string& text, const RequestUsage* usage,
                                               bool length_stop) {

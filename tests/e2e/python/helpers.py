@@ -70,3 +70,9 @@ def pick_stop_string(text: str) -> tuple[str, str]:
         if candidate.strip() == candidate and candidate.strip():
             return candidate, text[: text.find(candidate)]
     pytest.fail(f"no usable stop string in {text!r}")
+
+
+def output_text(response: dict) -> str:
+    """The text of a Responses API response object."""
+    return "".join(part["text"] for item in response["output"] for part in item["content"]
+                   if part["type"] == "output_text")

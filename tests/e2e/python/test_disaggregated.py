@@ -13,7 +13,7 @@ import requests
 
 from cluster_fixtures import etcd  # noqa: F401  (a pytest fixture, by name)
 from conftest import MnemoServer
-from helpers import read_metrics, sse_events, wait_for
+from helpers import output_text, read_metrics, sse_events, wait_for
 
 HISTORY = [{"role": "user", "content": "Say hello to a friend you have not seen for a long time, and ask about their garden, "
                                        "their dog, the new bakery on the corner and the trip they planned to the sea."}]
@@ -105,10 +105,6 @@ def respond(url: str, body: dict) -> requests.Response:
     r = requests.post(url + "/v1/responses", json={"model": "m", **body}, timeout=120)
     assert r.status_code == 200, r.text
     return r
-
-
-def output_text(response: dict) -> str:
-    return "".join(c["text"] for item in response["output"] for c in item["content"])
 
 
 def test_responses_turns_are_disaggregated_and_their_history_comes_back_to_prefill(disaggregated):

@@ -18,7 +18,7 @@ import requests
 
 from cluster_fixtures import etcd, instance_by_id  # noqa: F401  (etcd: a pytest fixture, by name)
 from conftest import MnemoServer
-from helpers import read_metrics, sse_events, wait_for
+from helpers import output_text, read_metrics, sse_events, wait_for
 
 REQUESTS = 16
 MAX_TOKENS = 128  # room for streams on a less loaded instance to run ahead of the kill
@@ -208,9 +208,8 @@ def test_instance_and_replica_holder_killed_together_recompute_identically(clust
         assert details["resumed_cached_tokens"] >= details["resumed_tokens"] - 2 * 32, details
 
 
-def test_a_finished_conversation_outlives_its_instance_on_its_replica(cluster):
-    """Non-streamed turns are replicated too: once the turn's instance is gone, the next turn goes
-    to the replica holder and finds the whole first turn (prompt and reply) cached there."""
+def restore_three_instances(cluster) -> None:
+    """Replaces the instances earlier tests killed, so each test starts with three."""
     router = cluster["router"]
     alive = [s for s in cluster["instances"] if s.proc.poll() is None]
     wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == len(alive), 15, 0.1, "the killed ones gone")
@@ -218,6 +217,13 @@ def test_a_finished_conversation_outlives_its_instance_on_its_replica(cluster):
         alive.append(cluster["start_instance"]())
         cluster["instances"].append(alive[-1])
     wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 30, 0.1, "three instances in the view")
+
+
+def test_a_finished_conversation_outlives_its_instance_on_its_replica(cluster):
+    """Non-streamed turns are replicated too: once the turn's instance is gone, the next turn goes
+    to the replica holder and finds the whole first turn (prompt and reply) cached there."""
+    router = cluster["router"]
+    restore_three_instances(cluster)
     messages = [{"role": "user", "content": "Describe, in a few sentences, the harbour of a small fishing town at dawn, "
                                             "with its boats, its gulls, the smell of the sea and the first light."}]
     first = requests.post(router.url + "/v1/chat/completions",
@@ -249,22 +255,13 @@ def respond(url: str, body: dict) -> requests.Response:
     return r
 
 
-def output_text(response: dict) -> str:
-    return "".join(c["text"] for item in response["output"] for c in item["content"])
-
-
 def test_a_stored_conversation_outlives_its_instance_on_its_replica(cluster):
     """A stored Responses conversation is kept on the holder of its KV replica too (the stored
     turn copied there, the KV sent once the turn ends): once its instance is gone, the next turn
     goes to the holder, continues the conversation from its copy and finds its KV there; GET
     and DELETE reach the copy."""
     router = cluster["router"]
-    alive = [s for s in cluster["instances"] if s.proc.poll() is None]
-    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == len(alive), 15, 0.1, "the killed ones gone")
-    while len(alive) < 3:
-        alive.append(cluster["start_instance"]())
-        cluster["instances"].append(alive[-1])
-    wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 30, 0.1, "three instances in the view")
+    restore_three_instances(cluster)
     question = ("Describe, in a few sentences, a mountain village in winter: its chimneys, the church bell, the "
                 "children sledging and the baker's first loaves.")
     first = respond(router.url, {"input": question, "max_output_tokens": 40})

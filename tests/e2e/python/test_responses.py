@@ -9,7 +9,7 @@ import tempfile
 import pytest
 import requests
 
-from helpers import read_metrics, wait_for
+from helpers import output_text, read_metrics, wait_for
 
 
 
@@ -32,11 +32,6 @@ def response_events(response: requests.Response) -> list[dict]:
 
 def create(url: str, **body) -> requests.Response:
     return requests.post(url + "/v1/responses", json=body, timeout=120)
-
-
-def output_text(response: dict) -> str:
-    return "".join(part["text"] for item in response["output"] for part in item["content"]
-                   if part["type"] == "output_text")
 
 
 @pytest.fixture(scope="module")
