@@ -113,9 +113,9 @@ void KvReplicator::replicate(Replica& r) {
   const Status sent = transport_.send(r.endpoint_, message, kAckTimeoutSeconds);
   staging_ = std::move(message.payload);  // the next increment gathers into it
   bool again = false;
-  bool gave_up = false;
   {
     std::lock_guard lock(r.mutex_);
+    bool gave_up = false;
     if (sent.ok()) {
       r.acknowledged_ = std::max(r.acknowledged_, first + chunks);
       r.failures_ = 0;
@@ -124,22 +124,24 @@ void KvReplicator::replicate(Replica& r) {
       r.acknowledged_ = 0;
       if (++r.failures_ >= kFailuresBeforeGivingUp) r.abandoned_ = gave_up = true;
     }
+    // Counted before the replica can look settled, so that whoever waits on it sees the figures
+    // (lock order: a replica's mutex, then the replicator's).
+    {
+      std::lock_guard stats_lock(mutex_);
+      if (sent.ok()) {
+        ++stats_.increments;
+        stats_.chunks += static_cast<uint64_t>(chunks);
+        stats_.bytes += bytes;
+      } else {
+        ++stats_.failures;
+      }
+      stats_.given_up += gave_up ? 1 : 0;
+    }
     again = r.has_work_locked();
     r.queued_ = again;
   }
   r.settled_.notify_all();
   if (!sent.ok()) std::fprintf(stderr, "mnemo: KV replica to %s: %s\n", r.endpoint_.c_str(), sent.error().message().c_str());
-  {
-    std::lock_guard lock(mutex_);
-    if (sent.ok()) {
-      ++stats_.increments;
-      stats_.chunks += static_cast<uint64_t>(chunks);
-      stats_.bytes += bytes;
-    } else {
-      ++stats_.failures;
-    }
-    stats_.given_up += gave_up ? 1 : 0;
-  }
   if (again) schedule(r.shared_from_this());
 }
 
