@@ -30,6 +30,7 @@ import json
 import os
 import random
 import shutil
+import shlex
 import signal
 import socket
 import statistics
@@ -91,6 +92,30 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.log.close()
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU time (user + system) of each thread of `pid`, summed by thread name."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    by_name: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return by_name
+
+
+def cpu_delta(before: list[dict[str, float]], after: list[dict[str, float]]) -> dict[str, float]:
+    """Per thread name, the CPU seconds spent between the snapshots, over all instances."""
+    total: dict[str, float] = {}
+    for b, a in zip(before, after):
+        for name, seconds in a.items():
+            total[name] = total.get(name, 0.0) + seconds - b.get(name, 0.0)
+    return total
 
 
 def first_turns(path: Path, count: int, min_chars: int, max_chars: int, seed: int) -> list[str]:
@@ -168,7 +193,8 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
         log = workdir / f"{scenario}-instance{i}.log"
         p = Proc([args.mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir",
                   tempfile.mkdtemp(prefix="mnemo-fobench-", dir=workdir), "--cluster", etcd_url, "--cluster-name", name,
-                  "--threads", str(args.threads), "--kv-tokens", str(args.kv_tokens), "--model-name", "m"], log)
+                  "--threads", str(args.threads), "--kv-tokens", str(args.kv_tokens), "--model-name", "m",
+                  *shlex.split(args.serve_args)], log)
         p.url = p.url_from_log(log)
         p.log_path = log
         instances.append(p)
@@ -184,6 +210,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
         requests.post(inst.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
                       timeout=120)
 
+    cpu_before = [thread_cpu_seconds(inst.proc.pid) for inst in instances]
     streams = [Stream(router.url, b, retry_from_scratch=scenario == "fail+retry") for b in bodies]
     killed = ""
     with ThreadPoolExecutor(len(streams)) as pool:
@@ -202,6 +229,10 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
                     inst.proc.send_signal(signal.SIGKILL)
         for f in futures:
             f.result()
+    # A killed instance's threads are gone: only failure-free scenarios get CPU figures. The
+    # pause lets work that follows the streams' ends (last increments, disk writes) be counted.
+    time.sleep(1.0)
+    cpu = cpu_delta(cpu_before, [thread_cpu_seconds(inst.proc.pid) for inst in instances]) if not killed else {}
     metrics = requests.get(router.url + "/metrics", timeout=5).text
     router.stop()
     for inst in instances:
@@ -218,6 +249,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
         "affected": [i for i, s in enumerate(streams) if s.instance == killed],
         "output_tokens": sum(args.max_tokens for _ in streams),
         "throughput": len(streams) * args.max_tokens / (end - start),
+        "cpu_seconds": cpu,
         "router_metrics": {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
                            if line.startswith("mnemo_router_resumed") or line.startswith("mnemo_router_failed")},
     }
@@ -238,6 +270,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--serve-args", default="", help="more arguments for every `mnemo serve`, e.g. '--disk-cache-bytes 0'")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -275,22 +308,39 @@ def main() -> int:
 def report(results: list[dict]) -> str:
     by = {(r["repeat"], r["scenario"]): r for r in results}
     repeats = sorted({r["repeat"] for r in results})
-    lines = ["| scenario | throughput vs free | affected requests' latency vs free (median over them) |",
-             "|---|---|---|"]
+    lines = ["| scenario | throughput vs free | mean latency vs free | instances' CPU vs free | "
+             "affected requests' latency vs free (median over them) |",
+             "|---|---|---|---|---|"]
     for scenario in SCENARIOS:
-        tput, slow = [], []
+        tput, mean_latency, cpu, slow = [], [], [], []
         for rep in repeats:
             if (rep, scenario) not in by or (rep, "free") not in by:
                 continue
             r, ref = by[(rep, scenario)], by[(rep, "free")]
             tput.append(r["throughput"] / ref["throughput"])
+            # Unlike throughput over the makespan, not set by the one instance that ends last.
+            mean_latency.append(statistics.mean(r["latency"]) / statistics.mean(ref["latency"]))
+            if r.get("cpu_seconds") and ref.get("cpu_seconds"):
+                cpu.append(sum(r["cpu_seconds"].values()) / sum(ref["cpu_seconds"].values()))
             if r["affected"]:
                 slow.append(statistics.median(r["latency"][i] / ref["latency"][i] for i in r["affected"]))
         if not tput:
             continue
         each = lambda xs: ", ".join(f"{x:.2f}" for x in xs)  # noqa: E731
         lines.append(f"| {scenario} | {statistics.median(tput):.3f}x ({each(tput)}) | "
+                     f"{statistics.median(mean_latency):.3f}x ({each(mean_latency)}) | "
+                     + (f"{statistics.median(cpu):.3f}x ({each(cpu)}) | " if cpu else "- | ")
                      + (f"{statistics.median(slow):.2f}x ({each(slow)})" if slow else "-") + " |")
+    # Where the CPU went, by thread, at the median over the repeats (failure-free scenarios).
+    names = sorted({n for r in results for n in r.get("cpu_seconds", {})})
+    cpu_scenarios = [s for s in SCENARIOS if any(r.get("cpu_seconds") for r in results if r["scenario"] == s)]
+    if names and cpu_scenarios:
+        lines += ["", "| thread (CPU s, median) | " + " | ".join(cpu_scenarios) + " |",
+                  "|---|" + "---|" * len(cpu_scenarios)]
+        for n in names:
+            cells = [statistics.median(r["cpu_seconds"].get(n, 0.0) for r in results if r["scenario"] == s and r.get("cpu_seconds"))
+                     for s in cpu_scenarios]
+            lines.append(f"| {n} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "util/check.h"
+#include "util/thread_name.h"
 
 namespace mnemo {
 
@@ -192,6 +193,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
 }
 
 void Engine::loop() {
+  name_this_thread("mnemo-engine");
   for (;;) {
     {
       std::unique_lock lock(inbox_mutex_);
@@ -593,12 +595,14 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
   // Before the fork only choice 0 exists; a request that ends then ends with it.
   const bool all_done = !state.forked || state.choices_finished == state.request.n;
   if (all_done) {
-    RequestDone done{state.usage, reason == FinishReason::kError ? "the engine could not run this request" : ""};
-    state.stream->push(std::move(done));
+    // Counted and published first: whoever sees the request end sees the figures it changed.
     metrics_.update([&](MetricsSnapshot& m) {
       ++m.requests_finished;
       m.requests_cancelled += reason == FinishReason::kCancelled ? 1 : 0;
     });
+    publish_cache_metrics();
+    RequestDone done{state.usage, reason == FinishReason::kError ? "the engine could not run this request" : ""};
+    state.stream->push(std::move(done));
   }
 }
 

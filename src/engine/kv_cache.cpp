@@ -596,7 +596,7 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
   }
   const double t = now();
   std::vector<PrefixIndex::NodeId> path;
-  std::vector<std::pair<PrefixIndex::NodeId, size_t>> imported;  // node, chunk index
+  int32_t inserted = 0;
   size_t next_block = 0;
   for (size_t i = 0; i < n; ++i) {
     const auto chunk = tokens.subspan(i * chunk_tokens, chunk_tokens);
@@ -617,24 +617,20 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
       index_.set_device(node, block);  // the allocation's reference is the index's
     }
     path.push_back(node);
-    imported.emplace_back(node, i);
+    ++inserted;
   }
   for (size_t b = next_block; b < blocks.size(); ++b) pool.release(blocks[b]);
   index_.mark_path_end(path);
-  // Written through like every cached chunk (making disk room may drop other chunks: the path's
-  // nodes are checked again).
-  if (config_.disk) {
-    for (const auto& [node, i] : imported) {
-      if (index_.live(node)) write_to_disk(index_.chunk(node), payload.data() + i * chunk_bytes(), /*compact=*/false);
-    }
-  }
+  // Not written through, unlike the chunks computed here: an import is another instance's copy
+  // (a replica, a transfer), which keeps its own durable one, and writing and syncing a file per
+  // chunk received cost replication more than the copy. An imported chunk reaches this disk tier
+  // when the host tier evicts it, as any host copy does.
   if (config_.policy == RetentionPolicy::kMnemo && !path.empty()) {
     PrefixIndex::Chunk path_end;
     path_end.last_use = t;
     path_end.end_chunks = first_position + static_cast<int32_t>(path.size());
     retention_.observe_insert(facts_of(path_end, Tier::kDevice), t, static_cast<int32_t>(path.size()));
   }
-  const auto inserted = static_cast<int32_t>(imported.size());
   counters_.imported_chunks += inserted;
   return inserted;
 }

@@ -1,6 +1,7 @@
 // KvManager: block tables (growth, copy-on-write, sharing, swapping) and the background copier.
 // The cache side (match, retention, tiers) is in kv_cache.cpp.
 #include "engine/kv_manager.h"
+#include "util/thread_name.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -39,6 +40,7 @@ class KvManager::BackgroundCopier {
 
  private:
   void run() {
+    name_this_thread("mnemo-kv-copy");
     std::unique_lock lock(mutex_);
     while (true) {
       ready_.wait(lock, [&] { return stopping_ || !done_; });

@@ -12,6 +12,8 @@
 
 #include <xxhash.h>
 
+#include "util/thread_name.h"
+
 namespace mnemo {
 namespace {
 
@@ -196,6 +198,7 @@ void DiskTier::flush() {
 }
 
 void DiskTier::run() {
+  name_this_thread("mnemo-disk");
   std::unique_lock lock(mutex_);
   while (true) {
     work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

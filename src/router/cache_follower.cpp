@@ -1,4 +1,5 @@
 #include "router/cache_follower.h"
+#include "util/thread_name.h"
 
 #include <httplib.h>
 
@@ -142,6 +143,7 @@ Status CacheFollower::apply(const json& reply) {
 }
 
 void CacheFollower::run() {
+  name_this_thread("mnemo-follower");
   httplib::Client client(address_);
   client.set_connection_timeout(std::chrono::seconds(2));
   client.set_read_timeout(std::chrono::milliseconds(kPollWaitMs + 5000));

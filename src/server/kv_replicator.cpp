@@ -6,6 +6,7 @@
 
 #include "server/kv_messages.h"
 #include "transfer/kv_transport.h"
+#include "util/thread_name.h"
 
 namespace mnemo::server {
 namespace {
@@ -51,6 +52,7 @@ void KvReplicator::schedule(const std::shared_ptr<Replica>& replica) {
 }
 
 void KvReplicator::work() {
+  name_this_thread("mnemo-replica");
   for (;;) {
     std::shared_ptr<Replica> next;
     {

@@ -322,6 +322,7 @@ KvTransport::Stats KvTransport::stats() const {
   const StagingBuffers::Stats staging = impl_->staging.stats();
   s.staged_sends = staging.acquired;
   s.staging_reuses = staging.reused;
+  s.staging_buffers_idle = staging.kept_buffers;
   return s;
 }
 

@@ -98,6 +98,7 @@ class KvTransport {
     uint64_t failed_sends = 0;       // send() calls that returned an error
     uint64_t staged_sends = 0;       // messages encoded into a staging buffer
     uint64_t staging_reuses = 0;     // of them, into a reused buffer (no allocation)
+    size_t staging_buffers_idle = 0; // buffers back in the pool, waiting for the next send
   };
   Stats stats() const;  // thread-safe
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "transfer/kv_transport_impl.h"
+#include "util/thread_name.h"
 
 namespace mnemo::transfer {
 using namespace kv_ucx;  // NOLINT: this module's own internals
@@ -23,6 +24,7 @@ using namespace kv_ucx;  // NOLINT: this module's own internals
 // ---- progress thread -------------------------------------------------------------------------
 
 void KvTransport::Impl::run() {
+  name_this_thread("mnemo-transfer");
   while (!stopping.load(std::memory_order_acquire)) {
     bool busy = false;
     while (ucp_worker_progress(worker) != 0) busy = true;

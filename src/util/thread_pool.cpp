@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "util/thread_name.h"
+
 namespace mnemo {
 namespace {
 
@@ -64,6 +66,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::worker_loop(int index) {
+  name_this_thread("mnemo-compute");
   uint32_t seen = 0;
   for (;;) {
     seen = wait_for_change(generation_, seen, sleepers_);

@@ -326,6 +326,43 @@ TEST_F(KvManagerTest, APrefixExportedByOneInstanceIsImportedIntoAnothersHostTier
   for (int32_t i = 0; i < exported.chunks; ++i) EXPECT_TRUE(holds_pattern(target, m.table[static_cast<size_t>(i)], a[static_cast<size_t>(i) * 2]));
 }
 
+// Received chunks stay in the host tier, not written through (the sender keeps the durable
+// copy); they reach the disk when the host tier evicts them, as any host copy does.
+TEST_F(KvManagerTest, ImportedChunksReachTheDiskOnlyWhenTheHostTierEvictsThem) {
+  TempDir dir;
+  KvManager source(tiny_layout(), config(8, 0));
+  KvPoolConfig c = config(4, 2);
+  auto opened = DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20);
+  ASSERT_TRUE(opened.ok()) << opened.error().message();
+  std::shared_ptr<DiskTier> disk = std::move(*opened);
+  c.disk = disk;
+  KvManager target(tiny_layout(), std::move(c));
+  const auto a = tokens_from(10, 4);  // 2 chunks
+  const auto b = tokens_from(50, 4);
+  run_and_cache(source, 1, a);
+  run_and_cache(source, 1, b);
+  const KvManager::ExportedPrefix first = source.export_prefix(1, a, 2);
+  ASSERT_EQ(*target.import_prefix(1, first.tokens, first.payload), 2);
+  EXPECT_EQ(target.n_cached_blocks(Tier::kHost), 2u);
+  EXPECT_EQ(target.counters().bytes_to_disk, 0);
+  EXPECT_EQ(disk->queued(), 0u);
+  // The host tier is full: the next import evicts the first, which goes to disk on its way out.
+  clock_ += 10;
+  const KvManager::ExportedPrefix second = source.export_prefix(1, b, 2);
+  ASSERT_EQ(*target.import_prefix(1, second.tokens, second.payload), 2);
+  EXPECT_EQ(target.counters().bytes_to_disk, static_cast<int64_t>(2 * tiny_layout().block_bytes()));
+  disk->flush();
+  target.begin_background_work();  // takes the finished writes in
+  target.end_background_work();
+  EXPECT_EQ(target.n_cached_blocks(Tier::kDisk), 2u);
+  PrefixMatch m = target.match_prefix(1, a, 2);
+  ASSERT_EQ(m.disk_chunks, 2);
+  target.finish_loads();
+  EXPECT_TRUE(holds_pattern(target, m.table[0], 10));
+  EXPECT_TRUE(holds_pattern(target, m.table[1], 12));
+  target.release(m.table);
+}
+
 TEST_F(KvManagerTest, ARunningSequencesChunksReplicateIncrementallyBelowTheChunksSentBefore) {
   KvManager source(tiny_layout(), config(8, 0));
   KvManager replica(tiny_layout(), config(8, 8));
