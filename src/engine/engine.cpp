@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <utility>
 
 #include "util/check.h"
@@ -138,7 +139,7 @@ double Engine::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
+Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request, std::shared_ptr<RequestStream> stream) {
   const int32_t context = model_.config().context_length;
   const int32_t n_prompt = static_cast<int32_t>(request.prompt.size());
   if (n_prompt == 0) return make_error("the prompt is empty");
@@ -173,12 +174,12 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
   MNEMO_RETURN_IF_ERROR(validate(request.sampling));
   auto state = std::make_shared<RequestState>();
   state->request = std::move(request);
-  state->stream = std::make_shared<RequestStream>();
+  state->stream = stream ? std::move(stream) : std::make_shared<RequestStream>();
   state->arrival_seconds = now();
   state->usage.prompt_tokens = n_prompt;
   state->usage.completion_tokens = n_resumed;
   state->usage.resumed_tokens = n_resumed;
-  auto stream = state->stream;
+  auto submitted = state->stream;
   {
     std::lock_guard lock(inbox_mutex_);
     if (stopping_) return make_error("the engine is shutting down");
@@ -189,7 +190,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
     ++m.requests_total;
     m.prompt_tokens_total += static_cast<uint64_t>(n_prompt);
   });
-  return stream;
+  return submitted;
 }
 
 void Engine::loop() {
@@ -297,7 +298,12 @@ void Engine::admit_new_requests() {
     incoming.swap(inbox_);
     tasks.swap(tasks_);
   }
-  for (auto& task : tasks) task();
+  if (!tasks.empty()) {
+    const auto started = std::chrono::steady_clock::now();
+    for (auto& task : tasks) task();
+    const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - started;
+    metrics_.update([&](MetricsSnapshot& m) { m.engine_task_seconds += spent.count(); });
+  }
   for (auto& state : incoming) {
     // Choice 0 runs the prompt; the other choices are forked from it once the prompt's KV
     // exists, sharing its blocks (SPEC V3).
@@ -482,7 +488,16 @@ void Engine::run_step(Step& step) {
     batch.sequences.push_back(std::move(in));
   }
   kv_.begin_background_work();  // swap-ins layer by layer, then copies ahead of need, beside the pass
-  if (kv_.has_pending_loads()) batch.before_attention = [this](int32_t layer) { kv_.wait_for_layer(layer); };
+  const std::vector<TappedChunks> taps = prompt_taps(step);
+  const bool loads = kv_.has_pending_loads();
+  if (loads || !taps.empty()) {
+    batch.before_attention = [this, loads, &taps](int32_t layer) {
+      if (loads) kv_.wait_for_layer(layer);
+      // The layer's KV of this step's tokens is in the pool now: it can leave while the rest runs.
+      for (const TappedChunks& t : taps) t.tap->on_layer(t.first_chunk, t.chunks, layer, kv_.device().layout().n_layers,
+                                                         layer_slices(*t.blocks, t.first_chunk, t.chunks, layer));
+    };
+  }
   const Status status = model_.forward(batch, kv_.device(), pool_, output_);
   kv_.end_background_work();
   metrics_.update([&](MetricsSnapshot& m) {
@@ -525,6 +540,42 @@ void Engine::run_step(Step& step) {
                                           static_cast<uint64_t>(seq.n_generated()));
     emit_token(seq, token, logits);
   }
+}
+
+std::vector<Engine::TappedChunks> Engine::prompt_taps(const Step& step) const {
+  std::vector<TappedChunks> taps;
+  const int32_t bs = config_.block_size;
+  for (const Step::Item& item : step.items) {
+    const Sequence& seq = *item.seq;
+    // A prompt's new tokens (not recomputed holes, not a later choice's, not decode steps).
+    if (seq.choice != 0 || item.hole_tokens != 0 || item.ranges.size() != 1) continue;
+    const QueryRange& range = item.ranges.front();
+    if (range.start >= seq.n_prompt) continue;
+    const std::shared_ptr<PromptKvTap>& tap = seq.request->request.prompt_tap;
+    if (!tap) continue;
+    // From the first chunk the tap lacks: those before this step's are in the sequence's blocks
+    // (reused, or computed earlier), or arrive in them layer by layer during this pass.
+    const int32_t first = std::max(0, tap->first_wanted_chunk());
+    const int32_t end = std::min(range.end() / bs, (static_cast<int32_t>(seq.tokens.size()) - 1) / bs);
+    const bool partial = std::any_of(seq.partial_chunks.begin(), seq.partial_chunks.end(),
+                                     [&](int32_t chunk) { return chunk >= first && chunk < end; });
+    if (end > first && !partial) taps.push_back({tap, &seq.blocks, first, end - first});
+  }
+  return taps;
+}
+
+std::vector<uint8_t> Engine::layer_slices(const std::vector<BlockId>& blocks, int32_t first_chunk, int32_t chunks,
+                                          int32_t layer) const {
+  const KvStorage& device = kv_.device();
+  const KvLayout& layout = device.layout();
+  const size_t layer_bytes = layout.layer_elems() * layout.element_bytes();
+  std::vector<uint8_t> slices(static_cast<size_t>(chunks) * layer_bytes);
+  for (int32_t i = 0; i < chunks; ++i) {
+    const BlockId block = blocks[static_cast<size_t>(first_chunk + i)];
+    std::memcpy(slices.data() + static_cast<size_t>(i) * layer_bytes,
+                device.block(block) + static_cast<size_t>(layer) * layer_bytes, layer_bytes);
+  }
+  return slices;
 }
 
 void Engine::fork_choices(Sequence& parent) {

@@ -63,8 +63,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Validates the request against the model and the pool (an Error names the problem) and
-  // queues it. Thread-safe.
-  Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
+  // queues it. Thread-safe. `stream`: the one to push its events to, made by the caller (who
+  // may hand it to others first); none: a new one.
+  Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request, std::shared_ptr<RequestStream> stream = nullptr);
 
   // Deletes a finished conversation's cached KV from every tier (KvManager::forget), on the
   // engine thread, soon after; `keep_tokens` leading tokens stay (an earlier turn still stored).
@@ -114,6 +115,16 @@ class Engine {
   bool preempt_latest(const Sequence* keep);
   void preempt(std::list<std::unique_ptr<Sequence>>::iterator it);
   void run_step(Step& step);
+  // The chunks a step completes of prompts whose KV streams out layer by layer (SPEC D3).
+  struct TappedChunks {
+    std::shared_ptr<PromptKvTap> tap;
+    const std::vector<BlockId>* blocks;
+    int32_t first_chunk = 0;
+    int32_t chunks = 0;
+  };
+  std::vector<TappedChunks> prompt_taps(const Step& step) const;
+  std::vector<uint8_t> layer_slices(const std::vector<BlockId>& blocks, int32_t first_chunk, int32_t chunks,
+                                    int32_t layer) const;
   void fork_choices(Sequence& parent);
   void reuse_cached_prefix(Sequence& seq);
   void cache_blocks(Sequence& seq);

@@ -59,6 +59,9 @@ struct MetricsSnapshot {
   uint64_t bytes_to_disk = 0;
   uint64_t bytes_disk_to_device = 0;
   int64_t kv_blocks_total = 0;
+  // Engine-thread time spent on work other threads posted (KV exports and imports for transfers
+  // and replicas, forgets): what moving KV costs the model's own thread.
+  double engine_task_seconds = 0;
   Histogram ttft_seconds;
   Histogram tpot_seconds;
   Histogram batch_tokens;

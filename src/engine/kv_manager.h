@@ -84,6 +84,7 @@ class KvManager {
 
   const KvLayout& layout() const { return device_.layout(); }
   KvStorage& device() { return device_; }
+  const KvStorage& device() const { return device_; }
   int32_t block_size() const { return device_.layout().block_size; }
   int32_t n_free() const { return device_alloc_.n_free(); }
   int32_t n_blocks() const { return device_alloc_.n_blocks(); }

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -18,6 +19,24 @@
 #include "model/batch.h"
 
 namespace mnemo {
+
+// Receives a prompt's KV layer by layer as the forward pass writes it (SPEC D3), so that sending
+// it overlaps the rest of the pass instead of following the prompt. Called on the engine thread,
+// inside the pass: take the bytes and return.
+class PromptKvTap {
+ public:
+  virtual ~PromptKvTap() = default;
+  // The first chunk the tap still needs (the receiver holds or is being sent those before), asked
+  // before each prefill step: chunks from there on whose KV the sequence holds (reused from the
+  // cache, or computed by earlier steps) go with the step's own. INT32_MAX: none.
+  virtual int32_t first_wanted_chunk() const = 0;
+  // Chunks [first_chunk, first_chunk + chunks) of the request's tokens are complete once this
+  // step ends (and are not the chunk of the prompt's last token, which no reuse can skip);
+  // `slices` holds layer `layer` of each of them, chunk after chunk: layer `layer` of `n_layers`
+  // of a KV block (kv/kv_layout.h), whose layers are contiguous.
+  virtual void on_layer(int32_t first_chunk, int32_t chunks, int32_t layer, int32_t n_layers,
+                        std::vector<uint8_t>&& slices) = 0;
+};
 
 struct GenerationRequest {
   std::vector<TokenId> prompt;
@@ -40,6 +59,8 @@ struct GenerationRequest {
   // or an incomplete character): whoever may resume the request must know every token the
   // client's text stands for.
   bool report_every_token = false;
+  // Gets the prompt's KV layer by layer as it is computed (a replica's, SPEC D3); none: no tap.
+  std::shared_ptr<PromptKvTap> prompt_tap;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -77,6 +98,7 @@ struct RequestDone {
   std::string error;
 };
 using StreamEvent = std::variant<TokenDelta, ChoiceFinished, RequestDone>;
+
 
 class RequestStream {
  public:

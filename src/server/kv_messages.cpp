@@ -41,6 +41,11 @@ transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int3
 
 void insert_kv_message_then(Engine& engine, uint64_t layout_fingerprint, transfer::KvMessage&& message,
                             std::function<void(Status)> done) {
+  if (!message.whole()) {
+    return done(make_error("layers [{}, {}) of {} of the chunks: only whole chunks are inserted (a KvReceiver gathers "
+                           "layer slices first)",
+                           message.layer_begin, message.layer_end, message.n_layers));
+  }
   if (message.layout_fingerprint != layout_fingerprint) {
     return done(make_error("KV of layout {:016x}; this instance's is {:016x} (another model or KV type)",
                            message.layout_fingerprint, layout_fingerprint));

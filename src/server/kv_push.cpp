@@ -41,13 +41,14 @@ void Server::attach_kv_transport(transfer::KvTransport* transport, uint64_t layo
   replicator_.reset();
   transport_ = transport;
   layout_fingerprint_ = layout_fingerprint;
+  receiver_.set_layout_fingerprint(transport_ != nullptr ? layout_fingerprint : 0);
   if (transport_ != nullptr) replicator_ = std::make_unique<KvReplicator>(engine_, *transport_, layout_fingerprint_);
 }
 
 ReplicationStats Server::replication_stats() const { return replicator_ ? replicator_->stats() : ReplicationStats{}; }
 
 void Server::receive_kv(transfer::KvMessage&& message, transfer::Acknowledge acknowledge) {
-  insert_kv_message_then(engine_, layout_fingerprint_, std::move(message), std::move(acknowledge));
+  receiver_.receive(std::move(message), std::move(acknowledge));
 }
 
 void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
+#include "kv/prefix_index.h"
 #include "server/kv_messages.h"
 #include "transfer/kv_transport.h"
 #include "util/thread_name.h"
@@ -32,9 +34,35 @@ KvReplicator::~KvReplicator() {
 std::shared_ptr<KvReplicator::Replica> KvReplicator::open(std::string endpoint, uint64_t ns,
                                                           std::shared_ptr<RequestStream> stream,
                                                           std::vector<TokenId> tokens, int32_t known_chunks,
-                                                          bool at_end) {
-  return std::make_shared<Replica>(*this, std::move(endpoint), ns, std::move(stream), std::move(tokens), known_chunks,
-                                   at_end);
+                                                          bool at_end, const std::shared_ptr<ReplicaTap>& tap) {
+  auto replica = std::make_shared<Replica>(*this, std::move(endpoint), ns, std::move(stream), std::move(tokens),
+                                          known_chunks, at_end);
+  if (tap && !at_end) tap->bind(replica);
+  return replica;
+}
+
+void ReplicaTap::bind(const std::shared_ptr<KvReplicator::Replica>& replica) {
+  std::lock_guard lock(mutex_);
+  replica_ = replica;
+}
+
+int32_t ReplicaTap::first_wanted_chunk() const {
+  std::shared_ptr<KvReplicator::Replica> replica;
+  {
+    std::lock_guard lock(mutex_);
+    replica = replica_.lock();
+  }
+  return replica ? replica->first_unsent_chunk() : std::numeric_limits<int32_t>::max();
+}
+
+void ReplicaTap::on_layer(int32_t first_chunk, int32_t chunks, int32_t layer, int32_t n_layers,
+                          std::vector<uint8_t>&& slices) {
+  std::shared_ptr<KvReplicator::Replica> replica;
+  {
+    std::lock_guard lock(mutex_);
+    replica = replica_.lock();
+  }
+  if (replica) replica->on_layer(first_chunk, chunks, layer, n_layers, std::move(slices));
 }
 
 ReplicationStats KvReplicator::stats() const {
@@ -68,16 +96,31 @@ void KvReplicator::work() {
 
 void KvReplicator::replicate(Replica& r) {
   const auto bs = engine_.config().block_size;
+  send_layer_slices(r);
   int32_t first = 0;
   bool finished = false;
-  uint64_t seen = 0;
+  bool export_now = false;
+  bool again = false;
   std::vector<TokenId> tokens;
   {
     std::lock_guard lock(r.mutex_);
-    first = r.acknowledged_;
-    finished = r.finished_;
-    seen = r.events_;
-    tokens = r.tokens_;
+    // Layers that came meanwhile go first (their chunks precede any an export would take); an
+    // export follows tokens and the end, not layers.
+    export_now = r.slices_.empty() && r.export_due_locked();
+    if (export_now) {
+      r.export_due_ = false;
+      first = std::max(r.acknowledged_, r.streamed_end_);
+      finished = r.finished_;
+      tokens = r.tokens_;
+    } else {
+      again = r.has_work_locked();
+      r.queued_ = again;
+    }
+  }
+  if (!export_now) {
+    r.settled_.notify_all();
+    if (again) schedule(r.shared_from_this());
+    return;
   }
   // A request still running: from its blocks. One that ended: from the cache, which took its
   // blocks (the chunks filled after the last increment).
@@ -99,10 +142,9 @@ void KvReplicator::replicate(Replica& r) {
     // Nothing to send now (the request waits, was swapped out, or its chunks left the cache):
     // its next token or its end schedules it again; if one came meanwhile (and found this job
     // queued), it is looked at now.
-    bool again = false;
     {
       std::lock_guard lock(r.mutex_);
-      again = exported_ok && r.events_ != seen && r.has_work_locked();
+      again = exported_ok && r.has_work_locked();
       r.queued_ = again;
     }
     r.settled_.notify_all();
@@ -114,7 +156,6 @@ void KvReplicator::replicate(Replica& r) {
   transfer::KvMessage message = kv_message_of(r.ns_, layout_fingerprint_, bs, std::move(exported));
   const Status sent = transport_.send(r.endpoint_, message, kAckTimeoutSeconds);
   staging_ = std::move(message.payload);  // the next increment gathers into it
-  bool again = false;
   {
     std::lock_guard lock(r.mutex_);
     bool gave_up = false;
@@ -122,9 +163,7 @@ void KvReplicator::replicate(Replica& r) {
       r.acknowledged_ = std::max(r.acknowledged_, first + chunks);
       r.failures_ = 0;
     } else {
-      // The receiver may hold none of this request's chunks now: start again from the first.
-      r.acknowledged_ = 0;
-      if (++r.failures_ >= kFailuresBeforeGivingUp) r.abandoned_ = gave_up = true;
+      gave_up = r.restart_locked();
     }
     // Counted before the replica can look settled, so that whoever waits on it sees the figures
     // (lock order: a replica's mutex, then the replicator's).
@@ -147,6 +186,69 @@ void KvReplicator::replicate(Replica& r) {
   if (again) schedule(r.shared_from_this());
 }
 
+bool KvReplicator::send_layer_slices(Replica& r) {
+  const auto bs = static_cast<size_t>(engine_.config().block_size);
+  for (;;) {
+    Replica::LayerSlice slice;
+    KvManager::ExportedPrefix part;
+    {
+      std::lock_guard lock(r.mutex_);
+      if (r.slices_.empty() || r.abandoned_) return true;
+      slice = std::move(r.slices_.front());
+      r.slices_.pop_front();
+      // The chunks are named by key, below their predecessor's: the hash of the path so far.
+      const auto begin = r.tokens_.begin();
+      uint64_t parent_key = 0;
+      for (int32_t c = 0; c < slice.first_chunk; ++c) {
+        parent_key = PrefixIndex::chunk_key(parent_key, r.ns_,
+                                            std::span<const TokenId>(&*(begin + static_cast<ptrdiff_t>(c * bs)), bs));
+      }
+      part.first_chunk = slice.first_chunk;
+      part.chunks = slice.chunks;
+      part.parent_key = parent_key;
+      part.tokens.assign(begin + static_cast<ptrdiff_t>(static_cast<size_t>(slice.first_chunk) * bs),
+                         begin + static_cast<ptrdiff_t>(static_cast<size_t>(slice.first_chunk + slice.chunks) * bs));
+      part.payload = std::move(slice.bytes);
+    }
+    const size_t bytes = part.payload.size();
+    transfer::KvMessage message = kv_message_of(r.ns_, layout_fingerprint_, static_cast<int32_t>(bs), std::move(part));
+    // kv_message_of took the slices' size for a chunk's: the chunk holds n_layers of them.
+    message.block_bytes *= static_cast<uint32_t>(slice.n_layers);
+    message.n_layers = static_cast<uint32_t>(slice.n_layers);
+    message.layer_begin = static_cast<uint32_t>(slice.layer);
+    message.layer_end = static_cast<uint32_t>(slice.layer + 1);
+    const Status sent = transport_.send(r.endpoint_, message, kAckTimeoutSeconds);
+    const bool last_layer = slice.layer + 1 == slice.n_layers;
+    {
+      std::lock_guard lock(r.mutex_);
+      bool gave_up = false;
+      if (sent.ok()) {
+        // The receiver inserts the chunks once their last layer is in.
+        if (last_layer) r.acknowledged_ = std::max(r.acknowledged_, slice.first_chunk + slice.chunks);
+        r.failures_ = 0;
+      } else {
+        gave_up = r.restart_locked();
+      }
+      std::lock_guard stats_lock(mutex_);
+      if (sent.ok()) {
+        ++stats_.layer_messages;
+        stats_.bytes += bytes;
+        if (last_layer) {
+          ++stats_.increments;
+          stats_.chunks += static_cast<uint64_t>(slice.chunks);
+        }
+      } else {
+        ++stats_.failures;
+      }
+      stats_.given_up += gave_up ? 1 : 0;
+    }
+    if (!sent.ok()) {
+      std::fprintf(stderr, "mnemo: KV replica to %s: %s\n", r.endpoint_.c_str(), sent.error().message().c_str());
+      return false;
+    }
+  }
+}
+
 KvReplicator::Replica::Replica(KvReplicator& owner, std::string endpoint, uint64_t ns,
                                std::shared_ptr<RequestStream> stream, std::vector<TokenId> tokens, int32_t known_chunks,
                                bool at_end)
@@ -165,8 +267,20 @@ int32_t KvReplicator::Replica::filled_chunks_locked() const {
   return static_cast<int32_t>((tokens_.size() - 1) / static_cast<size_t>(owner_.engine_.config().block_size));
 }
 
-bool KvReplicator::Replica::has_work_locked() const {
-  return !abandoned_ && (finished_ || !at_end_) && filled_chunks_locked() > acknowledged_;
+bool KvReplicator::Replica::export_due_locked() const {
+  return export_due_ && (finished_ || !at_end_) && filled_chunks_locked() > std::max(acknowledged_, streamed_end_);
+}
+
+bool KvReplicator::Replica::has_work_locked() const { return !abandoned_ && (!slices_.empty() || export_due_locked()); }
+
+bool KvReplicator::Replica::restart_locked() {
+  // The receiver may hold none of this request's chunks now: start again from the first.
+  acknowledged_ = 0;
+  streamed_end_ = 0;
+  slices_.clear();
+  export_due_ = true;
+  if (++failures_ >= kFailuresBeforeGivingUp) abandoned_ = true;
+  return abandoned_;
 }
 
 void KvReplicator::Replica::on_token(TokenId token) {
@@ -174,7 +288,7 @@ void KvReplicator::Replica::on_token(TokenId token) {
     std::lock_guard lock(mutex_);
     if (finished_) return;
     tokens_.push_back(token);
-    ++events_;
+    export_due_ = true;
     if (queued_ || !has_work_locked()) return;
     queued_ = true;
   }
@@ -186,8 +300,28 @@ void KvReplicator::Replica::on_finished() {
     std::lock_guard lock(mutex_);
     if (finished_) return;
     finished_ = true;
-    ++events_;
+    export_due_ = true;
     if (queued_ || !has_work_locked()) return;
+    queued_ = true;
+  }
+  owner_.schedule(shared_from_this());
+}
+
+void KvReplicator::Replica::on_layer(int32_t first_chunk, int32_t chunks, int32_t layer, int32_t n_layers,
+                                     std::vector<uint8_t>&& slices) {
+  {
+    std::lock_guard lock(mutex_);
+    if (abandoned_ || finished_ || at_end_ || n_layers <= 0) return;
+    if (layer == 0) {
+      // A step's chunks stream only if they follow what the receiver holds or is being sent.
+      if (first_chunk != std::max(acknowledged_, streamed_end_)) return;
+      streamed_end_ = first_chunk + chunks;
+    } else if (slices_.empty() ? streamed_end_ != first_chunk + chunks
+                               : slices_.back().first_chunk != first_chunk || slices_.back().layer != layer - 1) {
+      return;  // its layer 0 was not taken (or a failure dropped the step's layers)
+    }
+    slices_.push_back({first_chunk, chunks, layer, n_layers, std::move(slices)});
+    if (queued_) return;
     queued_ = true;
   }
   owner_.schedule(shared_from_this());
@@ -196,6 +330,12 @@ void KvReplicator::Replica::on_finished() {
 bool KvReplicator::Replica::wait_settled(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   return settled_.wait_for(lock, timeout, [&] { return finished_ && !queued_; });
+}
+
+int32_t KvReplicator::Replica::first_unsent_chunk() const {
+  std::lock_guard lock(mutex_);
+  if (abandoned_ || finished_ || at_end_) return std::numeric_limits<int32_t>::max();
+  return std::max(acknowledged_, streamed_end_);
 }
 
 int32_t KvReplicator::Replica::acknowledged_chunks() const {

@@ -9,8 +9,15 @@
 // chunks it took before. An increment the receiver refuses (it evicted the earlier chunks, or had
 // no room) makes the next one start again from the first chunk.
 //
-// Traffic is bounded: one worker per instance sends one increment at a time, and a request has
-// at most one increment queued, which takes every chunk filled by the time it is sent. A replica
+// A prompt's chunks do not wait for the prompt to end (SPEC D3): the engine hands each prefill
+// step's newly completed chunks to the replica layer by layer as the forward pass writes them
+// (PromptKvTap), and each layer leaves as its own message while the next layers run; the receiver
+// inserts the chunks once their last layer arrives (KvReceiver). Only a step whose chunks follow
+// the ones the receiver holds streams this way, to one replica per request (the one the request's
+// ReplicaTap is bound to); other chunks are sent whole after their step.
+//
+// Traffic is bounded: one worker per instance sends one message at a time, and a request has at
+// most one increment queued, which takes every chunk filled by the time it is sent. A replica
 // whose transfers keep failing is given up (the request still runs; its failover recomputes).
 #pragma once
 
@@ -39,7 +46,10 @@ struct ReplicationStats {
   uint64_t chunks = 0;       // acknowledged
   uint64_t bytes = 0;        // of KV acknowledged
   uint64_t given_up = 0;     // replicas abandoned after repeated failures
+  uint64_t layer_messages = 0;  // acknowledged messages of one layer of a prompt's chunks (D3)
 };
+
+class ReplicaTap;
 
 class KvReplicator {
  public:
@@ -55,14 +65,21 @@ class KvReplicator {
   // turns out not to, its refusal restarts the replica from the first chunk). `at_end`: send
   // nothing while the request runs, everything once it ends (a copy for the next turn, in one
   // message, rather than one to fail over to).
+  // `tap`: the one the request was submitted with (GenerationRequest::prompt_tap), bound to this
+  // replica so that the prompt's chunks stream layer by layer as they are computed (not for an
+  // at_end replica).
   std::shared_ptr<Replica> open(std::string endpoint, uint64_t ns, std::shared_ptr<RequestStream> stream,
-                                std::vector<TokenId> tokens, int32_t known_chunks = 0, bool at_end = false);
+                                std::vector<TokenId> tokens, int32_t known_chunks = 0, bool at_end = false,
+                                const std::shared_ptr<ReplicaTap>& tap = nullptr);
   ReplicationStats stats() const;
 
  private:
   void schedule(const std::shared_ptr<Replica>& replica);
   void work();
   void replicate(Replica& replica);
+  // Sends the replica's queued layer slices, oldest first; false once one failed (the replica
+  // then starts again from its first chunk).
+  bool send_layer_slices(Replica& replica);
 
   Engine& engine_;
   transfer::KvTransport& transport_;
@@ -85,6 +102,11 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   void on_token(TokenId token);
   void on_finished();
   int32_t acknowledged_chunks() const;
+  // The first chunk neither held by the receiver nor on its way (INT32_MAX if none is wanted).
+  int32_t first_unsent_chunk() const;
+  // From the engine thread (through the stream's PromptKvTap): layer `layer` of chunks a prefill
+  // step completes.
+  void on_layer(int32_t first_chunk, int32_t chunks, int32_t layer, int32_t n_layers, std::vector<uint8_t>&& slices);
   // Waits until the request ended and nothing more is being sent (everything acknowledged, or
   // nothing left that can be, or the replica given up). False on timeout.
   bool wait_settled(std::chrono::milliseconds timeout);
@@ -94,6 +116,10 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   // Chunks whose KV exists: all but the last token's (it has not been run through the model yet).
   int32_t filled_chunks_locked() const;
   bool has_work_locked() const;
+  // Chunks filled past what was sent, and a token or the end came since the last export.
+  bool export_due_locked() const;
+  // After a failed send: everything again from the first chunk. True when given up.
+  bool restart_locked();
 
   KvReplicator& owner_;
   const std::string endpoint_;
@@ -104,11 +130,37 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   std::condition_variable settled_;
   std::vector<TokenId> tokens_;
   int32_t acknowledged_ = 0;  // chunks the replica holds
+  // Layers of a prompt's chunks waiting to be sent, oldest first, and the end of the chunks they
+  // (and the layers already sent) cover: the next step's chunks must start there to stream.
+  struct LayerSlice {
+    int32_t first_chunk = 0;
+    int32_t chunks = 0;
+    int32_t layer = 0;
+    int32_t n_layers = 0;
+    std::vector<uint8_t> bytes;
+  };
+  std::deque<LayerSlice> slices_;
+  int32_t streamed_end_ = 0;
   bool queued_ = false;
   bool finished_ = false;
-  uint64_t events_ = 0;  // tokens and the end seen so far: a job knows whether any came while it ran
+  bool export_due_ = false;  // a token or the end came since the last export was taken
   int failures_ = 0;  // in a row
   bool abandoned_ = false;
+};
+
+// The tap a request is submitted with before the replica that takes its prompt's layers exists
+// (the replica needs the request's stream): layers computed before open() binds it are dropped,
+// and their chunks go whole after the step.
+class ReplicaTap : public PromptKvTap {
+ public:
+  void bind(const std::shared_ptr<KvReplicator::Replica>& replica);
+  int32_t first_wanted_chunk() const override;
+  void on_layer(int32_t first_chunk, int32_t chunks, int32_t layer, int32_t n_layers,
+                std::vector<uint8_t>&& slices) override;
+
+ private:
+  mutable std::mutex mutex_;
+  std::weak_ptr<KvReplicator::Replica> replica_;  // guarded by mutex_
 };
 
 }  // namespace mnemo::server

@@ -7,7 +7,8 @@
 namespace mnemo::server {
 namespace {
 
-void counter(std::string& out, const char* name, const char* help, uint64_t value) {
+template <typename T>
+void counter(std::string& out, const char* name, const char* help, T value) {
   prometheus::counter(out, name, help, value);
 }
 
@@ -83,6 +84,9 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "kv_bytes_host_to_device_total", "KV bytes copied from the host tier to the device.", m.bytes_host_to_device);
   counter(out, "kv_bytes_to_disk_total", "KV bytes queued for writing to the disk tier.", m.bytes_to_disk);
   counter(out, "kv_bytes_disk_to_device_total", "KV bytes read from the disk tier to the device.", m.bytes_disk_to_device);
+  counter(out, "engine_task_seconds_total",
+          "Engine-thread seconds spent on work posted by other threads (KV exports and imports, forgets).",
+          m.engine_task_seconds);
   gauge(out, "kv_blocks_total", "KV blocks in the device pool.", static_cast<double>(m.kv_blocks_total));
   gauge(out, "kv_usage_ratio", "Share of the device KV pool in use.",
         m.kv_blocks_total > 0 ? static_cast<double>(m.kv_blocks_used) / static_cast<double>(m.kv_blocks_total) : 0.0);
@@ -99,6 +103,20 @@ std::string render_replication_metrics(const ReplicationStats& s) {
   counter(out, "kv_replica_chunks_total", "Chunks replicated to another instance.", s.chunks);
   counter(out, "kv_replica_bytes_total", "Bytes of KV replicated to another instance.", s.bytes);
   counter(out, "kv_replica_given_up_total", "Replicas abandoned after repeated failures.", s.given_up);
+  counter(out, "kv_replica_layer_messages_total",
+          "Messages of one layer of a prompt's chunks, sent while the prompt was computed (acknowledged).",
+          s.layer_messages);
+  return out;
+}
+
+std::string render_receiver_metrics(const KvReceiver::Stats& s) {
+  std::string out;
+  counter(out, "kv_received_layer_slices_total", "Layer slices of chunks received and kept until their chunks were whole.",
+          s.slices);
+  counter(out, "kv_received_assembled_total", "Chunk groups whose every layer arrived, handed to the cache.", s.assembled);
+  counter(out, "kv_received_abandoned_total", "Chunk groups dropped with layers missing (sender gone, or too many).",
+          s.abandoned);
+  gauge(out, "kv_received_pending_assemblies", "Chunk groups waiting for layers.", static_cast<double>(s.pending));
   return out;
 }
 

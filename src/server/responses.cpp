@@ -224,7 +224,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   auto run = std::move(std::get<PreparedRun>(prepared));
   const uint64_t cache_namespace = request.generation.cache_namespace;
   // A router's Caching-3 copy back to a prefill instance (SPEC M4), or a failover copy.
-  const auto replicas = open_replicas(request, run);
+  const auto replicas = run.replicas;
 
   const std::string id = new_id("resp");
   const std::string message_id = new_id("msg");

@@ -117,7 +117,10 @@ void Server::install_routes() {
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     std::string text = render_metrics(engine_.metrics());
-    if (transport_ != nullptr) text += render_transport_metrics(transport_->stats()) + render_replication_metrics(replication_stats());
+    if (transport_ != nullptr) {
+      text += render_transport_metrics(transport_->stats()) + render_replication_metrics(replication_stats()) +
+              render_receiver_metrics(receiver_.stats());
+    }
     res.set_content(text, "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -192,6 +195,7 @@ std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req,
   g.cache_namespace = cache_namespace_of(req, request);
   // A replica follows every token, including those whose text is held back.
   g.report_every_token = request.report_tokens || (!request.replica_endpoints.empty() && replicator_);
+  // The prompt's KV streams to the first running replica layer by layer as it is computed.
 
   if (in_flight_.fetch_add(1) >= config_.max_connections) {
     in_flight_.fetch_sub(1);
@@ -199,23 +203,33 @@ std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req,
   }
   // Released when the request is fully answered (after the last streamed byte, too).
   auto guard = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
-  auto stream = engine_.submit(g);
-  if (!stream.ok()) return bad_request(stream.error().message());
-  return PreparedRun{*stream, std::move(guard)};
+  auto stream = std::make_shared<RequestStream>();
+  std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = open_replicas(request, stream);
+  auto submitted = engine_.submit(g, stream);
+  if (!submitted.ok()) return bad_request(submitted.error().message());
+  return PreparedRun{std::move(stream), std::move(guard), std::move(replicas)};
 }
 
-std::vector<std::shared_ptr<KvReplicator::Replica>> Server::open_replicas(const ParsedRequest& request,
-                                                                          const PreparedRun& run) {
+std::vector<std::shared_ptr<KvReplicator::Replica>> Server::open_replicas(ParsedRequest& request,
+                                                                          const std::shared_ptr<RequestStream>& stream) {
   std::vector<std::shared_ptr<KvReplicator::Replica>> replicas;
-  if (!replicator_ || request.generation.n != 1) return replicas;
-  std::vector<TokenId> tokens = request.generation.prompt;
-  tokens.insert(tokens.end(), request.generation.resume_tokens.begin(), request.generation.resume_tokens.end());
+  GenerationRequest& g = request.generation;
+  if (!replicator_ || g.n != 1) return replicas;
+  std::vector<TokenId> tokens = g.prompt;
+  tokens.insert(tokens.end(), g.resume_tokens.begin(), g.resume_tokens.end());
   const int32_t bs = engine_.config().block_size;
   for (size_t i = 0; i < request.replica_endpoints.size(); ++i) {
     const int32_t known = i < request.replica_known_tokens.size() ? request.replica_known_tokens[i] : 0;
     const bool at_end = i < request.replica_at_end.size() && request.replica_at_end[i];
-    replicas.push_back(replicator_->open(request.replica_endpoints[i], request.generation.cache_namespace, run.stream,
-                                         tokens, known / bs, at_end));
+    // The prompt's KV streams layer by layer to the first running replica; the others get whole
+    // chunks after each step.
+    std::shared_ptr<ReplicaTap> tap;
+    if (!at_end && !g.prompt_tap) {
+      tap = std::make_shared<ReplicaTap>();
+      g.prompt_tap = tap;
+    }
+    replicas.push_back(replicator_->open(request.replica_endpoints[i], g.cache_namespace, stream, tokens, known / bs,
+                                         at_end, tap));
   }
   return replicas;
 }
@@ -242,7 +256,7 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
   auto prepared = prepare(req, request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   PreparedRun run = std::move(std::get<PreparedRun>(prepared));
-  const std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = open_replicas(request, run);
+  const std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = run.replicas;
   const bool replica_wait = request.replica_wait;
   auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), run.stream, tokenizer_);
   if (!replicas.empty()) {

@@ -12,6 +12,7 @@
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 #include "server/completion.h"
+#include "server/kv_receiver.h"
 #include "server/kv_replicator.h"
 #include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
@@ -43,6 +44,9 @@ struct ServerConfig {
 struct PreparedRun {
   std::shared_ptr<RequestStream> stream;
   std::shared_ptr<void> in_flight_guard;
+  // Replicas the request asked for (mnemo_replica fields), opened before it was submitted, so
+  // that its first step's layers already stream to the first running one.
+  std::vector<std::shared_ptr<KvReplicator::Replica>> replicas;
 };
 
 class Server {
@@ -92,7 +96,9 @@ class Server {
   void handle_responses_import(const httplib::Request& req, httplib::Response& res);
   // The KV replicas a request asked for (mnemo_replica: a failover copy or Caching-3's copy
   // back), following its stream; fed its events.
-  std::vector<std::shared_ptr<KvReplicator::Replica>> open_replicas(const ParsedRequest& request, const PreparedRun& run);
+  // Opens the replicas `request` asks for on `stream` (not yet submitted), and sets its prompt tap.
+  std::vector<std::shared_ptr<KvReplicator::Replica>> open_replicas(ParsedRequest& request,
+                                                                    const std::shared_ptr<RequestStream>& stream);
   static void feed_replicas(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas, const StreamEvent& event);
   void handle_get_response(const httplib::Request& req, httplib::Response& res);
   void handle_delete_response(const httplib::Request& req, httplib::Response& res);
@@ -125,6 +131,7 @@ class Server {
   transfer::KvTransport* transport_ = nullptr;
   uint64_t layout_fingerprint_ = 0;
   std::unique_ptr<KvReplicator> replicator_;  // with a transport
+  KvReceiver receiver_{engine_};              // KV other instances send here
 };
 
 }  // namespace mnemo::server

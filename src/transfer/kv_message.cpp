@@ -48,9 +48,27 @@ class Reader {
   size_t at_ = 0;
 };
 
+// The layer fields' rules, shared by both directions; the error says which one is broken.
+Status check_layers(uint32_t block_bytes, uint32_t n_layers, uint32_t layer_begin, uint32_t layer_end) {
+  if (n_layers == 0 || n_layers > kMaxLayers) {
+    return make_error("{} layers per chunk, outside 1..{}", n_layers, kMaxLayers);
+  }
+  if (block_bytes % n_layers != 0) {
+    return make_error("chunks of {} bytes do not split into {} equal layers", block_bytes, n_layers);
+  }
+  if (layer_begin >= layer_end || layer_end > n_layers) {
+    return make_error("layers [{}, {}) are not a range of the chunk's {}", layer_begin, layer_end, n_layers);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status check_encodable(const KvMessage& message) {
+  if (Status layers = check_layers(message.block_bytes, message.n_layers, message.layer_begin, message.layer_end);
+      !layers.ok()) {
+    return layers;
+  }
   if (message.chunks.size() > kMaxChunksPerMessage) {
     return make_error("{} chunks, more than the limit of {}", message.chunks.size(), kMaxChunksPerMessage);
   }
@@ -60,13 +78,13 @@ Status check_encodable(const KvMessage& message) {
                         kMaxTokensPerChunk);
     }
   }
-  const uint64_t expected = uint64_t{message.block_bytes} * message.chunks.size();
+  const uint64_t expected = message.slice_bytes() * message.chunks.size();
   if (expected > kMaxPayloadBytes) {
     return make_error("payload of {} bytes, more than the limit of {}", expected, kMaxPayloadBytes);
   }
   if (message.payload.size() != expected) {
     return make_error("payload holds {} bytes, but {} chunks of {} bytes need {}", message.payload.size(),
-                      message.chunks.size(), message.block_bytes, expected);
+                      message.chunks.size(), message.slice_bytes(), expected);
   }
   return ok_status();
 }
@@ -94,6 +112,10 @@ void encode_into(const KvMessage& message, std::vector<uint8_t>& bytes) {
   put<uint32_t>(bytes, message.block_bytes);
   put<uint32_t>(bytes, static_cast<uint32_t>(message.chunks.size()));
   put<uint64_t>(bytes, message.payload.size());
+  put<uint32_t>(bytes, message.n_layers);
+  put<uint32_t>(bytes, message.layer_begin);
+  put<uint32_t>(bytes, message.layer_end);
+  put<uint32_t>(bytes, 0);  // reserved
   for (const KvChunkMeta& chunk : message.chunks) {
     put<uint64_t>(bytes, chunk.key);
     put<uint64_t>(bytes, chunk.parent_key);
@@ -125,16 +147,26 @@ Result<KvMessage> decode(std::span<const uint8_t> bytes) {
   message.block_bytes = in.take<uint32_t>();
   const auto n_chunks = in.take<uint32_t>();
   const auto payload_bytes = in.take<uint64_t>();
+  message.n_layers = in.take<uint32_t>();
+  message.layer_begin = in.take<uint32_t>();
+  message.layer_end = in.take<uint32_t>();
+  if (const auto reserved = in.take<uint32_t>(); reserved != 0) {
+    return make_error("kv message: reserved header field is {}, not 0", reserved);
+  }
+  if (Status layers = check_layers(message.block_bytes, message.n_layers, message.layer_begin, message.layer_end);
+      !layers.ok()) {
+    return make_error("kv message: {}", layers.error().message());
+  }
   if (n_chunks > kMaxChunksPerMessage) {
     return make_error("kv message: {} chunks, more than the limit of {}", n_chunks, kMaxChunksPerMessage);
   }
   if (payload_bytes > kMaxPayloadBytes) {
     return make_error("kv message: payload of {} bytes, more than the limit of {}", payload_bytes, kMaxPayloadBytes);
   }
-  // n_chunks < 2^20 and block_bytes < 2^32: the product fits in 64 bits.
-  if (payload_bytes != uint64_t{message.block_bytes} * n_chunks) {
+  // n_chunks < 2^20 and slice bytes < 2^32: the product fits in 64 bits.
+  if (payload_bytes != message.slice_bytes() * n_chunks) {
     return make_error("kv message: payload size {} is not {} chunks of {} bytes", payload_bytes, n_chunks,
-                      message.block_bytes);
+                      message.slice_bytes());
   }
   // Every record takes at least kKvChunkRecordBytes: check that before reserving, so a damaged
   // count cannot make us allocate more than the buffer's size.

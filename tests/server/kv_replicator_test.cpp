@@ -3,6 +3,8 @@
 // chunk sent once; the replica serves the request's resumption token for token, its generated
 // tokens' KV found there instead of computed; a refused increment starts the replica again from
 // the first chunk; a replica whose transfers keep failing is given up and the request is unharmed.
+// A prompt's chunks stream layer by layer while each prefill step runs (SPEC D3), and the
+// receiver caches them only once every layer is in.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "server/kv_messages.h"
+#include "server/kv_receiver.h"
 #include "server/kv_replicator.h"
 #include "support/tiny_model.h"
 #include "transfer/kv_transport.h"
@@ -110,9 +113,11 @@ class KvReplicatorTest : public ::testing::Test {
   void SetUp() override {
     source_ = std::make_unique<Engine>(*source_model_, *tokenizer_, config());
     replica_engine_ = std::make_unique<Engine>(*replica_model_, *tokenizer_, config());
-    auto receiver = transfer::KvTransport::listen("127.0.0.1", 0, [this](transfer::KvMessage&& m) {
-      return insert_kv_message(*replica_engine_, kFingerprint, std::move(m));
-    });
+    kv_receiver_ = std::make_unique<KvReceiver>(*replica_engine_, kFingerprint);
+    auto receiver = transfer::KvTransport::listen(
+        "127.0.0.1", 0, [this](transfer::KvMessage&& m, transfer::Acknowledge acknowledge) {
+          kv_receiver_->receive(std::move(m), std::move(acknowledge));
+        });
     ASSERT_TRUE(receiver.ok()) << receiver.error().message();
     receiver_ = std::move(*receiver);
     auto sender = transfer::KvTransport::listen("127.0.0.1", 0, [](transfer::KvMessage&&) { return ok_status(); });
@@ -147,6 +152,7 @@ class KvReplicatorTest : public ::testing::Test {
   static Model* replica_model_;
   static Tokenizer* tokenizer_;
   std::unique_ptr<Engine> source_, replica_engine_;
+  std::unique_ptr<KvReceiver> kv_receiver_;
   std::unique_ptr<transfer::KvTransport> receiver_, sender_;
   std::unique_ptr<KvReplicator> replicator_;
 };
@@ -242,6 +248,9 @@ TEST_F(KvReplicatorTest, AnAtEndReplicaGetsTheWholeConversationInOneMessageWhenT
   EXPECT_EQ(replica->acknowledged_chunks(), 15);
   EXPECT_EQ(replicator_->stats().increments, 1u);
   EXPECT_EQ(replicator_->stats().chunks, 15u);
+  // The export ran on the source's engine thread, the import on the replica's: both are counted.
+  EXPECT_GT(source_->metrics().engine_task_seconds, 0.0);
+  EXPECT_GT(replica_engine_->metrics().engine_task_seconds, 0.0);
 }
 
 // An import the engine never runs (it shut down) is answered at once with an error, not left
@@ -287,6 +296,135 @@ TEST_F(KvReplicatorTest, ChunksTheReceiverIsKnownToHoldAreNotSentAndAWrongGuessC
   EXPECT_EQ(replicator_->stats().failures, 1u);
   EXPECT_EQ(replicator_->stats().chunks, 7u + 5u + 7u);
   (void)third;
+}
+
+std::vector<uint8_t> cached_payload(Engine& engine, uint64_t ns, const std::vector<TokenId>& tokens) {
+  auto exported = engine.export_prefix(ns, tokens, 0).get();
+  return exported.payload;
+}
+
+// A prompt run in two steps (64 + 37 tokens): each step's completed chunks leave layer by layer
+// during the step (one message per layer), are cached by the replica once their last layer is in,
+// and hold the very bytes the source computed; the rest follows as tokens come.
+TEST_F(KvReplicatorTest, APromptsChunksStreamLayerByLayerWhileEachStepRuns) {
+  GenerationRequest request = make_request(21, 101, 8);
+  auto tap = std::make_shared<ReplicaTap>();
+  request.prompt_tap = tap;
+  // The replica exists (its tap bound) before the engine can run the prompt's first step.
+  auto stream = std::make_shared<RequestStream>();
+  const auto replica = replicator_->open(receiver_->endpoint(), request.cache_namespace, stream, request.prompt, 0, false, tap);
+  ASSERT_TRUE(source_->submit(request, stream).ok());
+  const Outcome run = relay(*stream, replica.get());
+  ASSERT_EQ(run.tokens.size(), 8u);
+  // 109 tokens: 27 whole chunks below the last. The prompt's steps streamed [0, 16) and [16, 25).
+  ASSERT_TRUE(eventually([&] { return replica->acknowledged_chunks() == 27; })) << replica->acknowledged_chunks();
+  const auto n_layers = static_cast<uint64_t>(source_model_->config().n_layers);
+  const ReplicationStats stats = replicator_->stats();
+  EXPECT_EQ(stats.layer_messages, 2 * n_layers);
+  EXPECT_EQ(stats.chunks, 27u);  // each chunk once
+  EXPECT_EQ(stats.failures, 0u);
+  EXPECT_EQ(stats.bytes, 27 * source_model_->kv_layout(4, DType::F16).block_bytes());
+  const KvReceiver::Stats received = kv_receiver_->stats();
+  EXPECT_EQ(received.slices, 2 * n_layers);
+  EXPECT_EQ(received.assembled, 2u);
+  EXPECT_EQ(received.pending, 0u);
+  // Byte for byte what the source computed, prompt and generated chunks alike.
+  std::vector<TokenId> tokens = request.prompt;
+  tokens.insert(tokens.end(), run.tokens.begin(), run.tokens.end());
+  tokens.pop_back();
+  const std::vector<uint8_t> source_kv = cached_payload(*source_, request.cache_namespace, tokens);
+  ASSERT_EQ(source_kv.size(), 27 * source_model_->kv_layout(4, DType::F16).block_bytes());
+  EXPECT_TRUE(cached_payload(*replica_engine_, request.cache_namespace, tokens) == source_kv);
+  // And a resumption there after 4 tokens computes none of it.
+  request.prompt_tap.reset();
+  const Outcome rest = resume_on_replica(request, run.tokens, 4);
+  EXPECT_EQ(rest.tokens, std::vector<TokenId>(run.tokens.begin() + 4, run.tokens.end()));
+  EXPECT_EQ(rest.usage.cached_tokens, 101);
+  EXPECT_EQ(rest.usage.resumed_cached_tokens, 104 - 101);
+}
+
+// A layer lost in transit: nothing partial is cached; the replica starts again from the first
+// chunk and ends up complete, byte for byte.
+TEST_F(KvReplicatorTest, ALostLayerLeavesNothingPartialAndTheReplicaStartsAgain) {
+  GenerationRequest request = make_request(22, 101, 8);
+  auto tap = std::make_shared<ReplicaTap>();
+  request.prompt_tap = tap;
+  sender_->inject_faults({.truncate_next = 1});  // layer 0 of the first step
+  // The replica exists (its tap bound) before the engine can run the prompt's first step.
+  auto stream = std::make_shared<RequestStream>();
+  const auto replica = replicator_->open(receiver_->endpoint(), request.cache_namespace, stream, request.prompt, 0, false, tap);
+  ASSERT_TRUE(source_->submit(request, stream).ok());
+  const Outcome run = relay(*stream, replica.get());
+  ASSERT_TRUE(eventually([&] { return replica->acknowledged_chunks() == 27; })) << replica->acknowledged_chunks();
+  EXPECT_EQ(replicator_->stats().failures, 1u);
+  // The first step's other layers were dropped with it; the second step streamed from chunk 0 or
+  // (if it began before the loss was known) went whole after it.
+  const uint64_t layers = replicator_->stats().layer_messages;
+  EXPECT_TRUE(layers == 0 || layers == static_cast<uint64_t>(source_model_->config().n_layers)) << layers;
+  EXPECT_EQ(kv_receiver_->stats().pending, 0u);
+  std::vector<TokenId> tokens = request.prompt;
+  tokens.insert(tokens.end(), run.tokens.begin(), run.tokens.end());
+  tokens.pop_back();
+  EXPECT_TRUE(cached_payload(*replica_engine_, request.cache_namespace, tokens) ==
+              cached_payload(*source_, request.cache_namespace, tokens));
+}
+
+// The receiver alone: slices in any order, each layer once or again; the chunks are cached only
+// when the last layer is in; a slice that disagrees with its group's is refused and changes
+// nothing; a whole message goes straight in.
+TEST_F(KvReplicatorTest, TheReceiverCachesChunksOnlyWhenEveryLayerIsIn) {
+  const GenerationRequest request = make_request(23, 33, 1);
+  {
+    auto stream = source_->submit(request);
+    ASSERT_TRUE(stream.ok());
+    relay(**stream, nullptr);
+  }
+  const std::vector<TokenId> prompt = request.prompt;
+  auto exported = source_->export_prefix(request.cache_namespace, prompt, 0).get();
+  ASSERT_EQ(exported.chunks, 8);
+  transfer::KvMessage whole = kv_message_of(request.cache_namespace, kFingerprint, 4, std::move(exported));
+  const auto n_layers = static_cast<uint32_t>(source_model_->config().n_layers);
+  ASSERT_GE(n_layers, 2u);
+  const size_t layer_bytes = whole.block_bytes / n_layers;
+  const auto slice_of = [&](uint32_t layer) {
+    transfer::KvMessage m = whole;
+    m.n_layers = n_layers;
+    m.layer_begin = layer;
+    m.layer_end = layer + 1;
+    m.payload.clear();
+    for (size_t c = 0; c < whole.chunks.size(); ++c) {
+      const uint8_t* at = whole.payload.data() + c * whole.block_bytes + layer * layer_bytes;
+      m.payload.insert(m.payload.end(), at, at + layer_bytes);
+    }
+    return m;
+  };
+  KvReceiver receiver(*replica_engine_, kFingerprint);
+  const auto deliver = [&](transfer::KvMessage m) {
+    std::promise<Status> acked;
+    receiver.receive(std::move(m), [&](Status s) { acked.set_value(std::move(s)); });
+    return acked.get_future().get();
+  };
+  const auto cached = [&] { return replica_engine_->export_prefix(request.cache_namespace, prompt, 0).get().chunks; };
+  for (uint32_t layer = n_layers; layer-- > 1;) ASSERT_TRUE(deliver(slice_of(layer)).ok()) << layer;
+  ASSERT_TRUE(deliver(slice_of(1)).ok());  // again: no harm
+  EXPECT_EQ(cached(), 0);
+  EXPECT_EQ(receiver.stats().pending, 1u);
+  transfer::KvMessage odd = slice_of(0);
+  odd.chunks[3].tokens[0] += 1;  // the same group (first key, count), other tokens
+  const Status refused = deliver(std::move(odd));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("disagrees"), std::string::npos) << refused.error().message();
+  EXPECT_EQ(cached(), 0);
+  ASSERT_TRUE(deliver(slice_of(0)).ok());
+  EXPECT_EQ(cached(), 8);
+  EXPECT_EQ(receiver.stats().assembled, 1u);
+  EXPECT_EQ(receiver.stats().pending, 0u);
+  EXPECT_TRUE(replica_engine_->export_prefix(request.cache_namespace, prompt, 0).get().payload == whole.payload);
+  // Another layout is refused before anything is kept.
+  transfer::KvMessage foreign = slice_of(0);
+  foreign.layout_fingerprint = kFingerprint + 1;
+  EXPECT_FALSE(deliver(std::move(foreign)).ok());
+  EXPECT_EQ(receiver.stats().pending, 0u);
 }
 
 }  // namespace

@@ -102,6 +102,27 @@ TEST(KvMessage, RoundTripEmptyAndExtremes) {
   EXPECT_EQ(*back, big);
 }
 
+// A slice of every chunk's layers (SPEC D3): the payload holds only those layers' bytes.
+TEST(KvMessage, LayerSlicesRoundTrip) {
+  KvMessage whole = sample_message(3, 96);
+  KvMessage slice = whole;
+  slice.n_layers = 6;
+  slice.layer_begin = 2;
+  slice.layer_end = 4;
+  EXPECT_FALSE(slice.whole());
+  EXPECT_EQ(slice.slice_bytes(), 32u);
+  ASSERT_FALSE(check_encodable(slice).ok());  // still the whole chunks' payload
+  slice.payload.resize(3 * 32);
+  ASSERT_TRUE(check_encodable(slice).ok()) << check_encodable(slice).error().message();
+  const std::vector<uint8_t> bytes = encode(slice);
+  EXPECT_EQ(bytes.size(), encoded_size(slice));
+  auto back = decode(bytes);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(*back, slice);
+  EXPECT_TRUE(whole.whole());
+  EXPECT_EQ(whole.slice_bytes(), 96u);
+}
+
 TEST(KvMessage, CheckEncodableNamesTheProblem) {
   KvMessage m = sample_message(2, 8);
   EXPECT_TRUE(check_encodable(m).ok());
@@ -112,6 +133,16 @@ TEST(KvMessage, CheckEncodableNamesTheProblem) {
   m.payload.pop_back();
   ASSERT_FALSE(check_encodable(m).ok());
   EXPECT_NE(check_encodable(m).error().message().find("payload"), std::string::npos);
+  m = sample_message(2, 8);
+  m.n_layers = 3;  // 8 bytes do not split into 3 layers
+  m.layer_end = 3;
+  ASSERT_FALSE(check_encodable(m).ok());
+  EXPECT_NE(check_encodable(m).error().message().find("equal layers"), std::string::npos);
+  m.n_layers = 4;
+  m.layer_begin = 4;
+  m.layer_end = 4;
+  ASSERT_FALSE(check_encodable(m).ok());
+  EXPECT_NE(check_encodable(m).error().message().find("range"), std::string::npos);
 }
 
 struct Damage {
@@ -125,19 +156,25 @@ TEST(KvMessage, DecodeRejectsEveryKindOfDamage) {
   // Offsets from the table in kv_message.h.
   const Damage table[] = {
       {"wrong magic", [](auto& b) { b[0] = 'X'; }, "magic"},
-      {"wrong version", [](auto& b) { poke<uint32_t>(b, 4, 2); fix_checksum(b); }, "version"},
+      {"wrong version", [](auto& b) { poke<uint32_t>(b, 4, 1); fix_checksum(b); }, "version"},
       {"payload size field off by one", [](auto& b) { poke<uint64_t>(b, 40, 47); fix_checksum(b); }, "payload size"},
       {"block_bytes disagrees", [](auto& b) { poke<uint32_t>(b, 32, 8); fix_checksum(b); }, "payload size"},
       {"too many chunks", [](auto& b) { poke<uint32_t>(b, 36, (1u << 20) + 1); fix_checksum(b); }, "limit"},
       {"chunk count beyond the buffer", [](auto& b) { poke<uint32_t>(b, 36, 1000); poke<uint64_t>(b, 40, 16000); fix_checksum(b); }, "truncated"},
       {"payload beyond 16 GiB", [](auto& b) { poke<uint64_t>(b, 40, (uint64_t{16} << 30) + 1); fix_checksum(b); }, "limit"},
-      {"too many tokens", [](auto& b) { poke<uint32_t>(b, 48 + 20, 4097); fix_checksum(b); }, "tokens"},
-      {"token count beyond the buffer", [](auto& b) { poke<uint32_t>(b, 48 + 20, 4000); fix_checksum(b); }, "truncated"},
+      {"no layers", [](auto& b) { poke<uint32_t>(b, 48, 0); fix_checksum(b); }, "layers"},
+      {"layers that do not divide the chunk", [](auto& b) { poke<uint32_t>(b, 48, 3); poke<uint32_t>(b, 56, 3); fix_checksum(b); }, "equal layers"},
+      {"an empty layer range", [](auto& b) { poke<uint32_t>(b, 52, 1); fix_checksum(b); }, "range"},
+      {"a layer range past the chunk's layers", [](auto& b) { poke<uint32_t>(b, 56, 2); fix_checksum(b); }, "range"},
+      {"reserved field set", [](auto& b) { poke<uint32_t>(b, 60, 1); fix_checksum(b); }, "reserved"},
+      {"a slice size the payload disagrees with", [](auto& b) { poke<uint32_t>(b, 48, 2); poke<uint32_t>(b, 56, 2); poke<uint32_t>(b, 52, 1); fix_checksum(b); }, "payload size"},
+      {"too many tokens", [](auto& b) { poke<uint32_t>(b, 64 + 20, 4097); fix_checksum(b); }, "tokens"},
+      {"token count beyond the buffer", [](auto& b) { poke<uint32_t>(b, 64 + 20, 4000); fix_checksum(b); }, "truncated"},
       {"payload short by one byte", [](auto& b) { b.erase(b.end() - 9); fix_checksum(b); }, "truncated"},
       {"one trailing byte", [](auto& b) { b.insert(b.end() - 8, 0); fix_checksum(b); }, "trailing"},
       {"payload byte flipped", [](auto& b) { b[b.size() - 9] ^= 1; }, "checksum"},
       {"checksum byte flipped", [](auto& b) { b.back() ^= 0x80; }, "checksum"},
-      {"chunk key flipped", [](auto& b) { b[48] ^= 4; }, "checksum"},
+      {"chunk key flipped", [](auto& b) { b[64] ^= 4; }, "checksum"},
       {"transfer id flipped", [](auto& b) { b[8] ^= 1; }, "checksum"},
   };
   for (const Damage& d : table) {

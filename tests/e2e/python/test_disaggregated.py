@@ -77,6 +77,29 @@ def test_output_is_identical_colocated_and_disaggregated(disaggregated):
         assert streamed_text(router.url, body) == streamed_text(reference, body)
 
 
+def test_the_prompt_streams_to_the_decode_instance_layer_by_layer_while_it_is_computed(disaggregated):
+    # A prompt new to both instances, computed in one step: its whole chunks below the last token
+    # leave the prefill instance one layer at a time during the step (SPEC D3), one message per
+    # layer of Gemma 3 270M's 18, and the decode instance caches them once all 18 are in.
+    router = disaggregated["start_router"]()
+    prefill, decode = disaggregated["prefill"].url, disaggregated["decode"].url
+    messages = [{"role": "user", "content": HISTORY[0]["content"] + f" Then tell me, in plain words for a child of {os.getpid()}"
+                 " years, how a cook can pass each finished layer of a cake to the decorator while the next layer is"
+                 " still in the oven, and why that makes the cake ready sooner."}]
+    sent = read_metrics(prefill).get("mnemo_kv_replica_layer_messages_total", 0)
+    assembled = read_metrics(decode).get("mnemo_kv_received_assembled_total", 0)
+    got = post(router.url, {"messages": messages, "max_tokens": 8, "temperature": 0})
+    assert read_metrics(prefill)["mnemo_kv_replica_layer_messages_total"] - sent == 18
+    assert read_metrics(decode)["mnemo_kv_received_assembled_total"] == assembled + 1
+    assert read_metrics(decode).get("mnemo_kv_received_pending_assemblies", 0) == 0
+    usage = got.json()["usage"]
+    assert usage["prompt_tokens"] > 64, usage  # at least two whole chunks below the last token
+    assert usage["prompt_tokens_details"]["cached_tokens"] == (usage["prompt_tokens"] - 1) // 32 * 32, usage
+    assert got.json()["choices"][0]["message"]["content"] == post(disaggregated["colocated"].url, {
+        "messages": messages, "max_tokens": 8, "temperature": 0}).json()["choices"][0]["message"]["content"]
+    router.terminate()
+
+
 def test_caching3_sends_the_turn_back_so_the_next_prefill_hits(disaggregated):
     prefill = disaggregated["prefill"].url
     for caching3 in ("false", "true"):
