@@ -118,6 +118,14 @@ def cpu_delta(before: list[dict[str, float]], after: list[dict[str, float]]) -> 
     return total
 
 
+def engine_task_seconds(url: str) -> float:
+    """The instance's engine-thread seconds spent on posted work (KV exports and imports)."""
+    for line in requests.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("mnemo_engine_task_seconds_total "):
+            return float(line.split()[1])
+    raise RuntimeError(f"{url}/metrics has no mnemo_engine_task_seconds_total")
+
+
 def first_turns(path: Path, count: int, min_chars: int, max_chars: int, seed: int) -> list[str]:
     turns = []
     with open(path) as f:
@@ -211,6 +219,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
                       timeout=120)
 
     cpu_before = [thread_cpu_seconds(inst.proc.pid) for inst in instances]
+    tasks_before = [engine_task_seconds(inst.url) for inst in instances]
     streams = [Stream(router.url, b, retry_from_scratch=scenario == "fail+retry") for b in bodies]
     killed = ""
     with ThreadPoolExecutor(len(streams)) as pool:
@@ -233,6 +242,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
     # pause lets work that follows the streams' ends (last increments, disk writes) be counted.
     time.sleep(1.0)
     cpu = cpu_delta(cpu_before, [thread_cpu_seconds(inst.proc.pid) for inst in instances]) if not killed else {}
+    tasks = sum(engine_task_seconds(inst.url) for inst in instances) - sum(tasks_before) if not killed else 0.0
     metrics = requests.get(router.url + "/metrics", timeout=5).text
     router.stop()
     for inst in instances:
@@ -250,6 +260,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
         "output_tokens": sum(args.max_tokens for _ in streams),
         "throughput": len(streams) * args.max_tokens / (end - start),
         "cpu_seconds": cpu,
+        "engine_task_seconds": tasks,
         "router_metrics": {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
                            if line.startswith("mnemo_router_resumed") or line.startswith("mnemo_router_failed")},
     }
@@ -341,6 +352,9 @@ def report(results: list[dict]) -> str:
             cells = [statistics.median(r["cpu_seconds"].get(n, 0.0) for r in results if r["scenario"] == s and r.get("cpu_seconds"))
                      for s in cpu_scenarios]
             lines.append(f"| {n} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+        cells = [statistics.median(r.get("engine_task_seconds", 0.0) for r in results if r["scenario"] == s and r.get("cpu_seconds"))
+                 for s in cpu_scenarios]
+        lines.append("| of mnemo-engine: posted KV work (exports, imports) | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
