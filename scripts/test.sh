@@ -28,7 +28,7 @@ if [ "${MNEMO_TEST_SKIP_TSAN:-0}" != 1 ]; then
   # stack would double CI's time.
   echo "== tsan: concurrent unit tests"
   cmake --preset tsan > /dev/null
-  cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test
+  cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test kv_replicator_test
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --preset tsan -L concurrent -j"$JOBS" --timeout 900
 fi
 echo "== all tests passed"

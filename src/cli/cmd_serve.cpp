@@ -343,6 +343,10 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--transfer-port", args->transfer_port, "Port of the KV transport (UCX) in a cluster (0: any free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
+  cmd->add_option("--stream-prompt-layers", args->server.stream_prompt_layers,
+                  "Send a prompt's KV to its replica (a decode instance, a failover holder) layer by layer while the "
+                  "prompt is computed (SPEC D3); false: whole chunks after each step")
+      ->capture_default_str();
   cmd->add_option("--advertise", args->advertise, "URL the router reaches this instance at (default: http://HOST:PORT)");
   cmd->add_option("--grace-seconds", args->grace_seconds, "On SIGTERM, time for requests in flight to finish")->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });

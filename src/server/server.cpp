@@ -224,7 +224,7 @@ std::vector<std::shared_ptr<KvReplicator::Replica>> Server::open_replicas(Parsed
     // The prompt's KV streams layer by layer to the first running replica; the others get whole
     // chunks after each step.
     std::shared_ptr<ReplicaTap> tap;
-    if (!at_end && !g.prompt_tap) {
+    if (!at_end && !g.prompt_tap && config_.stream_prompt_layers) {
       tap = std::make_shared<ReplicaTap>();
       g.prompt_tap = tap;
     }

@@ -37,6 +37,9 @@ struct ServerConfig {
   int max_connections = 64;  // concurrent requests in flight; more get 429
   int http_threads = 16;     // at least max_connections + 8 are started
   std::string response_store;  // SQLite file of the Responses API ("" : no store)
+  // A prompt's KV goes to its first running replica layer by layer while it is computed (SPEC
+  // D3); false: whole chunks after each step.
+  bool stream_prompt_layers = true;
 };
 
 // A request handed to the engine: its stream, and the slot it holds among the requests in flight

@@ -18,6 +18,7 @@
 #include "server/kv_receiver.h"
 #include "server/kv_replicator.h"
 #include "support/tiny_model.h"
+#include "support/ucx_under_tsan.h"
 #include "transfer/kv_transport.h"
 
 namespace mnemo::server {

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/ucx_under_tsan.h"
 #include "transfer/kv_transport.h"
 
 extern char** environ;
@@ -123,24 +124,6 @@ int unused_port() {
   return port;
 }
 
-#if defined(__SANITIZE_THREAD__)
-// UCX's memory hooks (libucm intercepts mmap and madvise, also in exiting threads) crash under
-// ThreadSanitizer. libucm reads UCX_MEM_EVENTS when it is loaded, before any code of ours runs,
-// so a TSan build of this test starts itself again with the hooks off (UCX then only skips its
-// memory registration cache). This runs before main, while the process has one thread.
-[[maybe_unused]] const bool kUcxMemoryHooksOff = [] {
-  if (std::getenv("UCX_MEM_EVENTS") != nullptr) return true;
-  ::setenv("UCX_MEM_EVENTS", "no", 1);
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> args;
-  for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  ::execv("/proc/self/exe", argv.data());
-  return false;  // exec failed: run with the hooks on
-}();
-#endif
 
 class KvTransportTest : public ::testing::TestWithParam<const char*> {
  protected:
