@@ -72,7 +72,8 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
     rlog = workdir / f"{scenario}-router.log"
     router = Proc([args.mnemo_bin, "route", "--cluster", etcd_url, "--cluster-name", name, "--port", "0"], rlog)
     router_url = router.url_from_log(rlog)
-    wait(lambda: requests.get(router_url + "/health", timeout=2).json().get("instances") == 2, 30, "both instances")
+    wait(lambda: metric(router_url, "mnemo_router_instances") == 1 and metric(router_url, "mnemo_router_prefill_instances") == 1,
+         30, "both instances in the router's view")
     try:
         for url in urls.values():  # warm each instance (pages of the model, threads)
             requests.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
