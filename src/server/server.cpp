@@ -195,7 +195,6 @@ std::variant<PreparedRun, ApiError> Server::prepare(const httplib::Request& req,
   g.cache_namespace = cache_namespace_of(req, request);
   // A replica follows every token, including those whose text is held back.
   g.report_every_token = request.report_tokens || (!request.replica_endpoints.empty() && replicator_);
-  // The prompt's KV streams to the first running replica layer by layer as it is computed.
 
   if (in_flight_.fetch_add(1) >= config_.max_connections) {
     in_flight_.fetch_sub(1);
