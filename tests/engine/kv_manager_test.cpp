@@ -41,6 +41,17 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
 };
 
+// The disk tier of the tiny layout in `dir` (1 MiB); null, with the reason as a test failure, if
+// it cannot be opened.
+std::shared_ptr<DiskTier> open_disk(const TempDir& dir, uint64_t fingerprint = 42) {
+  auto opened = DiskTier::open(dir.path, fingerprint, tiny_layout().block_bytes(), 1 << 20);
+  if (!opened.ok()) {
+    ADD_FAILURE() << opened.error().message();
+    return nullptr;
+  }
+  return std::move(*opened);
+}
+
 class KvManagerTest : public ::testing::Test {
  protected:
   double clock_ = 1000;
@@ -197,9 +208,8 @@ TEST_F(KvManagerTest, MnemoRetentionLearnsWhichConversationsReturnAndKeepsThem) 
 TEST_F(KvManagerTest, ForgetDeletesAConversationFromEveryTierButSparesSharedAndRunningChunks) {
   TempDir dir;
   KvPoolConfig c = config(16, 4);
-  auto opened = DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20);
-  ASSERT_TRUE(opened.ok()) << opened.error().message();
-  std::shared_ptr<DiskTier> disk = std::move(*opened);
+  std::shared_ptr<DiskTier> disk = open_disk(dir);
+  ASSERT_TRUE(disk);
   c.disk = disk;
   KvManager kv(tiny_layout(), std::move(c));
   // A: 4 chunks. B shares A's first two, then branches. C is another conversation.
@@ -262,9 +272,8 @@ TEST_F(KvManagerTest, ForgetDeletesAConversationFromEveryTierButSparesSharedAndR
 TEST_F(KvManagerTest, ForgetWhileExtentsAreStillBeingWrittenDeletesThemOnceWritten) {
   TempDir dir;
   KvPoolConfig c = config(8, 0);
-  auto opened = DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20);
-  ASSERT_TRUE(opened.ok()) << opened.error().message();
-  std::shared_ptr<DiskTier> disk = std::move(*opened);
+  std::shared_ptr<DiskTier> disk = open_disk(dir);
+  ASSERT_TRUE(disk);
   c.disk = disk;
   KvManager kv(tiny_layout(), std::move(c));
   const auto a = tokens_from(10, 6);  // 3 chunks, written through; not yet taken in as durable
@@ -332,9 +341,8 @@ TEST_F(KvManagerTest, ImportedChunksReachTheDiskOnlyWhenTheHostTierEvictsThem) {
   TempDir dir;
   KvManager source(tiny_layout(), config(8, 0));
   KvPoolConfig c = config(4, 2);
-  auto opened = DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20);
-  ASSERT_TRUE(opened.ok()) << opened.error().message();
-  std::shared_ptr<DiskTier> disk = std::move(*opened);
+  std::shared_ptr<DiskTier> disk = open_disk(dir);
+  ASSERT_TRUE(disk);
   c.disk = disk;
   KvManager target(tiny_layout(), std::move(c));
   const auto a = tokens_from(10, 4);  // 2 chunks
@@ -455,9 +463,8 @@ TEST_F(KvManagerTest, BadOrUnplaceableImportsChangeNothing) {
 TEST_F(KvManagerTest, ChunksCascadeDeviceToHostToDiskAndComeBackIntact) {
   TempDir dir;
   KvPoolConfig c = config(2, 1);
-  auto opened = DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20);
-  ASSERT_TRUE(opened.ok()) << opened.error().message();
-  std::shared_ptr<DiskTier> disk = std::move(*opened);
+  std::shared_ptr<DiskTier> disk = open_disk(dir);
+  ASSERT_TRUE(disk);
   c.disk = disk;
   KvManager kv(tiny_layout(), std::move(c));
   const auto a = tokens_from(10, 4);
@@ -594,7 +601,8 @@ TEST_F(KvManagerTest, HostChunksAreCopiedLayerByLayerBesideTheForwardPass) {
 TEST_F(KvManagerTest, DamagedDiskExtentsAreRecomputedNeverServed) {
   TempDir dir;
   KvPoolConfig c = config(2, 0);
-  std::shared_ptr<DiskTier> disk = std::move(*DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20));
+  std::shared_ptr<DiskTier> disk = open_disk(dir);
+  ASSERT_TRUE(disk);
   c.disk = disk;
   KvManager kv(tiny_layout(), std::move(c));
   const auto a = tokens_from(10, 4);
@@ -627,13 +635,13 @@ TEST_F(KvManagerTest, TheIndexIsRebuiltFromTheDiskTierAfterARestart) {
   const auto b = tokens_from(10, 4);  // a's first 2 chunks, but cached under another namespace
   {
     KvPoolConfig c = config(4, 0);
-    c.disk = std::move(*DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20));
+    c.disk = open_disk(dir);
     KvManager kv(tiny_layout(), std::move(c));
     run_and_cache(kv, 7, a);
     run_and_cache(kv, 8, b);  // another namespace: its own chunks
   }  // destroyed without a clean index save: only the extents remain
   KvPoolConfig c = config(4, 0);
-  c.disk = std::move(*DiskTier::open(dir.path, 42, tiny_layout().block_bytes(), 1 << 20));
+  c.disk = open_disk(dir);
   KvManager kv(tiny_layout(), std::move(c));
   EXPECT_EQ(kv.restore_from_disk(), 5u);
   PrefixMatch m = kv.match_prefix(7, a, 3);
@@ -645,7 +653,7 @@ TEST_F(KvManagerTest, TheIndexIsRebuiltFromTheDiskTierAfterARestart) {
   EXPECT_TRUE(kv.match_prefix(9, b, 2).table.empty());  // no namespace leaks
   // Another model's layout (fingerprint) sees nothing.
   KvPoolConfig other = config(4, 0);
-  other.disk = std::move(*DiskTier::open(dir.path, 43, tiny_layout().block_bytes(), 1 << 20));
+  other.disk = open_disk(dir, 43);
   KvManager foreign(tiny_layout(), std::move(other));
   EXPECT_EQ(foreign.restore_from_disk(), 0u);
 }
