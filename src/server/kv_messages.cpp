@@ -15,15 +15,21 @@ constexpr auto kEngineWait = std::chrono::seconds(20);  // a step of the engine,
 }  // namespace
 
 transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
-                                  KvManager::ExportedPrefix&& exported) {
+                                  KvManager::ExportedPrefix&& exported, uint32_t n_layers, uint32_t layer_begin,
+                                  uint32_t layer_end) {
   transfer::KvMessage message;
   static thread_local std::mt19937_64 rng(std::random_device{}());
   message.transfer_id = rng();
   message.ns = ns;
   message.layout_fingerprint = layout_fingerprint;
+  message.n_layers = n_layers;
+  message.layer_begin = layer_begin;
+  message.layer_end = layer_end;
   if (exported.chunks == 0) return message;
   const auto bs = static_cast<size_t>(block_size);
-  message.block_bytes = static_cast<uint32_t>(exported.payload.size() / static_cast<size_t>(exported.chunks));
+  // Each chunk's part of the payload holds layer_end - layer_begin of its n_layers equal layers.
+  const size_t chunk_part = exported.payload.size() / static_cast<size_t>(exported.chunks);
+  message.block_bytes = static_cast<uint32_t>(chunk_part / (layer_end - layer_begin) * n_layers);
   uint64_t key = exported.parent_key;
   for (int32_t i = 0; i < exported.chunks; ++i) {
     transfer::KvChunkMeta meta;

@@ -158,32 +158,38 @@ void KvReplicator::replicate(Replica& r) {
   staging_ = std::move(message.payload);  // the next increment gathers into it
   {
     std::lock_guard lock(r.mutex_);
-    bool gave_up = false;
-    if (sent.ok()) {
-      r.acknowledged_ = std::max(r.acknowledged_, first + chunks);
-      r.failures_ = 0;
-    } else {
-      gave_up = r.restart_locked();
-    }
-    // Counted before the replica can look settled, so that whoever waits on it sees the figures
-    // (lock order: a replica's mutex, then the replicator's).
-    {
-      std::lock_guard stats_lock(mutex_);
-      if (sent.ok()) {
-        ++stats_.increments;
-        stats_.chunks += static_cast<uint64_t>(chunks);
-        stats_.bytes += bytes;
-      } else {
-        ++stats_.failures;
-      }
-      stats_.given_up += gave_up ? 1 : 0;
-    }
+    record_send_locked(r, sent, first, chunks, bytes, /*layer_message=*/false);
     again = r.has_work_locked();
     r.queued_ = again;
   }
   r.settled_.notify_all();
   if (!sent.ok()) std::fprintf(stderr, "mnemo: KV replica to %s: %s\n", r.endpoint_.c_str(), sent.error().message().c_str());
   if (again) schedule(r.shared_from_this());
+}
+
+void KvReplicator::record_send_locked(Replica& r, const Status& sent, int32_t first_chunk, int32_t held_chunks,
+                                      size_t bytes, bool layer_message) {
+  bool gave_up = false;
+  if (sent.ok()) {
+    r.acknowledged_ = std::max(r.acknowledged_, first_chunk + held_chunks);
+    r.failures_ = 0;
+  } else {
+    gave_up = r.restart_locked();
+  }
+  // Counted before the replica can look settled, so that whoever waits on it sees the figures
+  // (lock order: a replica's mutex, then the replicator's).
+  std::lock_guard stats_lock(mutex_);
+  if (sent.ok()) {
+    stats_.bytes += bytes;
+    stats_.layer_messages += layer_message ? 1 : 0;
+    if (held_chunks > 0) {
+      ++stats_.increments;
+      stats_.chunks += static_cast<uint64_t>(held_chunks);
+    }
+  } else {
+    ++stats_.failures;
+  }
+  stats_.given_up += gave_up ? 1 : 0;
 }
 
 bool KvReplicator::send_layer_slices(Replica& r) {
@@ -196,51 +202,25 @@ bool KvReplicator::send_layer_slices(Replica& r) {
       if (r.slices_.empty() || r.abandoned_) return true;
       slice = std::move(r.slices_.front());
       r.slices_.pop_front();
-      // The chunks are named by key, below their predecessor's: the hash of the path so far.
       const auto begin = r.tokens_.begin();
-      uint64_t parent_key = 0;
-      for (int32_t c = 0; c < slice.first_chunk; ++c) {
-        parent_key = PrefixIndex::chunk_key(parent_key, r.ns_,
-                                            std::span<const TokenId>(&*(begin + static_cast<ptrdiff_t>(c * bs)), bs));
-      }
       part.first_chunk = slice.first_chunk;
       part.chunks = slice.chunks;
-      part.parent_key = parent_key;
+      part.parent_key = r.parent_key_locked(slice.first_chunk);
       part.tokens.assign(begin + static_cast<ptrdiff_t>(static_cast<size_t>(slice.first_chunk) * bs),
                          begin + static_cast<ptrdiff_t>(static_cast<size_t>(slice.first_chunk + slice.chunks) * bs));
       part.payload = std::move(slice.bytes);
     }
     const size_t bytes = part.payload.size();
-    transfer::KvMessage message = kv_message_of(r.ns_, layout_fingerprint_, static_cast<int32_t>(bs), std::move(part));
-    // kv_message_of took the slices' size for a chunk's: the chunk holds n_layers of them.
-    message.block_bytes *= static_cast<uint32_t>(slice.n_layers);
-    message.n_layers = static_cast<uint32_t>(slice.n_layers);
-    message.layer_begin = static_cast<uint32_t>(slice.layer);
-    message.layer_end = static_cast<uint32_t>(slice.layer + 1);
+    const transfer::KvMessage message =
+        kv_message_of(r.ns_, layout_fingerprint_, static_cast<int32_t>(bs), std::move(part),
+                      static_cast<uint32_t>(slice.n_layers), static_cast<uint32_t>(slice.layer),
+                      static_cast<uint32_t>(slice.layer + 1));
     const Status sent = transport_.send(r.endpoint_, message, kAckTimeoutSeconds);
-    const bool last_layer = slice.layer + 1 == slice.n_layers;
     {
+      // The receiver holds the chunks once their last layer is in.
+      const bool last_layer = slice.layer + 1 == slice.n_layers;
       std::lock_guard lock(r.mutex_);
-      bool gave_up = false;
-      if (sent.ok()) {
-        // The receiver inserts the chunks once their last layer is in.
-        if (last_layer) r.acknowledged_ = std::max(r.acknowledged_, slice.first_chunk + slice.chunks);
-        r.failures_ = 0;
-      } else {
-        gave_up = r.restart_locked();
-      }
-      std::lock_guard stats_lock(mutex_);
-      if (sent.ok()) {
-        ++stats_.layer_messages;
-        stats_.bytes += bytes;
-        if (last_layer) {
-          ++stats_.increments;
-          stats_.chunks += static_cast<uint64_t>(slice.chunks);
-        }
-      } else {
-        ++stats_.failures;
-      }
-      stats_.given_up += gave_up ? 1 : 0;
+      record_send_locked(r, sent, slice.first_chunk, last_layer ? slice.chunks : 0, bytes, /*layer_message=*/true);
     }
     if (!sent.ok()) {
       std::fprintf(stderr, "mnemo: KV replica to %s: %s\n", r.endpoint_.c_str(), sent.error().message().c_str());
@@ -265,6 +245,21 @@ KvReplicator::Replica::Replica(KvReplicator& owner, std::string endpoint, uint64
 int32_t KvReplicator::Replica::filled_chunks_locked() const {
   if (tokens_.empty()) return 0;
   return static_cast<int32_t>((tokens_.size() - 1) / static_cast<size_t>(owner_.engine_.config().block_size));
+}
+
+uint64_t KvReplicator::Replica::parent_key_locked(int32_t first_chunk) {
+  // The chunks are named by key, below their predecessor's: the hash of the path so far, extended
+  // from the last one computed (a prompt's steps and layers ask for the same or later chunks).
+  const auto bs = static_cast<size_t>(owner_.engine_.config().block_size);
+  if (keyed_chunks_ > first_chunk) {
+    keyed_chunks_ = 0;
+    last_key_ = 0;
+  }
+  for (; keyed_chunks_ < first_chunk; ++keyed_chunks_) {
+    last_key_ = PrefixIndex::chunk_key(last_key_, ns_,
+                                       std::span<const TokenId>(tokens_).subspan(static_cast<size_t>(keyed_chunks_) * bs, bs));
+  }
+  return last_key_;
 }
 
 bool KvReplicator::Replica::export_due_locked() const {

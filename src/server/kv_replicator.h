@@ -80,6 +80,11 @@ class KvReplicator {
   // Sends the replica's queued layer slices, oldest first; false once one failed (the replica
   // then starts again from its first chunk).
   bool send_layer_slices(Replica& replica);
+  // Under the replica's mutex, after a send: on success the receiver holds chunks up to
+  // first_chunk + held_chunks (0 held: a layer that completes nothing yet); on failure the
+  // replica starts again. Counts it in the stats.
+  void record_send_locked(Replica& replica, const Status& sent, int32_t first_chunk, int32_t held_chunks, size_t bytes,
+                          bool layer_message);
 
   Engine& engine_;
   transfer::KvTransport& transport_;
@@ -120,6 +125,8 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   bool export_due_locked() const;
   // After a failed send: everything again from the first chunk. True when given up.
   bool restart_locked();
+  // The key of chunk first_chunk - 1 (0 for the first chunk).
+  uint64_t parent_key_locked(int32_t first_chunk);
 
   KvReplicator& owner_;
   const std::string endpoint_;
@@ -144,6 +151,8 @@ class KvReplicator::Replica : public std::enable_shared_from_this<Replica> {
   bool queued_ = false;
   bool finished_ = false;
   bool export_due_ = false;  // a token or the end came since the last export was taken
+  int32_t keyed_chunks_ = 0;  // parent_key_locked's memo: the chunks hashed so far,
+  uint64_t last_key_ = 0;     // and the key of the last of them
   int failures_ = 0;  // in a row
   bool abandoned_ = false;
 };
