@@ -26,6 +26,7 @@ Not part of CI (minutes). Needs a release build and etcd (scripts/setup.sh).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -118,12 +119,43 @@ def cpu_delta(before: list[dict[str, float]], after: list[dict[str, float]]) -> 
     return total
 
 
+def metric(url: str, name: str, default: float | None = None) -> float:
+    """One unlabelled metric of `url`/metrics; `default` if it is absent (None: an error)."""
+    for line in requests.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    if default is None:
+        raise RuntimeError(f"{url}/metrics has no {name}")
+    return default
+
+
 def engine_task_seconds(url: str) -> float:
     """The instance's engine-thread seconds spent on posted work (KV exports and imports)."""
-    for line in requests.get(url + "/metrics", timeout=5).text.splitlines():
-        if line.startswith("mnemo_engine_task_seconds_total "):
-            return float(line.split()[1])
-    raise RuntimeError(f"{url}/metrics has no mnemo_engine_task_seconds_total")
+    return metric(url, "mnemo_engine_task_seconds_total")
+
+
+@contextlib.contextmanager
+def etcd_server(out: Path):
+    """A throwaway etcd on free loopback ports, logging to out/etcd.log; yields its client URL."""
+    data_dir = tempfile.mkdtemp(prefix="mnemo-bench-etcd-")
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    etcd = Proc(["etcd", "--name", "bench", "--data-dir", data_dir, "--listen-client-urls", url, "--advertise-client-urls",
+                 url, "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls",
+                 f"http://127.0.0.1:{peer}", "--initial-cluster", f"bench=http://127.0.0.1:{peer}"], out / "etcd.log")
+    try:
+        wait(lambda: requests.get(url + "/health", timeout=1).json().get("health") == "true", 30, "etcd")
+        yield url
+    finally:
+        etcd.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def write_results(out: Path, args, results: list[dict], table: str) -> None:
+    """results.json (the arguments and every scenario's figures) and table.md; prints the table."""
+    (out / "results.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    (out / "table.md").write_text(table)
+    print(table)
 
 
 def first_turns(path: Path, count: int, min_chars: int, max_chars: int, seed: int) -> list[str]:
@@ -289,15 +321,8 @@ def main() -> int:
     bodies = [{"model": "m", "messages": [{"role": "user", "content": p}], "max_tokens": args.max_tokens, "ignore_eos": True,
                "temperature": 0.8, "seed": 1000 + i, "stream": True, "stream_options": {"include_usage": True}}
               for i, p in enumerate(prompts)]
-    etcd_dir = tempfile.mkdtemp(prefix="mnemo-fobench-etcd-")
-    client, peer = free_port(), free_port()
-    etcd_url = f"http://127.0.0.1:{client}"
-    etcd = Proc(["etcd", "--name", "bench", "--data-dir", etcd_dir, "--listen-client-urls", etcd_url, "--advertise-client-urls",
-                 etcd_url, "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls",
-                 f"http://127.0.0.1:{peer}", "--initial-cluster", f"bench=http://127.0.0.1:{peer}"], out / "etcd.log")
-    wait(lambda: requests.get(etcd_url + "/health", timeout=1).json().get("health") == "true", 30, "etcd")
     results = []
-    try:
+    with etcd_server(out) as etcd_url:
         for repeat in range(args.repeats):
             for scenario in args.scenarios.split(","):
                 r = run_scenario(args, scenario, bodies, etcd_url, out)
@@ -306,13 +331,7 @@ def main() -> int:
                 print(f"repeat {repeat} {scenario:13s} throughput {r['throughput']:.2f} tok/s, "
                       f"p50 latency {statistics.median(r['latency']):.2f} s, affected {len(r['affected'])} "
                       f"{r['router_metrics']}", flush=True)
-    finally:
-        etcd.stop()
-        shutil.rmtree(etcd_dir, ignore_errors=True)
-    (out / "results.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
-    table = report(results)
-    (out / "table.md").write_text(table)
-    print(table)
+    write_results(out, args, results, report(results))
     return 0
 
 

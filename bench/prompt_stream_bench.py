@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -32,16 +31,9 @@ from pathlib import Path
 
 import requests
 
-from failover_bench import ROOT, Proc, first_turns, free_port, wait
+from failover_bench import ROOT, Proc, etcd_server, first_turns, metric, wait, write_results
 
 SCENARIOS = {"layers": "true", "whole": "false"}
-
-
-def metric(url: str, name: str) -> float:
-    for line in requests.get(url + "/metrics", timeout=5).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
 
 
 def first_token_seconds(url: str, body: dict) -> float:
@@ -72,14 +64,14 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
     rlog = workdir / f"{scenario}-router.log"
     router = Proc([args.mnemo_bin, "route", "--cluster", etcd_url, "--cluster-name", name, "--port", "0"], rlog)
     router_url = router.url_from_log(rlog)
-    wait(lambda: metric(router_url, "mnemo_router_instances") == 1 and metric(router_url, "mnemo_router_prefill_instances") == 1,
-         30, "both instances in the router's view")
+    wait(lambda: metric(router_url, "mnemo_router_instances", 0) == 1
+         and metric(router_url, "mnemo_router_prefill_instances", 0) == 1, 30, "both instances in the router's view")
     try:
         for url in urls.values():  # warm each instance (pages of the model, threads)
             requests.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
                                                               "max_tokens": 2}, timeout=120)
         ttft = [first_token_seconds(router_url, b) for b in bodies]
-        layer_messages = metric(urls["prefill"], "mnemo_kv_replica_layer_messages_total")
+        layer_messages = metric(urls["prefill"], "mnemo_kv_replica_layer_messages_total", 0)
     finally:
         router.stop()
         for p in procs:
@@ -105,15 +97,8 @@ def main() -> int:
     prompts = first_turns(Path(args.data), args.requests, args.min_chars, args.max_chars, args.seed)
     bodies = [{"model": "m", "messages": [{"role": "user", "content": p}], "max_tokens": 2, "ignore_eos": True,
                "temperature": 0} for p in prompts]
-    etcd_dir = tempfile.mkdtemp(prefix="mnemo-psbench-etcd-")
-    client, peer = free_port(), free_port()
-    etcd_url = f"http://127.0.0.1:{client}"
-    etcd = Proc(["etcd", "--name", "bench", "--data-dir", etcd_dir, "--listen-client-urls", etcd_url, "--advertise-client-urls",
-                 etcd_url, "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls",
-                 f"http://127.0.0.1:{peer}", "--initial-cluster", f"bench=http://127.0.0.1:{peer}"], out / "etcd.log")
-    wait(lambda: requests.get(etcd_url + "/health", timeout=1).json().get("health") == "true", 30, "etcd")
     results = []
-    try:
+    with etcd_server(out) as etcd_url:
         for repeat in range(args.repeats):
             # Alternate which scenario goes first, so that a drift in the machine's load does not
             # favour one.
@@ -123,13 +108,7 @@ def main() -> int:
                 results.append(r)
                 print(f"repeat {repeat} {scenario:6s} TTFT median {statistics.median(r['ttft']):.3f} s, "
                       f"layer messages {r['layer_messages']:.0f}", flush=True)
-    finally:
-        etcd.stop()
-        shutil.rmtree(etcd_dir, ignore_errors=True)
-    (out / "results.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
-    table = report(results)
-    (out / "table.md").write_text(table)
-    print(table)
+    write_results(out, args, results, report(results))
     return 0
 
 
