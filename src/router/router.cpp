@@ -382,6 +382,8 @@ std::shared_ptr<Router::Upstream> Router::resume(Relay& relay) {
   json body = relay.failover->request;
   body["mnemo_resume_tokens"] = relay.stitcher.tokens();
   body["mnemo_report_tokens"] = true;
+  // A Responses turn goes on as the response its client was getting (ids, text so far).
+  if (const json response = relay.stitcher.resume_response(); !response.is_null()) body["mnemo_resume_response"] = response;
   body.erase("mnemo_replica");  // the resumed part is not replicated
   const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
   for (const auto& candidate : relay.failover->candidates) {
@@ -654,12 +656,12 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     }
   }
 
-  // A chat or completion of one choice can keep KV replicas on other instances while it runs
-  // (--replicas N: the next best instances with a transport); streamed, it can be resumed
-  // elsewhere if its instance fails (SPEC D7), its chunks naming their tokens.
+  // A request of one choice can keep KV replicas on other instances while it runs (--replicas N:
+  // the next best instances with a transport); streamed, it can be resumed elsewhere if its
+  // instance fails (SPEC D7), its events naming their tokens.
   const bool streamed = body.value("stream", false) == true;
   const bool one_choice = !body.contains("n") || body["n"] == 1;
-  const bool resumable = config_.failover && api != Api::kResponses && streamed && one_choice;
+  const bool resumable = config_.failover && streamed && one_choice;
   // A stored Responses turn (store defaults to true) keeps copies too: its KV, once it ends, and
   // the stored turn itself, so the conversation outlives its instance.
   const bool stored_turn = api == Api::kResponses && body.value("store", true) != false;
@@ -693,8 +695,9 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       for (auto it = others.begin(); it != holders_end && endpoints.size() < limit; ++it) {
         endpoints.push_back(it->transfer_endpoint);
         known.push_back(0);
-        // A failover copy follows the request as it runs; a stored turn's is for the next turn.
-        at_end.push_back(api == Api::kResponses);
+        // A failover copy follows the request as it runs; a stored turn's that cannot be resumed
+        // is for the next turn only.
+        at_end.push_back(api == Api::kResponses && !resumable);
         replicas.push_back(it->id);
         if (api == Api::kResponses) turn_holders.push_back(*it);
       }

@@ -6,9 +6,18 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kData = "data:";
+constexpr std::string_view kEvent = "event:";
 
-// The payload of an event's data line(s); events of other kinds come back whole in `other`.
-bool data_of(std::string_view event, std::string& data) {
+std::string_view field_value(std::string_view line, std::string_view field) {
+  line.remove_prefix(field.size());
+  if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+  return line;
+}
+
+// An event's name (its "event:" field) and the payload of its data line(s). False for an event
+// with no data or with another field (id:, retry:): it is passed on as it is.
+bool parse_event(std::string_view event, std::string& name, std::string& data) {
+  name.clear();
   data.clear();
   size_t at = 0;
   bool any = false;
@@ -18,17 +27,24 @@ bool data_of(std::string_view event, std::string& data) {
     std::string_view line = event.substr(at, end - at);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.substr(0, kData.size()) == kData) {
-      line.remove_prefix(kData.size());
-      if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
       if (any) data += '\n';
-      data += line;
+      data += field_value(line, kData);
       any = true;
+    } else if (line.substr(0, kEvent.size()) == kEvent) {
+      name = field_value(line, kEvent);
     } else if (!line.empty() && line.front() != ':') {
-      return false;  // another field (event:, id:, retry:): passed on as it is
+      return false;
     }
     at = end + 1;
   }
   return any;
+}
+
+std::string dump(const json& payload) { return payload.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool is_opening(const std::string& type) {
+  return type == "response.created" || type == "response.in_progress" || type == "response.output_item.added" ||
+         type == "response.content_part.added";
 }
 
 }  // namespace
@@ -51,22 +67,35 @@ void SseStitcher::begin_resumed() {
   pending_.clear();
   replicated_ = 0;  // the resumed part has no replica
   resumed_ = true;
-  opening_seen_ = false;
   ++resumes_;
+}
+
+json SseStitcher::resume_response() const {
+  if (!responses_) return nullptr;
+  json r = {{"text", text_}};
+  if (!response_id_.empty()) r["id"] = response_id_;
+  if (!message_id_.empty()) r["message_id"] = message_id_;
+  if (created_at_ >= 0) r["created_at"] = created_at_;
+  return r;
 }
 
 std::string SseStitcher::event(std::string_view text) {
   const std::string whole = std::string(text) + "\n\n";
-  std::string data;
-  if (!data_of(text, data)) return whole;
-  if (data == "[DONE]") {
+  std::string name, data;
+  if (!parse_event(text, name, data)) return whole;
+  if (name.empty() && data == "[DONE]") {
     done_ = true;
     return whole;
   }
   json payload = json::parse(data, nullptr, /*allow_exceptions=*/false);
   if (!payload.is_object()) return whole;
-  const bool opening = !opening_seen_;
-  opening_seen_ = true;
+  if (name.empty()) return chunk_event(std::move(payload));
+  // Responses events name their type twice; any other named event passes untouched.
+  if (name.rfind("response.", 0) == 0 && payload.value("type", json()) == name) return responses_event(name, std::move(payload));
+  return whole;
+}
+
+std::string SseStitcher::chunk_event(json payload) {
   if (!resumed_) {
     if (id_.is_null() && payload.contains("id")) id_ = payload["id"];
     if (created_.is_null() && payload.contains("created")) created_ = payload["created"];
@@ -88,17 +117,55 @@ std::string SseStitcher::event(std::string_view text) {
       }
       if (first_choice && choice.contains("finish_reason") && !choice["finish_reason"].is_null()) finished_ = true;
     }
-    // A resumed chat stream opens with a role-only chunk, as every stream does: the client
-    // already had it.
-    if (resumed_ && opening && payload["choices"].size() == 1) {
+    // A chat stream opens with a role-only chunk: a resumed one's is dropped if the client had one.
+    if (payload["choices"].size() == 1) {
       const json& only = payload["choices"][0];
       if (only.is_object() && only.contains("delta") && only["delta"].is_object() && only["delta"].contains("role") &&
           only["delta"].value("content", std::string()).empty() && only.value("finish_reason", json()).is_null()) {
-        return "";
+        if (role_chunk_sent_) return "";
+        role_chunk_sent_ = true;
       }
     }
   }
-  return "data: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  return "data: " + dump(payload) + "\n\n";
+}
+
+std::string SseStitcher::responses_event(const std::string& type, json payload) {
+  responses_ = true;
+  if (is_opening(type)) {
+    if (!openings_sent_.insert(type).second) return "";  // a resumed upstream's: the client had it
+    // What the resumed instance answers as (an upstream that failed before sending them leaves
+    // the next one's to be the client's).
+    if (type == "response.created" && payload.contains("response") && payload["response"].is_object()) {
+      const json& response = payload["response"];
+      if (response.contains("id") && response["id"].is_string()) response_id_ = response["id"].get<std::string>();
+      if (response.contains("created_at") && response["created_at"].is_number_integer()) {
+        created_at_ = response["created_at"].get<int64_t>();
+      }
+    } else if (type == "response.output_item.added" && payload.contains("item") && payload["item"].is_object() &&
+               payload["item"].contains("id") && payload["item"]["id"].is_string()) {
+      message_id_ = payload["item"]["id"].get<std::string>();
+    }
+  } else if (type == "response.output_text.delta") {
+    if (const auto token = payload.find("mnemo_token"); token != payload.end()) {
+      if (token->is_number_integer()) tokens_.push_back(token->get<int32_t>());
+      payload.erase(token);
+    }
+    if (const auto replicated = payload.find("mnemo_replicated"); replicated != payload.end()) {
+      if (replicated->is_number_integer()) replicated_ = replicated->get<int32_t>();
+      payload.erase(replicated);
+    }
+    const json delta = payload.value("delta", json());
+    if (delta.is_string()) {
+      if (delta.get_ref<const std::string&>().empty()) return "";  // named its token only
+      text_ += delta.get_ref<const std::string&>();
+    }
+  } else if (type == "response.completed" || type == "response.incomplete" || type == "response.failed") {
+    finished_ = true;
+    done_ = true;  // a Responses stream has no end marker: this is its last event
+  }
+  if (payload.contains("sequence_number")) payload["sequence_number"] = sequence_++;
+  return "event: " + type + "\ndata: " + dump(payload) + "\n\n";
 }
 
 }  // namespace mnemo::router

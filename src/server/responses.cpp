@@ -4,6 +4,7 @@
 // GET and DELETE /v1/responses/{id}. Streaming follows OpenAI's event sequence.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include <httplib.h>
@@ -111,6 +112,33 @@ std::string output_text(const json& response) {
   return text;
 }
 
+// mnemo_resume_response {"id", "message_id", "created_at", "text"}, each optional: what the client
+// of a failed instance was told, for this turn to continue as the same response.
+template <typename Resumed>
+std::optional<ApiError> read_resumed_response(const json& resumed, Resumed& out) {
+  constexpr const char* kParam = "mnemo_resume_response";
+  if (!resumed.is_object()) return bad_request("'mnemo_resume_response' must be an object", kParam);
+  auto string_field = [&](const char* name, const char* prefix, std::string& field) -> std::optional<ApiError> {
+    const auto it = resumed.find(name);
+    if (it == resumed.end()) return std::nullopt;
+    if (!it->is_string() || it->get_ref<const std::string&>().rfind(prefix, 0) != 0) {
+      return bad_request(fmt::format("'mnemo_resume_response.{}' must be a string starting with '{}'", name, prefix), kParam);
+    }
+    field = it->get<std::string>();
+    return std::nullopt;
+  };
+  if (auto error = string_field("id", "resp_", out.id)) return error;
+  if (auto error = string_field("message_id", "msg_", out.message_id)) return error;
+  if (auto error = string_field("text", "", out.text)) return error;
+  if (const auto created = resumed.find("created_at"); created != resumed.end()) {
+    if (!created->is_number_integer() || created->get<int64_t>() < 0) {
+      return bad_request("'mnemo_resume_response.created_at' must be a non-negative integer", kParam);
+    }
+    out.created_at = created->get<int64_t>();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const json& body) const {
@@ -124,7 +152,8 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
   json as_chat = {{"messages", json::array({{{"role", "user"}, {"content", ""}}})}};
   for (const char* field : {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "cache_salt",
                             "presence_penalty", "frequency_penalty", "repetition_penalty", "mnemo_replica",
-                            "mnemo_replica_known_tokens", "mnemo_replica_at_end"}) {
+                            "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_report_tokens",
+                            "mnemo_resume_tokens"}) {
     if (body.contains(field)) as_chat[field] = body[field];
   }
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) as_chat["max_tokens"] = body["max_output_tokens"];
@@ -133,10 +162,13 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
     if (error->param == "max_tokens") error->param = "max_output_tokens";
     return *error;
   }
-  ResponsesTurn t{std::move(std::get<ParsedRequest>(parsed)), {}, "", false, true};
+  ResponsesTurn t{std::move(std::get<ParsedRequest>(parsed)), {}, "", false, true, {}};
   t.stream = body.value("stream", false);
   t.store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
   if (t.store && store_ == nullptr) return bad_request("this server has no response store", "store");
+  if (const auto resumed = body.find("mnemo_resume_response"); resumed != body.end() && !resumed->is_null()) {
+    if (auto error = read_resumed_response(*resumed, t.resumed)) return *error;
+  }
 
   // The new turn's messages.
   const auto input = body.find("input");
@@ -219,6 +251,18 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   const bool stream = t.stream;
   const bool store = t.store;
 
+  // A resumed turn answers as the response its client was getting; a stored one must not replace
+  // a turn kept here.
+  const ResumedResponse& resumed = t.resumed;
+  if (!resumed.id.empty() && store_ != nullptr) {
+    auto existing = store_->get(resumed.id);
+    if (!existing.ok()) return send_error(res, ApiError{500, existing.error().message(), "server_error", "", ""});
+    if (existing->has_value()) {
+      return send_error(res, ApiError{409, "Response '" + resumed.id + "' exists already: it cannot be resumed here.",
+                                      "invalid_request_error", "mnemo_resume_response", ""});
+    }
+  }
+
   auto prepared = prepare(req, request, Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   auto run = std::move(std::get<PreparedRun>(prepared));
@@ -226,9 +270,12 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   // A router's Caching-3 copy back to a prefill instance (SPEC M4), or a failover copy.
   const auto replicas = run.replicas;
 
-  const std::string id = new_id("resp");
-  const std::string message_id = new_id("msg");
-  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string id = resumed.id.empty() ? new_id("resp") : resumed.id;
+  const std::string message_id = resumed.message_id.empty() ? new_id("msg") : resumed.message_id;
+  const int64_t created = resumed.created_at >= 0 ? resumed.created_at
+                          : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const bool report_tokens = request.report_tokens;
+  const std::string resumed_text = resumed.text;
   const int32_t max_output_tokens = request.generation.max_tokens;
   const json turn_inputs = stored_inputs(turn);
   // The response object in a given state.
@@ -273,7 +320,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   };
 
   if (!stream) {
-    std::string text;
+    std::string text = resumed_text;
     bool length_stop = false;
     RequestUsage usage;
     for (;;) {
@@ -299,8 +346,10 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
     bool started = false;
     std::string text;
     bool length_stop = false;
+    int32_t replicated_reported = 0;
   };
   auto state = std::make_shared<StreamState>();
+  state->text = resumed_text;
   auto event = [state](const std::string& type, json payload) {
     payload["type"] = type;
     payload["sequence_number"] = state->sequence++;
@@ -311,7 +360,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [=](size_t, httplib::DataSink& sink) {
+      [=, this](size_t, httplib::DataSink& sink) {
         static_cast<void>(guard);
         if (!sink.is_writable()) {
           stream_handle->cancel();
@@ -334,10 +383,18 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
         for (auto e = stream_handle->next(std::chrono::milliseconds(100)); e; e = stream_handle->next(std::chrono::milliseconds(0))) {
           feed_replicas(replicas, *e);
           if (auto* d = std::get_if<TokenDelta>(&*e)) {
-            if (d->text.empty()) continue;
+            // A router that may resume the stream elsewhere learns every token, even one whose
+            // text is held back, and how far the replica got.
+            if (d->text.empty() && !report_tokens) continue;
             state->text += d->text;
-            out += event("response.output_text.delta", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0},
-                                                        {"delta", d->text}, {"logprobs", json::array()}});
+            json delta = {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"delta", d->text}, {"logprobs", json::array()}};
+            if (report_tokens && d->token >= 0) delta["mnemo_token"] = d->token;
+            if (report_tokens && !replicas.empty()) {
+              if (const int32_t replicated = replicated_tokens(replicas); replicated != state->replicated_reported) {
+                delta["mnemo_replicated"] = state->replicated_reported = replicated;
+              }
+            }
+            out += event("response.output_text.delta", std::move(delta));
           } else if (auto* f = std::get_if<ChoiceFinished>(&*e)) {
             state->length_stop = f->reason == FinishReason::kLength;
           } else if (auto* end = std::get_if<RequestDone>(&*e)) {

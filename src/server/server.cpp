@@ -243,6 +243,12 @@ void Server::feed_replicas(const std::vector<std::shared_ptr<KvReplicator::Repli
   }
 }
 
+int32_t Server::replicated_tokens(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas) const {
+  int32_t chunks = 0;
+  for (const auto& replica : replicas) chunks = std::max(chunks, replica->acknowledged_chunks());
+  return chunks * engine_.config().block_size;
+}
+
 void Server::handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
   auto parsed = parse_request(req.body, endpoint == Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
@@ -261,11 +267,7 @@ void Server::handle_generation(const httplib::Request& req, httplib::Response& r
   if (!replicas.empty()) {
     completion->set_observer([replicas](const StreamEvent& event) { feed_replicas(replicas, event); });
     // How far a failover can go without recompute: the replica that got furthest.
-    completion->set_replica_progress([replicas, bs = engine_.config().block_size] {
-      int32_t chunks = 0;
-      for (const auto& replica : replicas) chunks = std::max(chunks, replica->acknowledged_chunks());
-      return chunks * bs;
-    });
+    completion->set_replica_progress([this, replicas] { return replicated_tokens(replicas); });
   }
   if (!completion->streaming()) {
     const json reply = completion->run_to_completion();

@@ -81,12 +81,19 @@ class Server {
   void handle_create_response(const httplib::Request& req, httplib::Response& res);
   // A Responses API request read: the chat request it runs (its history from the store, then
   // its input), the new turn's messages, what it continues, and how it answers.
+  // A router resuming a streamed turn whose instance failed (mnemo_resume_response, SPEC D7):
+  // the response the client was getting, which this one continues as the same response.
+  struct ResumedResponse {
+    std::string id, message_id, text;
+    int64_t created_at = -1;
+  };
   struct ResponsesTurn {
     ParsedRequest request;
     std::vector<ChatMessage> turn;
     std::string previous_id;
     bool stream = false;
     bool store = true;
+    ResumedResponse resumed;
   };
   std::variant<ResponsesTurn, ApiError> read_responses_turn(const nlohmann::json& body) const;
   // POST /v1/internal/responses_prompt: the prompt tokens a Responses API request would run
@@ -103,6 +110,9 @@ class Server {
   std::vector<std::shared_ptr<KvReplicator::Replica>> open_replicas(ParsedRequest& request,
                                                                     const std::shared_ptr<RequestStream>& stream);
   static void feed_replicas(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas, const StreamEvent& event);
+  // How many of a request's tokens a failover could resume without recompute: the leading
+  // chunks the furthest of its replicas acknowledged.
+  int32_t replicated_tokens(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas) const;
   void handle_get_response(const httplib::Request& req, httplib::Response& res);
   void handle_delete_response(const httplib::Request& req, httplib::Response& res);
   // The tokens of a stored conversation as the model saw them: the last turn's instructions, the

@@ -62,6 +62,24 @@ def sse_events(response: requests.Response):
             yield json.loads(data)
 
 
+def response_stream_events(response: requests.Response):
+    """Yields the payloads of a Responses API stream ("event: TYPE" then "data: JSON" of that type);
+    checks the framing, splitting on the blank line that ends each event as sse_events does."""
+    assert response.status_code == 200, response.text
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    buffer = b""
+    for piece in response.iter_content(chunk_size=None):
+        buffer += piece
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            name, data = event.decode().split("\n", 1)
+            assert name.startswith("event: ") and data.startswith("data: "), f"unexpected SSE event {event!r}"
+            payload = json.loads(data[len("data: "):])
+            assert payload["type"] == name[len("event: "):]
+            yield payload
+    assert buffer == b"", f"a partial event at the end: {buffer!r}"
+
+
 def pick_stop_string(text: str) -> tuple[str, str]:
     """A stop string taken from the middle of `text`, and what the output must be with it."""
     middle = len(text) // 2

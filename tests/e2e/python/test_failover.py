@@ -18,7 +18,7 @@ import requests
 
 from cluster_fixtures import etcd, instance_by_id  # noqa: F401  (etcd: a pytest fixture, by name)
 from conftest import MnemoServer
-from helpers import output_text, read_metrics, sse_events, wait_for
+from helpers import output_text, read_metrics, response_stream_events, sse_events, wait_for
 
 REQUESTS = 16
 MAX_TOKENS = 128  # room for streams on a less loaded instance to run ahead of the kill
@@ -290,3 +290,78 @@ def test_a_stored_conversation_outlives_its_instance_on_its_replica(cluster):
     # Deleting the conversation's last turn through the router removes the copy too.
     assert requests.delete(router.url + f"/v1/responses/{second.json()['id']}", timeout=30).status_code == 200
     assert requests.get(holder_server.url + f"/v1/responses/{second.json()['id']}", timeout=30).status_code == 404
+
+
+class ResponseStream(Stream):
+    """One streamed Responses API turn through the router, read on its own thread."""
+
+    def run(self) -> "ResponseStream":
+        try:
+            with requests.post(self.url + "/v1/responses", json=self.body, stream=True, timeout=300) as r:
+                self.instance = r.headers.get("X-Mnemo-Instance", "")
+                self.replica = r.headers.get("X-Mnemo-Replica", "")
+                self.started.set()
+                self.events = []
+                for event in response_stream_events(r):
+                    assert "mnemo_" not in str(event), "the router must strip its fields"
+                    self.events.append(event)
+                    if event["type"] == "response.output_text.delta":
+                        self.text += event["delta"]
+                        self.chunks += 1
+        except Exception as e:  # noqa: BLE001  (reported by the test)
+            self.error = repr(e)
+            self.started.set()
+        return self
+
+
+def test_killed_instance_responses_streams_resume_as_the_same_responses(cluster):
+    """Streamed, stored Responses turns are resumed too: each client sees one response (one id, one
+    rising sequence of events, each opening event once), its text identical to a failure-free
+    run, and the turn is stored under that id where it finished, so the conversation goes on."""
+    router = cluster["router"]
+    restore_three_instances(cluster)
+    bodies = [{"model": "m", "input": f"Write a short story about {TOPICS[i]}.", "max_output_tokens": MAX_TOKENS,
+               "ignore_eos": True, "temperature": 0.8, "seed": 300 + i, "stream": True} for i in range(8)]
+
+    def busiest(streams):
+        counts: dict[str, int] = {}
+        for s in streams:
+            counts[s.instance] = counts.get(s.instance, 0) + 1
+        return [max(counts, key=counts.get)]
+
+    on_progress, state = kill_when_streaming(cluster, busiest)
+    before = read_metrics(router.url).get("mnemo_router_resumed_streams_total", 0)
+    streams = [ResponseStream(router.url, b) for b in bodies]
+    with ThreadPoolExecutor(len(streams)) as pool:
+        futures = [pool.submit(s.run) for s in streams]
+        on_progress(streams)
+        for f in futures:
+            f.result()
+    assert all(not s.error for s in streams), [s.error for s in streams if s.error]
+    assert read_metrics(router.url)["mnemo_router_resumed_streams_total"] - before == len(state["killed_streams"])
+
+    reference = [ResponseStream(router.url, b).run() for b in bodies]
+    for got, want in zip(streams, reference):
+        assert not want.error, want.error
+        types = [e["type"] for e in got.events]
+        assert [e["sequence_number"] for e in got.events] == list(range(len(got.events)))
+        for opening in ("response.created", "response.in_progress", "response.output_item.added",
+                        "response.content_part.added"):
+            assert types.count(opening) == 1, (opening, types[:8])
+        assert types[-1] == "response.incomplete"  # max_output_tokens reached
+        final = got.events[-1]["response"]
+        assert {e["response"]["id"] for e in got.events if "response" in e} == {final["id"]}
+        assert {e["item_id"] for e in got.events if "item_id" in e} == {final["output"][0]["id"]}
+        assert got.text == want.text == output_text(final), f"turn on {got.instance} differs after failover"
+        assert final["usage"]["output_tokens"] == MAX_TOKENS
+    for s in state["killed_streams"]:
+        final = s.events[-1]["response"]
+        details = final["usage"]["input_tokens_details"]
+        assert details["resumed_tokens"] >= KILL_AFTER_TOKENS, details
+        # Its KV followed it to the replica as it ran: only the last unfilled chunks are recomputed.
+        assert s.replica and details["resumed_cached_tokens"] >= details["resumed_tokens"] - 2 * 32, details
+        stored = requests.get(router.url + f"/v1/responses/{final['id']}", timeout=30)
+        assert stored.status_code == 200 and output_text(stored.json()) == s.text
+        follow = requests.post(router.url + "/v1/responses", json={"model": "m", "input": "Go on.", "max_output_tokens": 4,
+                                                                   "previous_response_id": final["id"]}, timeout=120)
+        assert follow.status_code == 200, follow.text

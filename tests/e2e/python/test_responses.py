@@ -9,25 +9,12 @@ import tempfile
 import pytest
 import requests
 
-from helpers import output_text, read_metrics, wait_for
+from helpers import output_text, read_metrics, response_stream_events, wait_for
 
 
 
 def response_events(response: requests.Response) -> list[dict]:
-    """The events of a Responses API stream: "event: TYPE" then "data: JSON" with that type."""
-    assert response.headers["Content-Type"].startswith("text/event-stream")
-    events, pending_type = [], None
-    for line in response.iter_lines(decode_unicode=True):
-        if not line:
-            continue
-        if line.startswith("event: "):
-            pending_type = line[len("event: "):]
-            continue
-        assert line.startswith("data: "), f"unexpected SSE line {line!r}"
-        payload = json.loads(line[len("data: "):])
-        assert payload["type"] == pending_type
-        events.append(payload)
-    return events
+    return list(response_stream_events(response))
 
 
 def create(url: str, **body) -> requests.Response:
@@ -152,6 +139,47 @@ def test_streaming_events_in_order(state_server):
     final = events[-1]["response"]
     assert final["usage"]["output_tokens"] == 6
     assert output_text(final) == deltas
+
+
+def test_a_resumed_stream_continues_as_the_same_response(state_server):
+    """What a router sends when a turn's instance fails mid-stream (SPEC D7): the tokens the client
+    got, and the response it was getting. The turn goes on as that response (same ids, the text
+    so far in its final events), the rest of its tokens as an uninterrupted run's, and it is
+    stored under the original id."""
+    server, _ = state_server
+    body = {"input": "Tell me about a lighthouse.", "max_output_tokens": 40, "ignore_eos": True, "temperature": 0.8,
+            "seed": 7, "stream": True, "mnemo_report_tokens": True}
+    whole = response_events(requests.post(server.url + "/v1/responses", json=body, stream=True, timeout=120))
+    deltas = [e for e in whole if e["type"] == "response.output_text.delta"]
+    assert len(deltas) == 40 and all(isinstance(e["mnemo_token"], int) for e in deltas)  # every token, text or not
+    final = whole[-1]["response"]
+    cut = 15
+    told = {"id": "resp_" + "5" * 32, "message_id": "msg_" + "6" * 32, "created_at": final["created_at"],
+            "text": "".join(e["delta"] for e in deltas[:cut])}
+    resumed_body = {**body, "mnemo_resume_tokens": [e["mnemo_token"] for e in deltas[:cut]], "mnemo_resume_response": told}
+
+    # A stored response is never replaced by a resumed one; a malformed one is refused.
+    taken = requests.post(server.url + "/v1/responses", json={**resumed_body, "mnemo_resume_response": {**told, "id": final["id"]}},
+                          timeout=120)
+    assert taken.status_code == 409, taken.text
+    for bad in ({**told, "id": "x"}, {**told, "message_id": 3}, {**told, "created_at": -1}, "resp_1"):
+        r = requests.post(server.url + "/v1/responses", json={**resumed_body, "mnemo_resume_response": bad}, timeout=120)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "mnemo_resume_response", r.text
+
+    events = response_events(requests.post(server.url + "/v1/responses", json=resumed_body, stream=True, timeout=120))
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    rest = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert [e["mnemo_token"] for e in rest] == [e["mnemo_token"] for e in deltas[cut:]]
+    assert told["text"] + "".join(e["delta"] for e in rest) == output_text(final)
+    assert events[0]["response"]["id"] == told["id"] and events[0]["response"]["created_at"] == told["created_at"]
+    assert all(e["item_id"] == told["message_id"] for e in rest)
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert done["text"] == output_text(final)
+    resumed_final = events[-1]["response"]
+    assert resumed_final["id"] == told["id"] and output_text(resumed_final) == output_text(final)
+    assert resumed_final["usage"]["output_tokens"] == 40
+    stored = requests.get(server.url + f"/v1/responses/{told['id']}", timeout=30)
+    assert stored.status_code == 200 and output_text(stored.json()) == output_text(final)
 
 
 def test_openai_client(state_server):
