@@ -1,6 +1,6 @@
 // libFuzzer target for the router's SSE stitcher (router/sse_stitcher.h), which reads what
 // instances stream: any bytes, fed whole or cut in two (at a point the first byte picks), must give
-// the same client stream and the same tokens; a resume between the pieces must never crash or
+// the same client stream, tokens and resume state (chat chunks and Responses events alike); a resume between the pieces must never crash or
 // throw; whatever goes out is whole events.
 //   build/fuzz/fuzz/sse_stitcher_fuzz -max_len=2048 -max_total_time=120
 #include <cstdint>
@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SseStitcher pieces;
   const std::string out_pieces = pieces.feed(input.substr(0, at)) + pieces.feed(input.substr(at));
   if (out_whole != out_pieces) fail("the output depends on how the bytes were cut");
-  if (whole.tokens() != pieces.tokens() || whole.finished() != pieces.finished() || whole.done() != pieces.done()) {
+  if (whole.tokens() != pieces.tokens() || whole.finished() != pieces.finished() || whole.done() != pieces.done() ||
+      whole.resume_response() != pieces.resume_response()) {
     fail("the state depends on how the bytes were cut");
   }
   if (!out_whole.empty() && out_whole.size() >= 2 && out_whole.substr(out_whole.size() - 2) != "\n\n") {
@@ -43,5 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)resumed.feed(input.substr(0, at));
   resumed.begin_resumed();
   (void)resumed.feed(input.substr(at));
+  // What the router sends the resuming instance must always serialise.
+  (void)resumed.resume_response().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return 0;
 }
