@@ -158,6 +158,14 @@ std::vector<cluster::InstanceInfo> Router::all_members() {
   return members_ ? members_->members() : std::vector<cluster::InstanceInfo>{};
 }
 
+bool Router::is_member(const std::string& id) {
+  if (!members_) return true;  // no view to tell by
+  for (const auto& m : members_->members()) {
+    if (m.id == id) return true;
+  }
+  return false;
+}
+
 std::vector<cluster::InstanceInfo> Router::live_members(bool prefill) {
   std::vector<cluster::InstanceInfo> out;
   if (!members_) return out;
@@ -455,7 +463,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
         const std::shared_ptr<Upstream> current = relay->up;  // only this thread replaces it
         Upstream& u = *current;
         std::unique_lock l(u.mutex);
-        u.changed.wait_for(l, std::chrono::milliseconds(500), [&] { return !u.chunks.empty() || u.finished; });
+        const bool silent = !u.changed.wait_for(l, std::chrono::milliseconds(500), [&] { return !u.chunks.empty() || u.finished; });
         while (!u.chunks.empty()) {
           std::string chunk = std::move(u.chunks.front());
           u.chunks.pop_front();
@@ -473,7 +481,19 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
           }
           l.lock();
         }
-        if (!u.finished) return true;
+        if (!u.finished) {
+          // An instance whose lease expired mid-reply is hung or cut off, not slow: its
+          // connection may never break, so stop reading it; the reply resumes elsewhere.
+          if (silent && relay->failover && !relay->stitcher.done() && !u.client_gone && !is_member(relay->instance)) {
+            u.client_gone = true;
+            u.changed.notify_all();
+            l.unlock();
+            u.client->stop();
+            std::lock_guard counters(mutex_);
+            ++expired_upstreams_;
+          }
+          return true;  // a stopped upstream ends broken: the next call resumes it
+        }
         bool broke = u.broke;
         const int status = u.status;
         l.unlock();
@@ -871,6 +891,9 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
                       "Prompt and generated tokens of those replies whose KV replica was acknowledged at the failure.",
                       resumed_replicated_tokens_);
   prometheus::counter(out, "router_failed_resumes_total", "Streamed replies no instance could continue.", failed_resumes_);
+  prometheus::counter(out, "router_expired_upstreams_total",
+                      "Streamed replies cut off because their instance's lease expired while it said nothing.",
+                      expired_upstreams_);
   prometheus::counter(out, "router_prefills_total",
                       "Prompts computed on a prefill instance whose KV went to a decode instance.", prefills_);
   prometheus::counter(out, "router_prefill_failures_total", "Prefills that failed (the decode instance computed the prompt).",

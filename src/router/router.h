@@ -123,6 +123,8 @@ class Router {
   // Instances with a live lease: those that generate (colocated and decode), or the prefill ones
   // (by their published roles, or by the plan's split).
   std::vector<cluster::InstanceInfo> live_members(bool prefill = false);
+  // Whether the instance still holds its lease (in the view, whatever its role).
+  bool is_member(const std::string& id);
   // Every instance with a live lease, whatever its role (a stored response's owner).
   std::vector<cluster::InstanceInfo> all_members();
   // The live instances among a stored response's holders (its owner record: the instance that
@@ -209,6 +211,7 @@ class Router {
   uint64_t resumed_tokens_ = 0;        // tokens those streams had already delivered
   uint64_t resumed_replicated_tokens_ = 0;  // their tokens' KV replicated at the failure
   uint64_t failed_resumes_ = 0;        // streams no instance could continue
+  uint64_t expired_upstreams_ = 0;     // streams cut off because their instance's lease expired
   uint64_t prefills_ = 0;
   uint64_t prefill_failures_ = 0;
   double prefill_seconds_ = 0;

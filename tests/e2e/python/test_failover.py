@@ -9,6 +9,7 @@ Runs as its own CTest entry (failover_e2e)."""
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -112,9 +113,9 @@ def run_all(url: str, bodies: list[dict], on_progress=None) -> list[Stream]:
     return streams
 
 
-def kill_when_streaming(cluster, victims_of) -> callable:
+def kill_when_streaming(cluster, victims_of, hang: bool = False) -> callable:
     """on_progress for run_all: once every stream on the chosen instances has KILL_AFTER_TOKENS
-    chunks, SIGKILL them."""
+    chunks, SIGKILL them (hang: SIGSTOP them, so their connections stay open)."""
     state = {}
 
     def on_progress(streams: list[Stream]):
@@ -128,7 +129,10 @@ def kill_when_streaming(cluster, victims_of) -> callable:
                  "the doomed instances' streams to be under way")
         assert all(s.chunks < MAX_TOKENS for s in on_victims), "a stream finished before the kill: raise MAX_TOKENS"
         for v in victims:
-            instance_by_id(cluster, v).kill()
+            if hang:
+                instance_by_id(cluster, v).proc.send_signal(signal.SIGSTOP)
+            else:
+                instance_by_id(cluster, v).kill()
         state["killed_streams"] = on_victims
 
     return on_progress, state
@@ -206,6 +210,38 @@ def test_instance_and_replica_holder_killed_together_recompute_identically(clust
     for s in kept:
         details = s.usage["prompt_tokens_details"]
         assert details["resumed_cached_tokens"] >= details["resumed_tokens"] - 2 * 32, details
+
+
+def test_a_hung_instance_streams_resume_once_its_lease_expires(cluster):
+    """An instance that stops (SIGSTOP) keeps its connections open and says nothing: once its etcd
+    lease expires, the router cuts its streams off and resumes them elsewhere, identically."""
+    router = cluster["router"]
+    restore_three_instances(cluster)
+    bodies = [request_body(f"{TOPICS[i]} at night", seed=400 + i) for i in range(8)]
+
+    def busiest(streams):
+        counts: dict[str, int] = {}
+        for s in streams:
+            counts[s.instance] = counts.get(s.instance, 0) + 1
+        return [max(counts, key=counts.get)]
+
+    on_progress, state = kill_when_streaming(cluster, busiest, hang=True)
+    before = read_metrics(router.url)
+    try:
+        hung_run = run_all(router.url, bodies, on_progress)
+    finally:
+        for v in state.get("victims", []):
+            instance_by_id(cluster, v).kill()  # SIGKILL ends a stopped process too
+    after = read_metrics(router.url)
+    assert all(not s.error for s in hung_run), [s.error for s in hung_run if s.error]
+    cut_off = len(state["killed_streams"])
+    assert after["mnemo_router_expired_upstreams_total"] - before.get("mnemo_router_expired_upstreams_total", 0) == cut_off
+    assert after["mnemo_router_resumed_streams_total"] - before["mnemo_router_resumed_streams_total"] == cut_off
+    reference = run_all(router.url, bodies)
+    for got, want in zip(hung_run, reference):
+        assert not want.error, want.error
+        assert got.text == want.text, f"request on {got.instance} differs after failover"
+        assert got.usage["completion_tokens"] == MAX_TOKENS
 
 
 def restore_three_instances(cluster) -> None:
