@@ -14,6 +14,14 @@ in front. Each scenario starts a fresh cluster and sends REQUESTS concurrent str
   fail+retry    no failover (today's servers): the client's stream breaks and the client sends
                 the request again from scratch
 
+and, with one instance, the local disk replica (route --disk-replica):
+
+  solo              no failure, one instance                (their reference)
+  solo+disk         no failure, --disk-replica              (persisting's overhead)
+  solo-fail+disk    --disk-replica, the instance SIGKILLed halfway and started again on its state
+                    folder: the router waits for it and resumes there, the KV read from its disk
+  solo-fail+resume  the same without --disk-replica: the restarted instance recomputes
+
 Reported per repeat and as medians over repeats: throughput (output tokens/s over the makespan),
 and for the failed instance's requests their latency relative to the same requests' latency in
 `free` (DejaVu: 1.24x with its replication vs 1.91x recomputing from scratch).
@@ -46,6 +54,7 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ["free", "free+replica", "fail+replica", "fail+resume", "fail+retry"]
+SOLO_SCENARIOS = ["solo", "solo+disk", "solo-fail+disk", "solo-fail+resume"]
 
 
 def free_port() -> int:
@@ -179,6 +188,7 @@ class Stream:
         self.error = ""
         self.retried = False
         self.resumed = False
+        self.cached: dict = {}
         self.started = threading.Event()
 
     def once(self) -> bool:
@@ -201,7 +211,10 @@ class Stream:
                         payload = json.loads(data)
                         if payload.get("usage"):
                             self.tokens = payload["usage"]["completion_tokens"]
-                            self.resumed = "resumed_tokens" in payload["usage"].get("prompt_tokens_details", {})
+                            details = payload["usage"].get("prompt_tokens_details", {})
+                            self.resumed = "resumed_tokens" in details
+                            self.cached = {k: details.get(k, 0) for k in ("cached_tokens", "resumed_cached_tokens",
+                                                                         "resumed_tokens", "cached_tokens_disk")}
                         for choice in payload.get("choices", []):
                             if choice.get("delta", {}).get("content"):
                                 self.chunks += 1
@@ -229,7 +242,8 @@ class Stream:
 def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir: Path) -> dict:
     name = f"fo{os.getpid()}{scenario.replace('+', '')}{int(time.time() * 1000) % 100000}"
     instances = []
-    for i in range(args.instances):
+    solo = scenario.startswith("solo")
+    for i in range(1 if solo else args.instances):
         log = workdir / f"{scenario}-instance{i}.log"
         p = Proc([args.mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir",
                   tempfile.mkdtemp(prefix="mnemo-fobench-", dir=workdir), "--cluster", etcd_url, "--cluster-name", name,
@@ -242,9 +256,10 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
     failover = "false" if scenario == "fail+retry" else "true"
     rlog = workdir / f"{scenario}-router.log"
     router = Proc([args.mnemo_bin, "route", "--cluster", etcd_url, "--cluster-name", name, "--port", "0", "--replicas", replicas,
-                   "--failover", failover], rlog)
+                   "--failover", failover, "--disk-replica", "true" if scenario.endswith("+disk") else "false",
+                   "--resume-wait", "120"], rlog)
     router.url = router.url_from_log(rlog)
-    wait(lambda: requests.get(router.url + "/health", timeout=2).json().get("instances") == args.instances, 30,
+    wait(lambda: requests.get(router.url + "/health", timeout=2).json().get("instances") == len(instances), 30,
          "instances in the router's view")
     for inst in instances:  # warm each instance (pages of the model, threads)
         requests.post(inst.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
@@ -256,7 +271,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
     killed = ""
     with ThreadPoolExecutor(len(streams)) as pool:
         futures = [pool.submit(s.run) for s in streams]
-        if scenario.startswith("fail"):
+        if "fail" in scenario:
             for s in streams:
                 s.started.wait(300)
             counts: dict[str, int] = {}
@@ -265,9 +280,16 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
             killed = max(counts, key=counts.get)
             victims = [s for s in streams if s.instance == killed]
             wait(lambda: all(s.chunks >= args.max_tokens // 2 or s.error for s in victims), 600, "halfway")
-            for inst in instances:
+            for i, inst in enumerate(instances):
                 if killed in inst.log_path.read_text(errors="replace"):
                     inst.proc.send_signal(signal.SIGKILL)
+                    if solo:  # started again on the same state folder, as a supervisor would
+                        inst.proc.wait()
+                        log = workdir / f"{scenario}-instance{i}-restarted.log"
+                        restarted = Proc(inst.args, log)
+                        restarted.url = restarted.url_from_log(log)
+                        restarted.log_path = log
+                        instances.append(restarted)
         for f in futures:
             f.result()
     # A killed instance's threads are gone: only failure-free scenarios get CPU figures. The
@@ -276,6 +298,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
     cpu = cpu_delta(cpu_before, [thread_cpu_seconds(inst.proc.pid) for inst in instances]) if not killed else {}
     tasks = sum(engine_task_seconds(inst.url) for inst in instances) - sum(tasks_before) if not killed else 0.0
     metrics = requests.get(router.url + "/metrics", timeout=5).text
+    cached = [s.cached for s in streams if s.instance == killed]
     router.stop()
     for inst in instances:
         inst.stop()
@@ -293,6 +316,9 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
         "throughput": len(streams) * args.max_tokens / (end - start),
         "cpu_seconds": cpu,
         "engine_task_seconds": tasks,
+        # Of the affected requests, as their resumed part reported it: KV reused of the prompt
+        # and of the tokens generated before the failure.
+        "resumed_cached": cached,
         "router_metrics": {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
                            if line.startswith("mnemo_router_resumed") or line.startswith("mnemo_router_failed")},
     }
@@ -341,12 +367,13 @@ def report(results: list[dict]) -> str:
     lines = ["| scenario | throughput vs free | mean latency vs free | instances' CPU vs free | "
              "affected requests' latency vs free (median over them) |",
              "|---|---|---|---|---|"]
-    for scenario in SCENARIOS:
+    for scenario in SCENARIOS + SOLO_SCENARIOS:
         tput, mean_latency, cpu, slow = [], [], [], []
+        reference = "solo" if scenario.startswith("solo") else "free"
         for rep in repeats:
-            if (rep, scenario) not in by or (rep, "free") not in by:
+            if (rep, scenario) not in by or (rep, reference) not in by:
                 continue
-            r, ref = by[(rep, scenario)], by[(rep, "free")]
+            r, ref = by[(rep, scenario)], by[(rep, reference)]
             tput.append(r["throughput"] / ref["throughput"])
             # Unlike throughput over the makespan, not set by the one instance that ends last.
             mean_latency.append(statistics.mean(r["latency"]) / statistics.mean(ref["latency"]))
@@ -361,9 +388,20 @@ def report(results: list[dict]) -> str:
                      f"{statistics.median(mean_latency):.3f}x ({each(mean_latency)}) | "
                      + (f"{statistics.median(cpu):.3f}x ({each(cpu)}) | " if cpu else "- | ")
                      + (f"{statistics.median(slow):.2f}x ({each(slow)})" if slow else "-") + " |")
+    # What the resumed requests found of their generated tokens' KV where they resumed.
+    found = []
+    for scenario in SCENARIOS + SOLO_SCENARIOS:
+        shares = [c["resumed_cached_tokens"] / c["resumed_tokens"] for r in results if r["scenario"] == scenario
+                  for c in r.get("resumed_cached", []) if c.get("resumed_tokens")]
+        if shares:
+            found.append(f"| {scenario} | {statistics.median(shares):.2f} ({len(shares)} requests) |")
+    if found:
+        lines += ["", "| scenario | resumed requests: share of their generated tokens whose KV was found (median) |",
+                  "|---|---|"] + found
+    lines += ["", "(solo rows are relative to solo, the others to free.)"]
     # Where the CPU went, by thread, at the median over the repeats (failure-free scenarios).
     names = sorted({n for r in results for n in r.get("cpu_seconds", {})})
-    cpu_scenarios = [s for s in SCENARIOS if any(r.get("cpu_seconds") for r in results if r["scenario"] == s)]
+    cpu_scenarios = [s for s in SCENARIOS + SOLO_SCENARIOS if any(r.get("cpu_seconds") for r in results if r["scenario"] == s)]
     if names and cpu_scenarios:
         lines += ["", "| thread (CPU s, median) | " + " | ".join(cpu_scenarios) + " |",
                   "|---|" + "---|" * len(cpu_scenarios)]

@@ -119,6 +119,15 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
                   "conversation outlives its instance")
       ->capture_default_str()
       ->check(CLI::Range(0, 8));
+  cmd->add_option("--disk-replica", args->config.disk_replica,
+                  "Each streamed request's instance also persists its KV to its own disk tier as it runs: if the "
+                  "instance fails and restarts on the same --state-dir within --resume-wait, its streams resume there "
+                  "without recompute")
+      ->capture_default_str();
+  cmd->add_option("--resume-wait", args->config.resume_wait_seconds,
+                  "Seconds a failed stream waits for an instance to resume on when none is live (one may be restarting)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--caching3", args->config.caching3,
                   "With prefill and decode instances: decode instances send each request's KV (prompt and reply) back "
                   "to its prefill instance, so the next turn's prefill finds it (MemServe's Caching-3)")

@@ -23,6 +23,7 @@
 #include "server/server.h"
 #include "transfer/kv_transport.h"
 #include "util/paths.h"
+#include "util/state_id.h"
 
 namespace mnemo::cli {
 namespace {
@@ -65,6 +66,7 @@ class ClusterMembership {
                                                          const std::string& prompt_fingerprint) {
     cluster::InstanceInfo info;
     info.prompt_fingerprint = prompt_fingerprint;
+    MNEMO_ASSIGN_OR_RETURN(info.state_id, state_id_of(args.state_dir));
     info.transfer_endpoint = transfer_endpoint;
     info.id = instance_id(port);
     info.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, port) : args.advertise;

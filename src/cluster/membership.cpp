@@ -47,7 +47,8 @@ std::string InstanceInfo::to_json() const {
                     {"queued_requests", queued_requests},
                     {"queued_tokens", queued_tokens},
                     {"kv_bytes_per_token", kv_bytes_per_token},
-                    {"prompt_fingerprint", prompt_fingerprint}};
+                    {"prompt_fingerprint", prompt_fingerprint},
+                    {"state_id", state_id}};
   if (!cost_profile.empty()) {
     const json profile = json::parse(cost_profile, /*cb=*/nullptr, /*allow_exceptions=*/false);
     if (profile.is_object()) out["cost_profile"] = profile;  // else left out: readers would refuse it
@@ -67,6 +68,7 @@ Result<InstanceInfo> InstanceInfo::from_json(std::string_view text) {
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "role", info.role));
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "transfer_endpoint", info.transfer_endpoint));
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "prompt_fingerprint", info.prompt_fingerprint));
+    MNEMO_RETURN_IF_ERROR(read_string(parsed, "state_id", info.state_id));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "capacity_tokens", info.capacity_tokens));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_requests", info.queued_requests));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_tokens", info.queued_tokens));

@@ -48,6 +48,10 @@ struct InstanceInfo {
   // server::prompt_fingerprint of its tokenizer and chat template, hex ("" if unknown): a router
   // that tokenizes follows its cache only if its own fingerprint is the same.
   std::string prompt_fingerprint;
+  // Names the instance's durable state (its --state-dir: stored conversations, the KV disk
+  // tier), the same across its restarts ("" without one): a restarted instance finds on its
+  // disk what the failed process persisted there.
+  std::string state_id;
 
   std::string to_json() const;
   // Validates: id and address non-empty, role one of the three, counts >= 0. Fields it does not

@@ -474,6 +474,15 @@ void Engine::cache_blocks(Sequence& seq) {
   if (config_.prefix_caching) kv_.cache_prefix(seq.request->request.cache_namespace, seq.tokens, seq.n_valid(), seq.blocks, seq.partial_chunks);
 }
 
+void Engine::persist_filled_chunks(Sequence& seq) {
+  if (!config_.prefix_caching || kv_.disk() == nullptr) return;
+  const int32_t filled = seq.n_valid() / config_.block_size;
+  if (filled <= seq.persisted_chunks) return;
+  cache_blocks(seq);
+  metrics_.update([&](MetricsSnapshot& m) { m.persisted_running_chunks += static_cast<uint64_t>(filled - seq.persisted_chunks); });
+  seq.persisted_chunks = filled;
+}
+
 void Engine::run_step(Step& step) {
   Batch batch;
   batch.sequences.reserve(step.items.size());
@@ -522,6 +531,9 @@ void Engine::run_step(Step& step) {
       if (h.length == 0) seq.holes.erase(seq.holes.begin());
     }
     seq.n_computed += item.new_tokens;
+    if (seq.request->request.persist_running && seq.choice == 0 && seq.state != SequenceState::kFinished) {
+      persist_filled_chunks(seq);
+    }
     if (!item.sample || seq.state == SequenceState::kFinished) continue;
     const float* logits = output_.last_row(i);
     RequestState& state = *seq.request;

@@ -128,6 +128,9 @@ class Engine {
   void fork_choices(Sequence& parent);
   void reuse_cached_prefix(Sequence& seq);
   void cache_blocks(Sequence& seq);
+  // GenerationRequest::persist_running: the chunks `seq` filled since the last call, to the cache
+  // and the disk tier.
+  void persist_filled_chunks(Sequence& seq);
   void emit_token(Sequence& seq, TokenId token, const float* logits);
   void finish(Sequence& seq, FinishReason reason);
   double now() const;

@@ -54,6 +54,7 @@ struct MetricsSnapshot {
   uint64_t cache_imported_chunks = 0;  // received from other instances
   uint64_t cache_disk_written_chunks = 0;
   uint64_t cache_disk_corrupt_chunks = 0;
+  uint64_t persisted_running_chunks = 0;  // cached as requests filled them (persist_running)
   uint64_t bytes_device_to_host = 0;
   uint64_t bytes_host_to_device = 0;
   uint64_t bytes_to_disk = 0;

@@ -59,6 +59,10 @@ struct GenerationRequest {
   // or an incomplete character): whoever may resume the request must know every token the
   // client's text stands for.
   bool report_every_token = false;
+  // Failover to a restart of this instance (SPEC D7's local disk replica): every chunk the
+  // request fills goes to the cache at once, written through to the disk tier, rather than when
+  // the request ends; a restart on the same state finds them and resumes without recompute.
+  bool persist_running = false;
   // Gets the prompt's KV layer by layer as it is computed (a replica's, SPEC D3); none: no tap.
   std::shared_ptr<PromptKvTap> prompt_tap;
 };

@@ -37,6 +37,7 @@ struct Sequence {
   std::vector<TokenId> tokens;
   int32_t n_prompt = 0;
   int32_t n_computed = 0;
+  int32_t persisted_chunks = 0;  // chunks cached while running (GenerationRequest::persist_running)
   std::vector<BlockId> blocks;       // device blocks covering [0, n_computed)
   // Ranges inside [0, n_computed) whose cached KV had been dropped: their blocks are fresh and
   // they run (SPEC P5) before any token past n_computed does. Ascending.

@@ -377,6 +377,7 @@ struct Router::Relay {
   std::string method, path, authorization;  // of the client's request
   std::shared_ptr<Upstream> up;
   std::string instance;  // of `up`
+  std::string state_id;  // of `instance`
   std::shared_ptr<Failover> failover;
   SseStitcher stitcher;
   std::unordered_set<std::string> failed;  // instances that broke off this reply
@@ -385,39 +386,70 @@ struct Router::Relay {
   double first_text_at = -1;               // the writer thread's: when the first generated text went out
 };
 
+std::vector<cluster::InstanceInfo> Router::resume_candidates(const Relay& relay) {
+  std::vector<cluster::InstanceInfo> live = live_members();
+  std::erase_if(live, [&](const auto& m) { return relay.failed.count(m.id) != 0; });
+  std::vector<cluster::InstanceInfo> order;
+  const auto take = [&](auto&& wanted) {
+    for (auto it = live.begin(); it != live.end();) {
+      if (wanted(*it)) {
+        order.push_back(std::move(*it));
+        it = live.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  const auto& candidates = relay.failover->candidates;
+  const auto among = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end && i < candidates.size(); ++i) take([&](const auto& m) { return m.id == candidates[i].id; });
+  };
+  among(0, relay.failover->holders);
+  if (!relay.state_id.empty()) take([&](const auto& m) { return m.state_id == relay.state_id; });
+  among(relay.failover->holders, candidates.size());
+  take([](const auto&) { return true; });
+  return order;
+}
+
 std::shared_ptr<Router::Upstream> Router::resume(Relay& relay) {
   relay.failed.insert(relay.instance);
   json body = relay.failover->request;
   body["mnemo_resume_tokens"] = relay.stitcher.tokens();
   body["mnemo_report_tokens"] = true;
+  body.erase("mnemo_replica");  // the resumed part is not replicated
   // A Responses turn goes on as the response its client was getting (ids, text so far).
   if (const json response = relay.stitcher.resume_response(); !response.is_null()) body["mnemo_resume_response"] = response;
-  body.erase("mnemo_replica");  // the resumed part is not replicated
   const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  for (const auto& candidate : relay.failover->candidates) {
-    if (relay.failed.count(candidate.id) != 0) continue;
-    std::shared_ptr<Upstream> up = open_upstream(relay.method, relay.path, relay.authorization, candidate, text);
-    if (!up) {
-      relay.failed.insert(candidate.id);
-      continue;
-    }
-    std::unique_lock lock(up->mutex);
-    if (up->status != 200 || up->content_type.rfind("text/event-stream", 0) != 0) {  // refused: try the next
-      up->changed.wait(lock, [&] { return up->finished; });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.resume_wait_seconds);
+  for (;;) {
+    for (const auto& candidate : resume_candidates(relay)) {
+      std::shared_ptr<Upstream> up = open_upstream(relay.method, relay.path, relay.authorization, candidate, text);
+      if (!up) {
+        relay.failed.insert(candidate.id);
+        continue;
+      }
+      std::unique_lock lock(up->mutex);
+      if (up->status != 200 || up->content_type.rfind("text/event-stream", 0) != 0) {  // refused: try the next
+        up->changed.wait(lock, [&] { return up->finished; });
+        lock.unlock();
+        up->thread.join();
+        relay.failed.insert(candidate.id);
+        continue;
+      }
       lock.unlock();
-      up->thread.join();
-      relay.failed.insert(candidate.id);
-      continue;
+      const auto replicated = static_cast<uint64_t>(relay.stitcher.replicated_tokens());
+      relay.stitcher.begin_resumed();
+      relay.instance = candidate.id;
+      relay.state_id = candidate.state_id;
+      std::lock_guard counters(mutex_);
+      ++resumed_streams_;
+      resumed_tokens_ += relay.stitcher.tokens().size();
+      resumed_replicated_tokens_ += replicated;
+      return up;
     }
-    lock.unlock();
-    const auto replicated = static_cast<uint64_t>(relay.stitcher.replicated_tokens());
-    relay.stitcher.begin_resumed();
-    relay.instance = candidate.id;
-    std::lock_guard counters(mutex_);
-    ++resumed_streams_;
-    resumed_tokens_ += relay.stitcher.tokens().size();
-    resumed_replicated_tokens_ += replicated;
-    return up;
+    // None now: one may be starting (a restart of the failed instance, on its state).
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   std::lock_guard counters(mutex_);
   ++failed_resumes_;
@@ -456,6 +488,7 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
   relay->authorization = req.get_header_value("Authorization");
   relay->up = up;
   relay->instance = instance.id;
+  relay->state_id = instance.state_id;
   if (up->status == 200) relay->failover = std::move(failover);
   res.set_chunked_content_provider(
       up->content_type,
@@ -697,6 +730,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     json endpoints = json::array();
     json known = json::array();   // per replica, the leading tokens it holds already
     json at_end = json::array();  // per replica, whether it gets the KV only once the request ends
+    size_t failover_holders = 0;  // the first of `others`, holding replicas
     if (prefill && config_.caching3 && k == 0 && !m.transfer_endpoint.empty() && one_choice) {
       endpoints.push_back(prefill->transfer_endpoint);
       // After a prefill there, the prompt (all of it, if tokenized; else a conservative estimate).
@@ -719,6 +753,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
         // is for the next turn only.
         at_end.push_back(api == Api::kResponses && !resumable);
         replicas.push_back(it->id);
+        ++failover_holders;
         if (api == Api::kResponses) turn_holders.push_back(*it);
       }
     }
@@ -732,9 +767,11 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     if (resumable) {
       if (sent_body.is_null()) sent_body = body;
       sent_body["mnemo_report_tokens"] = true;
+      if (config_.disk_replica) sent_body["mnemo_persist_running"] = true;
       failover = std::make_shared<Failover>();
       failover->request = sent_body;
       failover->candidates = std::move(others);
+      failover->holders = failover_holders;
     }
     const std::string sent = sent_body.is_null() ? req.body : sent_body.dump(-1, ' ', false, json::error_handler_t::replace);
     {

@@ -72,6 +72,12 @@ struct RouterConfig {
   int http_threads = 32;
   bool failover = true;  // resume streamed replies whose instance fails (SPEC D7)
   int replicas = 0;      // KV replicas of each request in flight on other instances (0: none)
+  // Each resumable request's instance also persists its KV to its own disk tier as it runs
+  // (SPEC D7's local disk replica): a restart on the same state resumes it without recompute.
+  bool disk_replica = false;
+  // How long a failed stream waits for an instance to resume on when none is live (one may be
+  // restarting).
+  double resume_wait_seconds = 10;
   bool caching3 = true;  // disaggregated: decode instances send each request's KV back to its prefill instance
   bool caching3_at_end = true;  // ...in one message when the request ends (false: chunk by chunk as it runs)
   // Bytes of a stream read from its instance and not yet written to its client, at most (then
@@ -113,7 +119,8 @@ class Router {
   // instances to try in order.
   struct Failover {
     nlohmann::json request;
-    std::vector<cluster::InstanceInfo> candidates;
+    std::vector<cluster::InstanceInfo> candidates;  // at routing time, its KV replica holders first
+    size_t holders = 0;                             // how many of them hold a replica
   };
   void install_routes();
   void handle_generation(const httplib::Request& req, httplib::Response& res, Api api);
@@ -125,6 +132,9 @@ class Router {
   std::vector<cluster::InstanceInfo> live_members(bool prefill = false);
   // Whether the instance still holds its lease (in the view, whatever its role).
   bool is_member(const std::string& id);
+  // Where a failed stream may resume, best first: live replica holders, a restart of the failed
+  // instance (its state and disk), the other instances it was routed past, any other live one.
+  std::vector<cluster::InstanceInfo> resume_candidates(const Relay& relay);
   // Every instance with a live lease, whatever its role (a stored response's owner).
   std::vector<cluster::InstanceInfo> all_members();
   // The live instances among a stored response's holders (its owner record: the instance that

@@ -80,6 +80,9 @@ std::string render_metrics(const MetricsSnapshot& m) {
           m.cache_forgotten_chunks);
   counter(out, "cache_disk_written_chunks_total", "Extents made durable in the disk tier.", m.cache_disk_written_chunks);
   counter(out, "cache_disk_corrupt_chunks_total", "Disk extents that failed their checksum and were dropped.", m.cache_disk_corrupt_chunks);
+  counter(out, "cache_persisted_running_chunks_total",
+          "Chunks of running requests cached (and written to the disk tier) as they filled, for a restart to resume them.",
+          m.persisted_running_chunks);
   counter(out, "kv_bytes_device_to_host_total", "KV bytes copied from the device to the host tier.", m.bytes_device_to_host);
   counter(out, "kv_bytes_host_to_device_total", "KV bytes copied from the host tier to the device.", m.bytes_host_to_device);
   counter(out, "kv_bytes_to_disk_total", "KV bytes queued for writing to the disk tier.", m.bytes_to_disk);

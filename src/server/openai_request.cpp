@@ -182,6 +182,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, boo
     out.cache_salt = salt->get<std::string>();
   }
   r.boolean("mnemo_report_tokens", out.report_tokens);
+  r.boolean("mnemo_persist_running", g.persist_running);
   r.boolean("mnemo_replica_wait", out.replica_wait);
   if (const json* known = r.find("mnemo_replica_known_tokens")) {
     const auto is_count = [](const json& n) { return n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() < (1 << 30); };

@@ -31,6 +31,7 @@ struct ParsedRequest {
   //                        endpoint, or an array of them (one replica each)
   //   mnemo_report_tokens  a streamed chunk for every token, naming it as "mnemo_token"
   //   mnemo_resume_tokens  generation.resume_tokens
+  //   mnemo_persist_running  generation.persist_running
   //   mnemo_replica_wait   answer only once the replicas hold all they can (a prefill for a
   //                        decode instance, SPEC D4)
   //   mnemo_replica_known_tokens  per replica, leading tokens it is believed to hold already

@@ -153,7 +153,7 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
   for (const char* field : {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "cache_salt",
                             "presence_penalty", "frequency_penalty", "repetition_penalty", "mnemo_replica",
                             "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_report_tokens",
-                            "mnemo_resume_tokens"}) {
+                            "mnemo_resume_tokens", "mnemo_persist_running"}) {
     if (body.contains(field)) as_chat[field] = body[field];
   }
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) as_chat["max_tokens"] = body["max_output_tokens"];

@@ -196,6 +196,7 @@ TEST(InstanceInfo, RoundTripsThroughJson) {
   info.queued_requests = 3;
   info.queued_tokens = 900;
   info.prompt_fingerprint = "0123456789abcdef";
+  info.state_id = "5f3c0a9e1b2d4c6e";
   auto back = InstanceInfo::from_json(info.to_json());
   ASSERT_TRUE(back.ok()) << back.error().message();
   EXPECT_EQ(*back, info);
@@ -232,6 +233,7 @@ TEST(InstanceInfo, RejectsInvalidValues) {
       {R"({"id":"x","address":"http://h:1","queued_requests":18446744073709551615})", "queued_requests: 18446744073709551615 is out of the int64 range"},
       {R"({"id":"x","address":"http://h:1","cost_profile":"fast"})", "cost_profile: expected an object, got string"},
       {R"({"id":"x","address":"http://h:1","prompt_fingerprint":7})", "prompt_fingerprint: expected a string, got number"},
+      {R"({"id":"x","address":"http://h:1","state_id":[]})", "state_id: expected a string, got array"},
       {R"({"id":"x","address":"http://h:1","cost_profile":[1]})", "cost_profile: expected an object, got array"},
   };
   for (const auto& [text, expected] : cases) {

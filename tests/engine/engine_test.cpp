@@ -415,6 +415,52 @@ TEST(StopMatcher, HoldsBackPartialMatchesAcrossPushes) {
 // exactly the tokens and text the uninterrupted run produced after them, in another engine (cold
 // cache: the resumed tokens computed) or the same one (warm: found in the cache), and counts the
 // resumed tokens as generated.
+TEST_F(EngineTest, APersistedRunningRequestCachesEachChunkAsItFillsWithoutChangingItsOutput) {
+  // SPEC D7's local disk replica: with persist_running, a chunk goes to the cache (and the disk
+  // tier) in the step that fills it, not when the request ends, so a crash loses at most the
+  // chunk still filling.
+  char tmpl[] = "/tmp/mnemo-engine-persist-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const KvLayout layout = model_->kv_layout(4, DType::F16);
+  const auto run = [&](bool persist) {
+    EngineConfig c = roomy();
+    auto disk = DiskTier::open(dir + (persist ? "/on" : "/off"), 7, layout.block_bytes(), 1 << 24);
+    EXPECT_TRUE(disk.ok());
+    c.disk = std::shared_ptr<DiskTier>(std::move(*disk));
+    Engine engine(*model_, *tokenizer_, c);
+    GenerationRequest r = make_request(91, 23, 60, 0.8f);
+    r.persist_running = persist;
+    auto stream = engine.submit(r);
+    EXPECT_TRUE(stream.ok());
+    Outcome out;
+    uint64_t persisted_at_token_20 = 0;
+    for (;;) {
+      auto event = (*stream)->next(std::chrono::milliseconds(30000));
+      if (!event) {
+        ADD_FAILURE() << "timed out waiting for the engine";
+        break;
+      }
+      if (auto* d = std::get_if<TokenDelta>(&*event); d != nullptr && d->token >= 0) {
+        out.tokens.resize(1);
+        out.tokens[0].push_back(d->token);
+        // The step that computed token 19 (position 41) cached chunk 9 before emitting token 20.
+        if (out.tokens[0].size() == 20) persisted_at_token_20 = engine.metrics().persisted_running_chunks;
+      } else if (std::holds_alternative<RequestDone>(*event)) {
+        break;
+      }
+    }
+    return std::make_tuple(out, persisted_at_token_20, engine.metrics().persisted_running_chunks);
+  };
+  const auto [plain, plain_at_20, plain_total] = run(false);
+  const auto [persisted, at_20, total] = run(true);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(plain_at_20, 0u);
+  EXPECT_EQ(plain_total, 0u);
+  EXPECT_GE(at_20, 10u);  // (23 + 19) / 4 chunks filled
+  EXPECT_EQ(total, 20u);  // 23 + 59 computed tokens (the last one never runs): 20 whole chunks
+  EXPECT_EQ(persisted.tokens, plain.tokens);
+}
+
 TEST_F(EngineTest, AResumedRequestContinuesExactlyWhereItsFirstRunLeftOff) {
   // The text a stream delivers with each token's event (the last entry: text after the last token).
   const auto texts_by_token = [](RequestStream& stream, Outcome& outcome) {

@@ -401,3 +401,54 @@ def test_killed_instance_responses_streams_resume_as_the_same_responses(cluster)
         follow = requests.post(router.url + "/v1/responses", json={"model": "m", "input": "Go on.", "max_output_tokens": 4,
                                                                    "previous_response_id": final["id"]}, timeout=120)
         assert follow.status_code == 200, follow.text
+
+
+def test_a_restarted_instance_resumes_its_streams_from_its_own_disk(etcd, mnemo_bin):  # noqa: F811
+    """The local disk replica (route --disk-replica): one instance, no other to fail over to. Its
+    requests' KV goes to its own disk tier as their chunks fill; it is killed mid-generation and
+    started again on the same state folder; the router, waiting for it, resumes every stream
+    there, and the restarted instance finds their prompt and generated KV on its disk."""
+    name = f"d{os.getpid()}"
+    state = tempfile.mkdtemp(prefix="mnemo-disk-replica-")
+    serve = [mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir", state, "--cluster", etcd,
+             "--cluster-name", name, "--kv-tokens", "16384", "--model-name", "m", "--threads", "1"]
+    started = [MnemoServer(serve).start()]
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
+                          "--disk-replica", "true", "--resume-wait", "60"])
+    started.append(router)
+    try:
+        router.start()
+        wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 1, 15, 0.1, "the instance in the view")
+        bodies = [request_body(f"{TOPICS[i]} by the sea", seed=500 + i) for i in range(4)]
+        kill_after = 80  # tokens streamed: the prompt and two generated chunks filled at least
+
+        def kill_and_restart(streams):
+            for s in streams:
+                assert s.started.wait(120), "a stream never started"
+            wait_for(lambda: all(s.chunks >= kill_after or s.error for s in streams), 240, 0.02, "the streams under way")
+            assert all(s.chunks < MAX_TOKENS for s in streams), "a stream finished before the kill"
+            started[0].kill()
+            started.append(MnemoServer(serve).start())  # the same state folder: its disk tier and state id
+
+        before = read_metrics(router.url)
+        failed_run = run_all(router.url, bodies, kill_and_restart)
+        after = read_metrics(router.url)
+        assert all(not s.error for s in failed_run), [s.error for s in failed_run if s.error]
+        assert after["mnemo_router_resumed_streams_total"] - before.get("mnemo_router_resumed_streams_total", 0) == 4
+        reference = run_all(router.url, bodies)
+        for got, want in zip(failed_run, reference):
+            assert not want.error, want.error
+            assert got.text == want.text, "a stream differs after the restart"
+            assert got.usage["completion_tokens"] == MAX_TOKENS
+            details = got.usage["prompt_tokens_details"]
+            assert details["resumed_tokens"] >= kill_after, details
+            # The KV of the prompt and of the generated tokens came from the disk (all but the
+            # chunk that had not filled, and one whose write the kill may have cut short).
+            held = got.usage["prompt_tokens"] + details["resumed_tokens"]
+            assert details["cached_tokens_disk"] >= held // 32 * 32 - 32, details
+            assert details["cached_tokens"] + details["resumed_cached_tokens"] >= held // 32 * 32 - 32, details
+            assert details["resumed_cached_tokens"] > 0, details
+    finally:
+        for s in started:
+            if s.proc is not None and s.proc.poll() is None:
+                s.terminate()
