@@ -442,11 +442,12 @@ def test_a_restarted_instance_resumes_its_streams_from_its_own_disk(etcd, mnemo_
             assert got.usage["completion_tokens"] == MAX_TOKENS
             details = got.usage["prompt_tokens_details"]
             assert details["resumed_tokens"] >= kill_after, details
-            # The KV of the prompt and of the generated tokens came from the disk (all but the
-            # chunk that had not filled, and one whose write the kill may have cut short).
+            # The KV of the prompt and of the generated tokens came from the disk: all but the
+            # chunk that had not filled, and the last ones whose writes the kill may have cut
+            # short (a slow disk lags a chunk or two; here they fill every ~3 s per stream).
             held = got.usage["prompt_tokens"] + details["resumed_tokens"]
-            assert details["cached_tokens_disk"] >= held // 32 * 32 - 32, details
-            assert details["cached_tokens"] + details["resumed_cached_tokens"] >= held // 32 * 32 - 32, details
+            assert details["cached_tokens_disk"] >= held // 32 * 32 - 64, details
+            assert details["cached_tokens"] + details["resumed_cached_tokens"] >= held // 32 * 32 - 64, details
             assert details["resumed_cached_tokens"] > 0, details
     finally:
         for s in started:
