@@ -43,10 +43,11 @@ def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "con
     pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-def sse_events(response: requests.Response):
-    """Yields the JSON payloads of a streamed (SSE) response, then "[DONE]"; checks the framing.
+def sse_blocks(response: requests.Response):
+    """Yields the events of a streamed (SSE) response as bytes, after checking its status and type.
     Splits on the blank line that ends each event, not on every Unicode line break (sampled text
-    can hold U+2028 or a form feed, which str.splitlines would cut at)."""
+    can hold U+2028 or a form feed, which str.splitlines would cut at); a partial event at the end
+    of the stream fails."""
     assert response.status_code == 200, response.text
     assert response.headers["Content-Type"].startswith("text/event-stream")
     buffer = b""
@@ -54,30 +55,30 @@ def sse_events(response: requests.Response):
         buffer += piece
         while b"\n\n" in buffer:
             event, buffer = buffer.split(b"\n\n", 1)
-            assert event.startswith(b"data: "), f"unexpected SSE event {event!r}"
-            data = event[len(b"data: "):].decode()
-            if data == "[DONE]":
-                yield data
-                return
-            yield json.loads(data)
+            yield event
+    assert buffer == b"", f"a partial event at the end: {buffer!r}"
+
+
+def sse_events(response: requests.Response):
+    """Yields the JSON payloads of a streamed chat or completion, then "[DONE]"; checks the framing."""
+    for event in sse_blocks(response):
+        assert event.startswith(b"data: "), f"unexpected SSE event {event!r}"
+        data = event[len(b"data: "):].decode()
+        if data == "[DONE]":
+            yield data
+            return
+        yield json.loads(data)
 
 
 def response_stream_events(response: requests.Response):
     """Yields the payloads of a Responses API stream ("event: TYPE" then "data: JSON" of that type);
-    checks the framing, splitting on the blank line that ends each event as sse_events does."""
-    assert response.status_code == 200, response.text
-    assert response.headers["Content-Type"].startswith("text/event-stream")
-    buffer = b""
-    for piece in response.iter_content(chunk_size=None):
-        buffer += piece
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            name, data = event.decode().split("\n", 1)
-            assert name.startswith("event: ") and data.startswith("data: "), f"unexpected SSE event {event!r}"
-            payload = json.loads(data[len("data: "):])
-            assert payload["type"] == name[len("event: "):]
-            yield payload
-    assert buffer == b"", f"a partial event at the end: {buffer!r}"
+    checks the framing."""
+    for event in sse_blocks(response):
+        name, data = event.decode().split("\n", 1)
+        assert name.startswith("event: ") and data.startswith("data: "), f"unexpected SSE event {event!r}"
+        payload = json.loads(data[len("data: "):])
+        assert payload["type"] == name[len("event: "):]
+        yield payload
 
 
 def pick_stop_string(text: str) -> tuple[str, str]:

@@ -102,8 +102,10 @@ class Stream:
         return self
 
 
-def run_all(url: str, bodies: list[dict], on_progress=None) -> list[Stream]:
-    streams = [Stream(url, b) for b in bodies]
+def run_all(url: str, bodies: list[dict], on_progress=None, stream_type=None) -> list[Stream]:
+    """Runs every body as a stream (a Stream, or `stream_type`) at once; on_progress(streams) runs
+    on this thread while they do."""
+    streams = [(stream_type or Stream)(url, b) for b in bodies]
     with ThreadPoolExecutor(len(streams)) as pool:
         futures = [pool.submit(s.run) for s in streams]
         if on_progress is not None:
@@ -111,6 +113,14 @@ def run_all(url: str, bodies: list[dict], on_progress=None) -> list[Stream]:
         for f in futures:
             f.result()
     return streams
+
+
+def busiest_instance(streams: list[Stream]) -> list[str]:
+    """victims_of for kill_when_streaming: the instance running the most streams."""
+    counts: dict[str, int] = {}
+    for s in streams:
+        counts[s.instance] = counts.get(s.instance, 0) + 1
+    return [max(counts, key=counts.get)]
 
 
 def kill_when_streaming(cluster, victims_of, hang: bool = False) -> callable:
@@ -142,13 +152,7 @@ def test_killed_instance_streams_resume_on_the_replica_identically(cluster):
     router = cluster["router"]
     bodies = [request_body(TOPICS[i], seed=100 + i) for i in range(REQUESTS)]
 
-    def busiest(streams):
-        counts: dict[str, int] = {}
-        for s in streams:
-            counts[s.instance] = counts.get(s.instance, 0) + 1
-        return [max(counts, key=counts.get)]
-
-    on_progress, state = kill_when_streaming(cluster, busiest)
+    on_progress, state = kill_when_streaming(cluster, busiest_instance)
     before = read_metrics(router.url)
     failed_run = run_all(router.url, bodies, on_progress)
     after = read_metrics(router.url)
@@ -185,10 +189,7 @@ def test_instance_and_replica_holder_killed_together_recompute_identically(clust
     assert sum(s.proc.poll() is None for s in cluster["instances"]) == 3
 
     def busiest_and_a_replica_holder_of_it(streams):
-        counts: dict[str, int] = {}
-        for s in streams:
-            counts[s.instance] = counts.get(s.instance, 0) + 1
-        busiest = max(counts, key=counts.get)
+        busiest = busiest_instance(streams)[0]
         holder = next(s.replica for s in streams if s.instance == busiest)
         assert holder and holder != busiest
         return [busiest, holder]
@@ -219,13 +220,7 @@ def test_a_hung_instance_streams_resume_once_its_lease_expires(cluster):
     restore_three_instances(cluster)
     bodies = [request_body(f"{TOPICS[i]} at night", seed=400 + i) for i in range(8)]
 
-    def busiest(streams):
-        counts: dict[str, int] = {}
-        for s in streams:
-            counts[s.instance] = counts.get(s.instance, 0) + 1
-        return [max(counts, key=counts.get)]
-
-    on_progress, state = kill_when_streaming(cluster, busiest, hang=True)
+    on_progress, state = kill_when_streaming(cluster, busiest_instance, hang=True)
     before = read_metrics(router.url)
     try:
         hung_run = run_all(router.url, bodies, on_progress)
@@ -359,20 +354,9 @@ def test_killed_instance_responses_streams_resume_as_the_same_responses(cluster)
     bodies = [{"model": "m", "input": f"Write a short story about {TOPICS[i]}.", "max_output_tokens": MAX_TOKENS,
                "ignore_eos": True, "temperature": 0.8, "seed": 300 + i, "stream": True} for i in range(8)]
 
-    def busiest(streams):
-        counts: dict[str, int] = {}
-        for s in streams:
-            counts[s.instance] = counts.get(s.instance, 0) + 1
-        return [max(counts, key=counts.get)]
-
-    on_progress, state = kill_when_streaming(cluster, busiest)
+    on_progress, state = kill_when_streaming(cluster, busiest_instance)
     before = read_metrics(router.url).get("mnemo_router_resumed_streams_total", 0)
-    streams = [ResponseStream(router.url, b) for b in bodies]
-    with ThreadPoolExecutor(len(streams)) as pool:
-        futures = [pool.submit(s.run) for s in streams]
-        on_progress(streams)
-        for f in futures:
-            f.result()
+    streams = run_all(router.url, bodies, on_progress, stream_type=ResponseStream)
     assert all(not s.error for s in streams), [s.error for s in streams if s.error]
     assert read_metrics(router.url)["mnemo_router_resumed_streams_total"] - before == len(state["killed_streams"])
 
