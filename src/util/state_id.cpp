@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <unistd.h>
