@@ -7,15 +7,15 @@
 //
 // An instance that refuses the connection before answering is skipped and the request tries the
 // next best (its lease may not have expired yet); a whole (unstreamed) reply that breaks off
-// never started for the client, so it is retried the same way. A streamed chat or completion
-// (n = 1) that breaks off mid-reply is resumed (SPEC D7): the router sends it again, with the
+// never started for the client, so it is retried the same way. A streamed chat, completion or
+// Responses API turn (n = 1) that breaks off mid-reply, or whose instance falls silent after
+// losing its lease, is resumed (SPEC D7; router/relay.cpp): the router sends it again, with the
 // tokens the client already has (router/sse_stitcher.h), to an instance holding its KV replica
-// (--replicas N: every chat or completion of one choice, streamed or not, streams its KV to the
-// N next-best instances while it runs, so a finished conversation's KV survives its instance
-// too), else to the next best, which computes what it lacks; sampling continues at the same
-// step with the same seed, so the client's stream goes on as if nothing happened. A Responses
-// API turn that breaks off still ends the client's stream (its conversation is stored on the
-// failed instance).
+// (--replicas N: every such request streams its KV to the N next-best instances while it runs,
+// so a finished conversation's KV survives its instance too), else to a restart of its own
+// instance (--disk-replica), else to the next best, which computes what it lacks; sampling
+// continues at the same step with the same seed, so the client's stream goes on as if nothing
+// happened.
 //
 // Responses API turns continue on the instance that stored the previous response; which one that
 // is lives in etcd too (/mnemo/<cluster>/responses/<id>), so a restarted router loses no
