@@ -2,7 +2,8 @@
 // (4096 elements), and matmul at the default model's shapes: the 640 x 262144 Q8_0 output layer
 // at batch 1 and 32, and the layer matrices at batch 1, 8, 32 and 512. Besides the median, each
 // reports the fastest repetition ("_min"), the best estimate on a shared machine. The GEMM
-// benchmarks also count multiply-adds per second (MACs).
+// benchmarks also count multiply-adds per second (MACs). The greedy argmax runs per ISA over one
+// row of the default model's 262,144 logits.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/type_kernels.h"
+#include "kernels/nn/argmax.h"
 #include "tensor/quant_blocks.h"
 #include "util/fp16.h"
 
@@ -93,6 +95,13 @@ void matmul_benchmark(benchmark::State& state, DType type, int64_t in, int64_t o
   state.counters["MACs"] = benchmark::Counter(static_cast<double>(in * out * rows), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void argmax_benchmark(benchmark::State& state, Isa isa) {
+  const std::vector<float> logits = random_floats(262144, 3);
+  const ArgmaxFn argmax = argmax_kernel(isa);
+  for (auto _ : state) benchmark::DoNotOptimize(argmax(logits.data(), static_cast<int64_t>(logits.size())));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(logits.size() * sizeof(float)));
+}
+
 // The machine is shared: the fastest repetition is the best estimate of the kernel's own speed.
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
@@ -113,6 +122,8 @@ void register_benchmarks() {
       benchmark::RegisterBenchmark(benchmark_name("quantize_activations", type, isa).c_str(), quantize_benchmark,
                                    type, isa);
     }
+    benchmark::RegisterBenchmark(("argmax/262144/" + std::string(isa_name(isa))).c_str(), argmax_benchmark, isa)
+        ->Unit(benchmark::kMicrosecond);
   }
   // Output layer of the default model: 262144 rows of 640 Q8_0 elements (178 MB), one token.
   benchmark::RegisterBenchmark("matmul/Q8_0_640x262144", matmul_benchmark, DType::Q8_0, 640, 262144)

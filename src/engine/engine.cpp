@@ -65,7 +65,8 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineConfig config)
       tokenizer_(tokenizer),
       config_(config),
       pool_(config.threads),
-      kv_(model.kv_layout(config.block_size, config.kv_dtype), pool_config(config, model.config())) {
+      kv_(model.kv_layout(config.block_size, config.kv_dtype), pool_config(config, model.config())),
+      samplers_(static_cast<size_t>(pool_.size())) {
   kv_.restore_from_disk();
   metrics_.update([&](MetricsSnapshot& m) {
     m.kv_blocks_total = config_.kv_blocks;
@@ -542,15 +543,30 @@ void Engine::run_step(Step& step) {
       // Every choice samples its first token from the shared prompt's logits.
       for (auto& other : running_) {
         if (other->request.get() == &state && other->choice != 0 && other->n_generated() == 0) {
-          const TokenId token = sampler_.sample(other->sampling, {logits, static_cast<size_t>(output_.n_vocab)},
-                                                other->tokens, 0);
-          emit_token(*other, token, logits);
+          draws_.push_back({other.get(), logits, 0, 0});
         }
       }
     }
-    const TokenId token = sampler_.sample(seq.sampling, {logits, static_cast<size_t>(output_.n_vocab)}, seq.tokens,
-                                          static_cast<uint64_t>(seq.n_generated()));
-    emit_token(seq, token, logits);
+    draws_.push_back({&seq, logits, static_cast<uint64_t>(seq.n_generated()), 0});
+  }
+  sample_draws();
+  for (const Draw& d : draws_) emit_token(*d.seq, d.token, d.logits);
+  draws_.clear();
+}
+
+void Engine::sample_draws() {
+  const auto sample = [this](int64_t begin, int64_t end, int thread) {
+    Sampler& sampler = samplers_[static_cast<size_t>(thread)];
+    for (int64_t i = begin; i < end; ++i) {
+      Draw& d = draws_[static_cast<size_t>(i)];
+      d.token = sampler.sample(d.seq->sampling, {d.logits, static_cast<size_t>(output_.n_vocab)}, d.seq->tokens, d.step);
+    }
+  };
+  const auto n = static_cast<int64_t>(draws_.size());
+  if (n > 1 && pool_.size() > 1) {
+    pool_.parallel_for(n, sample);
+  } else {
+    sample(0, n, 0);
   }
 }
 

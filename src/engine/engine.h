@@ -132,6 +132,9 @@ class Engine {
   // and the disk tier.
   void persist_filled_chunks(Sequence& seq);
   void emit_token(Sequence& seq, TokenId token, const float* logits);
+  // Samples every draw_ of the step, in parallel over the pool: each thread has its own sampler
+  // and a draw depends only on its sequence and logits, so the tokens are those of a serial pass.
+  void sample_draws();
   void finish(Sequence& seq, FinishReason reason);
   double now() const;
   void publish_cache_metrics();
@@ -141,7 +144,16 @@ class Engine {
   EngineConfig config_;
   ThreadPool pool_;
   KvManager kv_;
-  Sampler sampler_;
+  Sampler sampler_;                // the engine thread's (logprobs)
+  std::vector<Sampler> samplers_;  // one per pool thread (sample_draws)
+  // One token to sample: the sequence, its logits row, its step in the request.
+  struct Draw {
+    Sequence* seq;
+    const float* logits;
+    uint64_t step;
+    TokenId token;
+  };
+  std::vector<Draw> draws_;  // the step's, in the order their tokens are emitted
   EngineMetrics metrics_;
 
   // Engine thread only.

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/nn/argmax.h"
+
 namespace mnemo {
 namespace {
 
@@ -39,6 +41,8 @@ void for_each_logit(std::span<const float> logits, std::span<const TokenCandidat
 }
 
 int32_t argmax(std::span<const float> logits, std::span<const TokenCandidate> overrides) {
+  // Without penalties, the SIMD kernel (the same answer: kernels/nn/argmax.h).
+  if (overrides.empty()) return kernels::argmax(logits.data(), static_cast<int64_t>(logits.size()));
   TokenCandidate best{0, kNegInf};
   // Strictly greater, visited in id order: ties keep the lowest id.
   for_each_logit(logits, overrides, [&best](int32_t token, float logit) {

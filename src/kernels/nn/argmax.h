@@ -1,0 +1,25 @@
+// The index of the largest logit: greedy decoding runs it over the whole vocabulary (262,144
+// for Gemma 3) for every sequence of every step, so it has SIMD variants.
+//
+// Semantics, on every ISA: NaN counts as -inf and +inf as the largest float (the sampler's
+// sanitising); ties go to the lowest index; when every value is -inf (or NaN) the answer is 0.
+// The SIMD variants keep, per lane, the first maximum of the indices that lane sees (in order),
+// then take the lowest index among the lanes holding the overall maximum: the same answer as
+// the scalar loop, not just an equally good one.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/type_kernels.h"
+
+namespace mnemo::kernels {
+
+// On the detected ISA. n > 0.
+int32_t argmax(const float* x, int64_t n);
+
+// The variant for `isa` (tests); the scalar one is the reference. Falls back to the scalar one
+// where the CPU lacks `isa`.
+using ArgmaxFn = int32_t (*)(const float* x, int64_t n);
+ArgmaxFn argmax_kernel(Isa isa);
+
+}  // namespace mnemo::kernels
