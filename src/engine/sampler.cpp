@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/nn/argmax.h"
+#include "kernels/nn/exp_weights.h"
 
 namespace mnemo {
 namespace {
@@ -99,8 +100,48 @@ int32_t Sampler::sample(const SamplingParams& params, std::span<const float> log
     apply_penalties(params, logits, history);
     return argmax(logits, penalized_);
   }
+  const bool cuts = (params.top_k > 0 && static_cast<size_t>(params.top_k) < logits.size()) || params.top_p < 1.0f ||
+                    params.min_p > 0.0f;
+  if (!cuts) {
+    apply_penalties(params, logits, history);
+    if (penalized_.empty()) return draw_from_all(params.temperature, logits, sampling_uniform(params.seed, step));
+  }
   candidates(params, logits, history);
   return draw(params.temperature, sampling_uniform(params.seed, step));
+}
+
+int32_t Sampler::draw_from_all(float temperature, std::span<const float> logits, double uniform) {
+  const auto n = static_cast<int64_t>(logits.size());
+  const int32_t best = kernels::argmax(logits.data(), n);
+  const float max = sanitized(logits[static_cast<size_t>(best)]);
+  if (max == kNegInf) return 0;  // all masked: no distribution to draw from (as draw() answers)
+  weights_.resize(logits.size());
+  double lane_sums[kernels::kExpWeightLanes + 1];
+  kernels::exp_weights(logits.data(), n, max, std::min(temperature, kMaxFloat), weights_.data(), lane_sums);
+  double total = 0.0;
+  for (double sum : lane_sums) total += sum;
+  const double target = uniform * total;
+  // The lane whose sums take the running total past the target, then the token in it that does.
+  constexpr int kLanes = kernels::kExpWeightLanes;
+  const int64_t whole = n / kLanes * kLanes;
+  double cumulative = 0.0;
+  int32_t last_positive = best;
+  for (int lane = 0; lane <= kLanes; ++lane) {
+    if (!(lane_sums[lane] > 0.0)) continue;
+    if (cumulative + lane_sums[lane] > target) {
+      const int64_t begin = lane < kLanes ? lane : whole, end = lane < kLanes ? whole : n;
+      const int64_t stride = lane < kLanes ? kLanes : 1;
+      for (int64_t i = begin; i < end; i += stride) {
+        if (weights_[static_cast<size_t>(i)] <= 0.0f) continue;
+        cumulative += weights_[static_cast<size_t>(i)];
+        last_positive = static_cast<int32_t>(i);
+        if (cumulative > target) return last_positive;
+      }
+      return last_positive;  // rounding: the lane's own sum and this one differ in the last bits
+    }
+    cumulative += lane_sums[lane];
+  }
+  return last_positive;  // rounding left the target just past the sum
 }
 
 std::span<const TokenCandidate> Sampler::candidates(const SamplingParams& params, std::span<const float> logits,

@@ -77,6 +77,11 @@ class Sampler {
   void apply_top_p(float top_p, float min_p, bool ranked);
   void apply_min_p(float min_p);
   int32_t draw(float temperature, double uniform);
+  // The draw over the whole vocabulary (no penalty or cut), without gathering candidates: the
+  // weights by the SIMD kernel (kernels/nn/exp_weights.h), summed in its fixed lanes, and the
+  // token found lane by lane (tokens l, l + 16, ... form lane l). The same distribution as draw(),
+  // the same token for a seed on every machine, not the same token as draw() for that seed.
+  int32_t draw_from_all(float temperature, std::span<const float> logits, double uniform);
 
   std::vector<int32_t> window_;             // the penalty window, sorted to count repeats
   std::vector<TokenCandidate> penalized_;   // penalised logits of repeated tokens, by token id

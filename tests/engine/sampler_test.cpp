@@ -187,6 +187,47 @@ TEST(SamplerDistribution, FrequenciesMatchTheSoftmax) {
   }
 }
 
+// A vocabulary wider than the SIMD lanes (draw_from_all walks them lane by lane, then the tail):
+// 1000 tokens in 7 classes, token i of class i % 7 with that class's logit.
+TEST(SamplerDistribution, FrequenciesMatchTheSoftmaxOverAWideVocabulary) {
+  constexpr size_t kVocab = 1000;
+  std::vector<float> logits(kVocab);
+  std::vector<double> class_mass(7, 0.0);
+  for (size_t i = 0; i < kVocab; ++i) {
+    logits[i] = std::log(static_cast<float>(kSevenProbs[i % 7]));
+    class_mass[i % 7] += kSevenProbs[i % 7];
+  }
+  const double total = std::accumulate(class_mass.begin(), class_mass.end(), 0.0);
+  for (uint64_t seed : {4u, 5u}) {
+    Sampler sampler;
+    std::vector<int> counts(7, 0);
+    constexpr int kDraws = 20000;
+    for (int step = 0; step < kDraws; ++step) ++counts[static_cast<size_t>(sampler.sample(plain(seed), logits, {}, step)) % 7];
+    double statistic = 0.0;
+    for (size_t c = 0; c < 7; ++c) {
+      const double want = class_mass[c] / total * kDraws;
+      statistic += (counts[c] - want) * (counts[c] - want) / want;
+    }
+    EXPECT_LT(statistic, kChiSquare6df) << "seed " << seed;
+  }
+}
+
+TEST(SamplerDistribution, MaskedTokensOfAWideVocabularyAreNeverDrawn) {
+  // Every token masked but 5 scattered ones (in several lanes and the tail).
+  std::vector<float> logits(1003, -kInf);
+  for (size_t i = 0; i < logits.size(); i += 3) logits[i] = kNaN;
+  const std::set<int32_t> open = {7, 100, 513, 998, 1001};
+  for (int32_t t : open) logits[static_cast<size_t>(t)] = 0.5f * static_cast<float>(t % 4);
+  Sampler sampler;
+  std::set<int32_t> seen;
+  for (uint64_t step = 0; step < 2000; ++step) {
+    const int32_t token = sampler.sample(plain(9), logits, {}, step);
+    EXPECT_TRUE(open.count(token) == 1) << token;
+    seen.insert(token);
+  }
+  EXPECT_EQ(seen, open);
+}
+
 TEST(SamplerDistribution, TemperatureSharpensOrFlattens) {
   const std::vector<float> logits = log_of(kSevenProbs);
   for (float temperature : {0.5f, 2.0f}) {
