@@ -14,7 +14,6 @@
 #include <math.h>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/nn/attention_tile.h"
 
@@ -100,11 +99,23 @@ __m512 transpose_sum(const __m512* a) {
 // them to F32 once (Converted); one with few reads the pool directly (Direct), converting on
 // the fly. The conversion is exact, so both give the same bits.
 struct Converted {
+  static constexpr bool kConverted = true;
   const float* data;
   int32_t dim;
   __m512 load(int k, int32_t i, __mmask16 m) const { return load16(data + k * dim + i, m); }
 };
+// The same for the head sizes of common models (Gemma 3: 256; Llama, Qwen: 128; small ones: 64),
+// with the size known when compiling: the overloads of scores and add_values below for it take
+// no masks and no branches and keep their accumulators in registers, with the operations of the
+// general ones in the same order, so they give the same bits.
+template <int kDim>
+struct ConvertedFixed {
+  static_assert(kDim % 16 == 0);
+  static constexpr bool kConverted = true;
+  const float* data;
+};
 struct Direct {
+  static constexpr bool kConverted = false;
   const void* const* rows;  // null rows replaced by zeros
   bool f16;
   __m512 load(int k, int32_t i, __mmask16 m) const {
@@ -140,6 +151,17 @@ __m512 scores(const float* q, const Source& keys, int32_t dim) {
   return transpose_sum(acc);
 }
 
+template <int kDim>
+__m512 scores(const float* q, const ConvertedFixed<kDim>& keys, int32_t) {
+  __m512 acc[16];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int32_t i = 0; i < kDim; i += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + i);
+    for (int k = 0; k < 16; ++k) acc[k] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys.data + k * kDim + i), acc[k]);
+  }
+  return transpose_sum(acc);
+}
+
 // acc[0, dim) += sum over keys k in [first, last] of weight[k] * values[k], keys in order; eight
 // vectors of the row at a time stay in registers.
 template <class Source>
@@ -162,6 +184,21 @@ void add_values(float* acc, const float* weight, const Source& values, int32_t d
     for (int v = 0; v < kVectors; ++v) {
       if (m[v] != 0) store16(acc + d0 + 16 * v, m[v], a[v]);
     }
+  }
+}
+
+template <int kDim>
+void add_values(float* acc, const float* weight, const ConvertedFixed<kDim>& values, int32_t, int first, int last) {
+  constexpr int kVectors = kDim < 128 ? kDim / 16 : 8;
+  for (int32_t d0 = 0; d0 < kDim; d0 += 16 * kVectors) {
+    __m512 a[kVectors];
+    for (int v = 0; v < kVectors; ++v) a[v] = _mm512_loadu_ps(acc + d0 + 16 * v);
+    for (int k = first; k <= last; ++k) {
+      const __m512 w = _mm512_set1_ps(weight[k]);
+      const float* row = values.data + k * kDim + d0;
+      for (int v = 0; v < kVectors; ++v) a[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(row + 16 * v), a[v]);
+    }
+    for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(acc + d0 + 16 * v, a[v]);
   }
 }
 
@@ -215,7 +252,7 @@ void attend_rows(Row* rows, int n_rows, const SubBlock& block, const Params& p, 
   int first[kMaxRows], last[kMaxRows];
   bool active[kMaxRows];
   for (int r = 0; r < n_rows; ++r) active[r] = weigh_block(rows[r], block, p, keys, weights + 16 * r, first[r], last[r]);
-  if constexpr (std::is_same_v<Source, Converted>) load_rows(block.values, p.head_dim_v, p.f16_elements, const_cast<float*>(values.data));
+  if constexpr (Source::kConverted) load_rows(block.values, p.head_dim_v, p.f16_elements, const_cast<float*>(values.data));
   for (int r = 0; r < n_rows; ++r) {
     if (active[r]) add_values(rows[r].acc, weights + 16 * r, values, p.head_dim_v, first[r], last[r]);
   }
@@ -247,8 +284,17 @@ void attend(Row* rows, int n_rows, const SubBlock* blocks, int n_blocks, const P
       if (b + 1 < n_blocks) prefetch_block(blocks[b + 1], params);
       if (count >= kConvertedRows) {
         load_rows(blocks[b].keys, params.head_dim_k, params.f16_elements, keys);
-        const Converted k{keys, params.head_dim_k}, v{values, params.head_dim_v};
-        attend_rows(rows + start, count, blocks[b], params, k, v, weights);
+        const auto run = [&](const auto& k, const auto& v) { attend_rows(rows + start, count, blocks[b], params, k, v, weights); };
+        const int32_t dim = params.head_dim_k == params.head_dim_v ? params.head_dim_k : 0;
+        if (dim == 256) {
+          run(ConvertedFixed<256>{keys}, ConvertedFixed<256>{values});
+        } else if (dim == 128) {
+          run(ConvertedFixed<128>{keys}, ConvertedFixed<128>{values});
+        } else if (dim == 64) {
+          run(ConvertedFixed<64>{keys}, ConvertedFixed<64>{values});
+        } else {
+          run(Converted{keys, params.head_dim_k}, Converted{values, params.head_dim_v});
+        }
       } else {
         // Absent positions read as zeros (the scratch, zeroed, is large enough for a row).
         std::memset(keys, 0, static_cast<size_t>(params.head_dim_k) * sizeof(float));
