@@ -210,17 +210,16 @@ void scale_row(float* acc, int32_t dim, float factor) {
   }
 }
 
-// The first phase of a sub-block for one row: its weights exp(score - max) into weight[16] (zero
-// outside the row's range), after rescaling what it accumulated when the maximum grows. Returns
-// false when the sub-block holds none of the row's positions; [first, last] are its positions in
-// the sub-block.
-template <class Source>
-bool weigh_block(Row& row, const SubBlock& block, const Params& p, const Source& keys, float* weight, int& first,
-                 int& last) {
+// The positions [first, last] of the sub-block in the row's range; first > last when none.
+void row_bounds(const Row& row, const SubBlock& block, int& first, int& last) {
   first = row.lo > block.first_position ? row.lo - block.first_position : 0;
   last = row.hi - block.first_position < kSubBlockPositions - 1 ? row.hi - block.first_position : kSubBlockPositions - 1;
-  if (first > last) return false;
-  __m512 s = _mm512_mul_ps(scores(row.q, keys, p.head_dim_k), _mm512_set1_ps(p.scale));
+}
+
+// The row's weights exp(score - max) for the 16 raw scores q.k of a sub-block into weight[16]
+// (zero outside [first, last]), after rescaling what it accumulated when the maximum grows.
+void weigh_scores(Row& row, const Params& p, __m512 raw, int first, int last, float* weight) {
+  __m512 s = _mm512_mul_ps(raw, _mm512_set1_ps(p.scale));
   if (p.softcap > 0.0f) {
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, s);
@@ -241,6 +240,106 @@ bool weigh_block(Row& row, const SubBlock& block, const Params& p, const Source&
   const __m512 w = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(s, _mm512_set1_ps(row.max))));
   _mm512_storeu_ps(weight, w);
   row.sum += sum16(w);
+}
+
+// The first phase of a sub-block for one row: its weights into weight[16]. Returns false when
+// the sub-block holds none of the row's positions; [first, last] are its positions in it.
+template <class Source>
+bool weigh_block(Row& row, const SubBlock& block, const Params& p, const Source& keys, float* weight, int& first,
+                 int& last) {
+  row_bounds(row, block, first, last);
+  if (first > last) return false;
+  weigh_scores(row, p, scores(row.q, keys, p.head_dim_k), first, last, weight);
+  return true;
+}
+
+// ---- Decode-shaped tiles: the heads of a GQA group for one token, four rows sharing one range.
+// Four rows at a time read each key and value row of the pool once, converting it in registers,
+// instead of converting the sub-block into the scratch first. Per row, the same products summed
+// in the same order and by the same tree as the Converted path: the same bits.
+
+constexpr int kGroupRows = 4;
+alignas(64) constexpr float kZeroRow[256] = {};  // absent positions (F32 or F16 zeros), up to kDim 256
+
+template <bool kF16>
+__m512 load_pool(const void* row, int32_t i) {
+  if constexpr (kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + i)));
+  } else {
+    return _mm512_loadu_ps(static_cast<const float*>(row) + i);
+  }
+}
+
+// raw[r] lane k = q[r] . key k, for the four rows.
+template <int kDim, bool kF16>
+void group_scores(const Row* rows, const void* const* keys, __m512* raw) {
+  alignas(64) float lanes[kGroupRows][16];
+  for (int first_key = 0; first_key < 16; first_key += 4) {
+    __m512 acc[16];  // [row][key of the four]
+    for (__m512& a : acc) a = _mm512_setzero_ps();
+    for (int32_t i = 0; i < kDim; i += 16) {
+      __m512 key[4];
+      for (int k = 0; k < 4; ++k) key[k] = load_pool<kF16>(keys[first_key + k], i);
+      for (int r = 0; r < kGroupRows; ++r) {
+        const __m512 qv = _mm512_loadu_ps(rows[r].q + i);
+        for (int k = 0; k < 4; ++k) acc[4 * r + k] = _mm512_fmadd_ps(qv, key[k], acc[4 * r + k]);
+      }
+    }
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, transpose_sum(acc));
+    for (int j = 0; j < 16; ++j) lanes[j / 4][first_key + j % 4] = sums[j];
+  }
+  for (int r = 0; r < kGroupRows; ++r) raw[r] = _mm512_load_ps(lanes[r]);
+}
+
+// rows[r].acc += sum over keys k in [first, last] of weight[16 r + k] * values[k], keys in order.
+template <int kDim, bool kF16>
+void group_add_values(const Row* rows, const float* weight, const void* const* values, int first, int last) {
+  static_assert(kDim % 64 == 0);
+  for (int32_t d0 = 0; d0 < kDim; d0 += 64) {
+    __m512 a[kGroupRows][4];
+    for (int r = 0; r < kGroupRows; ++r) {
+      for (int c = 0; c < 4; ++c) a[r][c] = _mm512_loadu_ps(rows[r].acc + d0 + 16 * c);
+    }
+    for (int k = first; k <= last; ++k) {
+      __m512 v[4];
+      for (int c = 0; c < 4; ++c) v[c] = load_pool<kF16>(values[k], d0 + 16 * c);
+      for (int r = 0; r < kGroupRows; ++r) {
+        const __m512 w = _mm512_set1_ps(weight[16 * r + k]);
+        for (int c = 0; c < 4; ++c) a[r][c] = _mm512_fmadd_ps(w, v[c], a[r][c]);
+      }
+    }
+    for (int r = 0; r < kGroupRows; ++r) {
+      for (int c = 0; c < 4; ++c) _mm512_storeu_ps(rows[r].acc + d0 + 16 * c, a[r][c]);
+    }
+  }
+}
+
+template <int kDim, bool kF16>
+void attend_groups(Row* rows, int n_rows, const SubBlock& block, const Params& p, float* weights) {
+  const void* keys[kSubBlockPositions];
+  for (int k = 0; k < kSubBlockPositions; ++k) keys[k] = block.keys[k] != nullptr ? block.keys[k] : kZeroRow;
+  for (int g = 0; g < n_rows; g += kGroupRows) {
+    Row* group = rows + g;
+    int first, last;
+    row_bounds(group[0], block, first, last);
+    if (first > last) continue;
+    __m512 raw[kGroupRows];
+    group_scores<kDim, kF16>(group, keys, raw);
+    for (int r = 0; r < kGroupRows; ++r) weigh_scores(group[r], p, raw[r], first, last, weights + 16 * r);
+    group_add_values<kDim, kF16>(group, weights, block.values, first, last);
+  }
+}
+
+// Whether the tile is decode-shaped: groups of four rows with one range each, few of them (with
+// many rows, converting a sub-block once for all of them is cheaper).
+bool in_groups(const Row* rows, int n_rows) {
+  if (n_rows % kGroupRows != 0 || n_rows > 4 * kGroupRows) return false;
+  for (int g = 0; g < n_rows; g += kGroupRows) {
+    for (int r = 1; r < kGroupRows; ++r) {
+      if (rows[g + r].lo != rows[g].lo || rows[g + r].hi != rows[g].hi) return false;
+    }
+  }
   return true;
 }
 
@@ -280,12 +379,28 @@ void attend(Row* rows, int n_rows, const SubBlock* blocks, int n_blocks, const P
             float* values, float* weights) {
   for (int start = 0; start < n_rows; start += kMaxRows) {
     const int count = n_rows - start < kMaxRows ? n_rows - start : kMaxRows;
+    const int32_t dim = params.head_dim_k == params.head_dim_v ? params.head_dim_k : 0;
+    const bool grouped = (dim == 256 || dim == 128 || dim == 64) && in_groups(rows + start, count);
     for (int b = 0; b < n_blocks; ++b) {
       if (b + 1 < n_blocks) prefetch_block(blocks[b + 1], params);
-      if (count >= kConvertedRows) {
+      if (grouped) {
+        const auto run = [&]<int kDim>() {
+          if (params.f16_elements) {
+            attend_groups<kDim, true>(rows + start, count, blocks[b], params, weights);
+          } else {
+            attend_groups<kDim, false>(rows + start, count, blocks[b], params, weights);
+          }
+        };
+        if (dim == 256) {
+          run.template operator()<256>();
+        } else if (dim == 128) {
+          run.template operator()<128>();
+        } else {
+          run.template operator()<64>();
+        }
+      } else if (count >= kConvertedRows) {
         load_rows(blocks[b].keys, params.head_dim_k, params.f16_elements, keys);
         const auto run = [&](const auto& k, const auto& v) { attend_rows(rows + start, count, blocks[b], params, k, v, weights); };
-        const int32_t dim = params.head_dim_k == params.head_dim_v ? params.head_dim_k : 0;
         if (dim == 256) {
           run(ConvertedFixed<256>{keys}, ConvertedFixed<256>{values});
         } else if (dim == 128) {
