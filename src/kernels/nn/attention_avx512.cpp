@@ -1,6 +1,9 @@
 // AVX-512 kernel of tiled paged attention (see attention_tile.h for the canonical order). Per
 // sub-block of 16 positions, the keys and values are converted to F32 once and used by every row
-// of the tile (the query tokens of a prefill chunk times the heads of a GQA group).
+// of the tile (the query tokens of a prefill chunk times the heads of a GQA group); a
+// decode-shaped tile (the heads of a GQA group for one token) instead reads each key and value
+// row of the pool once for four rows, converting it in registers. Head sizes 64, 128 and 256 are
+// compiled with the size known.
 //
 // Per row and key, the score is a dot product with 16 lanes over the dimensions (lane l sums
 // dimensions l, l + 16, ... by FMA in order), the lanes added by a fixed tree that handles 16 keys
