@@ -105,8 +105,10 @@ int32_t Sampler::sample(const SamplingParams& params, std::span<const float> log
   if (!cuts) {
     apply_penalties(params, logits, history);
     if (penalized_.empty()) return draw_from_all(params.temperature, logits, sampling_uniform(params.seed, step));
+    gather_all(logits);  // what candidates() would do without cuts, the penalties already applied
+  } else {
+    candidates(params, logits, history);
   }
-  candidates(params, logits, history);
   return draw(params.temperature, sampling_uniform(params.seed, step));
 }
 

@@ -212,6 +212,22 @@ TEST(SamplerDistribution, FrequenciesMatchTheSoftmaxOverAWideVocabulary) {
   }
 }
 
+TEST(SamplerDistribution, PenaltiesApplyWithoutCutsToo) {
+  // No top-k, top-p or min-p: the draw over the whole vocabulary, with the penalised logits.
+  std::vector<float> logits(40, 0.0f);
+  const std::vector<int32_t> history = {3, 17, 17, 30};
+  SamplingParams params = plain(12);
+  params.presence_penalty = 200.0f;  // e^-200: never drawn
+  Sampler sampler;
+  std::set<int32_t> seen;
+  for (uint64_t step = 0; step < 3000; ++step) {
+    const int32_t token = sampler.sample(params, logits, history, step);
+    EXPECT_TRUE(token != 3 && token != 17 && token != 30) << token;
+    seen.insert(token);
+  }
+  EXPECT_EQ(seen.size(), 37u);
+}
+
 TEST(SamplerDistribution, MaskedTokensOfAWideVocabularyAreNeverDrawn) {
   // Every token masked but 5 scattered ones (in several lanes and the tail).
   std::vector<float> logits(1003, -kInf);
