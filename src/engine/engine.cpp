@@ -550,8 +550,8 @@ void Engine::run_step(Step& step) {
     draws_.push_back({&seq, logits, static_cast<uint64_t>(seq.n_generated()), 0});
   }
   sample_draws();
-  const std::vector<Draw> draws = std::exchange(draws_, {});  // no pointer outlives the step
-  for (const Draw& d : draws) emit_token(*d.seq, d.token, d.logits);
+  for (const Draw& d : draws_) emit_token(*d.seq, d.token, d.logits);
+  draws_.clear();  // kept for its capacity; no pointer outlives the step
 }
 
 void Engine::sample_draws() {

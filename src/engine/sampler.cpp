@@ -52,6 +52,11 @@ int32_t argmax(std::span<const float> logits, std::span<const TokenCandidate> ov
   return best.token;
 }
 
+// Whether top-k leaves out part of a vocabulary of n tokens.
+bool top_k_restricts(const SamplingParams& params, size_t n) {
+  return params.top_k > 0 && static_cast<size_t>(params.top_k) < n;
+}
+
 float max_logit(std::span<const TokenCandidate> candidates) {
   float max = kNegInf;
   for (const TokenCandidate& c : candidates) max = std::max(max, c.logit);
@@ -100,8 +105,7 @@ int32_t Sampler::sample(const SamplingParams& params, std::span<const float> log
     apply_penalties(params, logits, history);
     return argmax(logits, penalized_);
   }
-  const bool cuts = (params.top_k > 0 && static_cast<size_t>(params.top_k) < logits.size()) || params.top_p < 1.0f ||
-                    params.min_p > 0.0f;
+  const bool cuts = top_k_restricts(params, logits.size()) || params.top_p < 1.0f || params.min_p > 0.0f;
   if (!cuts) {
     apply_penalties(params, logits, history);
     if (penalized_.empty()) return draw_from_all(params.temperature, logits, sampling_uniform(params.seed, step));
@@ -150,13 +154,13 @@ std::span<const TokenCandidate> Sampler::candidates(const SamplingParams& params
                                                     std::span<const int32_t> history) {
   assert(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()));
   apply_penalties(params, logits, history);
-  const bool top_k_restricts = params.top_k > 0 && static_cast<size_t>(params.top_k) < logits.size();
-  if (top_k_restricts) {
+  const bool restricted = top_k_restricts(params, logits.size());
+  if (restricted) {
     gather_top_k(logits, penalized_, static_cast<size_t>(params.top_k));
   } else {
     gather_all(logits);
   }
-  apply_top_p(params.top_p, params.min_p, top_k_restricts);
+  apply_top_p(params.top_p, params.min_p, restricted);
   apply_min_p(params.min_p);
   return candidates_;
 }

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "kernels/nn/argmax_lanes.h"
+
 namespace mnemo::kernels {
 namespace argmax_avx2 {
 int32_t argmax(const float* x, int64_t n);
@@ -12,11 +14,24 @@ int32_t argmax(const float* x, int64_t n);
 
 namespace {
 
-int32_t argmax_scalar(const float* x, int64_t n) {
+int32_t argmax_scalar(const float* x, int64_t n) { return argmax_finish(nullptr, nullptr, 0, x, 0, n); }
+
+}  // namespace
+
+int32_t argmax_finish(const float* lane_values, const int32_t* lane_indices, int lanes, const float* x, int64_t from,
+                      int64_t n) {
   constexpr float kLargest = std::numeric_limits<float>::max();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   int32_t best = 0;
-  float best_value = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
+  float best_value = kNegInf;
+  for (int l = 0; l < lanes; ++l) {
+    const float v = lane_values[l];
+    if (v > best_value || (v == best_value && v > kNegInf && lane_indices[l] < best)) {
+      best_value = v;
+      best = lane_indices[l];
+    }
+  }
+  for (int64_t i = from; i < n; ++i) {  // indices above every lane's
     const float v = x[i] > kLargest ? kLargest : x[i];  // NaN stays NaN and never compares greater
     if (v > best_value) {
       best_value = v;
@@ -25,8 +40,6 @@ int32_t argmax_scalar(const float* x, int64_t n) {
   }
   return best;
 }
-
-}  // namespace
 
 ArgmaxFn argmax_kernel(Isa isa) {
   if (isa == Isa::kAvx512 && isa_supported(Isa::kAvx512)) return argmax_avx512::argmax;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/nn/argmax_lanes.h"
+
 namespace mnemo::kernels::argmax_avx512 {
 namespace {
 
@@ -47,23 +49,7 @@ int32_t argmax(const float* x, int64_t n) {
   alignas(64) int32_t indices[16];
   _mm512_store_ps(values, max0);
   _mm512_store_epi32(indices, best0);
-  int32_t best = 0;
-  float best_value = -INFINITY;
-  for (int l = 0; l < 16; ++l) {
-    // A lane that saw only -inf and NaN holds -inf and its first index: never the answer.
-    if (values[l] > best_value || (values[l] == best_value && values[l] > -INFINITY && indices[l] < best)) {
-      best_value = values[l];
-      best = indices[l];
-    }
-  }
-  for (; i < n; ++i) {  // the tail: indices above every lane's
-    const float v = x[i] > FLT_MAX ? FLT_MAX : x[i];
-    if (v > best_value) {
-      best_value = v;
-      best = static_cast<int32_t>(i);
-    }
-  }
-  return best;
+  return argmax_finish(values, indices, 16, x, i, n);
 }
 
 }  // namespace mnemo::kernels::argmax_avx512
