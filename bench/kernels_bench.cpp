@@ -78,11 +78,13 @@ std::vector<uint8_t> synthetic_weights(DType type, int64_t in, int64_t out) {
   return bytes;
 }
 
-void matmul_benchmark(benchmark::State& state, DType type, int64_t in, int64_t out) {
+void matmul_benchmark(benchmark::State& state, DType type, int64_t in, int64_t out, bool prepacked) {
   const int64_t rows = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   const std::vector<uint8_t> weights = synthetic_weights(type, in, out);
-  const WeightMatrix w{type, in, out, weights.data()};
+  WeightMatrix w{type, in, out, weights.data()};
+  const PackedTiles tiles = prepacked ? prepack(w) : PackedTiles();
+  if (prepacked && w.tiles == nullptr) state.SkipWithError("no prepacked tiles for this type on this ISA");
   const std::vector<float> x = random_floats(in * rows, 4);
   std::vector<float> y(static_cast<size_t>(out * rows));
   ThreadPool pool(threads);
@@ -126,12 +128,16 @@ void register_benchmarks() {
         ->Unit(benchmark::kMicrosecond);
   }
   // Output layer of the default model: 262144 rows of 640 Q8_0 elements (178 MB), one token.
-  benchmark::RegisterBenchmark("matmul/Q8_0_640x262144", matmul_benchmark, DType::Q8_0, 640, 262144)
-      ->ArgNames({"rows", "threads"})
-      ->ArgsProduct({{1, 32}, {1, 2}})
-      ->Unit(benchmark::kMillisecond)
-      ->UseRealTime()
-      ->ComputeStatistics("min", min_of);
+  // As the model multiplies it: repacked once at load (prepack), when the kernel offers it.
+  for (const bool prepacked : {false, true}) {
+    benchmark::RegisterBenchmark(prepacked ? "matmul/Q8_0_640x262144_prepacked" : "matmul/Q8_0_640x262144",
+                                 matmul_benchmark, DType::Q8_0, 640, 262144, prepacked)
+        ->ArgNames({"rows", "threads"})
+        ->ArgsProduct({{1, 32}, {1, 2}})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->ComputeStatistics("min", min_of);
+  }
   // The layer matrices of the default model (Q5_0 Q/K/V/gate/up, Q8_0 V, Q4_K output and down,
   // Q6_K down) at decode batches 1, 8 and 32 and a 512-token prefill chunk.
   struct Shape {
@@ -144,7 +150,7 @@ void register_benchmarks() {
                              Shape{"matmul/Q4_K_2048x640", DType::Q4_K, 2048, 640},
                              Shape{"matmul/Q6_K_2048x640", DType::Q6_K, 2048, 640},
                              Shape{"matmul/F16_640x2048", DType::F16, 640, 2048}}) {
-    benchmark::RegisterBenchmark(shape.name, matmul_benchmark, shape.type, shape.in, shape.out)
+    benchmark::RegisterBenchmark(shape.name, matmul_benchmark, shape.type, shape.in, shape.out, false)
         ->ArgNames({"rows", "threads"})
         ->ArgsProduct({{1, 8, 32, 512}, {1, 2}})
         ->Unit(benchmark::kMicrosecond)

@@ -70,6 +70,8 @@ class File {
   Result<std::string> get_string_or(std::string_view key, std::string fallback) const;
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // See MappedFile::release_pages (nothing happens for parsed bytes the caller owns).
+  void release_pages(const void* begin, size_t n) const { mapping_.release_pages(begin, n); }
   const TensorInfo* find_tensor(std::string_view name) const;
 
  private:

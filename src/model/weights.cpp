@@ -109,6 +109,12 @@ Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c) 
     MNEMO_ASSIGN_OR_RETURN(l.post_ffn_norm,
                            load.optional_vector(p + "post_ffw_norm.weight", c.n_embd, c.has_post_norms));
   }
+  w.output_tiles = kernels::prepack(w.output);
+  if (w.output.tiles != nullptr) {
+    // The products read the tiles now; at most the embedding lookup (when tied) reads the file's
+    // copy, a row per token, and its pages come back from the file as it does.
+    file.release_pages(w.output.data, w.output.row_bytes() * static_cast<size_t>(w.output.out_features));
+  }
   return w;
 }
 

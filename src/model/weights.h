@@ -31,6 +31,9 @@ struct ModelWeights {
   WeightMatrix token_embedding;  // [n_vocab rows of n_embd]
   Vector output_norm;
   WeightMatrix output;           // the embedding itself when tied
+  // The output projection runs for every sequence of every decode step: its rows are repacked
+  // once here when the GEMM kernel offers it (output.tiles points in).
+  kernels::PackedTiles output_tiles;
   Vector rope_freq_factors;      // optional per-dimension-pair divisors of the RoPE frequency
   std::vector<LayerWeights> layers;
 };

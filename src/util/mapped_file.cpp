@@ -55,6 +55,17 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
+void MappedFile::release_pages(const void* begin, size_t n) const {
+  const auto first = reinterpret_cast<uintptr_t>(begin);
+  const auto base = reinterpret_cast<uintptr_t>(data_);
+  if (data_ == nullptr || first < base || n > size_ || first - base > size_ - n) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t from = (first + page - 1) / page * page;
+  const uintptr_t to = (first + n) / page * page;
+  // Advice only: on failure the pages just stay resident.
+  if (from < to) (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() { reset(); }
 
 void MappedFile::reset() {

@@ -22,6 +22,10 @@ class MappedFile {
   ~MappedFile();
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  // Drops this process's resident pages wholly inside [begin, begin + n) (a range of bytes()):
+  // for data copied elsewhere and rarely read again. Still readable: a page comes back from the
+  // file when next touched. Anything outside the mapping is ignored.
+  void release_pages(const void* begin, size_t n) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -1,7 +1,8 @@
 // The GEMM kernels (gemm.h) of every ISA that has them, called directly, against the scalar
 // reference dot product on the same quantised activations: random level bits (extremes
 // included), row ranges that start and end inside a 16-row tile, the single-row and the batched
-// paths, and no write outside the range asked for.
+// paths, and no write outside the range asked for. Kernels that can repack a matrix once at load
+// give the same bits from those tiles.
 #include "kernels/cpu/gemm.h"
 
 #include <gtest/gtest.h>
@@ -58,7 +59,32 @@ TEST_P(GemmTest, MatchesTheScalarReference) {
       for (int64_t r = 0; r < n_rows; ++r) gemm->packer->pack(x.data() + r * k, k, packed + static_cast<size_t>(r) * packed_bytes);
       std::vector<float> y(static_cast<size_t>(out * n_rows), NAN);
       const int64_t begin = 5, end = out - 3;  // partial tiles at both ends
-      gemm->multiply({weights.data(), weight_row_bytes, k, begin, end, packed, packed_bytes, n_rows, y.data(), out});
+      gemm->multiply({weights.data(), weight_row_bytes, nullptr, k, begin, end, packed, packed_bytes, n_rows, y.data(), out});
+      if (gemm->pack_tile != nullptr) {
+        // Tiles packed once: the same bits, for a range starting on a tile boundary (read from
+        // the tiles) and for one that does not (the kernel repacks then).
+        const size_t tile_bytes = gemm->tile_bytes(k);
+        const int64_t n_tiles = (out + gemm->tile_rows - 1) / gemm->tile_rows;
+        std::vector<uint8_t> tile_storage(tile_bytes * static_cast<size_t>(n_tiles) + 64);
+        uint8_t* tiles = tile_storage.data() + (64 - reinterpret_cast<uintptr_t>(tile_storage.data()) % 64) % 64;
+        for (int64_t t = 0; t < n_tiles; ++t) {
+          gemm->pack_tile(weights.data(), weight_row_bytes, k, t * gemm->tile_rows, out, tiles + static_cast<size_t>(t) * tile_bytes);
+        }
+        for (const int64_t from : {begin, int64_t{0}, int64_t{gemm->tile_rows}}) {
+          std::vector<float> from_tiles(y.size(), NAN), repacked(y.size(), NAN);
+          gemm->multiply({weights.data(), weight_row_bytes, tiles, k, from, end, packed, packed_bytes, n_rows, from_tiles.data(), out});
+          gemm->multiply({weights.data(), weight_row_bytes, nullptr, k, from, end, packed, packed_bytes, n_rows, repacked.data(), out});
+          for (size_t i = 0; i < y.size(); ++i) {
+            const int64_t o = static_cast<int64_t>(i) % out;
+            if (o < from || o >= end) {
+              ASSERT_TRUE(std::isnan(from_tiles[i])) << "wrote outside the range: row " << o;
+            } else {
+              ASSERT_EQ(std::memcmp(&from_tiles[i], &repacked[i], sizeof(float)), 0)
+                  << "k " << k << ", rows " << n_rows << ", from " << from << ", element " << i;
+            }
+          }
+        }
+      }
 
       std::vector<uint8_t> a(row_bytes(scalar->vec_dot_type, k));
       for (int64_t r = 0; r < n_rows; ++r) {

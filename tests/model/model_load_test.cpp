@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "kernels/cpu/gemm.h"
 #include "model/model.h"
 #include "support/tiny_model.h"
 
@@ -48,6 +49,25 @@ TEST(ModelLoad, Gemma3LayerPatternAndRopeBasesComeFromTheMetadata) {
   EXPECT_FLOAT_EQ(c.rope_base_local, 10000.0f);
   EXPECT_FLOAT_EQ(c.attention_scale, 0.25f);  // 1 / sqrt(head_dim 16)
   EXPECT_FLOAT_EQ(c.embedding_scale, 8.0f);   // sqrt(n_embd 64)
+}
+
+TEST(ModelLoad, TheOutputProjectionIsRepackedOnceWhereTheGemmKernelOffersIt) {
+  TinyModelSpec spec;
+  spec.arch = Arch::kGemma3;  // tied: the Q8_0 embedding is the output projection
+  const std::string path = testing::write_tiny_model(spec, "prepack");
+  auto model = Model::load(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  const ModelWeights& w = (*model)->weights();
+  ASSERT_EQ(w.output.type, DType::Q8_0);
+  const kernels::GemmKernel* gemm = kernels::gemm_kernel(DType::Q8_0);
+  const bool offered = gemm != nullptr && gemm->pack_tile != nullptr;
+  EXPECT_EQ(w.output.tiles != nullptr, offered);
+  EXPECT_EQ(w.token_embedding.tiles, nullptr);  // the lookup reads rows of the file's copy
+  if (offered) {
+    const auto tiles = static_cast<size_t>((spec.n_vocab + gemm->tile_rows - 1) / gemm->tile_rows);
+    EXPECT_EQ(w.output_tiles.bytes(), tiles * gemm->tile_bytes(spec.n_embd));
+  }
 }
 
 TEST(ModelLoad, UnsupportedArchitectureIsRefusedByName) {

@@ -37,6 +37,9 @@ struct ActivationPacker {
 struct GemmArgs {
   const uint8_t* weights;  // row 0 of the matrix
   size_t weight_row_bytes;
+  // The matrix's rows repacked once in the kernel's tile layout (GemmKernel::pack_tile, tile t =
+  // rows 16t.. at t x tile_bytes(k)), or null: then each call repacks the tiles it multiplies.
+  const uint8_t* tiles;
   int64_t k;                          // elements per row
   int64_t row_begin, row_end;         // the weight rows (output features) to compute
   const uint8_t* activations;         // n_rows packed rows, activation_row_bytes apart
@@ -48,9 +51,15 @@ struct GemmArgs {
 
 struct GemmKernel {
   const ActivationPacker* packer;
-  // Work is best split in multiples of this many weight rows.
+  // Work is split in multiples of this many weight rows (matmul always does).
   int32_t tile_rows;
   void (*multiply)(const GemmArgs& args);
+  // Repacking once at load (null where the kernel does not offer it): the bytes of one tile of
+  // rows of k elements, and the packing of rows [first_row, min(first_row + tile_rows, n_rows))
+  // into `out` (64-byte aligned). The products are the same bits with or without it.
+  size_t (*tile_bytes)(int64_t k) = nullptr;
+  void (*pack_tile)(const uint8_t* weights, size_t row_bytes, int64_t k, int64_t first_row, int64_t n_rows,
+                    uint8_t* out) = nullptr;
 };
 
 // For the weight type on the detected ISA, or on `isa`; nullptr when there is none.

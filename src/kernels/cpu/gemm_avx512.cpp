@@ -138,6 +138,11 @@ constexpr size_t unit_bytes() {
 }
 
 template <class Format>
+size_t tile_bytes(int64_t k) {
+  return static_cast<size_t>(k / kQK) * unit_bytes<Format>();
+}
+
+template <class Format>
 void repack_tile(const TileRows& rows, int64_t n_blocks, uint8_t* out, NextTilePrefetch prefetch) {
   using Block = typename Format::Block;
   for (int64_t b = 0; b < n_blocks; ++b, out += unit_bytes<Format>()) {
@@ -159,7 +164,7 @@ void repack_tile(const TileRows& rows, int64_t n_blocks, uint8_t* out, NextTileP
 
 template <class Format, int kRows>
 void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args, int64_t first_row, int64_t o,
-                    __mmask16 store_mask) {
+                    __mmask16 store_mask, NextTilePrefetch& prefetch) {
   __m512 acc[kRows];
   const int8_t* qs[kRows];
   const float* scale[kRows];
@@ -172,6 +177,7 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
     aux[j] = packed.aux;
   }
   for (int64_t b = 0; b < n_blocks; ++b, tile += unit_bytes<Format>()) {
+    prefetch.step();
     const auto* vectors = reinterpret_cast<const __m512i*>(tile);
     __m512i w[8];
     for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(vectors + g);
@@ -237,21 +243,48 @@ void multiply_one_row(const GemmArgs& args) {
   }
 }
 
+// Tiles repacked at load (GemmArgs::tiles): read in place, for one activation row as for many;
+// the next tile is requested over the chunks of this one.
+template <class Format>
+void multiply_packed(const GemmArgs& args) {
+  const int64_t n_blocks = args.k / kQK;
+  const size_t bytes = tile_bytes<Format>(args.k);
+  for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
+    const uint8_t* tile = args.tiles + static_cast<size_t>(o / kTileRows) * bytes;
+    const int64_t valid = std::min<int64_t>(kTileRows, args.row_end - o);
+    const auto store_mask = static_cast<__mmask16>((1u << valid) - 1);
+    NextTilePrefetch prefetch(tile + bytes, o + kTileRows < args.row_end ? bytes : 0, n_blocks * row_chunks(args.n_rows));
+    for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
+      multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, store_mask, prefetch);
+    });
+  }
+}
+
 template <class Format>
 void multiply(const GemmArgs& args) {
+  if (args.tiles != nullptr && args.row_begin % kTileRows == 0) {  // matmul's ranges always are
+    multiply_packed<Format>(args);
+    return;
+  }
   if (args.n_rows == 1) {
     multiply_one_row<Format>(args);
     return;
   }
   const int64_t n_blocks = args.k / kQK;
   uint8_t* tile = thread_tile_buffer().get(static_cast<size_t>(n_blocks) * unit_bytes<Format>());
+  NextTilePrefetch no_prefetch;  // the repack requests the next tile
   for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
     const TileRows rows(args.weights, args.weight_row_bytes, o, args.row_end);
     repack_tile<Format>(rows, n_blocks, tile, NextTilePrefetch(args, o + kTileRows, n_blocks));
     for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
-      multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, rows.store_mask());
+      multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, rows.store_mask(), no_prefetch);
     });
   }
+}
+
+template <class Format>
+void pack_tile(const uint8_t* weights, size_t row_bytes, int64_t k, int64_t first_row, int64_t n_rows, uint8_t* out) {
+  repack_tile<Format>(TileRows(weights, row_bytes, first_row, n_rows), k / kQK, out, NextTilePrefetch());
 }
 
 }  // namespace
@@ -263,7 +296,10 @@ const ActivationPacker kPackQ8_1{PackedQ8::row_bytes, pack_q8_1};
 
 const GemmKernel kGemmQ4_0{&kPackQ8_0Offset8, kTileRows, multiply<Q4_0Format>};
 const GemmKernel kGemmQ5_0{&kPackQ8_0Offset16, kTileRows, multiply<Q5_0Format>};
-const GemmKernel kGemmQ8_0{&kPackQ8_0Offset128, kTileRows, multiply<Q8_0Format>};
+// Q8_0's tiles take 576 bytes per 16 x 32 elements against the file's 544, so Q8_0 matrices can
+// be repacked once at load for little memory; the 4- and 5-bit formats' would grow by 64-100%.
+const GemmKernel kGemmQ8_0{&kPackQ8_0Offset128, kTileRows, multiply<Q8_0Format>, tile_bytes<Q8_0Format>,
+                           pack_tile<Q8_0Format>};
 const GemmKernel kGemmQ4_1{&kPackQ8_1, kTileRows, multiply<Q4_1Format>};
 const GemmKernel kGemmQ5_1{&kPackQ8_1, kTileRows, multiply<Q5_1Format>};
 

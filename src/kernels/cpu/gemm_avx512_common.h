@@ -139,22 +139,29 @@ struct TileRows {
 // slice per unit.
 class NextTilePrefetch {
  public:
-  template <class Args>
-  NextTilePrefetch(const Args& args, int64_t next_row, int64_t n_units) {
-    const int64_t rows = next_row < args.row_end ? std::min<int64_t>(kTileRows, args.row_end - next_row) : 0;
-    next_ = reinterpret_cast<const char*>(args.weights) + static_cast<size_t>(next_row) * args.weight_row_bytes;
-    end_ = next_ + static_cast<size_t>(rows) * args.weight_row_bytes;
-    const size_t lines = (static_cast<size_t>(end_ - next_) + 63) / 64;
-    per_step_ = n_units > 0 ? (lines + static_cast<size_t>(n_units) - 1) / static_cast<size_t>(n_units) : lines;
+  NextTilePrefetch() = default;  // fetches nothing
+  // [begin, begin + bytes), a slice per step over `steps` steps.
+  NextTilePrefetch(const void* begin, size_t bytes, int64_t steps)
+      : next_(static_cast<const char*>(begin)), end_(next_ + bytes) {
+    const size_t lines = (bytes + 63) / 64;
+    per_step_ = steps > 0 ? (lines + static_cast<size_t>(steps) - 1) / static_cast<size_t>(steps) : lines;
   }
+  // The rows of the tile starting at next_row (none past the range).
+  template <class Args>
+    requires requires(const Args& a) { a.row_end; }
+  NextTilePrefetch(const Args& args, int64_t next_row, int64_t n_units)
+      : NextTilePrefetch(reinterpret_cast<const char*>(args.weights) + static_cast<size_t>(next_row) * args.weight_row_bytes,
+                         static_cast<size_t>(next_row < args.row_end ? std::min<int64_t>(kTileRows, args.row_end - next_row) : 0) *
+                             args.weight_row_bytes,
+                         n_units) {}
   void step() {
     for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += 64) _mm_prefetch(next_, _MM_HINT_T1);
   }
 
  private:
-  const char* next_;
-  const char* end_;
-  size_t per_step_;
+  const char* next_ = nullptr;
+  const char* end_ = nullptr;
+  size_t per_step_ = 0;
 };
 
 // A thread's repacked tile, reused across calls (grows to the largest k seen).
@@ -218,6 +225,9 @@ inline void for_each_row_chunk(int64_t n_rows, F&& f) {
     default: break;
   }
 }
+
+// How many chunks for_each_row_chunk makes of n_rows.
+inline int64_t row_chunks(int64_t n_rows) { return (n_rows + kMaxChunkRows - 1) / kMaxChunkRows; }
 
 static_assert(kMaxChunkRows == 8, "for_each_row_chunk lists the shorter chunks by hand");
 

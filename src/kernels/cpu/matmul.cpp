@@ -47,7 +47,7 @@ struct Format {
 void multiply_tiles(const MatmulTask& task, const TaskPlan& plan, int64_t n_rows, int64_t row_begin, int64_t row_end) {
   const WeightMatrix& w = *task.w;
   if (plan.gemm != nullptr) {
-    const GemmArgs args{w.data, w.row_bytes(), w.in_features, row_begin, row_end, plan.activations,
+    const GemmArgs args{w.data, w.row_bytes(), w.tiles, w.in_features, row_begin, row_end, plan.activations,
                         plan.activation_row_bytes, n_rows, task.y, w.out_features};
     plan.gemm->multiply(args);
     return;
@@ -163,6 +163,20 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
   if (w.out_features <= 0) return;
   const MatmulTask task{&w, y};
   matmul_many({&task, 1}, x, n_rows, pool, scratch);
+}
+
+PackedTiles prepack(WeightMatrix& w) {
+  const GemmKernel* gemm = gemm_kernel(w.type);
+  if (gemm == nullptr || gemm->pack_tile == nullptr || w.out_features <= 0) return {};
+  const size_t tile_bytes = gemm->tile_bytes(w.in_features);
+  const int64_t n_tiles = (w.out_features + gemm->tile_rows - 1) / gemm->tile_rows;
+  PackedTiles packed(static_cast<size_t>(n_tiles) * tile_bytes);
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    gemm->pack_tile(w.data, w.row_bytes(), w.in_features, t * gemm->tile_rows, w.out_features,
+                    packed.data() + static_cast<size_t>(t) * tile_bytes);
+  }
+  w.tiles = packed.data();
+  return packed;
 }
 
 void dequantize_row(const WeightMatrix& w, int64_t index, float* out) {

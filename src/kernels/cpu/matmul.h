@@ -21,16 +21,44 @@ struct WeightMatrix {
   int64_t in_features = 0;   // elements per row (contiguous)
   int64_t out_features = 0;  // number of rows
   const uint8_t* data = nullptr;
+  // The rows repacked in the GEMM kernel's tile layout (prepack), or null.
+  const uint8_t* tiles = nullptr;
   size_t row_bytes() const { return ::mnemo::row_bytes(type, in_features); }
+};
+
+struct alignas(64) CacheLine {
+  uint8_t bytes[64];
 };
 
 // Reusable per-caller buffer for the quantised activations (avoids allocation per call).
 struct MatmulScratch {
-  struct alignas(64) CacheLine {
-    uint8_t bytes[64];
-  };
   std::vector<CacheLine> activations;
 };
+
+// A matrix's rows repacked once in its GEMM kernel's tile layout (move-only: the matrix points
+// into it).
+class PackedTiles {
+ public:
+  PackedTiles() = default;
+  explicit PackedTiles(size_t bytes) : lines_((bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine)) {}
+  PackedTiles(PackedTiles&&) = default;
+  PackedTiles& operator=(PackedTiles&&) = default;
+  PackedTiles(const PackedTiles&) = delete;
+  PackedTiles& operator=(const PackedTiles&) = delete;
+
+  uint8_t* data() { return lines_.empty() ? nullptr : lines_.data()->bytes; }
+  size_t bytes() const { return lines_.size() * sizeof(CacheLine); }
+
+ private:
+  std::vector<CacheLine> lines_;
+};
+
+// Repacks w's rows once in the tile layout of its GEMM kernel on this ISA, when that kernel
+// offers it, and points w.tiles there: batched products then skip the repacking every call
+// otherwise does (worth it for a matrix every decode step multiplies, such as the output
+// projection). Empty, and w unchanged, when the kernel does not offer it. The products are the
+// same bits either way.
+PackedTiles prepack(WeightMatrix& w);
 
 // One product of a matmul_many: y[r * w->out_features + o].
 struct MatmulTask {
