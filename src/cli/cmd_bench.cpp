@@ -7,6 +7,11 @@
 //            buffer far larger than the caches), measured right before each batch-1 repeat;
 //   roofline: bytes of weights one batch-1 decode step reads (every layer matrix and the output
 //            matrix, once) divided by the step time, as a fraction of that bandwidth.
+//   compute: the other side of the roofline, for the largest batch: the multiply-adds of its
+//            weight products per step divided by the step time, as a fraction of the int8
+//            dot-product peak of the same threads (kernels/cpu/int8_peak.h), measured right
+//            before each of its repeats; and the step rate that peak would allow if the weight
+//            products were all a step did (so, against batch 1, the ceiling of batching).
 // Each figure is the median of --repeats runs.
 #include <algorithm>
 #include <chrono>
@@ -19,6 +24,7 @@
 
 #include "cli/commands.h"
 #include "engine/sampler.h"
+#include "kernels/cpu/int8_peak.h"
 #include "kernels/cpu/type_kernels.h"
 #include "model/model.h"
 #include "util/paths.h"
@@ -79,6 +85,44 @@ class BandwidthProbe {
  private:
   std::vector<uint64_t> buffer_;
 };
+
+// The int8 dot-product peak of the pool's threads together, in multiply-adds per second: each
+// thread issues the probe's instructions alone for a few milliseconds; median of kPasses.
+class ComputeProbe {
+ public:
+  static constexpr int kPasses = 3;
+  static constexpr int64_t kRoundsPerThread = int64_t{1} << 19;
+
+  explicit ComputeProbe(const kernels::Int8Peak& peak) : peak_(peak) {}
+
+  double measure(ThreadPool& pool) {
+    std::vector<double> rates;
+    std::vector<kernels::Int8PeakRun> runs(static_cast<size_t>(pool.size()));
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const auto start = std::chrono::steady_clock::now();
+      pool.run_on_all([&](int t) { runs[static_cast<size_t>(t)] = peak_.run(kRoundsPerThread, 3, 5); });
+      const double seconds = seconds_since(start);
+      int64_t macs = 0;
+      for (const kernels::Int8PeakRun& r : runs) macs += r.macs + (r.checksum == 0 ? 1 : 0);  // keeps the sums alive
+      rates.push_back(static_cast<double>(macs) / seconds);
+    }
+    return median(rates);
+  }
+
+ private:
+  const kernels::Int8Peak& peak_;
+};
+
+// Multiply-adds of the weight products of one decode step per sequence: every layer matrix and
+// the output matrix, once.
+double decode_weight_macs(const Model& model) {
+  const auto macs = [](const WeightMatrix& w) { return static_cast<double>(w.in_features) * static_cast<double>(w.out_features); };
+  double total = macs(model.weights().output);
+  for (const LayerWeights& l : model.weights().layers) {
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) total += macs(*w);
+  }
+  return total;
+}
 
 // Bytes of the weight matrices a batch-1 decode step reads: every layer matrix and the output
 // matrix once (the embedding lookup reads one row).
@@ -141,9 +185,18 @@ int run_bench(const BenchArgs& args) {
   double batch1_rate = 0.0;
   std::vector<double> bandwidths, roofline_fractions;
   const double weight_bytes = decode_weight_bytes(model);
+  // The compute side, for the largest batch above 1 (when the ISA has an int8 vector probe).
+  const kernels::Int8Peak* int8_peak = kernels::int8_peak(kernels::detected_isa());
+  const int32_t compute_batch = *std::max_element(args.batches.begin(), args.batches.end());
+  std::vector<double> peaks, compute_fractions;
+  double compute_batch_rate = 0.0;
   for (const int32_t batch_size : args.batches) {
     std::unique_ptr<BandwidthProbe> probe;
     if (batch_size == 1) probe = std::make_unique<BandwidthProbe>();
+    std::unique_ptr<ComputeProbe> compute_probe;
+    if (int8_peak != nullptr && batch_size > 1 && batch_size == compute_batch) {
+      compute_probe = std::make_unique<ComputeProbe>(*int8_peak);
+    }
     const int32_t per_seq_blocks = (args.context + args.steps + kBlock - 1) / kBlock;
     KvStorage kv(model.kv_layout(kBlock, kv_dtype), per_seq_blocks * batch_size);
     Batch batch;
@@ -162,6 +215,7 @@ int run_bench(const BenchArgs& args) {
       for (SequenceInput& seq : prefill.sequences) seq.tokens.resize(static_cast<size_t>(args.context));
       if (!model.forward(prefill, kv, pool, out).ok()) return 1;
       if (probe) bandwidths.push_back(probe->measure(pool));
+      if (compute_probe) peaks.push_back(compute_probe->measure(pool));
       Batch step = batch;
       const auto start = std::chrono::steady_clock::now();
       for (int32_t i = 0; i < args.steps; ++i) {
@@ -178,9 +232,12 @@ int run_bench(const BenchArgs& args) {
       }
       rates.push_back(static_cast<double>(batch_size) * args.steps / seconds_since(start));
       if (probe) roofline_fractions.push_back(weight_bytes * rates.back() / bandwidths.back());
+      // rates are tokens/s: one token per sequence per step, so MACs/s = per-token MACs x rate.
+      if (compute_probe) compute_fractions.push_back(decode_weight_macs(model) * rates.back() / peaks.back());
     }
     std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", batch_size, args.context, median(rates));
     if (batch_size == 1) batch1_rate = median(rates);
+    if (compute_probe) compute_batch_rate = median(rates);
   }
 
   if (batch1_rate > 0.0) {
@@ -190,6 +247,23 @@ int run_bench(const BenchArgs& args) {
     std::printf("roofline batch 1: %.1f MB of weights per step, %.1f GB/s = %.0f%% of measured bandwidth "
                 "(median over repeats)\n",
                 weight_bytes / 1e6, weight_bytes * batch1_rate / 1e9, 100.0 * median(roofline_fractions));
+  }
+  if (compute_batch_rate > 0.0) {
+    const double step_macs = decode_weight_macs(model) * compute_batch;
+    const double peak = median(peaks);
+    std::printf("compute  int8 peak           %8.1f GMAC/s (%d threads, %s; median of %d passes next to each batch-%d "
+                "repeat)\n",
+                peak / 1e9, pool.size(), std::string(kernels::isa_name(kernels::detected_isa())).c_str(),
+                ComputeProbe::kPasses, compute_batch);
+    std::printf("compute  batch %d: %.2f GMAC of weight products per step, %.1f GMAC/s = %.0f%% of the int8 peak "
+                "(median over repeats)\n",
+                compute_batch, step_macs / 1e9, step_macs * compute_batch_rate / compute_batch / 1e9,
+                100.0 * median(compute_fractions));
+    const double ceiling_rate = compute_batch * peak / step_macs;
+    std::printf("ceiling  batch %d if its weight products ran at the int8 peak and nothing else did: %.1f tokens/s",
+                compute_batch, ceiling_rate);
+    if (batch1_rate > 0.0) std::printf(" = %.1fx batch 1 (measured: %.1fx)", ceiling_rate / batch1_rate, compute_batch_rate / batch1_rate);
+    std::printf("\n");
   }
   return 0;
 }
