@@ -38,7 +38,8 @@ struct GemmArgs {
   const uint8_t* weights;  // row 0 of the matrix
   size_t weight_row_bytes;
   // The matrix's rows repacked once in the kernel's tile layout (GemmKernel::pack_tile, tile t =
-  // rows 16t.. at t x tile_bytes(k)), or null: then each call repacks the tiles it multiplies.
+  // rows t x tile_rows.. at t x tile_bytes(k)), or null: then each call repacks the tiles it
+  // multiplies. Read only when row_begin is a multiple of tile_rows (matmul's always are).
   const uint8_t* tiles;
   int64_t k;                          // elements per row
   int64_t row_begin, row_end;         // the weight rows (output features) to compute
