@@ -1,7 +1,7 @@
 // The GEMM kernels (gemm.h) of every ISA that has them, called directly, against the scalar
 // reference dot product on the same quantised activations: random level bits (extremes
-// included), row ranges that start and end inside a 16-row tile, the single-row and the batched
-// paths, and no write outside the range asked for. Kernels that can repack a matrix once at load
+// included), row ranges that start and end inside a 16-row tile and span several groups of
+// tiles, the single-row and the batched paths, and no write outside the range asked for. Kernels that can repack a matrix once at load
 // give the same bits from those tiles.
 #include "kernels/cpu/gemm.h"
 
@@ -43,7 +43,7 @@ TEST_P(GemmTest, MatchesTheScalarReference) {
   std::mt19937 rng(90);
   const int64_t block = std::max<int64_t>(testing::block_elems(type), 32);
   for (const int64_t k : {block, 3 * block, 20 * block}) {
-    const int64_t out = 45;
+    const int64_t out = 150;  // ten 16-row tiles: more than one group of them (kGroupTiles)
     std::vector<uint8_t> weights;
     for (int64_t o = 0; o < out; ++o) {
       const std::vector<uint8_t> row = testing::random_weight_row(type, k, rng);

@@ -244,20 +244,22 @@ void multiply_one_row(const GemmArgs& args) {
 }
 
 // Tiles repacked at load (GemmArgs::tiles): read in place, for one activation row as for many;
-// the next tile is requested over the chunks of this one.
+// the next group of tiles is requested over the work on this one.
 template <class Format>
 void multiply_packed(const GemmArgs& args) {
   const int64_t n_blocks = args.k / kQK;
   const size_t bytes = tile_bytes<Format>(args.k);
-  for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
-    const uint8_t* tile = args.tiles + static_cast<size_t>(o / kTileRows) * bytes;
-    const int64_t valid = std::min<int64_t>(kTileRows, args.row_end - o);
-    const auto store_mask = static_cast<__mmask16>((1u << valid) - 1);
-    NextTilePrefetch prefetch(tile + bytes, o + kTileRows < args.row_end ? bytes : 0, n_blocks * row_chunks(args.n_rows));
+  const auto tile_at = [&](int64_t o) { return args.tiles + static_cast<size_t>(o / kTileRows) * bytes; };
+  for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
+    const int64_t next_end = std::min(args.row_end, end + kGroupTiles * kTileRows);
+    NextTilePrefetch prefetch(tile_at(end), static_cast<size_t>(tiles_in(end, next_end)) * bytes,
+                              n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
     for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
-      multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, store_mask, prefetch);
+      for (int64_t o = first; o < end; o += kTileRows) {
+        multiply_chunk<Format, kRows>(tile_at(o), n_blocks, args, first_row, o, tile_store_mask(o, args.row_end), prefetch);
+      }
     });
-  }
+  });
 }
 
 template <class Format>
@@ -271,15 +273,30 @@ void multiply(const GemmArgs& args) {
     return;
   }
   const int64_t n_blocks = args.k / kQK;
-  uint8_t* tile = thread_tile_buffer().get(static_cast<size_t>(n_blocks) * unit_bytes<Format>());
-  NextTilePrefetch no_prefetch;  // the repack requests the next tile
-  for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
-    const TileRows rows(args.weights, args.weight_row_bytes, o, args.row_end);
-    repack_tile<Format>(rows, n_blocks, tile, NextTilePrefetch(args, o + kTileRows, n_blocks));
+  const size_t bytes = static_cast<size_t>(n_blocks) * unit_bytes<Format>();
+  uint8_t* group = thread_tile_buffer().get(static_cast<size_t>(kGroupTiles) * bytes);
+  const auto row_at = [&](int64_t o) { return args.weights + static_cast<size_t>(o) * args.weight_row_bytes; };
+  for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
+    // The chunks of one group request the whole next group; the first group's repacks request
+    // their next tile.
+    for (int64_t o = first; o < end; o += kTileRows) {
+      const int64_t next = o + kTileRows;
+      const bool first_group = first == args.row_begin && next < end;
+      NextTilePrefetch next_tile(row_at(next), first_group ? static_cast<size_t>(std::min(end, next + kTileRows) - next) * args.weight_row_bytes : 0,
+                                 n_blocks);
+      repack_tile<Format>(TileRows(args.weights, args.weight_row_bytes, o, args.row_end), n_blocks,
+                          group + static_cast<size_t>((o - first) / kTileRows) * bytes, next_tile);
+    }
+    const int64_t next_end = std::min(args.row_end, end + kGroupTiles * kTileRows);
+    NextTilePrefetch next_group(row_at(end), static_cast<size_t>(next_end - end) * args.weight_row_bytes,
+                                n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
     for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
-      multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, rows.store_mask(), no_prefetch);
+      for (int64_t o = first; o < end; o += kTileRows) {
+        multiply_chunk<Format, kRows>(group + static_cast<size_t>((o - first) / kTileRows) * bytes, n_blocks, args, first_row,
+                                      o, tile_store_mask(o, args.row_end), next_group);
+      }
     });
-  }
+  });
 }
 
 template <class Format>

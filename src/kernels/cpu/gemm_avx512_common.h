@@ -226,6 +226,27 @@ inline void for_each_row_chunk(int64_t n_rows, F&& f) {
   }
 }
 
+// The lanes of the tile starting at row o that hold rows before row_end.
+inline __mmask16 tile_store_mask(int64_t o, int64_t row_end) {
+  const int64_t valid = std::min<int64_t>(kTileRows, row_end - o);
+  return static_cast<__mmask16>((1u << valid) - 1);
+}
+
+// Batched products take the weight tiles a group at a time and multiply each chunk of
+// activation rows by every tile of the group before the next chunk: the chunk's activations stay
+// in the L1 cache while the group's tiles (in L2) are reused. A tile at a time cycled all the
+// activation rows (32 x ~900 bytes: more than L1) through L1 for every tile, and the output
+// projection's batch-32 product took 22.3 ms instead of about 18 on 2 threads (prepacked).
+inline constexpr int64_t kGroupTiles = 4;
+
+// f(first, end) over [row_begin, row_end) in groups of kGroupTiles tiles.
+template <class F>
+inline void for_each_tile_group(int64_t row_begin, int64_t row_end, F&& f) {
+  for (int64_t g = row_begin; g < row_end; g += kGroupTiles * kTileRows) f(g, std::min(row_end, g + kGroupTiles * kTileRows));
+}
+
+inline int64_t tiles_in(int64_t first, int64_t end) { return (end - first + kTileRows - 1) / kTileRows; }
+
 // How many chunks for_each_row_chunk makes of n_rows.
 inline int64_t row_chunks(int64_t n_rows) { return (n_rows + kMaxChunkRows - 1) / kMaxChunkRows; }
 
