@@ -19,6 +19,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
+
 namespace mnemo::kernels::avx512::gemm {
 namespace {
 
@@ -249,6 +251,39 @@ inline int64_t tiles_in(int64_t first, int64_t end) { return (end - first + kTil
 
 // How many chunks for_each_row_chunk makes of n_rows.
 inline int64_t row_chunks(int64_t n_rows) { return (n_rows + kMaxChunkRows - 1) / kMaxChunkRows; }
+
+// A batched product over tiles repacked per call, a group at a time: the group's tiles are
+// repacked into the thread's buffer, then each chunk of activation rows meets every one of them.
+// The chunks request the whole next group from memory; the first group's repacks each request
+// their next tile. The format supplies
+//   repack(const TileRows& rows, uint8_t* out, NextTilePrefetch prefetch), `repack_steps` steps;
+//   chunk.template operator()<kRows>(tile, first_row, o, store_mask, NextTilePrefetch&), which
+//   steps the prefetch once per block of `n_blocks`.
+template <class Repack, class Chunk>
+void multiply_in_groups(const GemmArgs& args, int64_t n_blocks, size_t tile_bytes, int64_t repack_steps, Repack&& repack,
+                        Chunk&& chunk) {
+  uint8_t* group = thread_tile_buffer().get(static_cast<size_t>(kGroupTiles) * tile_bytes);
+  const auto rows_from = [&](int64_t from, int64_t to) {  // the bytes of weight rows [from, to)
+    return static_cast<size_t>(std::max<int64_t>(0, to - from)) * args.weight_row_bytes;
+  };
+  const auto row_at = [&](int64_t o) { return args.weights + static_cast<size_t>(o) * args.weight_row_bytes; };
+  const auto tile_in_group = [&](int64_t first, int64_t o) { return group + static_cast<size_t>((o - first) / kTileRows) * tile_bytes; };
+  for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
+    for (int64_t o = first; o < end; o += kTileRows) {
+      const int64_t next = o + kTileRows;
+      const size_t next_bytes = first == args.row_begin ? rows_from(next, std::min(end, next + kTileRows)) : 0;
+      repack(TileRows(args.weights, args.weight_row_bytes, o, args.row_end), tile_in_group(first, o),
+             NextTilePrefetch(row_at(next), next_bytes, repack_steps));
+    }
+    NextTilePrefetch next_group(row_at(end), rows_from(end, std::min(args.row_end, end + kGroupTiles * kTileRows)),
+                                n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
+    for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
+      for (int64_t o = first; o < end; o += kTileRows) {
+        chunk.template operator()<kRows>(tile_in_group(first, o), first_row, o, tile_store_mask(o, args.row_end), next_group);
+      }
+    });
+  });
+}
 
 static_assert(kMaxChunkRows == 8, "for_each_row_chunk lists the shorter chunks by hand");
 

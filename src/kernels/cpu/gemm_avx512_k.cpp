@@ -303,30 +303,12 @@ void multiply(const GemmArgs& args) {
     return;
   }
   const int64_t n_blocks = args.k / kQKK;
-  const size_t bytes = static_cast<size_t>(n_blocks) * block_bytes<Format>();
-  uint8_t* group = thread_tile_buffer().get(static_cast<size_t>(kGroupTiles) * bytes);
-  const auto row_at = [&](int64_t o) { return args.weights + static_cast<size_t>(o) * args.weight_row_bytes; };
-  for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
-    // The chunks of one group request the whole next group; the first group's repacks request
-    // their next tile.
-    for (int64_t o = first; o < end; o += kTileRows) {
-      const int64_t next = o + kTileRows;
-      const bool first_group = first == args.row_begin && next < end;
-      NextTilePrefetch next_tile(row_at(next), first_group ? static_cast<size_t>(std::min(end, next + kTileRows) - next) * args.weight_row_bytes : 0,
-                                 n_blocks * kUnits);
-      repack_tile<Format>(TileRows(args.weights, args.weight_row_bytes, o, args.row_end), n_blocks,
-                          group + static_cast<size_t>((o - first) / kTileRows) * bytes, next_tile);
-    }
-    const int64_t next_end = std::min(args.row_end, end + kGroupTiles * kTileRows);
-    NextTilePrefetch next_group(row_at(end), static_cast<size_t>(next_end - end) * args.weight_row_bytes,
-                                n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
-    for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
-      for (int64_t o = first; o < end; o += kTileRows) {
-        multiply_chunk<Format, kRows>(group + static_cast<size_t>((o - first) / kTileRows) * bytes, n_blocks, args, first_row,
-                                      o, tile_store_mask(o, args.row_end), next_group);
-      }
-    });
-  });
+  multiply_in_groups(
+      args, n_blocks, static_cast<size_t>(n_blocks) * block_bytes<Format>(), n_blocks * kUnits,
+      [&](const TileRows& rows, uint8_t* out, NextTilePrefetch prefetch) { repack_tile<Format>(rows, n_blocks, out, prefetch); },
+      [&]<int kRows>(const uint8_t* tile, int64_t first_row, int64_t o, __mmask16 store_mask, NextTilePrefetch& prefetch) {
+        multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, store_mask, prefetch);
+      });
 }
 
 }  // namespace
