@@ -7,6 +7,7 @@ request's KV back, so the next turn's prefill finds its history cached; without 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import requests
@@ -105,17 +106,22 @@ def test_caching3_sends_the_turn_back_so_the_next_prefill_hits(disaggregated):
     for caching3 in ("false", "true"):
         router = disaggregated["start_router"]("--caching3", caching3)
         history = [{"role": "user", "content": HISTORY[0]["content"] + f" (variant {caching3})"}]
+        received = read_metrics(prefill).get("mnemo_kv_transfer_messages_received_total", 0)
+        imported = read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0)
         first = post(router.url, {"messages": history, "max_tokens": 48, "temperature": 0})
         reply = first.json()["choices"][0]["message"]["content"]
         turn_tokens = first.json()["usage"]["prompt_tokens"] + first.json()["usage"]["completion_tokens"]
-        imported = read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0)
         if caching3 == "true":  # the reply's chunks came back to the prefill instance
-            # Earlier tests of the module may have imported chunks here already: wait for this
-            # turn's, the whole chunks past those the prefill instance computed itself (less one,
-            # the slack the assertion below allows).
+            # Earlier tests of the module imported chunks here too, so "any import" says nothing:
+            # wait for this turn's copy to arrive, then for its chunks past those the prefill
+            # instance computed itself (less the assertion's slack of one) to be taken in, or for
+            # a second to pass (a copy can find them cached already and add none).
+            wait_for(lambda: read_metrics(prefill).get("mnemo_kv_transfer_messages_received_total", 0) > received, 10, 0.05,
+                     "the turn's KV sent back to prefill")
             back = max(1, (turn_tokens - 1) // 32 - first.json()["usage"]["prompt_tokens"] // 32 - 1)
-            wait_for(lambda: read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0) - imported >= back, 10, 0.05,
-                     "KV back on prefill")
+            arrived = time.monotonic()
+            wait_for(lambda: read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0) - imported >= back
+                     or time.monotonic() - arrived > 1.0, 10, 0.05, "KV back on prefill")
         hits_before = read_metrics(prefill).get("mnemo_prefix_cache_hit_tokens_total", 0)
         post(router.url, {"messages": history + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Thanks!"}],
                           "max_tokens": 4, "temperature": 0})
@@ -146,6 +152,8 @@ def test_responses_turns_are_disaggregated_and_their_history_comes_back_to_prefi
     question = HISTORY[0]["content"] + " (stored)"
     body = {"input": question, "max_output_tokens": 40, "temperature": 0}
     before = read_metrics(router.url).get("mnemo_router_prefills_total", 0)
+    received = read_metrics(prefill).get("mnemo_kv_transfer_messages_received_total", 0)
+    imported = read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0)
     first = respond(router.url, body).json()
     expected_first = respond(reference, body).json()
     assert output_text(first) == output_text(expected_first)
@@ -154,7 +162,14 @@ def test_responses_turns_are_disaggregated_and_their_history_comes_back_to_prefi
     usage = first["usage"]
     assert usage["input_tokens_details"]["cached_tokens"] >= (usage["input_tokens"] - 1) // 32 * 32 - 32, usage
     turn_tokens = usage["input_tokens"] + usage["output_tokens"]
-    wait_for(lambda: read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0) > 0, 10, 0.05, "KV back on prefill")
+    # This turn's copy, not any import (earlier tests of the module imported chunks there too),
+    # as in the Caching-3 test above.
+    wait_for(lambda: read_metrics(prefill).get("mnemo_kv_transfer_messages_received_total", 0) > received, 10, 0.05,
+             "the turn's KV sent back to prefill")
+    back = max(1, (turn_tokens - 1) // 32 - usage["input_tokens"] // 32 - 1)
+    arrived = time.monotonic()
+    wait_for(lambda: read_metrics(prefill).get("mnemo_cache_imported_chunks_total", 0) - imported >= back
+             or time.monotonic() - arrived > 1.0, 10, 0.05, "KV back on prefill")
 
     hits_before = read_metrics(prefill).get("mnemo_prefix_cache_hit_tokens_total", 0)
     follow_up = {"input": "Thanks! And what about the dog?", "max_output_tokens": 16, "temperature": 0}
