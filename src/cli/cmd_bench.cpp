@@ -103,7 +103,7 @@ class ComputeProbe {
       pool.run_on_all([&](int t) { runs[static_cast<size_t>(t)] = peak_.run(kRoundsPerThread, 3, 5); });
       const double seconds = seconds_since(start);
       int64_t macs = 0;
-      for (const kernels::Int8PeakRun& r : runs) macs += r.macs + (r.checksum == 0 ? 1 : 0);  // keeps the sums alive
+      for (const kernels::Int8PeakRun& r : runs) macs += r.macs;
       rates.push_back(static_cast<double>(macs) / seconds);
     }
     return median(rates);
@@ -185,6 +185,7 @@ int run_bench(const BenchArgs& args) {
   double batch1_rate = 0.0;
   std::vector<double> bandwidths, roofline_fractions;
   const double weight_bytes = decode_weight_bytes(model);
+  const double weight_macs = decode_weight_macs(model);
   // The compute side, for the largest batch above 1 (when the ISA has an int8 vector probe).
   const kernels::Int8Peak* int8_peak = kernels::int8_peak(kernels::detected_isa());
   const int32_t compute_batch = *std::max_element(args.batches.begin(), args.batches.end());
@@ -233,7 +234,7 @@ int run_bench(const BenchArgs& args) {
       rates.push_back(static_cast<double>(batch_size) * args.steps / seconds_since(start));
       if (probe) roofline_fractions.push_back(weight_bytes * rates.back() / bandwidths.back());
       // rates are tokens/s: one token per sequence per step, so MACs/s = per-token MACs x rate.
-      if (compute_probe) compute_fractions.push_back(decode_weight_macs(model) * rates.back() / peaks.back());
+      if (compute_probe) compute_fractions.push_back(weight_macs * rates.back() / peaks.back());
     }
     std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", batch_size, args.context, median(rates));
     if (batch_size == 1) batch1_rate = median(rates);
@@ -249,7 +250,7 @@ int run_bench(const BenchArgs& args) {
                 weight_bytes / 1e6, weight_bytes * batch1_rate / 1e9, 100.0 * median(roofline_fractions));
   }
   if (compute_batch_rate > 0.0) {
-    const double step_macs = decode_weight_macs(model) * compute_batch;
+    const double step_macs = weight_macs * compute_batch;
     const double peak = median(peaks);
     std::printf("compute  int8 peak           %8.1f GMAC/s (%d threads, %s; median of %d passes next to each batch-%d "
                 "repeat)\n",
