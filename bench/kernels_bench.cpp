@@ -16,6 +16,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/type_kernels.h"
 #include "kernels/nn/argmax.h"
+#include "kernels/nn/ops.h"
 #include "tensor/quant_blocks.h"
 #include "util/fp16.h"
 
@@ -104,6 +105,18 @@ void argmax_benchmark(benchmark::State& state, Isa isa) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(logits.size() * sizeof(float)));
 }
 
+// GeGLU over a decode batch of 32 rows of the default model's 2048 features.
+void geglu_benchmark(benchmark::State& state) {
+  const int64_t n = 32 * 2048;
+  std::vector<float> gate = random_floats(n, 5), up = random_floats(n, 6), out(static_cast<size_t>(n));
+  for (float& g : gate) g *= 4.0f;
+  for (auto _ : state) {
+    geglu(gate.data(), up.data(), out.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
 // The machine is shared: the fastest repetition is the best estimate of the kernel's own speed.
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
@@ -127,6 +140,7 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark(("argmax/262144/" + std::string(isa_name(isa))).c_str(), argmax_benchmark, isa)
         ->Unit(benchmark::kMicrosecond);
   }
+  benchmark::RegisterBenchmark("geglu/65536", geglu_benchmark)->Unit(benchmark::kMicrosecond);
   // Output layer of the default model: 262144 rows of 640 Q8_0 elements (178 MB), one token.
   // As the model multiplies it: repacked once at load (prepack), when the kernel offers it.
   for (const bool prepacked : {false, true}) {
@@ -150,7 +164,8 @@ void register_benchmarks() {
                              Shape{"matmul/Q4_K_2048x640", DType::Q4_K, 2048, 640},
                              Shape{"matmul/Q6_K_2048x640", DType::Q6_K, 2048, 640},
                              Shape{"matmul/F16_640x2048", DType::F16, 640, 2048}}) {
-    benchmark::RegisterBenchmark(shape.name, matmul_benchmark, shape.type, shape.in, shape.out, false)
+    for (const bool prepacked : {false, true})
+    benchmark::RegisterBenchmark((std::string(shape.name) + (prepacked ? "_prepacked" : "")).c_str(), matmul_benchmark, shape.type, shape.in, shape.out, prepacked)
         ->ArgNames({"rows", "threads"})
         ->ArgsProduct({{1, 8, 32, 512}, {1, 2}})
         ->Unit(benchmark::kMicrosecond)

@@ -2,14 +2,14 @@
 
 namespace mnemo {
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
   MNEMO_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(path));
-  return from_file(std::move(file));
+  return from_file(std::move(file), options);
 }
 
-Result<std::unique_ptr<Model>> Model::from_file(gguf::File file) {
+Result<std::unique_ptr<Model>> Model::from_file(gguf::File file, const LoadOptions& options) {
   MNEMO_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(file));
-  MNEMO_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(file, config));
+  MNEMO_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(file, config, options));
   return std::unique_ptr<Model>(new Model(std::move(file), std::move(config), std::move(weights)));
 }
 

@@ -25,9 +25,9 @@ namespace mnemo {
 
 class Model {
  public:
-  static Result<std::unique_ptr<Model>> load(const std::string& path);
+  static Result<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& options = {});
   // Takes ownership of an already parsed file (tests build models in memory).
-  static Result<std::unique_ptr<Model>> from_file(gguf::File file);
+  static Result<std::unique_ptr<Model>> from_file(gguf::File file, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const gguf::File& file() const { return file_; }

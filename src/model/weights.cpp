@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/type_kernels.h"
@@ -59,9 +60,32 @@ class Loader {
   const ModelConfig& config_;
 };
 
+// See LoadOptions::prepack_budget_bytes. The output projection comes first: every sequence of
+// every step multiplies it, and its Q8_0 tiles replace the file's rows (whose pages are given
+// back), so it costs almost nothing beyond the mapping.
+void prepack_within_budget(const gguf::File& file, ModelWeights& w, size_t budget) {
+  const auto prepack = [&](WeightMatrix& m) {
+    const size_t bytes = kernels::prepacked_bytes(m);
+    if (bytes == 0 || m.tiles != nullptr) return;
+    const bool replaces_rows = kernels::prepacked_tiles_replace_rows(m);
+    const size_t file_bytes = m.row_bytes() * static_cast<size_t>(m.out_features);
+    const size_t extra = replaces_rows ? bytes - std::min(bytes, file_bytes) : bytes;
+    if (w.prepacked_extra_bytes + extra > budget) return;
+    w.packed_tiles.push_back(kernels::prepack(m));
+    w.prepacked_extra_bytes += extra;
+    // When tied, the embedding lookup still reads a row of the file's copy per token; its pages
+    // come back from the file as it does.
+    if (replaces_rows) file.release_pages(m.data, file_bytes);
+  };
+  prepack(w.output);
+  for (LayerWeights& l : w.layers) {
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) prepack(*m);
+  }
+}
+
 }  // namespace
 
-Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c) {
+Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c, const LoadOptions& options) {
   const Loader load(file, c);
   ModelWeights w;
   const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
@@ -109,12 +133,7 @@ Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c) 
     MNEMO_ASSIGN_OR_RETURN(l.post_ffn_norm,
                            load.optional_vector(p + "post_ffw_norm.weight", c.n_embd, c.has_post_norms));
   }
-  w.output_tiles = kernels::prepack(w.output);
-  if (w.output.tiles != nullptr) {
-    // The products read the tiles now; at most the embedding lookup (when tied) reads the file's
-    // copy, a row per token, and its pages come back from the file as it does.
-    file.release_pages(w.output.data, w.output.row_bytes() * static_cast<size_t>(w.output.out_features));
-  }
+  prepack_within_budget(file, w, options.prepack_budget_bytes);
   return w;
 }
 

@@ -31,13 +31,25 @@ struct ModelWeights {
   WeightMatrix token_embedding;  // [n_vocab rows of n_embd]
   Vector output_norm;
   WeightMatrix output;           // the embedding itself when tied
-  // The output projection runs for every sequence of every decode step: its rows are repacked
-  // once here when the GEMM kernel offers it (output.tiles points in).
-  kernels::PackedTiles output_tiles;
+  // Matrices whose rows were repacked at load in their GEMM kernel's tiles (their .tiles point
+  // into these; see LoadOptions::prepack_budget_bytes), and the memory that took beyond the
+  // file's mapping.
+  std::vector<kernels::PackedTiles> packed_tiles;
+  size_t prepacked_extra_bytes = 0;
   Vector rope_freq_factors;      // optional per-dimension-pair divisors of the RoPE frequency
   std::vector<LayerWeights> layers;
 };
 
-Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& config);
+struct LoadOptions {
+  // Batched products (decode batches, prefill chunks) repack each tile of weight rows into the
+  // GEMM kernel's layout on every call, unless the matrix was repacked once at load. That costs
+  // memory where the one-row product still reads the file's rows (the 4-, 5- and 6-bit formats,
+  // whose tiles hold 8-bit levels); this bounds the memory beyond the file's mapping. Matrices
+  // are taken in order, the output projection first, each one that still fits. The products are
+  // the same bits either way.
+  size_t prepack_budget_bytes = size_t{1} << 30;
+};
+
+Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& config, const LoadOptions& options = {});
 
 }  // namespace mnemo

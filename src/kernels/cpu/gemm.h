@@ -61,6 +61,10 @@ struct GemmKernel {
   size_t (*tile_bytes)(int64_t k) = nullptr;
   void (*pack_tile)(const uint8_t* weights, size_t row_bytes, int64_t k, int64_t first_row, int64_t n_rows,
                     uint8_t* out) = nullptr;
+  // Whether a single activation row reads the tiles too. Where they are larger than the file's
+  // rows it reads the rows (a one-row product is bound by the bytes it reads), so both stay in
+  // memory; where not, the file's pages of the matrix can be given back.
+  bool one_row_reads_tiles = false;
 };
 
 // For the weight type on the detected ISA, or on `isa`; nullptr when there is none.

@@ -76,10 +76,15 @@ void pack_q8_1(const float* x, int64_t k, void* out) {
 // ---- Weight formats: the unsigned levels of one block of two rows (levels2(a, b) = [a | b]),
 // the offset they carry, whether an m follows d at the start of the block.
 
+// kOneRowReadsTiles: whether a single activation row reads the tiles repacked at load rather
+// than the file's rows. Q8_0's tiles take 576 bytes per 16 x 32 elements against the file's 544
+// and spare the per-row reduction; the 4- and 5-bit formats' are 64-100% larger than the file's,
+// and one row's product is bound by the bytes it reads.
 struct Q8_0Format {
   using Block = BlockQ8_0;
   static constexpr int kOffset = 128;
   static constexpr bool kHasMin = false;
+  static constexpr bool kOneRowReadsTiles = true;
   static __m512i levels2(const Block& a, const Block& b) {
     return _mm512_xor_si512(join(simd::load256(a.qs), simd::load256(b.qs)), _mm512_set1_epi8(-128));
   }
@@ -89,6 +94,7 @@ struct Q4_0Format {
   using Block = BlockQ4_0;
   static constexpr int kOffset = 8;
   static constexpr bool kHasMin = false;
+  static constexpr bool kOneRowReadsTiles = false;
   static __m512i levels2(const Block& a, const Block& b) { return unpack_nibbles2(a.qs, b.qs); }
   static __m256i levels(const Block& a) { return simd::unpack_nibbles(a.qs); }
 };
@@ -113,6 +119,7 @@ struct Q5_0Format {
   using Block = BlockQ5_0;
   static constexpr int kOffset = 16;
   static constexpr bool kHasMin = false;
+  static constexpr bool kOneRowReadsTiles = false;
   static __m512i levels2(const Block& a, const Block& b) { return five_bit_levels2(a, b); }
   static __m256i levels(const Block& a) { return five_bit_levels(a); }
 };
@@ -120,6 +127,7 @@ struct Q4_1Format {
   using Block = BlockQ4_1;
   static constexpr int kOffset = 0;
   static constexpr bool kHasMin = true;
+  static constexpr bool kOneRowReadsTiles = false;
   static __m512i levels2(const Block& a, const Block& b) { return unpack_nibbles2(a.qs, b.qs); }
   static __m256i levels(const Block& a) { return simd::unpack_nibbles(a.qs); }
 };
@@ -127,6 +135,7 @@ struct Q5_1Format {
   using Block = BlockQ5_1;
   static constexpr int kOffset = 0;
   static constexpr bool kHasMin = true;
+  static constexpr bool kOneRowReadsTiles = false;
   static __m512i levels2(const Block& a, const Block& b) { return five_bit_levels2(a, b); }
   static __m256i levels(const Block& a) { return five_bit_levels(a); }
 };
@@ -243,42 +252,25 @@ void multiply_one_row(const GemmArgs& args) {
   }
 }
 
-// Tiles repacked at load (GemmArgs::tiles): read in place, for one activation row as for many;
-// the next group of tiles is requested over the work on this one.
-template <class Format>
-void multiply_packed(const GemmArgs& args) {
-  const int64_t n_blocks = args.k / kQK;
-  const size_t bytes = tile_bytes<Format>(args.k);
-  const auto tile_at = [&](int64_t o) { return args.tiles + static_cast<size_t>(o / kTileRows) * bytes; };
-  for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
-    const int64_t next_end = std::min(args.row_end, end + kGroupTiles * kTileRows);
-    NextTilePrefetch prefetch(tile_at(end), static_cast<size_t>(tiles_in(end, next_end)) * bytes,
-                              n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
-    for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
-      for (int64_t o = first; o < end; o += kTileRows) {
-        multiply_chunk<Format, kRows>(tile_at(o), n_blocks, args, first_row, o, tile_store_mask(o, args.row_end), prefetch);
-      }
-    });
-  });
-}
-
 template <class Format>
 void multiply(const GemmArgs& args) {
-  if (args.tiles != nullptr && args.row_begin % kTileRows == 0) {  // matmul's ranges always are
-    multiply_packed<Format>(args);
+  const int64_t n_blocks = args.k / kQK;
+  const auto chunk = [&]<int kRows>(const uint8_t* tile, int64_t first_row, int64_t o, __mmask16 store_mask,
+                                    NextTilePrefetch& prefetch) {
+    multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, store_mask, prefetch);
+  };
+  if (reads_prepacked(args, Format::kOneRowReadsTiles)) {
+    multiply_prepacked(args, n_blocks, tile_bytes<Format>(args.k), chunk);
     return;
   }
   if (args.n_rows == 1) {
     multiply_one_row<Format>(args);
     return;
   }
-  const int64_t n_blocks = args.k / kQK;
   multiply_in_groups(
-      args, n_blocks, static_cast<size_t>(n_blocks) * unit_bytes<Format>(), n_blocks,
+      args, n_blocks, tile_bytes<Format>(args.k), n_blocks,
       [&](const TileRows& rows, uint8_t* out, NextTilePrefetch prefetch) { repack_tile<Format>(rows, n_blocks, out, prefetch); },
-      [&]<int kRows>(const uint8_t* tile, int64_t first_row, int64_t o, __mmask16 store_mask, NextTilePrefetch& prefetch) {
-        multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, store_mask, prefetch);
-      });
+      chunk);
 }
 
 template <class Format>
@@ -293,13 +285,15 @@ const ActivationPacker kPackQ8_0Offset16{PackedQ8::row_bytes, pack_q8_0<Q5_0Form
 const ActivationPacker kPackQ8_0Offset128{PackedQ8::row_bytes, pack_q8_0<Q8_0Format::kOffset>};
 const ActivationPacker kPackQ8_1{PackedQ8::row_bytes, pack_q8_1};
 
-const GemmKernel kGemmQ4_0{&kPackQ8_0Offset8, kTileRows, multiply<Q4_0Format>};
-const GemmKernel kGemmQ5_0{&kPackQ8_0Offset16, kTileRows, multiply<Q5_0Format>};
-// Q8_0's tiles take 576 bytes per 16 x 32 elements against the file's 544, so Q8_0 matrices can
-// be repacked once at load for little memory; the 4- and 5-bit formats' would grow by 64-100%.
-const GemmKernel kGemmQ8_0{&kPackQ8_0Offset128, kTileRows, multiply<Q8_0Format>, tile_bytes<Q8_0Format>,
-                           pack_tile<Q8_0Format>};
-const GemmKernel kGemmQ4_1{&kPackQ8_1, kTileRows, multiply<Q4_1Format>};
-const GemmKernel kGemmQ5_1{&kPackQ8_1, kTileRows, multiply<Q5_1Format>};
+template <class Format>
+constexpr GemmKernel gemm_kernel_of(const ActivationPacker* packer) {
+  return {packer, kTileRows, multiply<Format>, tile_bytes<Format>, pack_tile<Format>, Format::kOneRowReadsTiles};
+}
+
+const GemmKernel kGemmQ4_0 = gemm_kernel_of<Q4_0Format>(&kPackQ8_0Offset8);
+const GemmKernel kGemmQ5_0 = gemm_kernel_of<Q5_0Format>(&kPackQ8_0Offset16);
+const GemmKernel kGemmQ8_0 = gemm_kernel_of<Q8_0Format>(&kPackQ8_0Offset128);
+const GemmKernel kGemmQ4_1 = gemm_kernel_of<Q4_1Format>(&kPackQ8_1);
+const GemmKernel kGemmQ5_1 = gemm_kernel_of<Q5_1Format>(&kPackQ8_1);
 
 }  // namespace mnemo::kernels::avx512

@@ -285,6 +285,30 @@ void multiply_in_groups(const GemmArgs& args, int64_t n_blocks, size_t tile_byte
   });
 }
 
+// A batched product over tiles repacked at load (GemmArgs::tiles), a group at a time as
+// multiply_in_groups takes them; each group requests the next one from memory over its work.
+template <class Chunk>
+void multiply_prepacked(const GemmArgs& args, int64_t n_blocks, size_t tile_bytes, Chunk&& chunk) {
+  const auto tile_at = [&](int64_t o) { return args.tiles + static_cast<size_t>(o / kTileRows) * tile_bytes; };
+  for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
+    const int64_t next_end = std::min(args.row_end, end + kGroupTiles * kTileRows);
+    NextTilePrefetch prefetch(tile_at(end), static_cast<size_t>(tiles_in(end, next_end)) * tile_bytes,
+                              n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
+    for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
+      for (int64_t o = first; o < end; o += kTileRows) {
+        chunk.template operator()<kRows>(tile_at(o), first_row, o, tile_store_mask(o, args.row_end), prefetch);
+      }
+    });
+  });
+}
+
+// Whether a call reads the tiles repacked at load: matmul's ranges always start on a tile; a
+// single activation row reads them only where they are no larger than the file's rows (that
+// product is bound by the bytes it reads).
+inline bool reads_prepacked(const GemmArgs& args, bool one_row_reads_tiles) {
+  return args.tiles != nullptr && args.row_begin % kTileRows == 0 && (args.n_rows > 1 || one_row_reads_tiles);
+}
+
 static_assert(kMaxChunkRows == 8, "for_each_row_chunk lists the shorter chunks by hand");
 
 }  // namespace

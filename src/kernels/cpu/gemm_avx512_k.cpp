@@ -297,26 +297,48 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
 }
 
 template <class Format>
+size_t tile_bytes(int64_t k) {
+  return static_cast<size_t>(k / kQKK) * block_bytes<Format>();
+}
+
+template <class Format>
 void multiply(const GemmArgs& args) {
+  const int64_t n_blocks = args.k / kQKK;
+  const auto chunk = [&]<int kRows>(const uint8_t* tile, int64_t first_row, int64_t o, __mmask16 store_mask,
+                                    NextTilePrefetch& prefetch) {
+    multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, store_mask, prefetch);
+  };
+  // The tiles are about twice the file's rows: a single row reads the file (see reads_prepacked).
+  if (reads_prepacked(args, false)) {
+    multiply_prepacked(args, n_blocks, tile_bytes<Format>(args.k), chunk);
+    return;
+  }
   if (args.n_rows == 1) {
     multiply_one_row<Format>(args);
     return;
   }
-  const int64_t n_blocks = args.k / kQKK;
   multiply_in_groups(
-      args, n_blocks, static_cast<size_t>(n_blocks) * block_bytes<Format>(), n_blocks * kUnits,
+      args, n_blocks, tile_bytes<Format>(args.k), n_blocks * kUnits,
       [&](const TileRows& rows, uint8_t* out, NextTilePrefetch prefetch) { repack_tile<Format>(rows, n_blocks, out, prefetch); },
-      [&]<int kRows>(const uint8_t* tile, int64_t first_row, int64_t o, __mmask16 store_mask, NextTilePrefetch& prefetch) {
-        multiply_chunk<Format, kRows>(tile, n_blocks, args, first_row, o, store_mask, prefetch);
-      });
+      chunk);
+}
+
+template <class Format>
+void pack_tile(const uint8_t* weights, size_t row_bytes, int64_t k, int64_t first_row, int64_t n_rows, uint8_t* out) {
+  repack_tile<Format>(TileRows(weights, row_bytes, first_row, n_rows), k / kQKK, out, NextTilePrefetch());
+}
+
+template <class Format>
+constexpr GemmKernel gemm_kernel_of() {
+  return {&kPackQ8_K, kTileRows, multiply<Format>, tile_bytes<Format>, pack_tile<Format>, false};
 }
 
 }  // namespace
 
 const ActivationPacker kPackQ8_K{PackedQ8K::row_bytes, pack_q8_K};
 
-const GemmKernel kGemmQ4_K{&kPackQ8_K, kTileRows, multiply<Q4_KFormat>};
-const GemmKernel kGemmQ5_K{&kPackQ8_K, kTileRows, multiply<Q5_KFormat>};
-const GemmKernel kGemmQ6_K{&kPackQ8_K, kTileRows, multiply<Q6_KFormat>};
+const GemmKernel kGemmQ4_K = gemm_kernel_of<Q4_KFormat>();
+const GemmKernel kGemmQ5_K = gemm_kernel_of<Q5_KFormat>();
+const GemmKernel kGemmQ6_K = gemm_kernel_of<Q6_KFormat>();
 
 }  // namespace mnemo::kernels::avx512

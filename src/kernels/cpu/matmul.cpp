@@ -179,6 +179,19 @@ PackedTiles prepack(WeightMatrix& w) {
   return packed;
 }
 
+size_t prepacked_bytes(const WeightMatrix& w) {
+  const GemmKernel* gemm = gemm_kernel(w.type);
+  if (gemm == nullptr || gemm->pack_tile == nullptr || w.out_features <= 0) return 0;
+  const int64_t n_tiles = (w.out_features + gemm->tile_rows - 1) / gemm->tile_rows;
+  const size_t bytes = static_cast<size_t>(n_tiles) * gemm->tile_bytes(w.in_features);
+  return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine) * sizeof(CacheLine);  // as PackedTiles rounds
+}
+
+bool prepacked_tiles_replace_rows(const WeightMatrix& w) {
+  const GemmKernel* gemm = gemm_kernel(w.type);
+  return gemm != nullptr && gemm->one_row_reads_tiles;
+}
+
 void dequantize_row(const WeightMatrix& w, int64_t index, float* out) {
   assert(index >= 0 && index < w.out_features);
   const TypeKernels* kernels = type_kernels(w.type);

@@ -47,6 +47,7 @@ class PackedTiles {
   PackedTiles& operator=(const PackedTiles&) = delete;
 
   uint8_t* data() { return lines_.empty() ? nullptr : lines_.data()->bytes; }
+  const uint8_t* data() const { return lines_.empty() ? nullptr : lines_.data()->bytes; }
   size_t bytes() const { return lines_.size() * sizeof(CacheLine); }
 
  private:
@@ -59,6 +60,12 @@ class PackedTiles {
 // projection). Empty, and w unchanged, when the kernel does not offer it. The products are the
 // same bits either way.
 PackedTiles prepack(WeightMatrix& w);
+
+// The bytes prepack(w) would allocate (0 where the kernel does not offer it).
+size_t prepacked_bytes(const WeightMatrix& w);
+// Whether every product of w reads its prepacked tiles, one activation row included; otherwise
+// the one-row product keeps reading the file's rows (the tiles are larger than they are).
+bool prepacked_tiles_replace_rows(const WeightMatrix& w);
 
 // One product of a matmul_many: y[r * w->out_features + o].
 struct MatmulTask {
