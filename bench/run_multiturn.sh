@@ -16,8 +16,9 @@
 #
 #   bench/run_multiturn.sh [OUT_DIR]          (default bench/results/multiturn-DATE)
 #
-# Knobs (environment): RATES, DURATION, DRAIN, MAX_CONTEXT, MAX_OUTPUT, THINK, KV_TOKENS, SLOTS,
-# THREADS, SLO_TTFT, SLO_TPOT, STOP_AFTER, SYSTEMS, SEED, NICE, MODEL, MNEMO_BIN, LLAMA_SERVER.
+# Knobs (environment): DATA (a ShareGPT-format file; default: loadgen's, the English set), RATES, DURATION, DRAIN, MAX_CONTEXT, MAX_OUTPUT, THINK, KV_TOKENS, SLOTS,
+# THREADS, SLO_TTFT, SLO_TPOT, STOP_AFTER, SYSTEMS, SEED, NICE, MODEL, MNEMO_BIN, LLAMA_SERVER,
+# FIRST_POINT (to rerun the later rates of an earlier sweep on the same conversations).
 # Needs a release build (scripts/setup.sh), llama.cpp (bench/build_llama_cpp.sh), the project
 # venv with matplotlib (requirements.txt) and the data set in ../shared/data. Not part of CI.
 set -euo pipefail
@@ -40,6 +41,8 @@ SLO_TPOT=${SLO_TPOT:-0.25}
 STOP_AFTER=${STOP_AFTER:-1}          # stop a system's sweep after this many rates miss the SLO
 SYSTEMS=${SYSTEMS:-mnemo mnemo-stateless llama-server}
 SEED=${SEED:-1}
+DATA=${DATA:-}                       # empty: loadgen's default data set
+FIRST_POINT=${FIRST_POINT:-0}        # rate i of RATES replays conversations from (FIRST_POINT + i) x 100
 # Priority of the servers and the load generator over other work on the machine (2 shared
 # cores): a descheduled kernel thread stalls its sibling at every barrier. Negative values need
 # root; otherwise nice warns and runs at the normal priority.
@@ -98,11 +101,11 @@ start_system() {  # NAME PORT
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "settings: rates $RATES, conversations arriving for $DURATION s per rate (drain $DRAIN s), max context $MAX_CONTEXT, max output $MAX_OUTPUT," \
        "think time $THINK s, KV $KV_TOKENS tokens, $SLOTS slots, $THREADS threads, nice $NICE," \
-       "SLO p90 TTFT $SLO_TTFT s, p90 TPOT $SLO_TPOT s"
+       "SLO p90 TTFT $SLO_TTFT s, p90 TPOT $SLO_TPOT s, data ${DATA:-the default (English)}"
 } | tee -a "$OUT/machine.txt"
 
 declare -A violations
-point=0
+point=$FIRST_POINT
 for rate in ${RATES//,/ }; do
   for system in $SYSTEMS; do
     if [ "${violations[$system]:-0}" -ge "$STOP_AFTER" ] && [ "$STOP_AFTER" -gt 0 ]; then continue; fi
@@ -114,10 +117,12 @@ for rate in ${RATES//,/ }; do
     result=$OUT/$system-rate$rate
     api=chat
     [ "$system" = mnemo-responses ] && api=responses
+    data=()
+    [ -n "$DATA" ] && data=(--data "$DATA")
     nice -n "$NICE" "$MNEMO_BIN" loadgen --url "http://127.0.0.1:$port" --label "$system" --api "$api" --tokenizer-model "$MODEL" \
       --rate "$rate" -n 0 --duration "$DURATION" --drain-timeout "$DRAIN" --conversation-offset $((point * 100)) \
       --max-context "$MAX_CONTEXT" --max-output-tokens "$MAX_OUTPUT" --think-time "$THINK" \
-      --slo-ttft-p90 "$SLO_TTFT" --slo-tpot-p90 "$SLO_TPOT" --seed "$SEED" --json "$result.json" --csv "$result.csv" \
+      --slo-ttft-p90 "$SLO_TTFT" --slo-tpot-p90 "$SLO_TPOT" --seed "$SEED" "${data[@]}" --json "$result.json" --csv "$result.csv" \
       | tee "$result.txt"
     stop_server
     if grep -q '"slo_met": true' "$result.json"; then

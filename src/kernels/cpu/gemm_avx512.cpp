@@ -278,6 +278,11 @@ void pack_tile(const uint8_t* weights, size_t row_bytes, int64_t k, int64_t firs
   repack_tile<Format>(TileRows(weights, row_bytes, first_row, n_rows), k / kQK, out, NextTilePrefetch());
 }
 
+template <class Format>
+constexpr GemmKernel gemm_kernel_of(const ActivationPacker* packer) {
+  return {packer, kTileRows, multiply<Format>, tile_bytes<Format>, pack_tile<Format>, Format::kOneRowReadsTiles};
+}
+
 }  // namespace
 
 const ActivationPacker kPackQ8_0Offset8{PackedQ8::row_bytes, pack_q8_0<Q4_0Format::kOffset>};
@@ -285,15 +290,10 @@ const ActivationPacker kPackQ8_0Offset16{PackedQ8::row_bytes, pack_q8_0<Q5_0Form
 const ActivationPacker kPackQ8_0Offset128{PackedQ8::row_bytes, pack_q8_0<Q8_0Format::kOffset>};
 const ActivationPacker kPackQ8_1{PackedQ8::row_bytes, pack_q8_1};
 
-template <class Format>
-constexpr GemmKernel gemm_kernel_of(const ActivationPacker* packer) {
-  return {packer, kTileRows, multiply<Format>, tile_bytes<Format>, pack_tile<Format>, Format::kOneRowReadsTiles};
-}
-
-const GemmKernel kGemmQ4_0 = gemm_kernel_of<Q4_0Format>(&kPackQ8_0Offset8);
-const GemmKernel kGemmQ5_0 = gemm_kernel_of<Q5_0Format>(&kPackQ8_0Offset16);
-const GemmKernel kGemmQ8_0 = gemm_kernel_of<Q8_0Format>(&kPackQ8_0Offset128);
-const GemmKernel kGemmQ4_1 = gemm_kernel_of<Q4_1Format>(&kPackQ8_1);
-const GemmKernel kGemmQ5_1 = gemm_kernel_of<Q5_1Format>(&kPackQ8_1);
+constinit const GemmKernel kGemmQ4_0 = gemm_kernel_of<Q4_0Format>(&kPackQ8_0Offset8);
+constinit const GemmKernel kGemmQ5_0 = gemm_kernel_of<Q5_0Format>(&kPackQ8_0Offset16);
+constinit const GemmKernel kGemmQ8_0 = gemm_kernel_of<Q8_0Format>(&kPackQ8_0Offset128);
+constinit const GemmKernel kGemmQ4_1 = gemm_kernel_of<Q4_1Format>(&kPackQ8_1);
+constinit const GemmKernel kGemmQ5_1 = gemm_kernel_of<Q5_1Format>(&kPackQ8_1);
 
 }  // namespace mnemo::kernels::avx512

@@ -337,8 +337,8 @@ constexpr GemmKernel gemm_kernel_of() {
 
 const ActivationPacker kPackQ8_K{PackedQ8K::row_bytes, pack_q8_K};
 
-const GemmKernel kGemmQ4_K = gemm_kernel_of<Q4_KFormat>();
-const GemmKernel kGemmQ5_K = gemm_kernel_of<Q5_KFormat>();
-const GemmKernel kGemmQ6_K = gemm_kernel_of<Q6_KFormat>();
+constinit const GemmKernel kGemmQ4_K = gemm_kernel_of<Q4_KFormat>();
+constinit const GemmKernel kGemmQ5_K = gemm_kernel_of<Q5_KFormat>();
+constinit const GemmKernel kGemmQ6_K = gemm_kernel_of<Q6_KFormat>();
 
 }  // namespace mnemo::kernels::avx512
