@@ -57,18 +57,32 @@ class EtcdProcess {
   bool running() const { return pid_ > 0; }
 
   // Starts etcd and waits until /health answers. The first start picks the ports; later ones
-  // reuse them, so clients keep their URL across a restart. Returns a message on failure.
+  // reuse the client port, so clients keep their URL across a restart. Returns a message on
+  // failure.
+  //
+  // While etcd is down, any socket on the machine (another test's connection, whose local
+  // ephemeral port comes from the same range) may hold one of its ports for a moment: a restart
+  // that cannot bind is tried again after a pause, and an etcd whose data was wiped (which
+  // records no peer address yet) gets a new peer port.
   std::string start(double timeout_seconds = 8.0) {
     const bool pick_ports = client_port_ == 0;
     for (int attempt = 0; attempt < 3; ++attempt) {
       if (pick_ports) {
         client_port_ = free_loopback_port();
         peer_port_ = free_loopback_port();
+      } else if (attempt > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (fresh_data_) {
+          std::filesystem::remove_all(data_dir());  // whatever the failed attempt wrote
+          peer_port_ = free_loopback_port();
+        }
       }
       spawn();
-      if (wait_healthy(timeout_seconds)) return "";
+      if (wait_healthy(timeout_seconds)) {
+        fresh_data_ = false;
+        return "";
+      }
       kill();
-      if (!pick_ports) break;
     }
     return "etcd did not become healthy on " + url() + "; its log:\n" + log_tail();
   }
@@ -82,7 +96,10 @@ class EtcdProcess {
   }
 
   // Removes the data directory: the next start() is an etcd with an empty store (no leases).
-  void wipe_data() { std::filesystem::remove_all(data_dir()); }
+  void wipe_data() {
+    std::filesystem::remove_all(data_dir());
+    fresh_data_ = true;
+  }
 
  private:
   std::filesystem::path data_dir() const { return dir_ / "data"; }
@@ -148,6 +165,7 @@ class EtcdProcess {
   pid_t pid_ = 0;
   int client_port_ = 0;
   int peer_port_ = 0;
+  bool fresh_data_ = true;  // no etcd has run on the data directory yet
 };
 
 // Gives each test its own etcd. Fails (does not skip) when etcd is not installed.
