@@ -23,6 +23,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/int8_peak.h"
 #include "kernels/cpu/type_kernels.h"
@@ -41,7 +42,7 @@ struct BenchArgs {
   std::vector<int32_t> batches = {1, 8, 32};
   int32_t repeats = 3;
   std::string kv_type = "f16";
-  int64_t prepack_mib = 1024;
+  ModelFlags model_flags;
 };
 
 double median(std::vector<double> v) {
@@ -145,7 +146,7 @@ std::vector<TokenId> random_tokens(int32_t n, int32_t vocab, uint32_t seed) {
 }
 
 int run_bench(const BenchArgs& args) {
-  auto loaded = Model::load(args.model_path, LoadOptions{static_cast<size_t>(args.prepack_mib) << 20});
+  auto loaded = Model::load(args.model_path, args.model_flags.load_options());
   if (!loaded.ok()) {
     std::fprintf(stderr, "error: %s\n", loaded.error().message().c_str());
     return 1;
@@ -285,10 +286,7 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-n,--steps", args->steps, "Decode steps")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("-b,--batches", args->batches, "Decode batch sizes")->capture_default_str()->delimiter(',');
   cmd->add_option("-r,--repeats", args->repeats, "Repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
-  cmd->add_option("--prepack-mib", args->prepack_mib,
-                  "Memory beyond the model file for weights repacked once at load for batched products (MiB)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  args->model_flags.add_to(cmd);
   cmd->add_option("--kv-type", args->kv_type, "KV cache element type")->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
   cmd->callback([&run, args] { run = [args] { return run_bench(*args); }; });
 }

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cluster/membership.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -34,7 +35,7 @@ struct ServeArgs {
   server::ServerConfig server;
   EngineConfig engine;
   std::string kv_type = "f16";
-  int64_t prepack_mib = 1024;
+  ModelFlags model_flags;
   int32_t kv_tokens = 65536;
   int32_t host_swap_tokens = 65536;
   int32_t host_compact_tokens = 262144;
@@ -170,7 +171,7 @@ int run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto model = Model::load(args.model_path, LoadOptions{static_cast<size_t>(args.prepack_mib) << 20});
+  auto model = Model::load(args.model_path, args.model_flags.load_options());
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.error().message().c_str());
     return 1;
@@ -308,10 +309,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "Host space, in tokens, for sliding-window history kept as its global layers only")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 28));
-  cmd->add_option("--prepack-mib", args->prepack_mib,
-                  "Memory beyond the model file for weights repacked once at load for batched products (MiB)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  args->model_flags.add_to(cmd);
   cmd->add_option("--kv-type", args->kv_type, "KV element type")->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens, "Tokens per forward pass")
       ->capture_default_str()

@@ -183,8 +183,7 @@ size_t prepacked_bytes(const WeightMatrix& w) {
   const GemmKernel* gemm = gemm_kernel(w.type);
   if (gemm == nullptr || gemm->pack_tile == nullptr || w.out_features <= 0) return 0;
   const int64_t n_tiles = (w.out_features + gemm->tile_rows - 1) / gemm->tile_rows;
-  const size_t bytes = static_cast<size_t>(n_tiles) * gemm->tile_bytes(w.in_features);
-  return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine) * sizeof(CacheLine);  // as PackedTiles rounds
+  return PackedTiles::allocated_bytes(static_cast<size_t>(n_tiles) * gemm->tile_bytes(w.in_features));
 }
 
 bool prepacked_tiles_replace_rows(const WeightMatrix& w) {

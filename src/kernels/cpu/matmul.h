@@ -40,7 +40,9 @@ struct MatmulScratch {
 class PackedTiles {
  public:
   PackedTiles() = default;
-  explicit PackedTiles(size_t bytes) : lines_((bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine)) {}
+  explicit PackedTiles(size_t bytes) : lines_(allocated_bytes(bytes) / sizeof(CacheLine)) {}
+  // What holding `bytes` allocates: whole cache lines.
+  static size_t allocated_bytes(size_t bytes) { return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine) * sizeof(CacheLine); }
   PackedTiles(PackedTiles&&) = default;
   PackedTiles& operator=(PackedTiles&&) = default;
   PackedTiles(const PackedTiles&) = delete;
