@@ -164,13 +164,15 @@ void register_benchmarks() {
                              Shape{"matmul/Q4_K_2048x640", DType::Q4_K, 2048, 640},
                              Shape{"matmul/Q6_K_2048x640", DType::Q6_K, 2048, 640},
                              Shape{"matmul/F16_640x2048", DType::F16, 640, 2048}}) {
-    for (const bool prepacked : {false, true})
-    benchmark::RegisterBenchmark((std::string(shape.name) + (prepacked ? "_prepacked" : "")).c_str(), matmul_benchmark, shape.type, shape.in, shape.out, prepacked)
-        ->ArgNames({"rows", "threads"})
-        ->ArgsProduct({{1, 8, 32, 512}, {1, 2}})
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime()
-        ->ComputeStatistics("min", min_of);
+    for (const bool prepacked : {false, true}) {  // as the model multiplies it: prepacked at load
+      const std::string name = std::string(shape.name) + (prepacked ? "_prepacked" : "");
+      benchmark::RegisterBenchmark(name.c_str(), matmul_benchmark, shape.type, shape.in, shape.out, prepacked)
+          ->ArgNames({"rows", "threads"})
+          ->ArgsProduct({{1, 8, 32, 512}, {1, 2}})
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime()
+          ->ComputeStatistics("min", min_of);
+    }
   }
 }
 
