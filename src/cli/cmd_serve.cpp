@@ -309,6 +309,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "Host space, in tokens, for sliding-window history kept as its global layers only")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 28));
+  cmd->add_option("--device-compact", args->engine.compact_on_device,
+                  "Shrink sliding-window history to its global layers on the device before it leaves it")
+      ->capture_default_str();
   args->model_flags.add_to(cmd);
   cmd->add_option("--kv-type", args->kv_type, "KV element type")->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens, "Tokens per forward pass")

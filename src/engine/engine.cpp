@@ -43,6 +43,7 @@ KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
     }
     c.host_compact_blocks = config.host_compact_blocks;
   }
+  c.compact_on_device = config.compact_on_device;
   c.device_blocks = config.kv_blocks;
   c.host_blocks = config.host_swap_blocks;
   c.policy = config.cache_policy;
@@ -99,6 +100,8 @@ void Engine::publish_cache_metrics() {
     m.host_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kHost));
     m.disk_chunks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDisk));
     m.host_compact_blocks_cached = kv_.n_host_compact_used();
+    m.device_compact_chunks_cached = kv_.n_device_slots_used();
+    m.device_compact_blocks = kv_.n_device_slabs();
     m.chunks_dropped_indexed = static_cast<int64_t>(kv_.n_dropped_chunks());
     if (const DiskTier* disk = kv_.disk()) {
       m.disk_bytes_used = disk->used_bytes();
@@ -112,6 +115,7 @@ void Engine::publish_cache_metrics() {
     m.cache_disk_hit_tokens = tokens(c.disk_hit_chunks);
     m.cache_recomputed_tokens = tokens(c.recomputed_chunks);
     m.cache_demoted_blocks = static_cast<uint64_t>(c.demoted_chunks);
+    m.cache_device_compacted_chunks = static_cast<uint64_t>(c.device_compacted_chunks);
     m.cache_ahead_copied_blocks = static_cast<uint64_t>(c.ahead_copied_chunks);
     m.cache_evicted_copies = static_cast<uint64_t>(c.evicted_chunks);
     m.cache_dropped_blocks = static_cast<uint64_t>(c.dropped_chunks);

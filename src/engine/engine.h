@@ -53,6 +53,8 @@ struct EngineConfig {
   // Host blocks of global layers only, for a sliding-window model's history a window before its
   // conversation's end (0: none; every host copy is whole).
   int32_t host_compact_blocks = 0;
+  // Such history shrinks in place on the device (slots of shared device blocks) before it leaves.
+  bool compact_on_device = true;
 };
 
 class Engine {

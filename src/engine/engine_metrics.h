@@ -36,6 +36,8 @@ struct MetricsSnapshot {
   int64_t host_blocks_total = 0;
   int64_t host_compact_blocks_cached = 0;  // global-layer-only copies of sliding-window history
   int64_t host_compact_blocks_total = 0;
+  int64_t device_compact_chunks_cached = 0;  // the same on the device, in slots of shared blocks
+  int64_t device_compact_blocks = 0;         // device blocks those slots take
   int64_t disk_chunks_cached = 0;
   int64_t disk_bytes_used = 0;
   int64_t disk_bytes_total = 0;
@@ -46,6 +48,7 @@ struct MetricsSnapshot {
   uint64_t cache_disk_hit_tokens = 0;
   uint64_t cache_recomputed_tokens = 0;
   uint64_t cache_demoted_blocks = 0;
+  uint64_t cache_device_compacted_chunks = 0;
   uint64_t cache_ahead_copied_blocks = 0;
   uint64_t cache_evicted_copies = 0;
   uint64_t cache_dropped_blocks = 0;

@@ -9,22 +9,24 @@
 
 namespace mnemo {
 
-ChunkFacts KvManager::facts_of(const PrefixIndex::Chunk& c, Tier tier) const {
+ChunkFacts KvManager::facts_of(const PrefixIndex::Chunk& c, Tier tier, bool device_slot) const {
   ChunkFacts f;
   f.last_use = c.last_use;
   f.chunk_tokens = block_size();
   f.end_chunks = std::max(1, c.end_chunks);
-  const bool compact = tier == Tier::kHost ? c.host_compact : tier == Tier::kDisk && c.disk_compact;
+  const bool compact = tier == Tier::kHost   ? c.host_compact
+                       : tier == Tier::kDisk ? c.disk_compact
+                                             : device_slot;
   f.bytes = static_cast<int64_t>(compact ? compact_bytes() : chunk_bytes());
   return f;
 }
 
-double KvManager::score(const PrefixIndex::Chunk& c, Tier tier, double t) const {
+double KvManager::score(const PrefixIndex::Chunk& c, Tier tier, double t, bool device_slot) const {
   switch (config_.policy) {
     case RetentionPolicy::kLru:
       return c.last_use;
     case RetentionPolicy::kMnemo:
-      return retention_.log_value(facts_of(c, tier), t);
+      return retention_.log_value(facts_of(c, tier, device_slot), t);
     case RetentionPolicy::kPensieve:
       break;
   }
@@ -81,17 +83,103 @@ bool KvManager::index_only_device(const PrefixIndex::Chunk& c) const {
   return c.device != kNoBlock && device_alloc_.ref_count(c.device) == 1;
 }
 
+bool KvManager::leaves_device_cheaply(const PrefixIndex::Chunk& c) const {
+  return c.has(Tier::kHost) || c.has(Tier::kDisk) || c.device_slot != kNoBlock || (compacts_on_device() && compactable(c));
+}
+
+std::optional<KvManager::DeviceVictim> KvManager::next_device_victim() const {
+  // Blocks that leave cheaply go first, whatever their value: no copy, or a slot's worth.
+  const auto cheap = lowest_value(Tier::kDevice, [&](const auto& c) { return index_only_device(c) && leaves_device_cheaply(c); });
+  if (cheap) return DeviceVictim{*cheap, false};
+  std::optional<DeviceVictim> best;
+  const auto block = lowest_value(Tier::kDevice, [&](const auto& c) { return index_only_device(c); });
+  if (block) best = DeviceVictim{*block, false};
+  // Compact copies compete by value (per byte under the mnemo policy: a slot is a sixth of a block).
+  const double t = now();
+  double best_score = block ? score(*block, Tier::kDevice, t) : 0;
+  index_.for_each_device_slot([&](const PrefixIndex::Chunk& c) {
+    const double s = score(c, Tier::kDevice, t, /*device_slot=*/true);
+    if (!best || s < best_score ||
+        (s == best_score && (c.last_use < best->chunk.last_use ||
+                             (c.last_use == best->chunk.last_use && c.position < best->chunk.position)))) {
+      best = DeviceVictim{c, true};
+      best_score = s;
+    }
+  });
+  return best;
+}
+
 bool KvManager::make_room(int32_t n) {
   while (device_alloc_.n_free() < n) {
-    // Chunks with a copy below leave for free; among the rest, the lowest value goes.
-    auto victim = lowest_value(Tier::kDevice, [&](const PrefixIndex::Chunk& c) {
-      return index_only_device(c) && (c.has(Tier::kHost) || c.has(Tier::kDisk));
-    });
-    if (!victim) victim = lowest_value(Tier::kDevice, [&](const PrefixIndex::Chunk& c) { return index_only_device(c); });
+    const auto victim = next_device_victim();
     if (!victim) return false;
-    evict_device_copy(*victim);
+    if (victim->slot) {
+      evict_device_slot(victim->chunk);
+    } else {
+      evict_device_copy(victim->chunk);
+    }
   }
   return true;
+}
+
+void KvManager::compact_on_device(const PrefixIndex::Chunk& c) {
+  ++counters_.device_compacted_chunks;
+  if (const auto slot = slabs_.allocate()) {
+    pack_global_layers(device_.block(c.device), slot_bytes(*slot));
+    index_.set_device_slot(c.node, *slot);
+    index_.set_device(c.node, kNoBlock);
+    device_alloc_.release(c.device);
+    return;
+  }
+  // The block becomes a slab with the chunk in its first slot; the index's reference to the
+  // block is now the slab's.
+  pack_global_layers(device_.block(c.device), compact_buffer_.data());
+  const SlotId slot = slabs_.add_slab(c.device);
+  std::memcpy(slot_bytes(slot), compact_buffer_.data(), compact_bytes());
+  index_.set_device_slot(c.node, slot);
+  index_.set_device(c.node, kNoBlock);
+}
+
+void KvManager::free_device_slot(SlotId slot) {
+  if (const auto slab = slabs_.release(slot)) device_alloc_.release(*slab);
+}
+
+void KvManager::drain_slab(BlockId slab) {
+  const std::vector<SlotId> used = slabs_.used_slots(slab);
+  if (used.empty() || static_cast<int32_t>(used.size()) > slabs_.n_free_slots() - (slabs_.slots_per_slab() - static_cast<int32_t>(used.size()))) {
+    return;
+  }
+  for (const SlotId from : used) {
+    const auto node = index_.node_at_device_slot(from);
+    const auto to = slabs_.allocate(/*except=*/slab);
+    if (!node || !to) return;  // cannot happen: every used slot is indexed, and the room was counted
+    std::memcpy(slot_bytes(*to), slot_bytes(from), compact_bytes());
+    index_.set_device_slot(*node, *to);
+    free_device_slot(from);
+  }
+}
+
+void KvManager::evict_device_slot(const PrefixIndex::Chunk& c) {
+  const bool only_copy = c.device == kNoBlock && c.host == kNoBlock && c.disk == DiskCopy::kNone;
+  if (only_copy) {
+    if (make_compact_room(1)) {
+      const BlockId host = (*compact_alloc_.allocate(1))[0];
+      std::memcpy(compact_.block(host), slot_bytes(c.device_slot), compact_bytes());
+      index_.set_host(c.node, host, /*compact=*/true);
+      ++counters_.demoted_chunks;
+      counters_.bytes_device_to_host += static_cast<int64_t>(compact_bytes());
+    } else if (config_.disk) {
+      write_to_disk(c, slot_bytes(c.device_slot), /*compact=*/true);
+    }
+  }
+  const PrefixIndex::Chunk now_c = index_.chunk(c.node);
+  const bool last_copy = now_c.device == kNoBlock && now_c.host == kNoBlock && now_c.disk == DiskCopy::kNone;
+  const BlockId slab = slabs_.slab_of(c.device_slot);
+  index_.set_device_slot(c.node, kNoBlock);  // may forget the node
+  free_device_slot(c.device_slot);
+  ++counters_.evicted_chunks;
+  if (last_copy) note_dropped(c);
+  drain_slab(slab);
 }
 
 bool KvManager::compactable(const PrefixIndex::Chunk& c) const {
@@ -118,7 +206,11 @@ void KvManager::unpack_global_layers(const uint8_t* compact, uint8_t* block) con
 }
 
 void KvManager::evict_device_copy(const PrefixIndex::Chunk& c) {
-  if (!c.has(Tier::kHost) && !c.has(Tier::kDisk) && c.disk != DiskCopy::kWriting) {
+  if (c.device_slot == kNoBlock && compacts_on_device() && compactable(c)) {
+    compact_on_device(c);
+    return;
+  }
+  if (!c.has(Tier::kHost) && !c.has(Tier::kDisk) && c.disk != DiskCopy::kWriting && c.device_slot == kNoBlock) {
     if (compactable(c) && make_compact_room(1)) {
       const BlockId host = (*compact_alloc_.allocate(1))[0];
       pack_global_layers(device_.block(c.device), compact_.block(host));
@@ -136,7 +228,7 @@ void KvManager::evict_device_copy(const PrefixIndex::Chunk& c) {
     }
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
-  const bool last_copy = now_c.host == kNoBlock && now_c.disk == DiskCopy::kNone;
+  const bool last_copy = now_c.host == kNoBlock && now_c.disk == DiskCopy::kNone && now_c.device_slot == kNoBlock;
   index_.set_device(c.node, kNoBlock);  // may forget the node
   device_alloc_.release(c.device);
   ++counters_.evicted_chunks;
@@ -172,7 +264,7 @@ bool KvManager::make_compact_room(int32_t n) {
 }
 
 void KvManager::evict_host_copy(const PrefixIndex::Chunk& c) {
-  if (c.device == kNoBlock && c.disk == DiskCopy::kNone && config_.disk) {
+  if (c.device == kNoBlock && c.device_slot == kNoBlock && c.disk == DiskCopy::kNone && config_.disk) {
     if (c.host_compact) {
       write_to_disk(c, compact_.block(c.host), /*compact=*/true);
     } else if (compactable(c)) {
@@ -183,7 +275,7 @@ void KvManager::evict_host_copy(const PrefixIndex::Chunk& c) {
     }
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
-  const bool last_copy = now_c.device == kNoBlock && now_c.disk == DiskCopy::kNone;
+  const bool last_copy = now_c.device == kNoBlock && now_c.device_slot == kNoBlock && now_c.disk == DiskCopy::kNone;
   index_.set_host(c.node, kNoBlock);
   (c.host_compact ? compact_alloc_ : host_alloc_).release(c.host);
   ++counters_.evicted_chunks;
@@ -196,7 +288,7 @@ bool KvManager::make_disk_room(size_t bytes) {
   while (disk.used_bytes() + static_cast<int64_t>(bytes) > disk.capacity_bytes()) {
     const auto victim = lowest_value(Tier::kDisk, [](const PrefixIndex::Chunk&) { return true; });
     if (!victim) return false;  // the rest is still being written
-    const bool last_copy = victim->device == kNoBlock && victim->host == kNoBlock;
+    const bool last_copy = victim->device == kNoBlock && victim->device_slot == kNoBlock && victim->host == kNoBlock;
     disk.remove(victim->key);
     index_.set_disk(victim->node, DiskCopy::kNone);
     ++counters_.evicted_chunks;
@@ -287,6 +379,11 @@ KvManager::Loaded KvManager::load_chunk(const PrefixIndex::Chunk& c, BlockId blo
   };
   if (c.disk == DiskCopy::kPresent && !c.disk_compact) return read_disk({to, chunk_bytes()}) ? Loaded::kFull : Loaded::kNothing;
   if (!allow_compact) return Loaded::kNothing;
+  if (c.device_slot != kNoBlock) {
+    unpack_global_layers(slot_bytes(c.device_slot), to);
+    from = Tier::kDevice;
+    return Loaded::kCompact;
+  }
   if (c.host != kNoBlock) {
     unpack_global_layers(compact_.block(c.host), to);
     counters_.bytes_host_to_device += static_cast<int64_t>(compact_bytes());
@@ -464,6 +561,10 @@ int32_t KvManager::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t 
       index_.set_device(node, kNoBlock);
       device_alloc_.release(c.device);
     }
+    if (c.device_slot != kNoBlock) {
+      index_.set_device_slot(node, kNoBlock);
+      free_device_slot(c.device_slot);
+    }
     // Still indexed (its extent or a child's is being written): gone once the writes land.
     if (index_.live(node) && c.parent_key != 0) {
       if (const auto parent = index_.find_by_key(c.parent_key)) ++pending_children[*parent];
@@ -638,7 +739,8 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
 int32_t KvManager::n_available() const {
   int32_t index_only = 0;
   index_.for_each_in(Tier::kDevice, [&](const PrefixIndex::Chunk& c) { index_only += index_only_device(c) ? 1 : 0; });
-  return device_alloc_.n_free() + index_only;
+  // A slab's copies can always leave (nothing pins them), and its block with them.
+  return device_alloc_.n_free() + index_only + slabs_.n_slabs();
 }
 
 }  // namespace mnemo

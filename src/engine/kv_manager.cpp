@@ -69,6 +69,12 @@ KvLayout compact_layout(KvLayout layout, const KvPoolConfig& config) {
   return layout;
 }
 
+// How many compact copies fit a device block (0: none are kept on the device).
+int32_t slots_per_block(const KvLayout& layout, const KvPoolConfig& config) {
+  const int32_t global = compact_layout(layout, config).n_layers;
+  return config.compact_on_device && global > 0 ? layout.n_layers / global : 0;
+}
+
 KvPoolConfig two_tier(int32_t device_blocks, int32_t host_blocks) {
   KvPoolConfig c;
   c.device_blocks = device_blocks;
@@ -86,6 +92,7 @@ KvManager::KvManager(const KvLayout& layout, KvPoolConfig config)
       host_alloc_(config_.host_blocks),
       compact_(compact_layout(layout, config_), compact_layout(layout, config_).n_layers > 0 ? config_.host_compact_blocks : 0),
       compact_alloc_(compact_layout(layout, config_).n_layers > 0 ? config_.host_compact_blocks : 0),
+      slabs_(slots_per_block(layout, config_)),
       compact_buffer_(compact_layout(layout, config_).block_bytes()),
       index_(layout.block_size),
       retention_(config_.retention),
@@ -237,7 +244,7 @@ void KvManager::plan_ahead_copies() {
   std::vector<PrefixIndex::Chunk> dirty;
   index_.for_each_in(Tier::kDevice, [&](const PrefixIndex::Chunk& c) {
     if (!index_only_device(c)) return;
-    if (c.has(Tier::kHost) || c.has(Tier::kDisk)) {
+    if (leaves_device_cheaply(c)) {  // no copy, or a slot's worth: nothing to do ahead of need
       ++reclaimable;
     } else {
       dirty.push_back(c);

@@ -31,6 +31,7 @@
 
 #include "kv/block_allocator.h"
 #include "kv/cache_events.h"
+#include "kv/compact_slabs.h"
 #include "kv/cost_model.h"
 #include "kv/disk_tier.h"
 #include "kv/kv_storage.h"
@@ -57,11 +58,14 @@ struct KvPoolConfig {
   std::shared_ptr<DiskTier> disk;      // optional; chunks are written through to it when cached
   std::function<double()> clock;       // seconds; default: a steady clock
   // Sliding-window models (SPEC item: SWA): a chunk a window or more before the end of its
-  // conversation keeps only its global layers when it leaves the device, in a host pool of
-  // compact blocks (and compact disk extents), a fraction of the bytes.
+  // conversation keeps only its global layers, a fraction of the bytes. When the device needs
+  // room such chunks are the first to give it up: they shrink in place to a slot of a device
+  // block shared with other compact copies (compact_on_device), and from the device go to a host
+  // pool of compact blocks (and compact disk extents).
   int32_t sliding_window = 0;           // tokens; 0: every layer is global
   std::vector<int32_t> global_layers;   // the layers that attend to the whole context
   int32_t host_compact_blocks = 0;
+  bool compact_on_device = true;
 };
 
 struct PrefixMatch {
@@ -161,6 +165,9 @@ class KvManager {
   size_t n_dropped_chunks() const { return index_.n_dropped(); }
   int32_t n_host_compact_blocks() const { return compact_alloc_.n_blocks(); }
   int32_t n_host_compact_used() const { return compact_alloc_.n_blocks() - compact_alloc_.n_free(); }
+  // Compact copies on the device, and the device blocks their slots take.
+  int32_t n_device_slots_used() const { return slabs_.n_used(); }
+  int32_t n_device_slabs() const { return slabs_.n_slabs(); }
 
   // Once per engine step, around the forward pass: host chunks matched this step are copied to
   // the device layer by layer while it runs (SPEC P8; the pass calls wait_for_layer before each
@@ -183,6 +190,7 @@ class KvManager {
     int64_t disk_hit_chunks = 0;     // matched chunks read from the disk
     int64_t recomputed_chunks = 0;   // matched but dropped chunks, computed again
     int64_t demoted_chunks = 0;      // cached chunks moved device -> host on demand
+    int64_t device_compacted_chunks = 0;  // cached chunks shrunk on the device to their global layers
     int64_t ahead_copied_chunks = 0; // cached chunks copied device -> host ahead of need
     int64_t disk_written_chunks = 0; // extents made durable
     int64_t disk_corrupt_chunks = 0; // extents that failed their checksum or read, dropped
@@ -204,8 +212,9 @@ class KvManager {
   double now() const;
   size_t chunk_bytes() const { return layout().block_bytes(); }
   // The retention value of `c`'s copy in `tier`, or any number in the same order: the lowest leaves first.
-  double score(const PrefixIndex::Chunk& c, Tier tier, double now) const;
-  ChunkFacts facts_of(const PrefixIndex::Chunk& c, Tier tier) const;
+  // `device_slot`: of the chunk's compact copy on the device rather than its block.
+  double score(const PrefixIndex::Chunk& c, Tier tier, double now, bool device_slot = false) const;
+  ChunkFacts facts_of(const PrefixIndex::Chunk& c, Tier tier, bool device_slot = false) const;
   // The last copy of `c` left: counted, and the retention model stops observing it.
   void note_dropped(const PrefixIndex::Chunk& c);
   // A request's match found these cached chunks idle since their last use: they returned.
@@ -214,11 +223,32 @@ class KvManager {
   std::optional<PrefixIndex::Chunk> lowest_value(Tier tier,
                                                  const std::function<bool(const PrefixIndex::Chunk&)>& eligible) const;
   bool index_only_device(const PrefixIndex::Chunk& c) const;
+  // Whether the chunk's device block can leave without copying it out whole: another copy stays,
+  // or it shrinks to a device slot.
+  bool leaves_device_cheaply(const PrefixIndex::Chunk& c) const;
+  struct DeviceVictim {
+    PrefixIndex::Chunk chunk;
+    bool slot = false;  // its compact copy on the device, not its block
+  };
+  // What leaves the device next: among blocks only the index holds, those that leave cheaply
+  // first; then the lowest value among those blocks and the device's compact copies.
+  std::optional<DeviceVictim> next_device_victim() const;
   bool make_room(int32_t n);
   bool make_host_room(int32_t n);
   bool make_compact_room(int32_t n);
   bool make_disk_room(size_t bytes);
   void evict_device_copy(const PrefixIndex::Chunk& c);
+  bool compacts_on_device() const { return slabs_.enabled() && config_.sliding_window > 0; }
+  // The chunk's block is replaced by a compact copy in a device slot; if no slab has one free,
+  // the block itself becomes a slab.
+  void compact_on_device(const PrefixIndex::Chunk& c);
+  void evict_device_slot(const PrefixIndex::Chunk& c);
+  void free_device_slot(SlotId slot);
+  // Moves a slab's copies to other slabs' free slots if they all fit, so that its block goes back.
+  void drain_slab(BlockId slab);
+  uint8_t* slot_bytes(SlotId slot) {
+    return device_.block(slabs_.slab_of(slot)) + static_cast<size_t>(slabs_.index_in_slab(slot)) * compact_bytes();
+  }
   void evict_host_copy(const PrefixIndex::Chunk& c);
   void write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact);
   void take_disk_completions();
@@ -237,6 +267,7 @@ class KvManager {
   BlockAllocator host_alloc_;
   KvStorage compact_;  // host blocks of a sliding-window model's global layers
   BlockAllocator compact_alloc_;
+  CompactSlabs slabs_;  // device blocks holding compact copies
   std::vector<uint8_t> compact_buffer_;  // a compact disk extent on its way to the device
   // Before index_: the index's observer records here.
   std::unique_ptr<CacheEventLog> events_ = std::make_unique<CacheEventLog>();

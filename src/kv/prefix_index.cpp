@@ -39,8 +39,8 @@ PrefixIndex::NodeId PrefixIndex::find_child(NodeId parent, uint64_t key, std::sp
 PrefixIndex::Chunk PrefixIndex::to_chunk(NodeId id) const {
   const Node& n = at(id);
   const uint64_t parent_key = n.parent == kRoot ? 0 : at(n.parent).key;
-  return Chunk{id, n.position, n.device, n.host, n.disk, n.host_compact, n.disk_compact, n.key, parent_key, n.last_use,
-               n.end_chunks};
+  return Chunk{id,         n.position, n.device,        n.host,     n.disk,       n.host_compact,
+               n.disk_compact, n.key,   parent_key,      n.last_use, n.end_chunks, n.device_slot};
 }
 
 std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks,
@@ -222,6 +222,19 @@ void PrefixIndex::set_device(NodeId node, BlockId block) {
   forget_if_empty(node);
 }
 
+void PrefixIndex::set_device_slot(NodeId node, SlotId slot) {
+  Node& n = at(node);
+  MNEMO_CHECK(n.live, "device slot for dead node {}", node);
+  const ChunkHold held = hold_of(n);
+  tally(n, -1);
+  if (n.device_slot != kNoBlock) by_location_.erase(location_key(kDeviceSlot, n.device_slot));
+  n.device_slot = slot;
+  if (slot != kNoBlock) by_location_.emplace(location_key(kDeviceSlot, slot), node);
+  tally(n, +1);
+  notify(n, held);
+  forget_if_empty(node);
+}
+
 void PrefixIndex::set_host(NodeId node, BlockId block, bool compact) {
   Node& n = at(node);
   MNEMO_CHECK(n.live, "host copy for dead node {}", node);
@@ -250,7 +263,10 @@ void PrefixIndex::set_disk(NodeId node, DiskCopy state, bool compact) {
 void PrefixIndex::forget_if_empty(NodeId node) {
   while (node != kRoot) {
     Node& n = at(node);
-    if (n.children != 0 || n.device != kNoBlock || n.host != kNoBlock || n.disk != DiskCopy::kNone) return;
+    if (n.children != 0 || n.device != kNoBlock || n.device_slot != kNoBlock || n.host != kNoBlock ||
+        n.disk != DiskCopy::kNone) {
+      return;
+    }
     auto [begin, end] = by_key_.equal_range(n.key);
     for (auto it = begin; it != end; ++it) {
       if (it->second == node) {
@@ -286,6 +302,12 @@ void PrefixIndex::for_each_in(Tier tier, const std::function<void(const Chunk&)>
   }
 }
 
+void PrefixIndex::for_each_device_slot(const std::function<void(const Chunk&)>& visit) const {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].live && nodes_[i].device_slot != kNoBlock) visit(to_chunk(static_cast<NodeId>(i)));
+  }
+}
+
 std::optional<PrefixIndex::NodeId> PrefixIndex::find_by_key(uint64_t key) const {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return std::nullopt;
@@ -298,13 +320,18 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::node_at(BlockId block, Tier tier
   return it->second;
 }
 
+std::optional<PrefixIndex::NodeId> PrefixIndex::node_at_device_slot(SlotId slot) const {
+  return node_at(slot, kDeviceSlot);
+}
+
 bool PrefixIndex::holds(BlockId block, Tier tier) const { return by_location_.count(location_key(tier, block)) != 0; }
 
 void PrefixIndex::tally(const Node& n, int sign) {
   device_count_ += n.device != kNoBlock ? sign : 0;
   host_count_ += n.host != kNoBlock ? sign : 0;
   disk_count_ += n.disk == DiskCopy::kPresent ? sign : 0;
-  dropped_count_ += n.device == kNoBlock && n.host == kNoBlock && n.disk == DiskCopy::kNone ? sign : 0;
+  device_slot_count_ += n.device_slot != kNoBlock ? sign : 0;
+  dropped_count_ += n.device == kNoBlock && n.device_slot == kNoBlock && n.host == kNoBlock && n.disk == DiskCopy::kNone ? sign : 0;
 }
 
 size_t PrefixIndex::size(Tier tier) const {

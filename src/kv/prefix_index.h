@@ -5,9 +5,10 @@
 // Each node records where copies of its chunk's KV (given the whole path above it) are: a device
 // block, a host block, a disk extent, any of them at once (a chunk copied down a tier keeps its
 // upper copy until that space is needed: reclaiming it is then free), or none: the chunk is
-// DROPPED, its tokens known and its KV gone. Host and disk copies may be COMPACT: only the
-// global layers of a sliding-window model, kept for chunks a window or more before the end of
-// the last conversation through them (whose local layers no later query of it reads). A dropped chunk stays in the trie while chunks below
+// DROPPED, its tokens known and its KV gone. Copies may be COMPACT: only the global layers of a
+// sliding-window model, kept for chunks a window or more before the end of the last
+// conversation through them (whose local layers no later query of it reads); on the device such
+// a copy is a slot of a block shared with other compact copies (kv/compact_slabs.h). A dropped chunk stays in the trie while chunks below
 // it still hold KV, so a later match reuses them and recomputes only the dropped ones (SPEC P5).
 //
 // Device-free metadata: the index maps token chunks to block ids and keeps the time of last use.
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "kv/chunk_reuse.h"
+#include "kv/compact_slabs.h"
 #include "kv/kv_layout.h"
 
 namespace mnemo {
@@ -50,8 +52,9 @@ class PrefixIndex {
     uint64_t parent_key = 0;
     double last_use = 0;
     int32_t end_chunks = 0;  // where the last conversation cached through this chunk ended
+    SlotId device_slot = kNoBlock;  // a compact copy on the device
 
-    // A copy with every layer's KV exists (the device's always has).
+    // A copy with every layer's KV exists (a device block always has).
     bool has_full() const {
       return device != kNoBlock || (host != kNoBlock && !host_compact) || (disk == DiskCopy::kPresent && !disk_compact);
     }
@@ -59,7 +62,9 @@ class PrefixIndex {
     bool has(Tier tier) const {
       return tier == Tier::kDevice ? device != kNoBlock : tier == Tier::kHost ? host != kNoBlock : disk == DiskCopy::kPresent;
     }
-    bool dropped() const { return device == kNoBlock && host == kNoBlock && disk == DiskCopy::kNone; }
+    bool dropped() const {
+      return device == kNoBlock && device_slot == kNoBlock && host == kNoBlock && disk == DiskCopy::kNone;
+    }
   };
 
   explicit PrefixIndex(int32_t chunk_tokens);
@@ -93,6 +98,7 @@ class PrefixIndex {
   // children forgets it (and its parents that are dropped and childless): there is nothing left
   // to reuse below it.
   void set_device(NodeId node, BlockId block);
+  void set_device_slot(NodeId node, SlotId slot);
   void set_host(NodeId node, BlockId block, bool compact = false);
   void set_disk(NodeId node, DiskCopy state, bool compact = false);
   Chunk chunk(NodeId node) const;
@@ -101,6 +107,7 @@ class PrefixIndex {
   std::span<const TokenId> chunk_tokens_of(NodeId node) const { return at(node).tokens; }
   // The node whose copy in `tier` is `block`.
   std::optional<NodeId> node_at(BlockId block, Tier tier) const;
+  std::optional<NodeId> node_at_device_slot(SlotId slot) const;
 
   // The nodes along the longest indexed path matching `tokens` (whole chunks), dropped ones
   // included; unlike match(), leaves their last use alone.
@@ -118,8 +125,11 @@ class PrefixIndex {
   std::vector<NodeId> descendants(NodeId node) const;
   int32_t n_children(NodeId node) const { return at(node).children; }
 
-  // The chunks that have a copy in `tier`, in no particular order, for the retention policy.
+  // The chunks that have a copy in `tier` (on the device: a whole block), in no particular
+  // order, for the retention policy.
   void for_each_in(Tier tier, const std::function<void(const Chunk&)>& visit) const;
+  // The chunks with a compact copy on the device.
+  void for_each_device_slot(const std::function<void(const Chunk&)>& visit) const;
   std::optional<NodeId> find_by_key(uint64_t key) const;
   // The key of the chunk `chunk` below the one keyed `parent_key` (0: the root): a hash of the
   // whole path, the same on every instance, so a chunk's key names its prefix across a cluster.
@@ -133,11 +143,14 @@ class PrefixIndex {
   // Whether the index keeps this block of this tier.
   bool holds(BlockId block, Tier tier) const;
   size_t size(Tier tier) const;
+  size_t n_device_slots() const { return static_cast<size_t>(device_slot_count_); }
   size_t n_dropped() const;
 
  private:
   static constexpr NodeId kRoot = -1;
-  static constexpr Tier kCompactHost = static_cast<Tier>(3);  // a location key: compact host blocks are a pool of their own
+  // Location keys of compact copies, pools of their own.
+  static constexpr Tier kCompactHost = static_cast<Tier>(3);
+  static constexpr Tier kDeviceSlot = static_cast<Tier>(4);
   struct Node {
     NodeId parent = kRoot;
     uint64_t ns = 0;
@@ -150,6 +163,7 @@ class PrefixIndex {
     bool host_compact = false;
     bool disk_compact = false;
     int32_t end_chunks = 0;
+    SlotId device_slot = kNoBlock;
     int32_t children = 0;
     double last_use = 0;
     bool live = false;
@@ -170,7 +184,8 @@ class PrefixIndex {
     if (n.device != kNoBlock || (n.host != kNoBlock && !n.host_compact) || (n.disk != DiskCopy::kNone && !n.disk_compact)) {
       return ChunkHold::kWhole;
     }
-    return n.host != kNoBlock || n.disk != DiskCopy::kNone ? ChunkHold::kCompact : ChunkHold::kNone;
+    return n.device_slot != kNoBlock || n.host != kNoBlock || n.disk != DiskCopy::kNone ? ChunkHold::kCompact
+                                                                                        : ChunkHold::kNone;
   }
   // Tells the observer if what a node holds changed from `before`.
   void notify(const Node& n, ChunkHold before) const {
@@ -189,6 +204,7 @@ class PrefixIndex {
   size_t live_nodes_ = 0;
   // Live nodes with a device copy, a host copy, a durable disk copy, and with none (dropped).
   int64_t device_count_ = 0, host_count_ = 0, disk_count_ = 0, dropped_count_ = 0;
+  int64_t device_slot_count_ = 0;
   std::function<void(uint64_t key, ChunkHold hold)> observer_;
 };
 

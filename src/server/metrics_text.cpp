@@ -61,6 +61,10 @@ std::string render_metrics(const MetricsSnapshot& m) {
         static_cast<double>(m.host_compact_blocks_cached));
   gauge(out, "host_compact_blocks_total", "Host blocks for global-layer-only copies (sliding-window models).",
         static_cast<double>(m.host_compact_blocks_total));
+  gauge(out, "device_compact_chunks_cached", "Cached chunks kept on the device as their global layers only (sliding-window history).",
+        static_cast<double>(m.device_compact_chunks_cached));
+  gauge(out, "device_compact_blocks", "Device KV blocks holding those global-layer-only copies, several per block.",
+        static_cast<double>(m.device_compact_blocks));
   gauge(out, "disk_chunks_cached", "Cached chunks with a durable extent in the disk tier.", static_cast<double>(m.disk_chunks_cached));
   gauge(out, "disk_bytes_used", "Bytes of the disk tier in use (extents on disk or being written).", static_cast<double>(m.disk_bytes_used));
   gauge(out, "disk_bytes_total", "Capacity of the disk tier in bytes (0: no disk tier).", static_cast<double>(m.disk_bytes_total));
@@ -71,6 +75,8 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "cache_disk_hit_tokens_total", "Reused prompt tokens read back from the disk tier.", m.cache_disk_hit_tokens);
   counter(out, "cache_recomputed_tokens_total", "Cached prompt tokens whose KV had been dropped, computed again.", m.cache_recomputed_tokens);
   counter(out, "cache_demoted_blocks_total", "Cached blocks copied from device to host when the device needed room.", m.cache_demoted_blocks);
+  counter(out, "cache_device_compacted_chunks_total", "Cached chunks shrunk on the device to their global layers when it needed room.",
+          m.cache_device_compacted_chunks);
   counter(out, "cache_ahead_copied_blocks_total", "Cached blocks copied from device to host ahead of need.", m.cache_ahead_copied_blocks);
   counter(out, "cache_evicted_copies_total", "Copies of cached chunks that left a tier.", m.cache_evicted_copies);
   counter(out, "cache_dropped_blocks_total", "Cached chunks whose last copy was discarded.", m.cache_dropped_blocks);

@@ -674,13 +674,15 @@ class CompactKvTest : public ::testing::Test {
     l.n_layers = 3;
     return l;
   }
-  KvPoolConfig config(int32_t device, int32_t host, int32_t compact) {
+  // `on_device`: compact copies are kept on the device too, three to a block, before they leave it.
+  KvPoolConfig config(int32_t device, int32_t host, int32_t compact, bool on_device = false) {
     KvPoolConfig c;
     c.device_blocks = device;
     c.host_blocks = host;
     c.host_compact_blocks = compact;
     c.sliding_window = 4;
     c.global_layers = {2};
+    c.compact_on_device = on_device;
     c.swap_out_threshold = 0;
     c.clock = [this] { return clock_; };
     return c;
@@ -741,6 +743,75 @@ TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndKeepsOnlyItsGlobalLayersOnTheHos
   kv.cache_prefix(0, next, 16, m.table, m.partial);
   kv.release(m.table);
   EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 2u);
+}
+
+TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndShrinksOnTheDeviceFirst) {
+  KvManager kv(layout(), config(10, 0, 0, /*on_device=*/true));
+  const auto conversation = tokens_from(100, 16);  // 8 chunks in blocks 0..7
+  run_and_cache(kv, conversation);
+  EXPECT_EQ(kv.n_free(), 2);
+  clock_ += 10;
+  std::vector<BlockId> other;
+  ASSERT_TRUE(kv.prepare_write(other, 0, 8));  // 4 blocks: 2 more than are free
+  // Chunk 0's block became a slab holding it; chunks 1 and 2 joined it and freed their blocks.
+  // Nothing left the device, and nothing was dropped.
+  EXPECT_EQ(kv.counters().device_compacted_chunks, 3);
+  EXPECT_EQ(kv.n_device_slabs(), 1);
+  EXPECT_EQ(kv.n_device_slots_used(), 3);
+  EXPECT_EQ(kv.n_free(), 0);
+  EXPECT_EQ(kv.n_available(), 5 + 1);  // chunks 3..7's blocks, and the slab
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 5u);
+  EXPECT_EQ(kv.counters().evicted_chunks, 0);
+  EXPECT_EQ(kv.counters().bytes_device_to_host, 0);
+  kv.release(other);
+  // The next turn reuses all of it from the device; chunks 0..2 with their global layer only.
+  auto next = conversation;
+  next.push_back(7);
+  PrefixMatch m = kv.match_prefix(0, next, 8);
+  ASSERT_EQ(m.table.size(), 8u);
+  EXPECT_TRUE(m.recompute.empty());
+  EXPECT_EQ(m.partial, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(m.device_chunks, 8);
+  for (int32_t p = 0; p < 8; ++p) EXPECT_TRUE(holds(kv, m.table[static_cast<size_t>(p)], 100 + 2 * p, p >= 3)) << p;
+  kv.cache_prefix(0, next, 16, m.table, m.partial);
+  kv.release(m.table);
+  EXPECT_EQ(kv.n_device_slots_used(), 3);  // the partial blocks were not adopted
+  // Deleting the conversation frees the slots, and the slab's block with them.
+  EXPECT_EQ(kv.forget(0, next, 0), 8);
+  EXPECT_EQ(kv.n_device_slabs(), 0);
+  EXPECT_EQ(kv.n_free(), 10);
+}
+
+TEST_F(CompactKvTest, DeviceSlotsLeaveForTheHostAndASlabDrainsIntoAnother) {
+  KvPoolConfig c = config(10, 2, 16, /*on_device=*/true);
+  c.policy = RetentionPolicy::kLru;
+  KvManager kv(layout(), std::move(c));
+  const auto conversation = tokens_from(100, 14);  // 7 chunks; 0..4 compactable
+  run_and_cache(kv, conversation);
+  clock_ += 10;
+  std::vector<BlockId> other;
+  // 7 blocks. Chunks 0..4 shrink: slab A (block 0) holds 0..2, slab B (block 3) holds 3 and 4,
+  // 6 blocks free. Then the oldest-leading copies leave: chunk 0's slot to the host, then chunk
+  // 1's; slab A's last copy (chunk 2) fits B's free slot, and A's block goes back.
+  ASSERT_TRUE(kv.prepare_write(other, 0, 14));
+  EXPECT_EQ(kv.counters().device_compacted_chunks, 5);
+  EXPECT_EQ(kv.counters().evicted_chunks, 2);
+  EXPECT_EQ(kv.counters().dropped_chunks, 0);
+  EXPECT_EQ(kv.n_device_slabs(), 1);
+  EXPECT_EQ(kv.n_device_slots_used(), 3);
+  EXPECT_EQ(kv.n_host_compact_free(), 16 - 2);
+  EXPECT_EQ(kv.counters().bytes_device_to_host, static_cast<int64_t>(2 * kv.compact_bytes()));
+  EXPECT_EQ(kv.n_free(), 0);
+  kv.release(other);
+  auto next = conversation;
+  next.push_back(7);
+  const PrefixMatch m = kv.match_prefix(0, next, 7);
+  ASSERT_EQ(m.table.size(), 7u);
+  EXPECT_TRUE(m.recompute.empty());
+  EXPECT_EQ(m.partial, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(m.host_chunks, 2);
+  EXPECT_EQ(m.device_chunks, 5);
+  for (int32_t p = 0; p < 7; ++p) EXPECT_TRUE(holds(kv, m.table[static_cast<size_t>(p)], 100 + 2 * p, p >= 5)) << p;
 }
 
 TEST_F(CompactKvTest, AMatchEndingWithinAWindowOfCompactHistoryRecomputesIt) {

@@ -175,7 +175,8 @@ TEST_P(StatefulDefaultModelTest, SecondTurnIsIdenticalFromEveryTierAndFromScratc
 }
 
 // Gemma 3's local layers see 512 positions: history a window before the conversation's end
-// leaves the device as its 3 global layers only (1/6 of the bytes) and still gives identical output.
+// shrinks to its 3 global layers (1/6 of the bytes), on the device or on its way to the host, and
+// still gives identical output.
 TEST_P(StatefulDefaultModelTest, SlidingWindowHistoryKeptCompactIsIdentical) {
   ASSERT_GT(model_->config().sliding_window, 0);
   std::string long_text = kFirst;
@@ -191,19 +192,30 @@ TEST_P(StatefulDefaultModelTest, SlidingWindowHistoryKeptCompactIsIdentical) {
   const GenerationRequest second = second_turn(first, reply);
   const Turn expected = run(reference_engine, second);
 
-  EngineConfig c = config();
-  c.kv_blocks = 40;
-  c.host_swap_blocks = 20;
-  c.host_compact_blocks = 64;
-  Engine engine(*model_, *tokenizer_, c);
-  EXPECT_EQ(run(engine, first).tokens, reply.tokens);
-  other_traffic(engine, 1136);  // 1136 + 64 tokens: 38 of the 40 device blocks
-  const MetricsSnapshot m = engine.metrics();
-  EXPECT_GT(m.host_compact_blocks_cached, 0);
-  const Turn t = run(engine, second);
-  EXPECT_GT(t.usage.host_cached_tokens, 0);
-  EXPECT_EQ(t.usage.recomputed_tokens, 0);
-  EXPECT_EQ(t.tokens, expected.tokens) << "history kept as global layers only";
+  for (const bool on_device : {false, true}) {
+    EngineConfig c = config();
+    c.kv_blocks = 40;
+    c.host_swap_blocks = 20;
+    c.host_compact_blocks = on_device ? 0 : 64;
+    c.compact_on_device = on_device;
+    Engine engine(*model_, *tokenizer_, c);
+    EXPECT_EQ(run(engine, first).tokens, reply.tokens);
+    other_traffic(engine, 1136);  // 1136 + 64 tokens: 38 of the 40 device blocks
+    const MetricsSnapshot m = engine.metrics();
+    const Turn t = run(engine, second);
+    if (on_device) {
+      // The oldest 7 of the history's 23 chunks shrank to six per device block and stayed.
+      EXPECT_EQ(m.device_compact_chunks_cached, 7);
+      EXPECT_EQ(m.device_compact_blocks, 2);
+      EXPECT_EQ(t.usage.device_cached_tokens, 7 * 32);
+    } else {
+      EXPECT_GT(m.host_compact_blocks_cached, 0);
+      EXPECT_EQ(m.device_compact_chunks_cached, 0);
+    }
+    EXPECT_GT(t.usage.host_cached_tokens, 0);
+    EXPECT_EQ(t.usage.recomputed_tokens, 0);
+    EXPECT_EQ(t.tokens, expected.tokens) << "history kept as global layers only, " << (on_device ? "on the device" : "on the host");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sampling, StatefulDefaultModelTest, ::testing::Values(0.0f, 0.8f),

@@ -110,6 +110,41 @@ TEST(PrefixIndex, ChunksKeepCopiesInSeveralTiersAndAreForgottenWithTheLast) {
   EXPECT_FALSE(index.live(again[2].node));
 }
 
+TEST(PrefixIndex, ACompactCopyOnTheDeviceIsACopyOfItsOwn) {
+  PrefixIndex index(2);
+  std::vector<std::pair<uint64_t, ChunkHold>> events;
+  index.set_observer([&](uint64_t key, ChunkHold hold) { events.emplace_back(key, hold); });
+  index.insert(0, seq(1, 4), std::vector<BlockId>{10, 11}, 1);
+  auto chain = index.match(0, seq(1, 4), 10, 2);
+  events.clear();
+  index.set_device_slot(chain[0].node, 33);  // shrunk on the device: both copies for a moment
+  EXPECT_TRUE(events.empty());                // it still holds every layer in its block
+  index.set_device(chain[0].node, kNoBlock);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], std::make_pair(chain[0].key, ChunkHold::kCompact));
+  EXPECT_EQ(index.node_at_device_slot(33), chain[0].node);
+  EXPECT_FALSE(index.holds(10, Tier::kDevice));
+  EXPECT_EQ(index.size(Tier::kDevice), 1u);
+  EXPECT_EQ(index.n_device_slots(), 1u);
+  EXPECT_EQ(index.n_dropped(), 0u);
+  chain = index.match(0, seq(1, 4), 10, 3);
+  ASSERT_EQ(chain.size(), 2u);
+  EXPECT_EQ(chain[0].device_slot, 33);
+  EXPECT_FALSE(chain[0].dropped());
+  EXPECT_FALSE(chain[0].has_full());
+  EXPECT_FALSE(chain[0].has(Tier::kDevice));  // a whole block, which it has not
+  int slots = 0;
+  index.for_each_device_slot([&](const PrefixIndex::Chunk& c) { slots += c.device_slot == 33 ? 1 : 100; });
+  EXPECT_EQ(slots, 1);
+  // A match may end on it (it is a copy); without the leaf, it is the last copy of a leaf.
+  index.set_device(chain[1].node, kNoBlock);
+  EXPECT_EQ(index.match(0, seq(1, 4), 10, 4).size(), 1u);
+  index.set_device_slot(chain[0].node, kNoBlock);
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_FALSE(index.node_at_device_slot(33).has_value());
+  EXPECT_EQ(events.back(), std::make_pair(chain[0].key, ChunkHold::kNone));
+}
+
 TEST(PrefixIndex, DroppedLeadingChunksStayWhileLaterChunksHoldKv) {
   PrefixIndex index(2);
   index.insert(0, seq(1, 8), std::vector<BlockId>{10, 11, 12, 13}, 1);
