@@ -9,24 +9,31 @@
 
 namespace mnemo {
 
-ChunkFacts KvManager::facts_of(const PrefixIndex::Chunk& c, Tier tier, bool device_slot) const {
+ChunkFacts KvManager::facts_of(const PrefixIndex::Chunk& c) const {
   ChunkFacts f;
   f.last_use = c.last_use;
   f.chunk_tokens = block_size();
   f.end_chunks = std::max(1, c.end_chunks);
-  const bool compact = tier == Tier::kHost   ? c.host_compact
-                       : tier == Tier::kDisk ? c.disk_compact
-                                             : device_slot;
-  f.bytes = static_cast<int64_t>(compact ? compact_bytes() : chunk_bytes());
+  f.bytes = static_cast<int64_t>(conversation_bytes_per_chunk(f.end_chunks));
   return f;
 }
 
-double KvManager::score(const PrefixIndex::Chunk& c, Tier tier, double t, bool device_slot) const {
+double KvManager::conversation_bytes_per_chunk(int32_t end_chunks) const {
+  if (config_.sliding_window <= 0 || compact_.layout().n_layers == 0) return static_cast<double>(chunk_bytes());
+  // The chunks a window or more before the end are compactable (see compactable()).
+  const int32_t window_chunks = (config_.sliding_window + block_size() - 1) / block_size();
+  const int32_t compact = std::max(0, end_chunks - window_chunks);
+  return (static_cast<double>(compact) * static_cast<double>(compact_bytes()) +
+          static_cast<double>(end_chunks - compact) * static_cast<double>(chunk_bytes())) /
+         static_cast<double>(end_chunks);
+}
+
+double KvManager::score(const PrefixIndex::Chunk& c, double t) const {
   switch (config_.policy) {
     case RetentionPolicy::kLru:
       return c.last_use;
     case RetentionPolicy::kMnemo:
-      return retention_.log_value(facts_of(c, tier, device_slot), t);
+      return retention_.log_value(facts_of(c), t);
     case RetentionPolicy::kPensieve:
       break;
   }
@@ -36,7 +43,7 @@ double KvManager::score(const PrefixIndex::Chunk& c, Tier tier, double t, bool d
 
 void KvManager::note_dropped(const PrefixIndex::Chunk& c) {
   ++counters_.dropped_chunks;
-  if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c, Tier::kDevice), now());
+  if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c), now());
 }
 
 void KvManager::note_returns(const std::vector<PrefixIndex::Chunk>& chain, double t) {
@@ -54,7 +61,7 @@ void KvManager::note_returns(const std::vector<PrefixIndex::Chunk>& chain, doubl
            chain[j].end_chunks == chain[i].end_chunks) {
       ++j;
     }
-    retention_.observe_return(facts_of(chain[i], Tier::kDevice), t, static_cast<int32_t>(j - i));
+    retention_.observe_return(facts_of(chain[i]), t, static_cast<int32_t>(j - i));
     i = j;
   }
 }
@@ -67,7 +74,7 @@ std::optional<PrefixIndex::Chunk> KvManager::lowest_value(
   double best_score = 0;
   index_.for_each_in(tier, [&](const PrefixIndex::Chunk& c) {
     if (!eligible(c)) return;
-    const double s = score(c, tier, t);
+    const double s = score(c, t);
     // Ties (values in one flat stretch, or one conversation's chunks): the older, then the
     // leading chunk first.
     if (!best || s < best_score ||
@@ -94,11 +101,11 @@ std::optional<KvManager::DeviceVictim> KvManager::next_device_victim() const {
   std::optional<DeviceVictim> best;
   const auto block = lowest_value(Tier::kDevice, [&](const auto& c) { return index_only_device(c); });
   if (block) best = DeviceVictim{*block, false};
-  // Compact copies compete by value (per byte under the mnemo policy: a slot is a sixth of a block).
+  // Compact copies compete by value: a conversation's leading chunks leave first, compact or not.
   const double t = now();
-  double best_score = block ? score(*block, Tier::kDevice, t) : 0;
+  double best_score = block ? score(*block, t) : 0;
   index_.for_each_device_slot([&](const PrefixIndex::Chunk& c) {
-    const double s = score(c, Tier::kDevice, t, /*device_slot=*/true);
+    const double s = score(c, t);
     if (!best || s < best_score ||
         (s == best_score && (c.last_use < best->chunk.last_use ||
                              (c.last_use == best->chunk.last_use && c.position < best->chunk.position)))) {
@@ -498,7 +505,7 @@ void KvManager::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32
     PrefixIndex::Chunk path_end;
     path_end.last_use = t;
     path_end.end_chunks = static_cast<int32_t>(whole);
-    retention_.observe_insert(facts_of(path_end, Tier::kDevice), t, static_cast<int32_t>(whole));
+    retention_.observe_insert(facts_of(path_end), t, static_cast<int32_t>(whole));
   }
   for (BlockId id : kept) {
     device_alloc_.add_ref(id);
@@ -547,7 +554,7 @@ int32_t KvManager::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t 
     // An extent still being written goes once written (take_disk_completions); until then the
     // node keeps only that pending copy, which no match can read.
     if (c.disk == DiskCopy::kWriting) extents_to_delete_.insert(c.key);
-    if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c, Tier::kDevice), t);
+    if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c), t);
     // Each copy goes; removing the last forgets the node.
     if (c.disk == DiskCopy::kPresent) {
       config_.disk->remove(c.key);
@@ -730,7 +737,7 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
     PrefixIndex::Chunk path_end;
     path_end.last_use = t;
     path_end.end_chunks = first_position + static_cast<int32_t>(path.size());
-    retention_.observe_insert(facts_of(path_end, Tier::kDevice), t, static_cast<int32_t>(path.size()));
+    retention_.observe_insert(facts_of(path_end), t, static_cast<int32_t>(path.size()));
   }
   counters_.imported_chunks += inserted;
   return inserted;

@@ -211,10 +211,14 @@ class KvManager {
  private:
   double now() const;
   size_t chunk_bytes() const { return layout().block_bytes(); }
-  // The retention value of `c`'s copy in `tier`, or any number in the same order: the lowest leaves first.
-  // `device_slot`: of the chunk's compact copy on the device rather than its block.
-  double score(const PrefixIndex::Chunk& c, Tier tier, double now, bool device_slot = false) const;
-  ChunkFacts facts_of(const PrefixIndex::Chunk& c, Tier tier, bool device_slot = false) const;
+  // The retention value of a cached chunk, or any number in the same order: the lowest leaves
+  // first. The same for each copy, and for each chunk of a conversation: which of them goes
+  // first is the tie-break's (the leading one), since a sliding-window model's compact history is
+  // only usable with the whole chunks after it.
+  double score(const PrefixIndex::Chunk& c, double now) const;
+  ChunkFacts facts_of(const PrefixIndex::Chunk& c) const;
+  // What a conversation of `end_chunks` takes per chunk, its compactable history counted compact.
+  double conversation_bytes_per_chunk(int32_t end_chunks) const;
   // The last copy of `c` left: counted, and the retention model stops observing it.
   void note_dropped(const PrefixIndex::Chunk& c);
   // A request's match found these cached chunks idle since their last use: they returned.

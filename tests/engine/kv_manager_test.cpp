@@ -814,6 +814,29 @@ TEST_F(CompactKvTest, DeviceSlotsLeaveForTheHostAndASlabDrainsIntoAnother) {
   for (int32_t p = 0; p < 7; ++p) EXPECT_TRUE(holds(kv, m.table[static_cast<size_t>(p)], 100 + 2 * p, p >= 5)) << p;
 }
 
+// The retention value is per byte of the conversation, not of each copy: otherwise the last
+// window's whole blocks (three times a slot's bytes here) would go before the compact history,
+// and recomputing them would need the local layers of all that history (nothing reusable).
+TEST_F(CompactKvTest, AConversationLosesItsLeadingChunksFirstNotItsLastWindow) {
+  KvManager kv(layout(), config(10, 0, 0, /*on_device=*/true));  // the mnemo policy
+  const auto conversation = tokens_from(100, 16);
+  run_and_cache(kv, conversation);
+  clock_ += 10;
+  std::vector<BlockId> other;
+  // 7 blocks: chunks 0..5 shrink into two slabs (6 free), then chunks 0..2 are dropped.
+  ASSERT_TRUE(kv.prepare_write(other, 0, 14));
+  EXPECT_EQ(kv.counters().dropped_chunks, 3);
+  EXPECT_EQ(kv.n_device_slots_used(), 3);
+  kv.release(other);
+  auto next = conversation;
+  next.push_back(7);
+  const PrefixMatch m = kv.match_prefix(0, next, 8);
+  ASSERT_EQ(m.table.size(), 8u);
+  EXPECT_EQ(m.recompute, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(m.partial, (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_EQ(m.device_chunks, 5);
+}
+
 TEST_F(CompactKvTest, AMatchEndingWithinAWindowOfCompactHistoryRecomputesIt) {
   KvManager kv(layout(), config(8, 2, 16));
   run_and_cache(kv, tokens_from(100, 16));
