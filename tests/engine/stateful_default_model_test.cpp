@@ -196,23 +196,30 @@ TEST_P(StatefulDefaultModelTest, SlidingWindowHistoryKeptCompactIsIdentical) {
     EngineConfig c = config();
     c.kv_blocks = 40;
     c.host_swap_blocks = 20;
-    c.host_compact_blocks = on_device ? 0 : 64;
+    c.host_compact_blocks = 64;
     c.compact_on_device = on_device;
     Engine engine(*model_, *tokenizer_, c);
     EXPECT_EQ(run(engine, first).tokens, reply.tokens);
-    other_traffic(engine, 1136);  // 1136 + 64 tokens: 38 of the 40 device blocks
-    const MetricsSnapshot m = engine.metrics();
+    if (on_device) {
+      // 600 + 64 tokens need 21 blocks, 4 more than are free. Of the history's 23 chunks the
+      // oldest 7 are compactable; the first 5 shrink (the first's block becomes a slab of six
+      // slots, the next 4 free theirs), and everything stays on the device.
+      other_traffic(engine, 600);
+      const MetricsSnapshot m = engine.metrics();
+      EXPECT_EQ(m.device_compact_chunks_cached, 5);
+      EXPECT_EQ(m.device_compact_blocks, 1);
+      EXPECT_EQ(m.cache_demoted_blocks, 0u);
+    } else {
+      other_traffic(engine, 1136);  // 1136 + 64 tokens: 38 of the 40 device blocks
+      EXPECT_GT(engine.metrics().host_compact_blocks_cached, 0);
+    }
     const Turn t = run(engine, second);
     if (on_device) {
-      // The oldest 7 of the history's 23 chunks shrank to six per device block and stayed.
-      EXPECT_EQ(m.device_compact_chunks_cached, 7);
-      EXPECT_EQ(m.device_compact_blocks, 2);
-      EXPECT_EQ(t.usage.device_cached_tokens, 7 * 32);
+      EXPECT_GT(t.usage.cached_tokens, 20 * 32);
+      EXPECT_EQ(t.usage.device_cached_tokens, t.usage.cached_tokens);
     } else {
-      EXPECT_GT(m.host_compact_blocks_cached, 0);
-      EXPECT_EQ(m.device_compact_chunks_cached, 0);
+      EXPECT_GT(t.usage.host_cached_tokens, 0);
     }
-    EXPECT_GT(t.usage.host_cached_tokens, 0);
     EXPECT_EQ(t.usage.recomputed_tokens, 0);
     EXPECT_EQ(t.tokens, expected.tokens) << "history kept as global layers only, " << (on_device ? "on the device" : "on the host");
   }
