@@ -46,7 +46,13 @@ Status resolve(SimulateArgs& args) {
 }
 
 std::string describe_capacities(const sim::SimConfig& cache) {
-  std::string out = fmt::format("cache: {}-token chunks of {};", cache.chunk_tokens, sim::format_byte_size(cache.chunk_bytes()));
+  std::string out = fmt::format("cache: {}-token chunks of {}", cache.chunk_tokens, sim::format_byte_size(cache.chunk_bytes()));
+  if (cache.sliding_window > 0) {
+    out += fmt::format(" ({} compact: {} of {} layers, {}-token window)",
+                       sim::format_byte_size(cache.unit_bytes() * cache.global_layers), cache.global_layers, cache.layers,
+                       cache.sliding_window);
+  }
+  out += ";";
   const auto chunks = cache.capacity_chunks();
   for (const sim::Tier t : sim::kTiers) {
     const size_t i = static_cast<size_t>(sim::tier_index(t));
@@ -114,6 +120,15 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
                   "KV bytes per token (layers x KV heads x (K + V dims) x element bytes; default Gemma 3 270M, F16)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--sliding-window", o.cache.sliding_window,
+                  "A sliding-window model's window in tokens (Gemma 3: 512): history a window before an idle "
+                  "conversation's end takes --global-layers of --layers of the bytes, as in the real cache (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--layers", o.cache.layers, "Layers of the model (with --sliding-window)")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--global-layers", o.cache.global_layers, "Layers attending to the whole context (with --sliding-window)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--device-bytes", args->device_bytes, "Device tier capacity (e.g. 64M, 1.5G)")->capture_default_str();
   cmd->add_option("--host-bytes", args->host_bytes, "Host tier capacity (0: none)")->capture_default_str();
   cmd->add_option("--disk-bytes", args->disk_bytes, "Disk tier capacity (0: none)")->capture_default_str();

@@ -19,13 +19,10 @@ ChunkFacts KvManager::facts_of(const PrefixIndex::Chunk& c) const {
 }
 
 double KvManager::conversation_bytes_per_chunk(int32_t end_chunks) const {
-  if (config_.sliding_window <= 0 || compact_.layout().n_layers == 0) return static_cast<double>(chunk_bytes());
-  // The chunks a window or more before the end are compactable (see compactable()).
-  const int32_t window_chunks = (config_.sliding_window + block_size() - 1) / block_size();
-  const int32_t compact = std::max(0, end_chunks - window_chunks);
-  return (static_cast<double>(compact) * static_cast<double>(compact_bytes()) +
-          static_cast<double>(end_chunks - compact) * static_cast<double>(chunk_bytes())) /
-         static_cast<double>(end_chunks);
+  const int32_t global = compact_.layout().n_layers;
+  const int32_t window = global == 0 ? 0 : config_.sliding_window;
+  const double layer_bytes = static_cast<double>(chunk_bytes()) / layout().n_layers;
+  return layer_bytes * layers_per_chunk(end_chunks, block_size(), window, layout().n_layers, global);
 }
 
 double KvManager::score(const PrefixIndex::Chunk& c, double t) const {
@@ -190,9 +187,7 @@ void KvManager::evict_device_slot(const PrefixIndex::Chunk& c) {
 }
 
 bool KvManager::compactable(const PrefixIndex::Chunk& c) const {
-  if (config_.sliding_window <= 0 || compact_.layout().n_layers == 0) return false;
-  const int64_t chunk_end = static_cast<int64_t>(c.position + 1) * block_size();
-  return static_cast<int64_t>(c.end_chunks) * block_size() - chunk_end >= config_.sliding_window;
+  return compact_.layout().n_layers != 0 && mnemo::compactable(c.position, c.end_chunks, block_size(), config_.sliding_window);
 }
 
 void KvManager::pack_global_layers(const uint8_t* block, uint8_t* compact) const {

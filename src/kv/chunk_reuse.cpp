@@ -27,6 +27,21 @@ std::vector<ChunkUse> plan_chunk_use(std::span<const ChunkHold> holds, int32_t c
   return use;
 }
 
+bool compactable(int32_t position, int32_t end_chunks, int32_t chunk_tokens, int32_t sliding_window) {
+  if (sliding_window <= 0) return false;
+  const int64_t chunk_end = static_cast<int64_t>(position + 1) * chunk_tokens;
+  return static_cast<int64_t>(end_chunks) * chunk_tokens - chunk_end >= sliding_window;
+}
+
+double layers_per_chunk(int32_t end_chunks, int32_t chunk_tokens, int32_t sliding_window, int32_t layers,
+                        int32_t global_layers) {
+  if (sliding_window <= 0 || end_chunks <= 0) return layers;
+  const int32_t window_chunks = (sliding_window + chunk_tokens - 1) / chunk_tokens;
+  const int32_t compact = std::max(0, end_chunks - window_chunks);
+  return (static_cast<double>(compact) * global_layers + static_cast<double>(end_chunks - compact) * layers) /
+         static_cast<double>(end_chunks);
+}
+
 int32_t reused_chunks(std::span<const ChunkUse> plan) {
   return static_cast<int32_t>(std::count_if(plan.begin(), plan.end(), [](ChunkUse u) { return u != ChunkUse::kRecompute; }));
 }

@@ -37,4 +37,14 @@ std::vector<ChunkUse> plan_chunk_use(std::span<const ChunkHold> holds, int32_t c
 // The chunks of a plan whose KV is reused (not recomputed).
 int32_t reused_chunks(std::span<const ChunkUse> plan);
 
+// Whether chunk `position` of a conversation of `end_chunks` chunks ends a window or more before
+// its end: no later query of it reads the chunk's local layers, so it may be kept compact.
+bool compactable(int32_t position, int32_t end_chunks, int32_t chunk_tokens, int32_t sliding_window);
+
+// What a sliding-window model's conversation of `end_chunks` chunks takes per chunk, in layers'
+// worth of KV, its compactable chunks counted at their global layers only: between
+// `global_layers` and `layers`. Without a window (0), `layers`.
+double layers_per_chunk(int32_t end_chunks, int32_t chunk_tokens, int32_t sliding_window, int32_t layers,
+                        int32_t global_layers);
+
 }  // namespace mnemo

@@ -19,6 +19,7 @@ struct ConversationState {
   static constexpr double kNever = std::numeric_limits<double>::infinity();
 
   std::vector<int8_t> where;                            // per chunk position: a tier_index, or kNotCached
+  std::vector<int16_t> units;                           // per cached chunk position: the units it takes
   std::array<std::set<int32_t>, kTierCount> chunks_in;  // chunk positions held in each tier, ascending
   double last_used_s = 0;                               // end of its latest turn
   int32_t end_chunks = 0;                               // whole chunks of its context at that turn's end

@@ -1,5 +1,8 @@
 #include "sim/eviction_policy.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "kv/retention_model.h"
 
 namespace mnemo::sim {
@@ -82,7 +85,8 @@ class TailFirstPolicy final : public EvictionPolicy {
 // for LRU.
 class MnemoPolicy final : public EvictionPolicy {
  public:
-  MnemoPolicy(bool ghosts, int32_t chunk_tokens) : ghosts_(ghosts), chunk_tokens_(chunk_tokens) {}
+  MnemoPolicy(bool ghosts, int32_t chunk_tokens, ChunkSizes sizes)
+      : ghosts_(ghosts), chunk_tokens_(chunk_tokens), sizes_(sizes) {}
   std::string_view name() const override { return ghosts_ ? "mnemo" : "mnemo-no-ghosts"; }
   EvictionKey key(const ConversationState& c, int32_t, double now_s) const override {
     // Equal values (one class, idle times in one flat stretch of the index): the older first.
@@ -92,7 +96,7 @@ class MnemoPolicy final : public EvictionPolicy {
   bool reuses_after_gap() const override { return true; }
 
   std::unique_ptr<EvictionPolicy> start_replay() const override {
-    return std::make_unique<MnemoPolicy>(ghosts_, chunk_tokens_);
+    return std::make_unique<MnemoPolicy>(ghosts_, chunk_tokens_, sizes_);
   }
   void on_match(const ConversationState& c, const std::vector<int32_t>& chunks, double now_s) override {
     // With ghosts every chunk of the previous context is seen again: the new prompt holds them all.
@@ -114,12 +118,15 @@ class MnemoPolicy final : public EvictionPolicy {
     f.last_use = c.last_used_s;
     f.chunk_tokens = chunk_tokens_;
     f.end_chunks = c.end_chunks;
-    f.bytes = chunk_tokens_;  // every chunk takes the same bytes here: only the order matters
+    // As the real cache: the conversation's bytes per chunk, its compactable history counted
+    // compact (in 1/1024 units: only the order matters).
+    f.bytes = std::max<int64_t>(1, std::llround(1024.0 * sizes_.units_per_chunk(std::max(1, c.end_chunks))));
     return f;
   }
 
   bool ghosts_;
   int32_t chunk_tokens_;
+  ChunkSizes sizes_;
   RetentionModel model_;
 };
 
@@ -142,13 +149,15 @@ const std::vector<std::string>& eviction_policy_names() {
 }
 
 Result<std::unique_ptr<EvictionPolicy>> make_eviction_policy(std::string_view name, const CostModel& cost,
-                                                             int32_t chunk_tokens) {
+                                                             int32_t chunk_tokens, const ChunkSizes& sizes) {
   if (chunk_tokens <= 0) return make_error("chunk size must be positive, got {}", chunk_tokens);
   if (name == "pensieve") return std::unique_ptr<EvictionPolicy>(std::make_unique<PensievePolicy>(cost, chunk_tokens));
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(std::make_unique<LruPolicy>());
   if (name == "tail-first") return std::unique_ptr<EvictionPolicy>(std::make_unique<TailFirstPolicy>());
-  if (name == "mnemo") return std::unique_ptr<EvictionPolicy>(std::make_unique<MnemoPolicy>(true, chunk_tokens));
-  if (name == "mnemo-no-ghosts") return std::unique_ptr<EvictionPolicy>(std::make_unique<MnemoPolicy>(false, chunk_tokens));
+  if (name == "mnemo") return std::unique_ptr<EvictionPolicy>(std::make_unique<MnemoPolicy>(true, chunk_tokens, sizes));
+  if (name == "mnemo-no-ghosts") {
+    return std::unique_ptr<EvictionPolicy>(std::make_unique<MnemoPolicy>(false, chunk_tokens, sizes));
+  }
   if (name == "oracle") return std::unique_ptr<EvictionPolicy>(std::make_unique<OraclePolicy>(cost, chunk_tokens));
   return make_error("unknown eviction policy '{}' (pensieve, lru, tail-first, mnemo, mnemo-no-ghosts, oracle)", name);
 }

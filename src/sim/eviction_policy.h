@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kv/cost_model.h"
+#include "sim/chunk_sizes.h"
 #include "sim/conversation_state.h"
 #include "util/result.h"
 
@@ -77,9 +78,10 @@ class EvictionPolicy {
   virtual void on_drop(const ConversationState& /*conversation*/, int32_t /*chunk*/, double /*now_s*/) {}
 };
 
-// `cost` prices a chunk of `chunk_tokens` tokens at its position. An Error for an unknown name.
+// `cost` prices a chunk of `chunk_tokens` tokens at its position; `sizes`, what a conversation's
+// chunks take (the mnemo policies value per unit). An Error for an unknown name.
 Result<std::unique_ptr<EvictionPolicy>> make_eviction_policy(std::string_view name, const CostModel& cost,
-                                                             int32_t chunk_tokens);
+                                                             int32_t chunk_tokens, const ChunkSizes& sizes = {});
 
 // "pensieve", "lru", "tail-first", "mnemo", "mnemo-no-ghosts", "oracle".
 const std::vector<std::string>& eviction_policy_names();

@@ -72,7 +72,7 @@ nlohmann::json policy_outcome_json(const PolicyOutcome& o, const std::vector<Pol
       {"dropped_chunks", o.counters.dropped_chunks},
       {"discarded_chunks", o.counters.discarded_chunks},
       {"device_overcommits", o.counters.device_overcommits},
-      {"peak_device_bytes", o.counters.peak_device_chunks * o.chunk_bytes},
+      {"peak_device_bytes", o.counters.peak_device_units * o.unit_bytes},
   };
 }
 

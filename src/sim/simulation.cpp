@@ -46,7 +46,8 @@ Result<Trace> build_trace(const SimulationOptions& o) {
 Result<SimulationResult> run_simulation(const SimulationOptions& o) {
   std::vector<std::unique_ptr<EvictionPolicy>> policies;
   for (const std::string& name : o.policies) {
-    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy, make_eviction_policy(name, o.cache.cost, o.cache.chunk_tokens));
+    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy, 
+                           make_eviction_policy(name, o.cache.cost, o.cache.chunk_tokens, o.cache.chunk_sizes()));
     policies.push_back(std::move(policy));
   }
   if (policies.empty()) return make_error("no policy to simulate");
@@ -74,6 +75,9 @@ nlohmann::json simulation_options_json(const SimulationOptions& o) {
       {"seed", o.seed},
       {"chunk_tokens", o.cache.chunk_tokens},
       {"kv_bytes_per_token", o.cache.kv_bytes_per_token},
+      {"sliding_window", o.cache.sliding_window},
+      {"layers", o.cache.layers},
+      {"global_layers", o.cache.global_layers},
       {"capacity_bytes", {{"device", o.cache.capacity_bytes[0]}, {"host", o.cache.capacity_bytes[1]}, {"disk", o.cache.capacity_bytes[2]}}},
       {"cost_model", {{"source", o.cache.cost.source},
                       {"per_token_seconds", o.cache.cost.per_token_seconds},

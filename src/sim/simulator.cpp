@@ -1,5 +1,7 @@
 #include "sim/simulator.h"
 
+#include "kv/chunk_reuse.h"
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -34,9 +36,11 @@ class Replay {
         cost_(config.cost),
         policy_(learner ? *learner : policy),
         learner_(learner),
-        cache_(config.capacity_chunks(), policy_, trace.size()) {
+        window_(config.sliding_window),
+        cache_(config.capacity_units(), policy_, trace.size(), config.chunk_sizes()) {
     out_.policy = std::string(policy.name());
     out_.chunk_bytes = config.chunk_bytes();
+    out_.unit_bytes = config.unit_bytes();
     if (learner_) {
       cache_.set_drop_listener(
           [this](ChunkRef c, double now) { learner_->on_drop(cache_.conversation(c.conversation), c.chunk, now); });
@@ -75,30 +79,38 @@ class Replay {
 
   void start_turn(int32_t id, int32_t t, double now) {
     const TraceTurn& turn = turn_at(id, t);
-    cache_.set_pinned(id, true);
     const int64_t previous_context = t == 0 ? 0 : turn_at(id, t - 1).prompt_tokens + turn_at(id, t - 1).reply_tokens;
     const int64_t shared = std::min(previous_context, turn.prompt_tokens);
     const int32_t n_reusable = whole_chunks(std::max<int64_t>(0, std::min(shared, turn.prompt_tokens - 1)));
 
-    // The lookup sees the cache as it was when the prompt arrived; nothing moves until it is done.
+    // The lookup sees the cache as it was when the prompt arrived; nothing moves until it is
+    // done. The real cache's rules (kv/chunk_reuse.h): a compact chunk is reused only if no
+    // computed position has it in its window; without SPEC P5 nothing after a gap is.
     const ConversationState& state = cache_.conversation(id);
+    std::vector<ChunkUse> use(static_cast<size_t>(n_reusable));
+    for (int32_t j = 0; j < n_reusable; ++j) {
+      use[static_cast<size_t>(j)] = !state.tier_of(j)            ? ChunkUse::kRecompute
+                                    : cache_.is_compact({id, j}) ? ChunkUse::kCompact
+                                                                 : ChunkUse::kFull;
+    }
+    enforce_sliding_windows(use, static_cast<int32_t>(c_), window_);
+    if (!policy_.reuses_after_gap()) {
+      const auto gap = std::find(use.begin(), use.end(), ChunkUse::kRecompute);
+      std::fill(gap, use.end(), ChunkUse::kRecompute);
+    }
     std::vector<bool> hit(static_cast<size_t>(n_reusable), false);
-    bool after_gap = false;
     for (int32_t j = 0; j < n_reusable; ++j) {
       const std::optional<Tier> where = state.tier_of(j);
-      if (where && (!after_gap || policy_.reuses_after_gap())) {
+      if (use[static_cast<size_t>(j)] != ChunkUse::kRecompute) {
         hit[static_cast<size_t>(j)] = true;
         out_.hit_tokens[static_cast<size_t>(tier_index(*where))] += c_;
         continue;
       }
       out_.recomputed_tokens += c_;
       out_.recomputed_seconds += cost_.recompute_seconds(j * c_, (j + 1) * c_);
-      if (where) {
-        out_.stranded_tokens += c_;
-      } else {
-        after_gap = true;
-      }
+      if (where) out_.stranded_tokens += c_;
     }
+    cache_.set_pinned(id, true);
     // Cached chunks this turn does not reuse are recomputed over: drop the stale copies.
     std::vector<ChunkRef> stale;
     std::vector<int32_t> matched;
@@ -143,11 +155,23 @@ class Replay {
   const CostModel& cost_;
   const EvictionPolicy& policy_;
   EvictionPolicy* learner_;
+  int32_t window_;
   TieredChunkCache cache_;
   PolicyOutcome out_;
 };
 
 }  // namespace
+
+ChunkSizes SimConfig::chunk_sizes() const {
+  if (sliding_window <= 0) return {};
+  return ChunkSizes{layers, global_layers, chunk_tokens, sliding_window};
+}
+
+std::array<int64_t, kTierCount> SimConfig::capacity_units() const {
+  std::array<int64_t, kTierCount> units{};
+  for (size_t t = 0; t < units.size(); ++t) units[t] = capacity_bytes[t] / unit_bytes();
+  return units;
+}
 
 std::array<int64_t, kTierCount> SimConfig::capacity_chunks() const {
   std::array<int64_t, kTierCount> chunks{};
@@ -158,6 +182,13 @@ std::array<int64_t, kTierCount> SimConfig::capacity_chunks() const {
 Result<PolicyOutcome> simulate_policy(const Trace& trace, const SimConfig& config, const EvictionPolicy& policy) {
   if (config.chunk_tokens <= 0) return make_error("chunk size must be positive, got {}", config.chunk_tokens);
   if (config.kv_bytes_per_token <= 0) return make_error("KV bytes per token must be positive, got {}", config.kv_bytes_per_token);
+  if (config.sliding_window < 0 ||
+      (config.sliding_window > 0 && (config.layers < 1 || config.layers > 1024 || config.global_layers < 1 ||
+                                     config.global_layers > config.layers || config.chunk_bytes() % config.layers != 0))) {
+    return make_error("sliding window {} over {} layers, {} global: a window needs 1 <= global layers <= layers, "
+                      "and a chunk's bytes divisible by its layers",
+                      config.sliding_window, config.layers, config.global_layers);
+  }
   for (const int64_t b : config.capacity_bytes) {
     if (b < 0) return make_error("a tier capacity is negative ({} bytes)", b);
   }

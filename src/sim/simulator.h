@@ -28,12 +28,22 @@ struct SimConfig {
   // Gemma 3 270M with an F16 pool: 18 x 1 x (256 + 256) x 2.
   int64_t kv_bytes_per_token = 18 * 1 * (256 + 256) * 2;
   std::array<int64_t, kTierCount> capacity_bytes{};  // device, host, disk (0: no such tier)
+  // A sliding-window model (Gemma 3 270M: 512 tokens, 3 global layers of 18): a chunk a window
+  // before the end of its idle conversation takes global_layers / layers of a whole chunk's
+  // bytes, as in the real cache. 0: no window.
+  int32_t sliding_window = 0;
+  int32_t layers = 18;
+  int32_t global_layers = 3;
   // Prices what is recomputed (recomputed_seconds); the policies that weigh cost take the same.
   CostModel cost;
 
   int64_t chunk_bytes() const { return kv_bytes_per_token * chunk_tokens; }
   // Whole chunks that fit in each tier.
   std::array<int64_t, kTierCount> capacity_chunks() const;
+  // The cache's sizes: a layer's worth of a chunk per unit with a window, else a chunk per unit.
+  ChunkSizes chunk_sizes() const;
+  std::array<int64_t, kTierCount> capacity_units() const;
+  int64_t unit_bytes() const { return sliding_window > 0 ? chunk_bytes() / layers : chunk_bytes(); }
 };
 
 struct PolicyOutcome {
@@ -43,14 +53,15 @@ struct PolicyOutcome {
   int64_t reusable_tokens = 0;                    // what an unbounded cache would serve
   std::array<int64_t, kTierCount> hit_tokens{};  // served from each tier
   int64_t recomputed_tokens = 0;                  // reusable, but computed again
-  int64_t stranded_tokens = 0;                    // of those: cached, but behind a missing chunk
+  int64_t stranded_tokens = 0;                    // of those: cached, but behind a missing chunk (or, compact, in a computed position's window)
   double recomputed_seconds = 0;                  // what recomputing them costs (SimConfig::cost)
   CacheCounters counters;
   int64_t chunk_bytes = 0;
+  int64_t unit_bytes = 0;  // what a unit of the cache's sizes is (a chunk, or a layer of one)
 
   int64_t hit_tokens_total() const { return hit_tokens[0] + hit_tokens[1] + hit_tokens[2]; }
   int64_t moved_bytes(Tier from, Tier to) const {
-    return counters.moved_chunks[static_cast<size_t>(tier_index(from))][static_cast<size_t>(tier_index(to))] * chunk_bytes;
+    return counters.moved_units[static_cast<size_t>(tier_index(from))][static_cast<size_t>(tier_index(to))] * unit_bytes;
   }
 };
 

@@ -46,5 +46,20 @@ TEST(ChunkReuse, ACompactChunkIsUsedOnlyAWindowBeforeEveryComputedPosition) {
   EXPECT_EQ(use, (std::vector<ChunkUse>{K, R, K}));
 }
 
+TEST(SlidingWindowSizes, ChunksAWindowBeforeTheEndAreCompactable) {
+  // 32-token chunks, a 512-token window, a conversation of 23 chunks: chunks 0-6 end 512 or
+  // more tokens before its end.
+  EXPECT_TRUE(compactable(6, 23, 32, 512));
+  EXPECT_FALSE(compactable(7, 23, 32, 512));
+  EXPECT_FALSE(compactable(0, 16, 32, 512));
+  EXPECT_FALSE(compactable(0, 100, 32, 0));  // no window
+  // 7 chunks at 3 layers and 16 at 18: (21 + 288) / 23 layers a chunk.
+  EXPECT_DOUBLE_EQ(layers_per_chunk(23, 32, 512, 18, 3), (7.0 * 3 + 16.0 * 18) / 23);
+  EXPECT_DOUBLE_EQ(layers_per_chunk(10, 32, 512, 18, 3), 18.0);
+  EXPECT_DOUBLE_EQ(layers_per_chunk(23, 32, 0, 18, 3), 18.0);
+  // A window that is not a whole number of chunks: 500 tokens still need the last 16 chunks.
+  EXPECT_DOUBLE_EQ(layers_per_chunk(23, 32, 500, 18, 3), (7.0 * 3 + 16.0 * 18) / 23);
+}
+
 }  // namespace
 }  // namespace mnemo
