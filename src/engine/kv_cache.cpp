@@ -150,9 +150,9 @@ void KvManager::free_device_slot(SlotId slot) {
 
 void KvManager::drain_slab(BlockId slab) {
   const std::vector<SlotId> used = slabs_.used_slots(slab);
-  if (used.empty() || static_cast<int32_t>(used.size()) > slabs_.n_free_slots() - (slabs_.slots_per_slab() - static_cast<int32_t>(used.size()))) {
-    return;
-  }
+  const auto n_used = static_cast<int32_t>(used.size());
+  const int32_t free_elsewhere = slabs_.n_free_slots() - (slabs_.slots_per_slab() - n_used);
+  if (n_used == 0 || n_used > free_elsewhere) return;
   for (const SlotId from : used) {
     const auto node = index_.node_at_device_slot(from);
     const auto to = slabs_.allocate(/*except=*/slab);
