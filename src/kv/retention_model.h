@@ -105,6 +105,8 @@ struct RetentionOptions {
   // against the pooled p exceeds this. Far beyond chi-square's 10.83 (p < 0.001) on purpose: it
   // is tested at every refresh in every class, a conversation's turns are not independent, and a
   // real but weak relation is not worth following (see the comment at the top).
+  // With chunk sizes that depend on the conversation's length (kClassSplitStatisticWithSizes) the
+  // caller lowers it.
   double class_split_statistic = 40;
   double prior_think_s = 120;
   double prior_hazard_conversations = 2;  // pseudo-conversations through every idle bin at the prior hazard
@@ -112,6 +114,16 @@ struct RetentionOptions {
   int32_t em_steps = 4;
   double pending_horizon_s = 86400;
 };
+
+// The gate for a cache whose conversations take bytes per chunk that depend on their length (a
+// sliding-window model keeps history a window before the end compact, so a long conversation
+// costs less per token kept). There an unsplit class is not LRU's order but one tilted towards
+// long conversations, and a relation the data has with length is worth following sooner.
+// Measured in `mnemo simulate --sliding-window 512` (docs/benchmarks.md, session 12): at 40 the
+// English set's long conversations, which mostly end, kept their tilt too long (mnemo recomputed
+// more than LRU in 26 of 90 runs); at 10 and 20 in none of either set's runs; without the window
+// 10 and 20 lose on the Chinese set (14 and 16 of 45), so the plain default stays 40.
+inline constexpr double kClassSplitStatisticWithSizes = 10;
 
 class RetentionModel {
  public:

@@ -124,10 +124,18 @@ class MnemoPolicy final : public EvictionPolicy {
     return f;
   }
 
+  static RetentionOptions options_for(const ChunkSizes& sizes) {
+    RetentionOptions o;
+    if (sizes.sliding_window > 0 && sizes.compact_units < sizes.full_units) {
+      o.class_split_statistic = kClassSplitStatisticWithSizes;
+    }
+    return o;
+  }
+
   bool ghosts_;
   int32_t chunk_tokens_;
   ChunkSizes sizes_;
-  RetentionModel model_;
+  RetentionModel model_{options_for(sizes_)};
 };
 
 class OraclePolicy final : public CostOrderedPolicy {
