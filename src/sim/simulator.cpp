@@ -1,13 +1,13 @@
 #include "sim/simulator.h"
 
-#include "kv/chunk_reuse.h"
-
 #include <algorithm>
 #include <functional>
 #include <memory>
 #include <queue>
 #include <tuple>
 #include <vector>
+
+#include "kv/chunk_reuse.h"
 
 namespace mnemo::sim {
 namespace {
