@@ -5,6 +5,7 @@
 #
 #   bench/simulate_policies.sh [OUT]        (default OUT: bench/results/simulate)
 #
+# (`mnemo simulate` models the default model's sliding window; EXTRA="--sliding-window 0" turns it off.)
 # Knobs (environment): MNEMO_BIN, RATE (conversations/s), THINKS (exponential means in seconds, or
 # "mooncake": the turn gaps of MOONCAKE_TRACE), CAPACITIES (device:host[:disk] byte sizes), SEEDS,
 # EXTRA (more `mnemo simulate` flags).

@@ -18,6 +18,7 @@ namespace mnemo::cli {
 namespace {
 
 struct SimulateArgs {
+  SimulateArgs() { options.cache.sliding_window = 512; }  // the default model's geometry (Gemma 3 270M)
   sim::SimulationOptions options;
   std::string device_bytes = "128M";
   std::string host_bytes = "256M";
@@ -121,8 +122,8 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--sliding-window", o.cache.sliding_window,
-                  "A sliding-window model's window in tokens (Gemma 3: 512): history a window before an idle "
-                  "conversation's end takes --global-layers of --layers of the bytes, as in the real cache (0: none)")
+                  "A sliding-window model's window in tokens: history a window before an idle conversation's end "
+                  "takes --global-layers of --layers of the bytes, as in the real cache (0: none)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--layers", o.cache.layers, "Layers of the model (with --sliding-window)")->capture_default_str()->check(CLI::Range(1, 1024));

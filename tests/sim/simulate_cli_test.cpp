@@ -32,6 +32,8 @@ TEST(SimulateCli, PrintsTheTableAndWritesJson) {
   EXPECT_EQ(j["config"]["capacity_bytes"]["device"], 16 << 20);
   EXPECT_EQ(j["config"]["capacity_bytes"]["host"], 48 << 20);
   EXPECT_EQ(j["config"]["kv_bytes_per_token"], 18432);
+  EXPECT_EQ(j["config"]["sliding_window"], 512);  // the default model's geometry
+  EXPECT_EQ(j["config"]["global_layers"], 3);
   EXPECT_EQ(j["trace"]["conversations"], 60);
   ASSERT_EQ(j["policies"].size(), 6u);
   for (const auto& p : j["policies"]) {
