@@ -145,7 +145,14 @@ void KvManager::compact_on_device(const PrefixIndex::Chunk& c) {
 }
 
 void KvManager::free_device_slot(SlotId slot) {
-  if (const auto slab = slabs_.release(slot)) device_alloc_.release(*slab);
+  const BlockId slab = slabs_.slab_of(slot);
+  if (const auto emptied = slabs_.release(slot)) {
+    device_alloc_.release(*emptied);
+    return;
+  }
+  // A slab can empty into the others exactly when they have a slab's worth of free slots between
+  // them; draining whenever that happens keeps the copies in as few blocks as they fit.
+  drain_slab(slab);
 }
 
 void KvManager::drain_slab(BlockId slab) {
@@ -159,7 +166,7 @@ void KvManager::drain_slab(BlockId slab) {
     if (!node || !to) return;  // cannot happen: every used slot is indexed, and the room was counted
     std::memcpy(slot_bytes(*to), slot_bytes(from), compact_bytes());
     index_.set_device_slot(*node, *to);
-    free_device_slot(from);
+    if (const auto emptied = slabs_.release(from)) device_alloc_.release(*emptied);
   }
 }
 
@@ -178,12 +185,10 @@ void KvManager::evict_device_slot(const PrefixIndex::Chunk& c) {
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
   const bool last_copy = now_c.device == kNoBlock && now_c.host == kNoBlock && now_c.disk == DiskCopy::kNone;
-  const BlockId slab = slabs_.slab_of(c.device_slot);
   index_.set_device_slot(c.node, kNoBlock);  // may forget the node
   free_device_slot(c.device_slot);
   ++counters_.evicted_chunks;
   if (last_copy) note_dropped(c);
-  drain_slab(slab);
 }
 
 bool KvManager::compactable(const PrefixIndex::Chunk& c) const {

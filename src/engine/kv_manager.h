@@ -247,6 +247,7 @@ class KvManager {
   // the block itself becomes a slab.
   void compact_on_device(const PrefixIndex::Chunk& c);
   void evict_device_slot(const PrefixIndex::Chunk& c);
+  // Frees a slot; its slab's block goes back once empty, or once its copies fit elsewhere.
   void free_device_slot(SlotId slot);
   // Moves a slab's copies to other slabs' free slots if they all fit, so that its block goes back.
   void drain_slab(BlockId slab);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <random>
 
 #include "engine/kv_manager.h"
 #include "kv/prefix_index.h"
@@ -835,6 +836,64 @@ TEST_F(CompactKvTest, AConversationLosesItsLeadingChunksFirstNotItsLastWindow) {
   EXPECT_EQ(m.recompute, (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(m.partial, (std::vector<int32_t>{3, 4, 5}));
   EXPECT_EQ(m.device_chunks, 5);
+}
+
+// Random turns of random conversations through a small pool with every tier (device slabs,
+// host, compact host): whatever a match hands back holds exactly that chunk's KV (whole, or its
+// global layer for a partial chunk), and every device block is free, an indexed copy, or a slab.
+TEST_F(CompactKvTest, RandomTurnsKeepEveryCopyIntactAndEveryBlockAccountedFor) {
+  for (const RetentionPolicy policy : {RetentionPolicy::kLru, RetentionPolicy::kMnemo}) {
+    KvPoolConfig c = config(24, 6, 10, /*on_device=*/true);
+    c.policy = policy;
+    KvManager kv(layout(), std::move(c));
+    std::mt19937 rng(7);
+    std::vector<int32_t> length(6, 0);  // tokens of each conversation so far
+    int64_t reused = 0;
+    int64_t partial = 0;
+    for (int step = 0; step < 400; ++step) {
+      clock_ += 1 + static_cast<double>(rng() % 20);
+      const auto conv = static_cast<size_t>(rng() % length.size());
+      if (rng() % 10 == 0 && length[conv] > 0) {  // the conversation is deleted
+        kv.forget(0, tokens_from(1000 * static_cast<TokenId>(conv + 1), length[conv]), 0);
+        length[conv] = 0;
+        continue;
+      }
+      const int32_t total = std::min(40, length[conv] + 2 + static_cast<int32_t>(rng() % 9));
+      const auto tokens = tokens_from(1000 * static_cast<TokenId>(conv + 1), total);
+      PrefixMatch m = kv.match_prefix(0, tokens, (total - 1) / 2);
+      for (size_t p = 0; p < m.table.size(); ++p) {
+        const bool recomputed = std::find(m.recompute.begin(), m.recompute.end(), static_cast<int32_t>(p)) != m.recompute.end();
+        if (recomputed) {
+          fill(kv, m.table[p], tokens[p * 2]);
+          continue;
+        }
+        const bool is_partial = std::find(m.partial.begin(), m.partial.end(), static_cast<int32_t>(p)) != m.partial.end();
+        ASSERT_TRUE(holds(kv, m.table[p], tokens[p * 2], !is_partial)) << "step " << step << " chunk " << p;
+        ++reused;
+        partial += is_partial ? 1 : 0;
+      }
+      std::vector<BlockId> table = std::move(m.table);
+      const auto begin = static_cast<int32_t>(table.size()) * 2;
+      if (!kv.prepare_write(table, begin, total)) {  // no room: the turn is refused
+        kv.release(table);
+        continue;
+      }
+      for (size_t b = static_cast<size_t>(begin / 2); b < table.size(); ++b) fill(kv, table[b], tokens[b * 2]);
+      kv.cache_prefix(0, tokens, total, table, m.partial);
+      kv.release(table);
+      length[conv] = total;
+      ASSERT_EQ(kv.n_free() + static_cast<int32_t>(kv.n_cached_blocks(Tier::kDevice)) + kv.n_device_slabs(), kv.n_blocks())
+          << "step " << step;
+      ASSERT_LE(kv.n_device_slots_used(), 3 * kv.n_device_slabs());
+      ASSERT_GT(kv.n_device_slots_used(), 3 * (kv.n_device_slabs() - 1)) << "a slab that could drain into another";
+      ASSERT_EQ(kv.n_host_blocks() - kv.n_host_free() + kv.n_host_compact_used(),
+                static_cast<int32_t>(kv.n_cached_blocks(Tier::kHost)));
+    }
+    EXPECT_GT(reused, 100);
+    EXPECT_GT(partial, 10);
+    EXPECT_GT(kv.counters().device_compacted_chunks, 10);
+    EXPECT_GT(kv.counters().dropped_chunks, 0);
+  }
 }
 
 TEST_F(CompactKvTest, AMatchEndingWithinAWindowOfCompactHistoryRecomputesIt) {
