@@ -8,8 +8,9 @@
 // DROPPED, its tokens known and its KV gone. Copies may be COMPACT: only the global layers of a
 // sliding-window model, kept for chunks a window or more before the end of the last
 // conversation through them (whose local layers no later query of it reads); on the device such
-// a copy is a slot of a block shared with other compact copies (kv/compact_slabs.h). A dropped chunk stays in the trie while chunks below
-// it still hold KV, so a later match reuses them and recomputes only the dropped ones (SPEC P5).
+// a copy is a slot of a block shared with other compact copies (kv/compact_slabs.h). A dropped
+// chunk stays in the trie while chunks below it still hold KV, so a later match reuses them and
+// recomputes only the dropped ones (SPEC P5).
 //
 // Device-free metadata: the index maps token chunks to block ids and keeps the time of last use.
 // Who holds references to blocks is the allocator's business; the manager adds a reference for

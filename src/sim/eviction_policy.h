@@ -10,7 +10,8 @@
 //   tail-first  the least recently used conversation loses its last chunk first and only the
 //               prefix up to the first missing chunk is reused: what radix caches do today.
 //   mnemo       the lowest RetentionModel::value first (src/kv/retention_model.h): the recompute a
-//               chunk is expected to save per byte per second kept, from P(its conversation
+//               chunk is expected to save per byte (its conversation's per chunk, as in the
+//               real cache) per second kept, from P(its conversation
 //               returns | idle time, conversation length) learnt online from the events the real
 //               cache sees: turn ends, and matches of idle chunks, dropped ones included (the
 //               cache keeps a ghost of each: its key and facts); P5.

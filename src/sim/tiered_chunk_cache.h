@@ -12,8 +12,9 @@
 //   pinned the device goes over capacity (counted), and comes back when the pins are released.
 // - An evicted chunk goes to the next tier. A full lower tier evicts its own victims that are
 //   worse than the newcomer (by the policy's key) until the newcomer fits; if it still does not,
-//   the newcomer continues down. Whatever leaves the last tier is a drop. Bytes moved are counted by (from, to); a chunk that skips a tier is counted
-//   once, from where it left to where it stayed.
+//   the newcomer continues down. Whatever leaves the last tier is a drop. Bytes moved are counted
+//   by (from, to); a chunk that skips a tier is counted once, from where it left to where it
+//   stayed.
 // - Pinned conversations are never victims in any tier.
 #pragma once
 
