@@ -42,7 +42,7 @@ KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
       if (!model.is_local(layer)) c.global_layers.push_back(layer);
     }
     c.host_compact_blocks = config.host_compact_blocks;
-    c.retention.class_split_statistic = kClassSplitStatisticWithSizes;  // bytes per chunk fall with length
+    c.retention = retention_options_for(/*bytes_depend_on_length=*/true);
   }
   c.compact_on_device = config.compact_on_device;
   c.device_blocks = config.kv_blocks;

@@ -72,15 +72,19 @@ std::optional<PrefixIndex::Chunk> KvManager::lowest_value(
   index_.for_each_in(tier, [&](const PrefixIndex::Chunk& c) {
     if (!eligible(c)) return;
     const double s = score(c, t);
-    // Ties (values in one flat stretch, or one conversation's chunks): the older, then the
-    // leading chunk first.
-    if (!best || s < best_score ||
-        (s == best_score && (c.last_use < best->last_use || (c.last_use == best->last_use && c.position < best->position)))) {
+    if (!best || leaves_before(s, c, best_score, *best)) {
       best = c;
       best_score = s;
     }
   });
   return best;
+}
+
+bool KvManager::leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other) {
+  // Ties (values in one flat stretch, or one conversation's chunks): the older, then the leading
+  // chunk first.
+  if (s != other_score) return s < other_score;
+  return c.last_use != other.last_use ? c.last_use < other.last_use : c.position < other.position;
 }
 
 bool KvManager::index_only_device(const PrefixIndex::Chunk& c) const {
@@ -103,9 +107,7 @@ std::optional<KvManager::DeviceVictim> KvManager::next_device_victim() const {
   double best_score = block ? score(*block, t) : 0;
   index_.for_each_device_slot([&](const PrefixIndex::Chunk& c) {
     const double s = score(c, t);
-    if (!best || s < best_score ||
-        (s == best_score && (c.last_use < best->chunk.last_use ||
-                             (c.last_use == best->chunk.last_use && c.position < best->chunk.position)))) {
+    if (!best || leaves_before(s, c, best_score, best->chunk)) {
       best = DeviceVictim{c, true};
       best_score = s;
     }
@@ -174,11 +176,7 @@ void KvManager::evict_device_slot(const PrefixIndex::Chunk& c) {
   const bool only_copy = c.device == kNoBlock && c.host == kNoBlock && c.disk == DiskCopy::kNone;
   if (only_copy) {
     if (make_compact_room(1)) {
-      const BlockId host = (*compact_alloc_.allocate(1))[0];
-      std::memcpy(compact_.block(host), slot_bytes(c.device_slot), compact_bytes());
-      index_.set_host(c.node, host, /*compact=*/true);
-      ++counters_.demoted_chunks;
-      counters_.bytes_device_to_host += static_cast<int64_t>(compact_bytes());
+      demote_compact(c, slot_bytes(c.device_slot));
     } else if (config_.disk) {
       write_to_disk(c, slot_bytes(c.device_slot), /*compact=*/true);
     }
@@ -212,6 +210,14 @@ void KvManager::unpack_global_layers(const uint8_t* compact, uint8_t* block) con
   }
 }
 
+void KvManager::demote_compact(const PrefixIndex::Chunk& c, const uint8_t* compact) {
+  const BlockId host = (*compact_alloc_.allocate(1))[0];
+  std::memcpy(compact_.block(host), compact, compact_bytes());
+  index_.set_host(c.node, host, /*compact=*/true);
+  ++counters_.demoted_chunks;
+  counters_.bytes_device_to_host += static_cast<int64_t>(compact_bytes());
+}
+
 void KvManager::evict_device_copy(const PrefixIndex::Chunk& c) {
   if (c.device_slot == kNoBlock && compacts_on_device() && compactable(c)) {
     compact_on_device(c);
@@ -219,11 +225,8 @@ void KvManager::evict_device_copy(const PrefixIndex::Chunk& c) {
   }
   if (!c.has(Tier::kHost) && !c.has(Tier::kDisk) && c.disk != DiskCopy::kWriting && c.device_slot == kNoBlock) {
     if (compactable(c) && make_compact_room(1)) {
-      const BlockId host = (*compact_alloc_.allocate(1))[0];
-      pack_global_layers(device_.block(c.device), compact_.block(host));
-      index_.set_host(c.node, host, /*compact=*/true);
-      ++counters_.demoted_chunks;
-      counters_.bytes_device_to_host += static_cast<int64_t>(compact_bytes());
+      pack_global_layers(device_.block(c.device), compact_buffer_.data());
+      demote_compact(c, compact_buffer_.data());
     } else if (make_host_room(1)) {
       const BlockId host = (*host_alloc_.allocate(1))[0];
       std::memcpy(host_.block(host), device_.block(c.device), chunk_bytes());

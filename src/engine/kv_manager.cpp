@@ -252,10 +252,9 @@ void KvManager::plan_ahead_copies() {
   });
   if (reclaimable >= target || dirty.empty()) return;
   const double t = now();
-  std::sort(dirty.begin(), dirty.end(),
-            [&](const PrefixIndex::Chunk& a, const PrefixIndex::Chunk& b) { const double sa = score(a, t);
-              const double sb = score(b, t);
-              return sa != sb ? sa < sb : a.last_use != b.last_use ? a.last_use < b.last_use : a.position < b.position; });
+  std::sort(dirty.begin(), dirty.end(), [&](const PrefixIndex::Chunk& a, const PrefixIndex::Chunk& b) {
+    return leaves_before(score(a, t), a, score(b, t), b);
+  });
   const int32_t wanted = std::min({target - reclaimable, config_.max_background_copies,
                                    static_cast<int32_t>(dirty.size()), host_alloc_.n_free()});
   if (wanted <= 0) return;  // ahead-of-need copies never evict the host tier

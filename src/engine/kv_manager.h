@@ -226,6 +226,8 @@ class KvManager {
   // The cached chunk with a copy in `tier` that leaves it first; `eligible` filters.
   std::optional<PrefixIndex::Chunk> lowest_value(Tier tier,
                                                  const std::function<bool(const PrefixIndex::Chunk&)>& eligible) const;
+  // Whether `c` (retention score `s`) leaves before `other`: the lower score, then the tie-break.
+  static bool leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other);
   bool index_only_device(const PrefixIndex::Chunk& c) const;
   // Whether the chunk's device block can leave without copying it out whole: another copy stays,
   // or it shrinks to a device slot.
@@ -242,7 +244,9 @@ class KvManager {
   bool make_compact_room(int32_t n);
   bool make_disk_room(size_t bytes);
   void evict_device_copy(const PrefixIndex::Chunk& c);
-  bool compacts_on_device() const { return slabs_.enabled() && config_.sliding_window > 0; }
+  // A compact copy (`compact`: global layers, packed) into the compact host pool, which has room.
+  void demote_compact(const PrefixIndex::Chunk& c, const uint8_t* compact);
+  bool compacts_on_device() const { return slabs_.enabled(); }  // slabs exist only for sliding-window models
   // The chunk's block is replaced by a compact copy in a device slot; if no slab has one free,
   // the block itself becomes a slab.
   void compact_on_device(const PrefixIndex::Chunk& c);

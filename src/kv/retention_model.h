@@ -125,6 +125,14 @@ struct RetentionOptions {
 // 10 and 20 lose on the Chinese set (14 and 16 of 45), so the plain default stays 40.
 inline constexpr double kClassSplitStatisticWithSizes = 10;
 
+// The options for a cache whose bytes per chunk do (sliding-window models) or do not depend on a
+// conversation's length.
+inline RetentionOptions retention_options_for(bool bytes_depend_on_length) {
+  RetentionOptions o;
+  if (bytes_depend_on_length) o.class_split_statistic = kClassSplitStatisticWithSizes;
+  return o;
+}
+
 class RetentionModel {
  public:
   // Checks the options (MNEMO_CHECK: they are the program's, not a request's).

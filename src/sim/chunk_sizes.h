@@ -15,6 +15,7 @@ struct ChunkSizes {
   int32_t chunk_tokens = 1;
   int32_t sliding_window = 0;  // tokens; 0: every chunk is whole
 
+  bool bytes_depend_on_length() const { return sliding_window > 0 && compact_units < full_units; }
   // What a conversation of `end_chunks` chunks takes per chunk, in units, when idle.
   double units_per_chunk(int32_t end_chunks) const {
     return layers_per_chunk(end_chunks, chunk_tokens, sliding_window, full_units, compact_units);

@@ -124,18 +124,10 @@ class MnemoPolicy final : public EvictionPolicy {
     return f;
   }
 
-  static RetentionOptions options_for(const ChunkSizes& sizes) {
-    RetentionOptions o;
-    if (sizes.sliding_window > 0 && sizes.compact_units < sizes.full_units) {
-      o.class_split_statistic = kClassSplitStatisticWithSizes;
-    }
-    return o;
-  }
-
   bool ghosts_;
   int32_t chunk_tokens_;
   ChunkSizes sizes_;
-  RetentionModel model_{options_for(sizes_)};
+  RetentionModel model_{retention_options_for(sizes_.bytes_depend_on_length())};
 };
 
 class OraclePolicy final : public CostOrderedPolicy {
