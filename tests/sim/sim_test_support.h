@@ -3,10 +3,14 @@
 // round numbers.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kv/cost_model.h"
+#include "sim/eviction_policy.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
@@ -39,6 +43,15 @@ inline TraceTurn turn(double start_s, double end_s, int64_t prompt_tokens, int64
 
 inline TraceConversation conversation(std::string id, std::vector<TraceTurn> turns) {
   return {std::move(id), std::move(turns)};
+}
+
+// One replay of `trace` under the named policy, sized as `config` says; a failure fails the test.
+inline PolicyOutcome run_policy(const Trace& trace, const SimConfig& config, std::string_view name) {
+  auto policy = make_eviction_policy(name, config.cost, config.chunk_tokens, config.chunk_sizes());
+  EXPECT_TRUE(policy.ok());
+  auto outcome = simulate_policy(trace, config, **policy);
+  EXPECT_TRUE(outcome.ok()) << outcome.error().message();
+  return std::move(*outcome);
 }
 
 }  // namespace mnemo::sim::testing

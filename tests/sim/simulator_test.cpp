@@ -14,16 +14,9 @@ namespace {
 
 using testing::conversation;
 using testing::kChunk;
+using testing::run_policy;
 using testing::small_config;
 using testing::turn;
-
-PolicyOutcome run(const Trace& trace, const SimConfig& config, std::string_view name) {
-  auto policy = make_eviction_policy(name, config.cost, config.chunk_tokens);
-  EXPECT_TRUE(policy.ok());
-  auto outcome = simulate_policy(trace, config, **policy);
-  EXPECT_TRUE(outcome.ok()) << outcome.error().message();
-  return std::move(*outcome);
-}
 
 // X (16 tokens of context after its first turn: chunks 0-3) comes back at 100 with a 20-token
 // prompt; Y (one chunk) never comes back; Z needs two chunks at 10 while the 5-chunk device is
@@ -47,7 +40,7 @@ TEST(Simulator, ExactRecomputeOfEachPolicyOnAHandMadeScenario) {
   // mnemo has learnt nothing by 10 (no conversation has come back): its order is LRU's.
   for (const Expected& e : {Expected{"lru", 8, 36}, Expected{"tail-first", 8, 100}, Expected{"pensieve", 4, 10},
                             Expected{"mnemo", 8, 36}, Expected{"mnemo-no-ghosts", 8, 36}, Expected{"oracle", 4, 10}}) {
-    const PolicyOutcome o = run(trace, config, e.policy);
+    const PolicyOutcome o = run_policy(trace, config, e.policy);
     EXPECT_EQ(o.recomputed_tokens, e.recomputed) << e.policy;
     EXPECT_DOUBLE_EQ(o.recomputed_seconds, e.seconds) << e.policy;
     EXPECT_EQ(o.hit_tokens[0], 16 - e.recomputed) << e.policy;
@@ -79,7 +72,7 @@ TEST(Simulator, WithoutP5TheChunksAfterADroppedPrefixAreRecomputed) {
   EXPECT_EQ(outcome->stranded_tokens, 8);
   EXPECT_EQ(outcome->hit_tokens_total(), 0);
   EXPECT_EQ(outcome->counters.discarded_chunks, 2);  // the stale X2, X3 are replaced
-  EXPECT_EQ(run(two_idle_conversations(), small_config(5), "lru").recomputed_tokens, 8);
+  EXPECT_EQ(run_policy(two_idle_conversations(), small_config(5), "lru").recomputed_tokens, 8);
 }
 
 TEST(Simulator, TierCascadeHitsPerTierAndBytesMovedPerDirection) {
@@ -93,7 +86,7 @@ TEST(Simulator, TierCascadeHitsPerTierAndBytesMovedPerDirection) {
   // Pensieve evicts the same chunks here (A's are the cheapest per idle second); the oracle
   // evicts B's and C's first (they never return), so A1 stays on the device and A0 in the host.
   for (const char* name : {"lru", "pensieve"}) {
-    const PolicyOutcome o = run(trace, small_config(3, 2, 2), name);
+    const PolicyOutcome o = run_policy(trace, small_config(3, 2, 2), name);
     EXPECT_EQ(o.recomputed_tokens, 0) << name;
     EXPECT_EQ(o.hit_tokens[0], 0) << name;
     EXPECT_EQ(o.hit_tokens[1], 4) << name;
@@ -108,13 +101,13 @@ TEST(Simulator, TierCascadeHitsPerTierAndBytesMovedPerDirection) {
     EXPECT_EQ(o.counters.evicted_chunks[1], 3);
     EXPECT_EQ(o.counters.dropped_chunks, 0);
   }
-  const PolicyOutcome oracle = run(trace, small_config(3, 2, 2), "oracle");
+  const PolicyOutcome oracle = run_policy(trace, small_config(3, 2, 2), "oracle");
   EXPECT_EQ(oracle.recomputed_tokens, 0);
   EXPECT_EQ(oracle.hit_tokens[0], 4);
   EXPECT_EQ(oracle.hit_tokens[1], 4);
   EXPECT_EQ(oracle.hit_tokens[2], 0);
   // Without the disk the host drops instead, and A recomputes its first chunk.
-  const PolicyOutcome two_tiers = run(trace, small_config(3, 2), "lru");
+  const PolicyOutcome two_tiers = run_policy(trace, small_config(3, 2), "lru");
   EXPECT_EQ(two_tiers.recomputed_tokens, 4);
   EXPECT_EQ(two_tiers.hit_tokens[1], 4);
 }
@@ -126,7 +119,7 @@ TEST(Simulator, RunningConversationsArePinned) {
   const Trace trace = {conversation("A", {turn(0, 50, 8, 0), turn(60, 61, 12, 0)}), conversation("B", {turn(1, 2, 8, 0)}),
                        conversation("C", {turn(3, 4, 4, 0)})};
   for (const std::string& name : eviction_policy_names()) {
-    const PolicyOutcome o = run(trace, small_config(3), name);
+    const PolicyOutcome o = run_policy(trace, small_config(3), name);
     EXPECT_EQ(o.counters.device_overcommits, 1) << name;
     EXPECT_EQ(o.counters.peak_device_chunks, 4) << name;
     EXPECT_EQ(o.recomputed_tokens, 0) << name;
@@ -184,12 +177,12 @@ TEST(Simulator, OracleNeverRecomputesMoreThanAnyPolicy) {
     const Trace trace = random_trace(rng);
     const SimConfig config = small_config(18 + static_cast<int64_t>(rng() % 12), static_cast<int64_t>(rng() % 16),
                                           rng() % 2 == 0 ? 0 : static_cast<int64_t>(rng() % 8));
-    const PolicyOutcome oracle = run(trace, config, "oracle");
+    const PolicyOutcome oracle = run_policy(trace, config, "oracle");
     if (oracle.counters.device_overcommits > 0) continue;
     ++tested;
     oracle_total += oracle.recomputed_tokens;
     for (const char* name : {"lru", "tail-first", "pensieve", "mnemo", "mnemo-no-ghosts"}) {
-      const PolicyOutcome other = run(trace, config, name);
+      const PolicyOutcome other = run_policy(trace, config, name);
       ASSERT_EQ(other.counters.device_overcommits, 0) << name;  // pins do not depend on the policy
       ASSERT_LE(oracle.recomputed_tokens, other.recomputed_tokens) << name << " trial " << trial;
       // Every policy sees the same traffic and accounts every reusable token once.
@@ -224,10 +217,10 @@ Trace short_ones_return_long_ones_end(int rounds) {
 TEST(Simulator, MnemoLearnsWhichConversationsReturn) {
   const Trace trace = short_ones_return_long_ones_end(100);
   const SimConfig config = small_config(10);
-  const PolicyOutcome lru = run(trace, config, "lru");
-  const PolicyOutcome mnemo = run(trace, config, "mnemo");
-  const PolicyOutcome no_ghosts = run(trace, config, "mnemo-no-ghosts");
-  const PolicyOutcome oracle = run(trace, config, "oracle");
+  const PolicyOutcome lru = run_policy(trace, config, "lru");
+  const PolicyOutcome mnemo = run_policy(trace, config, "mnemo");
+  const PolicyOutcome no_ghosts = run_policy(trace, config, "mnemo-no-ghosts");
+  const PolicyOutcome oracle = run_policy(trace, config, "oracle");
   EXPECT_EQ(lru.reusable_tokens, 100 * 8);  // each short conversation's 2 chunks
   EXPECT_EQ(lru.recomputed_tokens, 100 * 8);  // every short conversation loses both chunks
   // mnemo orders as LRU, and so loses the short ones, until the evidence that the classes differ

@@ -14,6 +14,7 @@ namespace mnemo::sim {
 namespace {
 
 using testing::conversation;
+using testing::run_policy;
 using testing::small_config;
 using testing::turn;
 
@@ -24,14 +25,6 @@ SimConfig swa_config(int64_t device_units, int64_t host_units = 0) {
   c.layers = 4;
   c.global_layers = 1;
   return c;
-}
-
-PolicyOutcome run(const Trace& trace, const SimConfig& config, std::string_view name) {
-  auto policy = make_eviction_policy(name, config.cost, config.chunk_tokens, config.chunk_sizes());
-  EXPECT_TRUE(policy.ok());
-  auto outcome = simulate_policy(trace, config, **policy);
-  EXPECT_TRUE(outcome.ok()) << outcome.error().message();
-  return std::move(*outcome);
 }
 
 TEST(SlidingWindowSizes, AnIdleConversationsHistoryShrinksAndARunningOnesIsWhole) {
@@ -57,7 +50,7 @@ TEST(SlidingWindowSizes, AnIdleConversationsHistoryShrinksAndARunningOnesIsWhole
 TEST(SlidingWindowSimulation, CompactHistoryLeavesRoomThatWholeChunksWouldTake) {
   const Trace trace = {conversation("X", {turn(0, 1, 24, 0), turn(100, 101, 28, 0)}), conversation("Y", {turn(10, 11, 12, 0)})};
   for (const std::string& name : eviction_policy_names()) {
-    const PolicyOutcome o = run(trace, swa_config(24), name);
+    const PolicyOutcome o = run_policy(trace, swa_config(24), name);
     EXPECT_EQ(o.recomputed_tokens, 0) << name;
     EXPECT_EQ(o.hit_tokens[0], 24) << name;
     EXPECT_EQ(o.counters.evicted_chunks[0], 3) << name;  // Y's, when X's chunks are whole again
@@ -65,7 +58,7 @@ TEST(SlidingWindowSimulation, CompactHistoryLeavesRoomThatWholeChunksWouldTake) 
   // The same bytes without the window: Y takes three of X's chunks.
   SimConfig whole = swa_config(24);
   whole.sliding_window = 0;
-  EXPECT_EQ(run(trace, whole, "lru").recomputed_tokens, 12);
+  EXPECT_EQ(run_policy(trace, whole, "lru").recomputed_tokens, 12);
 }
 
 // Y needs 16 units with 12 free. LRU takes X's 4 compact leading chunks: X recomputes them and
@@ -74,16 +67,16 @@ TEST(SlidingWindowSimulation, CompactHistoryLeavesRoomThatWholeChunksWouldTake) 
 // back to the start: nothing of X is reusable.
 TEST(SlidingWindowSimulation, LosingTheLastWindowStrandsTheCompactHistory) {
   const Trace trace = {conversation("X", {turn(0, 1, 24, 0), turn(100, 101, 28, 0)}), conversation("Y", {turn(10, 11, 16, 0)})};
-  const PolicyOutcome lru = run(trace, swa_config(24), "lru");
+  const PolicyOutcome lru = run_policy(trace, swa_config(24), "lru");
   EXPECT_EQ(lru.recomputed_tokens, 16);
   EXPECT_EQ(lru.stranded_tokens, 0);
   EXPECT_EQ(lru.hit_tokens[0], 8);
-  const PolicyOutcome tail = run(trace, swa_config(24), "tail-first");
+  const PolicyOutcome tail = run_policy(trace, swa_config(24), "tail-first");
   EXPECT_EQ(tail.recomputed_tokens, 24);
   EXPECT_EQ(tail.stranded_tokens, 20);
   EXPECT_EQ(tail.hit_tokens_total(), 0);
   // mnemo values a conversation's chunks alike (per byte of the conversation): leading first.
-  EXPECT_EQ(run(trace, swa_config(24), "mnemo").recomputed_tokens, 16);
+  EXPECT_EQ(run_policy(trace, swa_config(24), "mnemo").recomputed_tokens, 16);
 }
 
 // A (6 chunks, 2 units a chunk) idles from 1, B (2 whole chunks, 4 a chunk) from 3; C needs 16
@@ -92,9 +85,9 @@ TEST(SlidingWindowSimulation, LosingTheLastWindowStrandsTheCompactHistory) {
 TEST(SlidingWindowSimulation, MnemoKeepsTheHistoryThatSavesMoreTokensPerByte) {
   const Trace trace = {conversation("A", {turn(0, 1, 24, 0), turn(100, 101, 28, 0)}), conversation("B", {turn(2, 3, 8, 0)}),
                        conversation("C", {turn(10, 11, 16, 0)})};
-  const PolicyOutcome lru = run(trace, swa_config(28), "lru");
+  const PolicyOutcome lru = run_policy(trace, swa_config(28), "lru");
   EXPECT_EQ(lru.recomputed_tokens, 20);
-  const PolicyOutcome mnemo = run(trace, swa_config(28), "mnemo");
+  const PolicyOutcome mnemo = run_policy(trace, swa_config(28), "mnemo");
   EXPECT_EQ(mnemo.recomputed_tokens, 0);
   EXPECT_EQ(mnemo.hit_tokens[0], 24);
 }
@@ -104,7 +97,7 @@ TEST(SlidingWindowSimulation, MovedBytesCountCompactChunksAtTheirSize) {
   // (4 units). When X returns its chunks are whole on the device again, and idle Y (chunks 0-1
   // compact, 2-3 whole: 10 units) leaves for the host, where Y3 fits only once Y0 and Y1 are dropped.
   const Trace trace = {conversation("X", {turn(0, 1, 24, 0), turn(100, 101, 28, 0)}), conversation("Y", {turn(10, 11, 16, 0)})};
-  const PolicyOutcome o = run(trace, swa_config(24, 8), "lru");
+  const PolicyOutcome o = run_policy(trace, swa_config(24, 8), "lru");
   EXPECT_EQ(o.recomputed_tokens, 0);
   EXPECT_EQ(o.hit_tokens[1], 16);
   EXPECT_EQ(o.hit_tokens[0], 8);
