@@ -102,6 +102,7 @@ std::optional<KvManager::DeviceVictim> KvManager::next_device_victim() const {
   std::optional<DeviceVictim> best;
   const auto block = lowest_value(Tier::kDevice, [&](const auto& c) { return index_only_device(c); });
   if (block) best = DeviceVictim{*block, false};
+  if (slabs_.n_used() == 0) return best;  // no compact copy on the device: no second scan
   // Compact copies compete by value: a conversation's leading chunks leave first, compact or not.
   const double t = now();
   double best_score = block ? score(*block, t) : 0;

@@ -36,7 +36,6 @@ class Replay {
         cost_(config.cost),
         policy_(learner ? *learner : policy),
         learner_(learner),
-        window_(config.sliding_window),
         cache_(config.capacity_units(), policy_, trace.size(), config.chunk_sizes()) {
     out_.policy = std::string(policy.name());
     out_.chunk_bytes = config.chunk_bytes();
@@ -93,7 +92,7 @@ class Replay {
                                     : cache_.is_compact({id, j}) ? ChunkUse::kCompact
                                                                  : ChunkUse::kFull;
     }
-    enforce_sliding_windows(use, static_cast<int32_t>(c_), window_);
+    enforce_sliding_windows(use, static_cast<int32_t>(c_), cache_.sizes().sliding_window);
     if (!policy_.reuses_after_gap()) {
       const auto gap = std::find(use.begin(), use.end(), ChunkUse::kRecompute);
       std::fill(gap, use.end(), ChunkUse::kRecompute);
@@ -155,7 +154,6 @@ class Replay {
   const CostModel& cost_;
   const EvictionPolicy& policy_;
   EvictionPolicy* learner_;
-  int32_t window_;
   TieredChunkCache cache_;
   PolicyOutcome out_;
 };

@@ -74,6 +74,7 @@ class TieredChunkCache {
   // Evicts from the device until it is within capacity again (after pins are released).
   void shrink_device_to_capacity(double now_s);
 
+  const ChunkSizes& sizes() const { return sizes_; }
   int64_t used_chunks(Tier t) const { return count_[static_cast<size_t>(tier_index(t))]; }
   int64_t used_units(Tier t) const { return used_[static_cast<size_t>(tier_index(t))]; }
   int64_t capacity_units(Tier t) const { return capacity_[static_cast<size_t>(tier_index(t))]; }
