@@ -50,16 +50,17 @@ TEST_P(GemmTest, MatchesTheScalarReference) {
       weights.insert(weights.end(), row.begin(), row.end());
     }
     const size_t weight_row_bytes = row_bytes(type, k);
-    for (const int64_t n_rows : {1, 2, 9}) {
+    for (const int64_t n_rows : {1, 2, 9, 19}) {
       const std::vector<float> x = testing::random_floats(k * n_rows, rng);
-      const size_t packed_bytes = gemm->packer->row_bytes(k);
+      const size_t packed_bytes = gemm->packer->batch_bytes(k, n_rows);
       ASSERT_EQ(packed_bytes % 64, 0u);
-      std::vector<uint8_t> storage(packed_bytes * static_cast<size_t>(n_rows) + 64);
+      std::vector<uint8_t> storage(packed_bytes + 64);
       uint8_t* packed = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
-      for (int64_t r = 0; r < n_rows; ++r) gemm->packer->pack(x.data() + r * k, k, packed + static_cast<size_t>(r) * packed_bytes);
+      // Rows packed out of order: each writes only its own bytes.
+      for (int64_t r = n_rows - 1; r >= 0; --r) gemm->packer->pack(x.data() + r * k, k, r, n_rows, packed);
       std::vector<float> y(static_cast<size_t>(out * n_rows), NAN);
       const int64_t begin = 5, end = out - 3;  // partial tiles at both ends
-      gemm->multiply({weights.data(), weight_row_bytes, nullptr, k, begin, end, packed, packed_bytes, n_rows, y.data(), out});
+      gemm->multiply({weights.data(), weight_row_bytes, nullptr, k, begin, end, packed, n_rows, y.data(), out});
       if (gemm->pack_tile != nullptr) {
         // Tiles packed once: the same bits, for a range starting on a tile boundary (read from
         // the tiles) and for one that does not (the kernel repacks then).
@@ -72,8 +73,8 @@ TEST_P(GemmTest, MatchesTheScalarReference) {
         }
         for (const int64_t from : {begin, int64_t{0}, int64_t{gemm->tile_rows}}) {
           std::vector<float> from_tiles(y.size(), NAN), repacked(y.size(), NAN);
-          gemm->multiply({weights.data(), weight_row_bytes, tiles, k, from, end, packed, packed_bytes, n_rows, from_tiles.data(), out});
-          gemm->multiply({weights.data(), weight_row_bytes, nullptr, k, from, end, packed, packed_bytes, n_rows, repacked.data(), out});
+          gemm->multiply({weights.data(), weight_row_bytes, tiles, k, from, end, packed, n_rows, from_tiles.data(), out});
+          gemm->multiply({weights.data(), weight_row_bytes, nullptr, k, from, end, packed, n_rows, repacked.data(), out});
           for (size_t i = 0; i < y.size(); ++i) {
             const int64_t o = static_cast<int64_t>(i) % out;
             if (o < from || o >= end) {

@@ -27,11 +27,13 @@ namespace mnemo::kernels {
 // How activations are packed for a family of kernels (all weight types with the same
 // vec_dot_type share one packer, so Q, K and V can share the packed rows).
 struct ActivationPacker {
-  // Bytes of one packed row of k elements: a multiple of 64, so rows stay 64-byte aligned.
-  size_t (*row_bytes)(int64_t k);
-  // Packs x[0, k) into out (64-byte aligned). The values are those of the vec_dot_type's
-  // quantize_activations on the same ISA.
-  void (*pack)(const float* x, int64_t k, void* out);
+  // Bytes of a batch of n_rows packed rows of k elements (a multiple of 64).
+  size_t (*batch_bytes)(int64_t k, int64_t n_rows);
+  // Packs x[0, k) as row `row` of a batch of n_rows at `batch` (64-byte aligned). A row writes
+  // only its own bytes, so the rows of a batch can be packed in any order and in parallel. The
+  // values are those of the vec_dot_type's quantize_activations on the same ISA; the layout is
+  // the kernel's own.
+  void (*pack)(const float* x, int64_t k, int64_t row, int64_t n_rows, void* batch);
 };
 
 struct GemmArgs {
@@ -43,8 +45,7 @@ struct GemmArgs {
   const uint8_t* tiles;
   int64_t k;                          // elements per row
   int64_t row_begin, row_end;         // the weight rows (output features) to compute
-  const uint8_t* activations;         // n_rows packed rows, activation_row_bytes apart
-  size_t activation_row_bytes;
+  const uint8_t* activations;         // a batch of n_rows rows packed by the kernel's packer
   int64_t n_rows;
   float* y;  // y[r * y_stride + o] for o in [row_begin, row_end), r < n_rows
   int64_t y_stride;

@@ -18,6 +18,7 @@
 #include "kernels/cpu/block_q8_1.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_avx512_common.h"
+#include "kernels/cpu/q8_0_block_avx512.h"
 #include "tensor/quant_blocks.h"
 
 namespace mnemo::kernels::avx512 {
@@ -25,51 +26,45 @@ namespace {
 
 using namespace gemm;
 
-// ---- Packed Q8_0 / Q8_1 activations: levels, then per block the scale (float) and either
-// -offset * the sum of the levels (int32, Q8_0; the correction for weights carrying that offset,
-// so there is one packer per offset and the kernels broadcast it straight from memory) or ggml's
-// s = d * sum (float, Q8_1).
-struct PackedQ8 {
-  const int8_t* qs;
-  const float* d;
-  const void* aux;
-  static size_t qs_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k)); }
-  static size_t field_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k / kQK) * 4); }
-  static size_t row_bytes(int64_t k) { return qs_bytes(k) + 2 * field_bytes(k); }
-  PackedQ8(const uint8_t* row, int64_t k)
-      : qs(reinterpret_cast<const int8_t*>(row)),
-        d(reinterpret_cast<const float*>(row + qs_bytes(k))),
-        aux(row + qs_bytes(k) + field_bytes(k)) {}
+// ---- Packed Q8_0 / Q8_1 activations, a record per row and block (see ActivationBatch): the
+// levels, the scale as a float, and either -offset * the sum of the levels (Q8_0; the correction
+// for weights carrying that offset, so there is one packer per offset and the kernels broadcast
+// it straight from memory) or ggml's s = d * sum (Q8_1).
+struct RecordQ8_0 {
+  int8_t qs[kQK];
+  float d;
+  int32_t correction;
+};
+struct RecordQ8_1 {
+  int8_t qs[kQK];
+  float d;
+  float s;
 };
 
+template <class Record>
+size_t batch_bytes(int64_t k, int64_t n_rows) {
+  return ActivationBatch<Record>::bytes(k / kQK, n_rows);
+}
+
 template <int kOffset>
-void pack_q8_0(const float* x, int64_t k, void* out) {
-  auto* bytes = static_cast<uint8_t*>(out);
-  auto* qs = reinterpret_cast<int8_t*>(bytes);
-  auto* d = reinterpret_cast<float*>(bytes + PackedQ8::qs_bytes(k));
-  auto* corrections = reinterpret_cast<int32_t*>(bytes + PackedQ8::qs_bytes(k) + PackedQ8::field_bytes(k));
+void pack_q8_0(const float* x, int64_t k, int64_t row, int64_t n_rows, void* batch) {
   for (int64_t b = 0; b < k / kQK; ++b) {
-    BlockQ8_0 block;
-    q8_0_quantize_activations(x + b * kQK, &block, kQK);
-    std::memcpy(qs + b * kQK, block.qs, kQK);
-    d[b] = simd::half_to_float(block.d);
-    int sum = 0;
-    for (int i = 0; i < kQK; ++i) sum += block.qs[i];
-    corrections[b] = -kOffset * sum;
+    RecordQ8_0& record = *ActivationBatch<RecordQ8_0>::record(batch, k / kQK, n_rows, row, b);
+    const Q8_0Levels levels = quantize_q8_0_block(x + b * kQK);
+    store_q8_0_levels(levels, record.qs);
+    record.d = simd::half_to_float(levels.d);
+    record.correction = -kOffset * _mm512_reduce_add_epi32(_mm512_add_epi32(levels.low, levels.high));
   }
 }
 
-void pack_q8_1(const float* x, int64_t k, void* out) {
-  auto* bytes = static_cast<uint8_t*>(out);
-  auto* qs = reinterpret_cast<int8_t*>(bytes);
-  auto* d = reinterpret_cast<float*>(bytes + PackedQ8::qs_bytes(k));
-  auto* s = reinterpret_cast<float*>(bytes + PackedQ8::qs_bytes(k) + PackedQ8::field_bytes(k));
+void pack_q8_1(const float* x, int64_t k, int64_t row, int64_t n_rows, void* batch) {
   for (int64_t b = 0; b < k / kQK; ++b) {
+    RecordQ8_1& record = *ActivationBatch<RecordQ8_1>::record(batch, k / kQK, n_rows, row, b);
     BlockQ8_1 block;
     avx2::q8_1_quantize_activations(x + b * kQK, &block, kQK);
-    std::memcpy(qs + b * kQK, block.qs, kQK);
-    d[b] = simd::half_to_float(block.d);
-    s[b] = simd::half_to_float(block.s);
+    std::memcpy(record.qs, block.qs, kQK);
+    record.d = simd::half_to_float(block.d);
+    record.s = simd::half_to_float(block.s);
   }
 }
 
@@ -81,6 +76,7 @@ void pack_q8_1(const float* x, int64_t k, void* out) {
 // and spare the per-row reduction; the 4- and 5-bit formats' are 64-100% larger than the file's,
 // and one row's product is bound by the bytes it reads.
 struct Q8_0Format {
+  using Record = RecordQ8_0;
   using Block = BlockQ8_0;
   static constexpr int kOffset = 128;
   static constexpr bool kHasMin = false;
@@ -91,6 +87,7 @@ struct Q8_0Format {
   static __m256i levels(const Block& a) { return _mm256_xor_si256(simd::load256(a.qs), _mm256_set1_epi8(-128)); }
 };
 struct Q4_0Format {
+  using Record = RecordQ8_0;
   using Block = BlockQ4_0;
   static constexpr int kOffset = 8;
   static constexpr bool kHasMin = false;
@@ -116,6 +113,7 @@ __m256i five_bit_levels(const Block& a) {
   return _mm256_mask_add_epi8(nibbles, _cvtu32_mask32(bits), nibbles, _mm256_set1_epi8(16));
 }
 struct Q5_0Format {
+  using Record = RecordQ8_0;
   using Block = BlockQ5_0;
   static constexpr int kOffset = 16;
   static constexpr bool kHasMin = false;
@@ -124,6 +122,7 @@ struct Q5_0Format {
   static __m256i levels(const Block& a) { return five_bit_levels(a); }
 };
 struct Q4_1Format {
+  using Record = RecordQ8_1;
   using Block = BlockQ4_1;
   static constexpr int kOffset = 0;
   static constexpr bool kHasMin = true;
@@ -132,6 +131,7 @@ struct Q4_1Format {
   static __m256i levels(const Block& a) { return simd::unpack_nibbles(a.qs); }
 };
 struct Q5_1Format {
+  using Record = RecordQ8_1;
   using Block = BlockQ5_1;
   static constexpr int kOffset = 0;
   static constexpr bool kHasMin = true;
@@ -174,40 +174,31 @@ void repack_tile(const TileRows& rows, int64_t n_blocks, uint8_t* out, NextTileP
 template <class Format, int kRows>
 void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args, int64_t first_row, int64_t o,
                     __mmask16 store_mask, NextTilePrefetch& prefetch) {
+  using Record = typename Format::Record;
   __m512 acc[kRows];
-  const int8_t* qs[kRows];
-  const float* scale[kRows];
-  const void* aux[kRows];
-  for (int j = 0; j < kRows; ++j) {
-    acc[j] = _mm512_setzero_ps();
-    const PackedQ8 packed(args.activations + static_cast<size_t>(first_row + j) * args.activation_row_bytes, args.k);
-    qs[j] = packed.qs;
-    scale[j] = packed.d;
-    aux[j] = packed.aux;
-  }
-  for (int64_t b = 0; b < n_blocks; ++b, tile += unit_bytes<Format>()) {
+  for (int j = 0; j < kRows; ++j) acc[j] = _mm512_setzero_ps();
+  const Record* records = ActivationBatch<Record>::group(args.activations, n_blocks, first_row);
+  for (int64_t b = 0; b < n_blocks; ++b, tile += unit_bytes<Format>(), records += kRows) {
     prefetch.step();
     const auto* vectors = reinterpret_cast<const __m512i*>(tile);
     __m512i w[8];
     for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(vectors + g);
     const __m512 d_w = _mm512_load_ps(tile + 8 * sizeof(__m512i));
     for (int j = 0; j < kRows; ++j) {
-      const int8_t* a = qs[j] + b * kQK;
+      const Record& a = records[j];
       // Two dependency chains (even and odd groups); integer sums are exact in any order.
       __m512i even = _mm512_setzero_si512();
-      if constexpr (Format::kOffset != 0) {
-        even = _mm512_set1_epi32(static_cast<const int32_t*>(aux[j])[b]);
-      }
+      if constexpr (Format::kOffset != 0) even = _mm512_set1_epi32(a.correction);
       __m512i odd = _mm512_setzero_si512();
       for (int g = 0; g < 8; g += 2) {
-        even = dpbusd_broadcast(even, w[g], a + 4 * g);
-        odd = dpbusd_broadcast(odd, w[g + 1], a + 4 * g + 4);
+        even = dpbusd_broadcast(even, w[g], a.qs + 4 * g);
+        odd = dpbusd_broadcast(odd, w[g + 1], a.qs + 4 * g + 4);
       }
       const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
-      acc[j] = _mm512_fmadd_ps(sums, _mm512_mul_ps(d_w, _mm512_set1_ps(scale[j][b])), acc[j]);
+      acc[j] = _mm512_fmadd_ps(sums, _mm512_mul_ps(d_w, _mm512_set1_ps(a.d)), acc[j]);
       if constexpr (Format::kHasMin) {
         const __m512 m_w = _mm512_load_ps(tile + 9 * sizeof(__m512i));
-        acc[j] = _mm512_fmadd_ps(m_w, _mm512_set1_ps(static_cast<const float*>(aux[j])[b]), acc[j]);
+        acc[j] = _mm512_fmadd_ps(m_w, _mm512_set1_ps(a.s), acc[j]);
       }
     }
   }
@@ -220,14 +211,15 @@ template <class Format>
 void multiply_one_row(const GemmArgs& args) {
   using Block = typename Format::Block;
   const int64_t n_blocks = args.k / kQK;
-  const PackedQ8 packed(args.activations, args.k);
+  const auto* records = ActivationBatch<typename Format::Record>::group(args.activations, n_blocks, 0);
   for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
     const TileRows rows(args.weights, args.weight_row_bytes, o, args.row_end);
     NextTilePrefetch prefetch(args, o + kTileRows, n_blocks);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
       prefetch.step();
-      const __m512i a = _mm512_broadcast_i64x4(simd::load256(packed.qs + b * kQK));
+      const auto& record = records[b];
+      const __m512i a = _mm512_broadcast_i64x4(simd::load256(record.qs));
       __m512i partial[8];
       for (int p = 0; p < 8; ++p) {
         const int r = kPairFirst[p];
@@ -239,14 +231,12 @@ void multiply_one_row(const GemmArgs& args) {
       reduce_row_pairs(partial, first, second);
       __m512i sums = _mm512_add_epi32(first, second);
       if constexpr (Format::kOffset != 0) {
-        sums = _mm512_add_epi32(_mm512_set1_epi32(static_cast<const int32_t*>(packed.aux)[b]), sums);
+        sums = _mm512_add_epi32(_mm512_set1_epi32(record.correction), sums);
       }
       const __m512i words = rows.gather_words(static_cast<size_t>(b) * sizeof(Block));
       const __m512 d_w = TileRows::low_halves(words);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(d_w, _mm512_set1_ps(packed.d[b])), acc);
-      if constexpr (Format::kHasMin) {
-        acc = _mm512_fmadd_ps(TileRows::high_halves(words), _mm512_set1_ps(static_cast<const float*>(packed.aux)[b]), acc);
-      }
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(d_w, _mm512_set1_ps(record.d)), acc);
+      if constexpr (Format::kHasMin) acc = _mm512_fmadd_ps(TileRows::high_halves(words), _mm512_set1_ps(record.s), acc);
     }
     store_outputs(args.y + o, rows.store_mask(), acc);
   }
@@ -285,10 +275,10 @@ constexpr GemmKernel gemm_kernel_of(const ActivationPacker* packer) {
 
 }  // namespace
 
-const ActivationPacker kPackQ8_0Offset8{PackedQ8::row_bytes, pack_q8_0<Q4_0Format::kOffset>};
-const ActivationPacker kPackQ8_0Offset16{PackedQ8::row_bytes, pack_q8_0<Q5_0Format::kOffset>};
-const ActivationPacker kPackQ8_0Offset128{PackedQ8::row_bytes, pack_q8_0<Q8_0Format::kOffset>};
-const ActivationPacker kPackQ8_1{PackedQ8::row_bytes, pack_q8_1};
+const ActivationPacker kPackQ8_0Offset8{batch_bytes<RecordQ8_0>, pack_q8_0<Q4_0Format::kOffset>};
+const ActivationPacker kPackQ8_0Offset16{batch_bytes<RecordQ8_0>, pack_q8_0<Q5_0Format::kOffset>};
+const ActivationPacker kPackQ8_0Offset128{batch_bytes<RecordQ8_0>, pack_q8_0<Q8_0Format::kOffset>};
+const ActivationPacker kPackQ8_1{batch_bytes<RecordQ8_1>, pack_q8_1};
 
 constinit const GemmKernel kGemmQ4_0 = gemm_kernel_of<Q4_0Format>(&kPackQ8_0Offset8);
 constinit const GemmKernel kGemmQ5_0 = gemm_kernel_of<Q5_0Format>(&kPackQ8_0Offset16);

@@ -210,6 +210,29 @@ inline __m512i dpbusd_broadcast(__m512i acc, __m512i w, const int8_t* p) {
   return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(word));
 }
 
+// A batch of packed activations: rows in groups of kMaxChunkRows (the last group shorter); a
+// group block by block; in a block, the group's rows one fixed-size record after another. A
+// chunk of the batched kernels is one group: it walks a single pointer and finds each row's
+// record at an offset known at compile time. (With a pointer per row and field the chunk needed
+// more general registers than there are and reloaded them from the stack in its inner loop.)
+template <class Record>
+struct ActivationBatch {
+  static size_t bytes(int64_t n_blocks, int64_t n_rows) {
+    return round_up_64(sizeof(Record) * static_cast<size_t>(n_blocks * n_rows));
+  }
+  // Row `row` of n_rows, block b.
+  static Record* record(void* batch, int64_t n_blocks, int64_t n_rows, int64_t row, int64_t b) {
+    const int64_t first = row / kMaxChunkRows * kMaxChunkRows;
+    const int64_t in_group = std::min<int64_t>(kMaxChunkRows, n_rows - first);
+    return static_cast<Record*>(batch) + (first * n_blocks + b * in_group + (row - first));
+  }
+  // Block 0 of the group that starts at first_row (a multiple of kMaxChunkRows); block b of it
+  // is kRows records further per block, kRows being the group's rows.
+  static const Record* group(const uint8_t* batch, int64_t n_blocks, int64_t first_row) {
+    return reinterpret_cast<const Record*>(batch) + first_row * n_blocks;
+  }
+};
+
 // Calls f.template operator()<N>(first_row) over [0, n_rows) in chunks of kMaxChunkRows rows and
 // one shorter chunk, so that each chunk's accumulators are a fixed-size array in registers.
 template <class F>

@@ -21,28 +21,46 @@ using gemm::round_up_64;
 constexpr int kWeightRows = 4;  // per register tile
 constexpr int kMaxActivationRows = 4;
 
-size_t f32_row_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k) * 4); }
-size_t half_row_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k) * 2); }
+// Activations are rows one after the other, each 64-byte aligned.
+template <size_t kElementBytes>
+size_t row_bytes(int64_t k) {
+  return round_up_64(static_cast<size_t>(k) * kElementBytes);
+}
+template <size_t kElementBytes>
+size_t batch_bytes(int64_t k, int64_t n_rows) {
+  return static_cast<size_t>(n_rows) * row_bytes<kElementBytes>(k);
+}
+template <size_t kElementBytes>
+uint8_t* row_in(void* batch, int64_t k, int64_t row) {
+  return static_cast<uint8_t*>(batch) + static_cast<size_t>(row) * row_bytes<kElementBytes>(k);
+}
 
-void pack_f32(const float* x, int64_t k, void* out) {
-  auto* dst = static_cast<float*>(out);
+void pack_f32(const float* x, int64_t k, int64_t row, int64_t, void* batch) {
+  auto* dst = reinterpret_cast<float*>(row_in<4>(batch, k, row));
   for (int64_t i = 0; i < k; ++i) dst[i] = x[i];
 }
-void pack_f16(const float* x, int64_t k, void* out) { avx2::f16_from_float(x, out, k); }
-void pack_bf16(const float* x, int64_t k, void* out) { avx2::bf16_from_float(x, out, k); }
+void pack_f16(const float* x, int64_t k, int64_t row, int64_t, void* batch) {
+  avx2::f16_from_float(x, row_in<2>(batch, k, row), k);
+}
+void pack_bf16(const float* x, int64_t k, int64_t row, int64_t, void* batch) {
+  avx2::bf16_from_float(x, row_in<2>(batch, k, row), k);
+}
 
 // 16 elements (or the `mask`ed first ones, the rest zero) as floats.
 struct F32Elements {
+  static constexpr size_t kBytes = 4;
   static __m512 load(const void* p, int64_t i, __mmask16 mask) {
     return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(p) + i);
   }
 };
 struct F16Elements {
+  static constexpr size_t kBytes = 2;
   static __m512 load(const void* p, int64_t i, __mmask16 mask) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(p) + i));
   }
 };
 struct BF16Elements {
+  static constexpr size_t kBytes = 2;
   static __m512 load(const void* p, int64_t i, __mmask16 mask) {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(p) + i));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
@@ -63,7 +81,7 @@ void multiply_tile(const GemmArgs& args, int64_t o, int64_t first_row) {
   const uint8_t* w[kWeightRows];
   for (int i = 0; i < kWeightRows; ++i) w[i] = args.weights + static_cast<size_t>(o + std::min(i, valid - 1)) * args.weight_row_bytes;
   const uint8_t* a[kRows];
-  for (int j = 0; j < kRows; ++j) a[j] = args.activations + static_cast<size_t>(first_row + j) * args.activation_row_bytes;
+  for (int j = 0; j < kRows; ++j) a[j] = args.activations + static_cast<size_t>(first_row + j) * row_bytes<Elements::kBytes>(args.k);
   __m512 acc[kWeightRows][kRows];
   for (auto& row : acc) {
     for (__m512& v : row) v = _mm512_setzero_ps();
@@ -100,9 +118,9 @@ static_assert(kMaxActivationRows == 4, "multiply lists the shorter chunks by han
 
 }  // namespace
 
-const ActivationPacker kPackF32{f32_row_bytes, pack_f32};
-const ActivationPacker kPackF16{half_row_bytes, pack_f16};
-const ActivationPacker kPackBF16{half_row_bytes, pack_bf16};
+const ActivationPacker kPackF32{batch_bytes<4>, pack_f32};
+const ActivationPacker kPackF16{batch_bytes<2>, pack_f16};
+const ActivationPacker kPackBF16{batch_bytes<2>, pack_bf16};
 
 const GemmKernel kGemmF32{&kPackF32, gemm::kTileRows, multiply<F32Elements>};
 const GemmKernel kGemmF16{&kPackF16, gemm::kTileRows, multiply<F16Elements>};

@@ -30,41 +30,31 @@ using namespace gemm;
 
 constexpr int kUnits = kQKK / kUnit;  // 8 units of 32 per super-block
 
-// ---- Packed Q8_K activations: levels; per super-block the scale, -32 times the 16 per-16
-// sums (Q6_K's offset, as int32) and the 8 per-32 sums as int16 pairs (for the Q4_K/Q5_K mins).
-struct PackedQ8K {
-  const int8_t* qs;
-  const float* d;
-  const int32_t* offset16;  // [super-block][16]
-  const int32_t* sum_pairs;  // [super-block][4]: sums of sub-blocks 2p (low 16 bits), 2p + 1
-  static size_t qs_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k)); }
-  static size_t d_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k / kQKK) * 4); }
-  static size_t offset_bytes(int64_t k) { return static_cast<size_t>(k / kQKK) * 64; }
-  static size_t pair_bytes(int64_t k) { return round_up_64(static_cast<size_t>(k / kQKK) * 16); }
-  static size_t row_bytes(int64_t k) { return qs_bytes(k) + d_bytes(k) + offset_bytes(k) + pair_bytes(k); }
-  PackedQ8K(const uint8_t* row, int64_t k)
-      : qs(reinterpret_cast<const int8_t*>(row)),
-        d(reinterpret_cast<const float*>(row + qs_bytes(k))),
-        offset16(reinterpret_cast<const int32_t*>(row + qs_bytes(k) + d_bytes(k))),
-        sum_pairs(reinterpret_cast<const int32_t*>(row + qs_bytes(k) + d_bytes(k) + offset_bytes(k))) {}
+// ---- Packed Q8_K activations, a record per row and super-block (see ActivationBatch): the
+// levels, the scale, -32 times the 16 per-16 sums (Q6_K's offset) and the 8 per-32 sums as int16
+// pairs (for the Q4_K/Q5_K mins).
+struct RecordQ8K {
+  int8_t qs[kQKK];
+  float d;
+  int32_t offset16[16];
+  int32_t sum_pairs[4];  // sums of sub-blocks 2p (low 16 bits) and 2p + 1
 };
 
-void pack_q8_K(const float* x, int64_t k, void* out) {
-  auto* bytes = static_cast<uint8_t*>(out);
-  const PackedQ8K packed(bytes, k);
+size_t batch_bytes_q8_K(int64_t k, int64_t n_rows) { return ActivationBatch<RecordQ8K>::bytes(k / kQKK, n_rows); }
+
+void pack_q8_K(const float* x, int64_t k, int64_t row, int64_t n_rows, void* batch) {
   for (int64_t b = 0; b < k / kQKK; ++b) {
+    RecordQ8K& record = *ActivationBatch<RecordQ8K>::record(batch, k / kQKK, n_rows, row, b);
     BlockQ8_K block;
     avx2::q8_K_from_float(x + b * kQKK, &block, kQKK);
-    std::memcpy(const_cast<int8_t*>(packed.qs) + b * kQKK, block.qs, kQKK);
-    const_cast<float*>(packed.d)[b] = block.d;
-    auto* offsets = const_cast<int32_t*>(packed.offset16) + b * 16;
-    for (int s = 0; s < 16; ++s) offsets[s] = -32 * block.bsums[s];
-    auto* pairs = const_cast<int32_t*>(packed.sum_pairs) + b * 4;
+    std::memcpy(record.qs, block.qs, kQKK);
+    record.d = block.d;
+    for (int s = 0; s < 16; ++s) record.offset16[s] = -32 * block.bsums[s];
     for (int p = 0; p < 4; ++p) {
       const int low = block.bsums[4 * p] + block.bsums[4 * p + 1];
       const int high = block.bsums[4 * p + 2] + block.bsums[4 * p + 3];
-      pairs[p] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(low)) |
-                                      (static_cast<uint32_t>(static_cast<uint16_t>(high)) << 16));
+      record.sum_pairs[p] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(low)) |
+                                                 (static_cast<uint32_t>(static_cast<uint16_t>(high)) << 16));
     }
   }
 }
@@ -177,28 +167,26 @@ struct Q6_KFormat {
 // ---- The integer part per unit and the float part per super-block, shared by both paths.
 
 // sums_a / sums_b: the unit's dot products over its first / second 16 elements (lane = row).
-inline void add_unit(const AffineScales& s, int u, __m512i sums_a, __m512i sums_b, const PackedQ8K&, int64_t,
-                     __m512i& total) {
+inline void add_unit(const AffineScales& s, int u, __m512i sums_a, __m512i sums_b, const RecordQ8K&, __m512i& total) {
   total = _mm512_add_epi32(total, _mm512_mullo_epi32(_mm512_add_epi32(sums_a, sums_b), s.scale[u]));
 }
-inline void add_unit(const SignedScales& s, int u, __m512i sums_a, __m512i sums_b, const PackedQ8K& a, int64_t b,
-                     __m512i& total) {
-  const int32_t* offsets = a.offset16 + b * 16 + 2 * u;
+inline void add_unit(const SignedScales& s, int u, __m512i sums_a, __m512i sums_b, const RecordQ8K& a, __m512i& total) {
+  const int32_t* offsets = a.offset16 + 2 * u;
   sums_a = _mm512_add_epi32(sums_a, _mm512_set1_epi32(offsets[0]));
   sums_b = _mm512_add_epi32(sums_b, _mm512_set1_epi32(offsets[1]));
   total = _mm512_add_epi32(total, _mm512_mullo_epi32(sums_a, s.scale[2 * u]));
   total = _mm512_add_epi32(total, _mm512_mullo_epi32(sums_b, s.scale[2 * u + 1]));
 }
 
-inline __m512 finish_block(const AffineScales& s, __m512i total, const PackedQ8K& a, int64_t b, __m512 acc) {
+inline __m512 finish_block(const AffineScales& s, __m512i total, const RecordQ8K& a, __m512 acc) {
   __m512i mins = _mm512_setzero_si512();
-  for (int p = 0; p < 4; ++p) mins = _mm512_dpwssd_epi32(mins, s.min_pairs[p], _mm512_set1_epi32(a.sum_pairs[4 * b + p]));
-  const __m512 d_a = _mm512_set1_ps(a.d[b]);
+  for (int p = 0; p < 4; ++p) mins = _mm512_dpwssd_epi32(mins, s.min_pairs[p], _mm512_set1_epi32(a.sum_pairs[p]));
+  const __m512 d_a = _mm512_set1_ps(a.d);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(s.d, d_a), acc);
   return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(s.dmin, d_a), acc);
 }
-inline __m512 finish_block(const SignedScales& s, __m512i total, const PackedQ8K& a, int64_t b, __m512 acc) {
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(s.d, _mm512_set1_ps(a.d[b])), acc);
+inline __m512 finish_block(const SignedScales& s, __m512i total, const RecordQ8K& a, __m512 acc) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(s.d, _mm512_set1_ps(a.d)), acc);
 }
 
 // ---- Single activation row: no repacking (see reduce_rows).
@@ -206,7 +194,7 @@ template <class Format>
 void multiply_one_row(const GemmArgs& args) {
   using Block = typename Format::Block;
   const int64_t n_blocks = args.k / kQKK;
-  const PackedQ8K packed(args.activations, args.k);
+  const RecordQ8K* records = ActivationBatch<RecordQ8K>::group(args.activations, n_blocks, 0);
   for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
     const TileRows rows(args.weights, args.weight_row_bytes, o, args.row_end);
     NextTilePrefetch prefetch(args, o + kTileRows, n_blocks * kUnits);
@@ -217,7 +205,7 @@ void multiply_one_row(const GemmArgs& args) {
       __m512i total = _mm512_setzero_si512();
       for (int u = 0; u < kUnits; ++u) {
         prefetch.step();
-        const __m512i a = _mm512_broadcast_i64x4(simd::load256(packed.qs + b * kQKK + u * kUnit));
+        const __m512i a = _mm512_broadcast_i64x4(simd::load256(records[b].qs + u * kUnit));
         __m512i partial[8];
         for (int p = 0; p < 8; ++p) {
           const int r = kPairFirst[p];
@@ -227,9 +215,9 @@ void multiply_one_row(const GemmArgs& args) {
         }
         __m512i first, second;
         reduce_row_pairs(partial, first, second);
-        add_unit(scales, u, first, second, packed, b, total);
+        add_unit(scales, u, first, second, records[b], total);
       }
-      acc = finish_block(scales, total, packed, b, acc);
+      acc = finish_block(scales, total, records[b], acc);
     }
     store_outputs(args.y + o, rows.store_mask(), acc);
   }
@@ -266,10 +254,8 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
   using Scales = typename Format::Scales;
   __m512 acc[kRows];
   for (int j = 0; j < kRows; ++j) acc[j] = _mm512_setzero_ps();
-  const auto packed = [&](int j) {
-    return PackedQ8K(args.activations + static_cast<size_t>(first_row + j) * args.activation_row_bytes, args.k);
-  };
-  for (int64_t b = 0; b < n_blocks; ++b, tile += block_bytes<Format>()) {
+  const RecordQ8K* records = ActivationBatch<RecordQ8K>::group(args.activations, n_blocks, first_row);
+  for (int64_t b = 0; b < n_blocks; ++b, tile += block_bytes<Format>(), records += kRows) {
     prefetch.step();
     const auto* vectors = reinterpret_cast<const __m512i*>(tile);
     const Scales& scales = *reinterpret_cast<const Scales*>(vectors + 8 * kUnits);
@@ -279,8 +265,8 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
       __m512i w[8];
       for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(vectors + 8 * u + g);
       for (int j = 0; j < kRows; ++j) {
-        const PackedQ8K a = packed(j);
-        const int8_t* q = a.qs + b * kQKK + u * kUnit;
+        const RecordQ8K& a = records[j];
+        const int8_t* q = a.qs + u * kUnit;
         // Groups 0-3 are the unit's first 16 elements, 4-7 its second (Q6_K's two sub-blocks).
         __m512i first = _mm512_setzero_si512();
         __m512i second = _mm512_setzero_si512();
@@ -288,10 +274,10 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
           first = dpbusd_broadcast(first, w[g], q + 4 * g);
           second = dpbusd_broadcast(second, w[g + 4], q + 16 + 4 * g);
         }
-        add_unit(scales, u, first, second, a, b, total[j]);
+        add_unit(scales, u, first, second, a, total[j]);
       }
     }
-    for (int j = 0; j < kRows; ++j) acc[j] = finish_block(scales, total[j], packed(j), b, acc[j]);
+    for (int j = 0; j < kRows; ++j) acc[j] = finish_block(scales, total[j], records[j], acc[j]);
   }
   for (int j = 0; j < kRows; ++j) store_outputs(args.y + (first_row + j) * args.y_stride + o, store_mask, acc[j]);
 }
@@ -335,7 +321,7 @@ constexpr GemmKernel gemm_kernel_of() {
 
 }  // namespace
 
-const ActivationPacker kPackQ8_K{PackedQ8K::row_bytes, pack_q8_K};
+const ActivationPacker kPackQ8_K{batch_bytes_q8_K, pack_q8_K};
 
 constinit const GemmKernel kGemmQ4_K = gemm_kernel_of<Q4_KFormat>();
 constinit const GemmKernel kGemmQ5_K = gemm_kernel_of<Q5_KFormat>();

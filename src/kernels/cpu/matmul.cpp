@@ -30,8 +30,8 @@ constexpr int64_t kFallbackTileRows = 16;
 struct TaskPlan {
   const GemmKernel* gemm = nullptr;          // null: vec_dot per element
   const TypeKernels* weight_kernels = nullptr;
-  const uint8_t* activations = nullptr;      // the packed or quantised rows
-  size_t activation_row_bytes = 0;
+  const uint8_t* activations = nullptr;      // the packed batch or the quantised rows
+  size_t activation_row_bytes = 0;           // of the quantised rows (vec_dot path)
   int64_t tile_rows = kFallbackTileRows;
   int64_t first_tile = 0;                    // in the concatenated tile numbering
 };
@@ -40,15 +40,16 @@ struct TaskPlan {
 struct Format {
   const ActivationPacker* packer = nullptr;
   const TypeKernels* quantizer = nullptr;  // when packer is null; null too for F32 (x as is)
-  size_t row_bytes = 0;
-  size_t offset = 0;  // in scratch, bytes
+  size_t row_bytes = 0;    // of a quantised row (quantizer formats)
+  size_t batch_bytes = 0;  // of all n_rows rows
+  size_t offset = 0;       // in scratch, bytes
 };
 
 void multiply_tiles(const MatmulTask& task, const TaskPlan& plan, int64_t n_rows, int64_t row_begin, int64_t row_end) {
   const WeightMatrix& w = *task.w;
   if (plan.gemm != nullptr) {
     const GemmArgs args{w.data, w.row_bytes(), w.tiles, w.in_features, row_begin, row_end, plan.activations,
-                        plan.activation_row_bytes, n_rows, task.y, w.out_features};
+                        n_rows, task.y, w.out_features};
     plan.gemm->multiply(args);
     return;
   }
@@ -87,18 +88,19 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
     Format format;
     if (plan.gemm != nullptr) {
       format.packer = plan.gemm->packer;
-      format.row_bytes = format.packer->row_bytes(k);
+      format.batch_bytes = format.packer->batch_bytes(k, n_rows);
       plan.tile_rows = plan.gemm->tile_rows;
     } else if (plan.weight_kernels->vec_dot_type != DType::F32) {
       format.quantizer = type_kernels(plan.weight_kernels->vec_dot_type);
       assert(k % dtype_info(plan.weight_kernels->vec_dot_type).block_elems == 0);
       format.row_bytes = row_bytes(plan.weight_kernels->vec_dot_type, k);
+      format.batch_bytes = static_cast<size_t>(n_rows) * format.row_bytes;
     }
     const auto same = [&](const Format& f) { return f.packer == format.packer && f.quantizer == format.quantizer; };
     auto found = std::find_if(formats.begin(), formats.end(), same);
     if (found == formats.end()) {
       format.offset = scratch_bytes;
-      scratch_bytes += (static_cast<size_t>(n_rows) * format.row_bytes + 63) / 64 * 64;
+      scratch_bytes += (format.batch_bytes + 63) / 64 * 64;
       formats.push_back(format);
       found = formats.end() - 1;
     }
@@ -114,11 +116,10 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
   const auto pack_rows = [&](int64_t begin, int64_t end, int) {
     for (const Format& f : formats) {
       for (int64_t r = begin; r < end; ++r) {
-        void* out = base + f.offset + static_cast<size_t>(r) * f.row_bytes;
         if (f.packer != nullptr) {
-          f.packer->pack(x + r * k, k, out);
+          f.packer->pack(x + r * k, k, r, n_rows, base + f.offset);
         } else if (f.quantizer != nullptr) {
-          f.quantizer->quantize_activations(x + r * k, out, k);
+          f.quantizer->quantize_activations(x + r * k, base + f.offset + static_cast<size_t>(r) * f.row_bytes, k);
         }
       }
     }

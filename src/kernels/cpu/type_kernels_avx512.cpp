@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/avx2_helpers.h"
 #include "kernels/cpu/avx512_kernels.h"
+#include "kernels/cpu/q8_0_block_avx512.h"
 #include "tensor/quant_blocks.h"
 
 namespace mnemo::kernels::avx512 {
@@ -137,16 +138,9 @@ float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* a) {
 void q8_0_quantize_activations(const float* src, void* dst, int64_t n) {
   auto* blocks = static_cast<BlockQ8_0*>(dst);
   for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
-    const __m512 v0 = _mm512_loadu_ps(src);
-    const __m512 v1 = _mm512_loadu_ps(src + 16);
-    const float max_abs = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    blocks[b].d = simd::float_to_half(max_abs / 127.0f);
-    const __m512 inverse = _mm512_set1_ps(max_abs != 0.0f ? 127.0f / max_abs : 0.0f);
-    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m512i l0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, inverse), kRound);
-    const __m512i l1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, inverse), kRound);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(blocks[b].qs), _mm512_cvtsepi32_epi8(l0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(blocks[b].qs + 16), _mm512_cvtsepi32_epi8(l1));
+    const Q8_0Levels levels = quantize_q8_0_block(src);
+    blocks[b].d = levels.d;
+    store_q8_0_levels(levels, blocks[b].qs);
   }
 }
 
