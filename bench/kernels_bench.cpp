@@ -98,6 +98,38 @@ void matmul_benchmark(benchmark::State& state, DType type, int64_t in, int64_t o
   state.counters["MACs"] = benchmark::Counter(static_cast<double>(in * out * rows), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// As matmul_benchmark, but cycling through enough copies of the matrix (over 256 MB) that each
+// call reads its weights from memory, as a decode step does (the model's matrices together are
+// far larger than the caches).
+void matmul_cold_benchmark(benchmark::State& state, DType type, int64_t in, int64_t out) {
+  const int64_t rows = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const std::vector<uint8_t> weights = synthetic_weights(type, in, out);
+  std::vector<WeightMatrix> copies;
+  std::vector<PackedTiles> tiles;
+  size_t total = 0;
+  while (total < (size_t{256} << 20)) {
+    copies.push_back(WeightMatrix{type, in, out, weights.data()});
+    tiles.push_back(prepack(copies.back()));
+    if (copies.back().tiles == nullptr) {
+      state.SkipWithError("no prepacked tiles for this type on this ISA");
+      return;
+    }
+    total += tiles.back().bytes();
+  }
+  const std::vector<float> x = random_floats(in * rows, 4);
+  std::vector<float> y(static_cast<size_t>(out * rows));
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  size_t next = 0;
+  for (auto _ : state) {
+    matmul(copies[next], x.data(), rows, y.data(), pool, scratch);
+    next = (next + 1) % copies.size();
+    benchmark::ClobberMemory();
+  }
+  state.counters["MACs"] = benchmark::Counter(static_cast<double>(in * out * rows), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void argmax_benchmark(benchmark::State& state, Isa isa) {
   const std::vector<float> logits = random_floats(262144, 3);
   const ArgmaxFn argmax = argmax_kernel(isa);
@@ -153,7 +185,8 @@ void register_benchmarks() {
         ->ComputeStatistics("min", min_of);
   }
   // The layer matrices of the default model (Q5_0 Q/K/V/gate/up, Q8_0 V, Q4_K output and down,
-  // Q6_K down) at decode batches 1, 8 and 32 and a 512-token prefill chunk.
+  // Q6_K down) at decode batches 1, 8 and 32 and a 512-token prefill chunk; prepacked, also with
+  // the weights coming from memory ("_cold").
   struct Shape {
     const char* name;
     DType type;
@@ -162,8 +195,16 @@ void register_benchmarks() {
   for (const Shape& shape : {Shape{"matmul/Q5_0_640x2048", DType::Q5_0, 640, 2048},
                              Shape{"matmul/Q8_0_640x2048", DType::Q8_0, 640, 2048},
                              Shape{"matmul/Q4_K_2048x640", DType::Q4_K, 2048, 640},
+                             Shape{"matmul/Q4_K_1024x640", DType::Q4_K, 1024, 640},
                              Shape{"matmul/Q6_K_2048x640", DType::Q6_K, 2048, 640},
                              Shape{"matmul/F16_640x2048", DType::F16, 640, 2048}}) {
+    benchmark::RegisterBenchmark((std::string(shape.name) + "_prepacked_cold").c_str(), matmul_cold_benchmark, shape.type,
+                                 shape.in, shape.out)
+        ->ArgNames({"rows", "threads"})
+        ->ArgsProduct({{1, 8, 32}, {1, 2}})
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime()
+        ->ComputeStatistics("min", min_of);
     for (const bool prepacked : {false, true}) {  // as the model multiplies it: prepacked at load
       const std::string name = std::string(shape.name) + (prepacked ? "_prepacked" : "");
       benchmark::RegisterBenchmark(name.c_str(), matmul_benchmark, shape.type, shape.in, shape.out, prepacked)

@@ -12,7 +12,8 @@
 //            dot-product peak of the same threads (kernels/cpu/int8_peak.h), measured right
 //            before each of its repeats; and the step rate that peak would allow if the weight
 //            products were all a step did (so, against batch 1, the ceiling of batching).
-// Each figure is the median of --repeats runs.
+// Each figure is the median of --repeats runs. The decode batch sizes take turns, one run each
+// per round, and the scaling line gives each batch's rate over batch 1's round by round.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -186,7 +187,6 @@ int run_bench(const BenchArgs& args) {
   std::vector<Sampler> samplers(static_cast<size_t>(pool.size()));
   SamplingParams greedy;
   greedy.temperature = 0.0f;
-  double batch1_rate = 0.0;
   std::vector<double> bandwidths, roofline_fractions;
   const double weight_bytes = decode_weight_bytes(model);
   const double weight_macs = decode_weight_macs(model);
@@ -194,34 +194,44 @@ int run_bench(const BenchArgs& args) {
   const kernels::Int8Peak* int8_peak = kernels::int8_peak(kernels::detected_isa());
   const int32_t compute_batch = *std::max_element(args.batches.begin(), args.batches.end());
   std::vector<double> peaks, compute_fractions;
-  double compute_batch_rate = 0.0;
-  for (const int32_t batch_size : args.batches) {
-    std::unique_ptr<BandwidthProbe> probe;
-    if (batch_size == 1) probe = std::make_unique<BandwidthProbe>();
-    std::unique_ptr<ComputeProbe> compute_probe;
-    if (int8_peak != nullptr && batch_size > 1 && batch_size == compute_batch) {
-      compute_probe = std::make_unique<ComputeProbe>(*int8_peak);
-    }
-    const int32_t per_seq_blocks = (args.context + args.steps + kBlock - 1) / kBlock;
-    KvStorage kv(model.kv_layout(kBlock, kv_dtype), per_seq_blocks * batch_size);
+
+  // One decode run per batch size in each round, so that every batch size meets the shared
+  // machine in the same states and the ratios between them can be taken round by round.
+  struct DecodeRun {
+    int32_t batch_size;
+    std::unique_ptr<KvStorage> kv;
     Batch batch;
+    std::vector<double> rates;
+  };
+  std::vector<DecodeRun> runs;
+  const int32_t per_seq_blocks = (args.context + args.steps + kBlock - 1) / kBlock;
+  for (const int32_t batch_size : args.batches) {
+    DecodeRun run{batch_size, std::make_unique<KvStorage>(model.kv_layout(kBlock, kv_dtype), per_seq_blocks * batch_size), {}, {}};
     for (int32_t s = 0; s < batch_size; ++s) {
       SequenceInput seq;
       seq.tokens = random_tokens(args.context, model.n_vocab(), static_cast<uint32_t>(s + 2));
       seq.ranges = {{0, args.context}};
       for (int32_t b = 0; b < per_seq_blocks; ++b) seq.block_table.push_back(s * per_seq_blocks + b);
-      batch.sequences.push_back(seq);
+      run.batch.sequences.push_back(seq);
     }
-    std::vector<double> rates;
-    for (int32_t r = 0; r < args.repeats; ++r) {
+    runs.push_back(std::move(run));
+  }
+  std::unique_ptr<BandwidthProbe> probe;
+  if (std::find(args.batches.begin(), args.batches.end(), 1) != args.batches.end()) probe = std::make_unique<BandwidthProbe>();
+  std::unique_ptr<ComputeProbe> compute_probe;
+  if (int8_peak != nullptr && compute_batch > 1) compute_probe = std::make_unique<ComputeProbe>(*int8_peak);
+
+  for (int32_t r = 0; r < args.repeats; ++r) {
+    for (DecodeRun& run : runs) {
       // Fill every context (not timed), then time the decode steps.
-      for (SequenceInput& seq : batch.sequences) seq.ranges = {{0, args.context}};
-      Batch prefill = batch;
+      Batch prefill = run.batch;
       for (SequenceInput& seq : prefill.sequences) seq.tokens.resize(static_cast<size_t>(args.context));
-      if (!model.forward(prefill, kv, pool, out).ok()) return 1;
-      if (probe) bandwidths.push_back(probe->measure(pool));
-      if (compute_probe) peaks.push_back(compute_probe->measure(pool));
-      Batch step = batch;
+      if (!model.forward(prefill, *run.kv, pool, out).ok()) return 1;
+      const bool probes_bandwidth = probe != nullptr && run.batch_size == 1;
+      const bool probes_compute = compute_probe != nullptr && run.batch_size == compute_batch;
+      if (probes_bandwidth) bandwidths.push_back(probe->measure(pool));
+      if (probes_compute) peaks.push_back(compute_probe->measure(pool));
+      Batch step = run.batch;
       const auto start = std::chrono::steady_clock::now();
       for (int32_t i = 0; i < args.steps; ++i) {
         // The sequences are sampled in parallel, as an engine would (one sampler per thread).
@@ -233,16 +243,39 @@ int run_bench(const BenchArgs& args) {
             step.sequences[static_cast<size_t>(s)].ranges = {{args.context + i, 1}};
           }
         });
-        if (!model.forward(step, kv, pool, out).ok()) return 1;
+        if (!model.forward(step, *run.kv, pool, out).ok()) return 1;
       }
-      rates.push_back(static_cast<double>(batch_size) * args.steps / seconds_since(start));
-      if (probe) roofline_fractions.push_back(weight_bytes * rates.back() / bandwidths.back());
+      run.rates.push_back(static_cast<double>(run.batch_size) * args.steps / seconds_since(start));
+      if (probes_bandwidth) roofline_fractions.push_back(weight_bytes * run.rates.back() / bandwidths.back());
       // rates are tokens/s: one token per sequence per step, so MACs/s = per-token MACs x rate.
-      if (compute_probe) compute_fractions.push_back(weight_macs * rates.back() / peaks.back());
+      if (probes_compute) compute_fractions.push_back(weight_macs * run.rates.back() / peaks.back());
     }
-    std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", batch_size, args.context, median(rates));
-    if (batch_size == 1) batch1_rate = median(rates);
-    if (compute_probe) compute_batch_rate = median(rates);
+  }
+  double batch1_rate = 0.0;
+  double compute_batch_rate = 0.0;
+  const DecodeRun* batch1_run = nullptr;
+  for (const DecodeRun& run : runs) {
+    std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", run.batch_size, args.context, median(run.rates));
+    if (run.batch_size == 1) {
+      batch1_rate = median(run.rates);
+      batch1_run = &run;
+    }
+    if (compute_probe && run.batch_size == compute_batch) compute_batch_rate = median(run.rates);
+  }
+  if (batch1_run != nullptr) {
+    for (const DecodeRun& run : runs) {
+      if (run.batch_size == 1) continue;
+      std::vector<double> ratios;
+      std::string listed;
+      for (size_t i = 0; i < run.rates.size(); ++i) {
+        ratios.push_back(run.rates[i] / batch1_run->rates[i]);
+        char item[16];
+        std::snprintf(item, sizeof(item), "%s%.2f", i == 0 ? "" : " ", ratios.back());
+        listed += item;
+      }
+      std::printf("scaling  batch %-3d / batch 1  %8.2fx (median of the rounds' ratios: %s)\n", run.batch_size,
+                  median(ratios), listed.c_str());
+    }
   }
 
   if (batch1_rate > 0.0) {

@@ -1,6 +1,7 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <thread>
 
@@ -125,24 +126,55 @@ void ThreadPool::parallel_chunks(int64_t n, int64_t chunk, const std::function<v
   });
 }
 
-void ThreadPool::parallel_guided(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t, int)>& fn) {
+void ThreadPool::parallel_shares(int64_t n, int64_t grain,
+                                 const std::function<void(int64_t, int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
-  min_chunk = std::max<int64_t>(min_chunk, 1);
-  if (n_threads_ == 1 || n <= min_chunk) {
-    fn(0, n, 0);
+  assert(n < (int64_t{1} << 32));
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t threads = std::min<int64_t>(n_threads_, (n + grain - 1) / grain);
+  if (threads == 1) {
+    fn(0, n, n, 0);
     return;
   }
-  const int64_t divisor = 2 * static_cast<int64_t>(n_threads_);
-  std::atomic<int64_t> next{0};
+  // Each share's [front, back) in one word, so that its owner and the thieves claim atomically.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range;
+  };
+  const auto pack = [](int64_t front, int64_t back) { return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back); };
+  const auto front_of = [](uint64_t range) { return static_cast<int64_t>(range >> 32); };
+  const auto back_of = [](uint64_t range) { return static_cast<int64_t>(range & 0xffffffffu); };
+  std::vector<Share> shares(static_cast<size_t>(threads));
+  for (int64_t t = 0; t < threads; ++t) shares[static_cast<size_t>(t)].range.store(pack(n * t / threads, n * (t + 1) / threads));
   run_on_all([&](int t) {
-    int64_t begin = next.load(std::memory_order_relaxed);
+    if (t < threads) {
+      std::atomic<uint64_t>& own = shares[static_cast<size_t>(t)].range;
+      uint64_t range = own.load(std::memory_order_acquire);
+      while (front_of(range) < back_of(range)) {
+        const int64_t front = front_of(range), back = back_of(range);
+        const int64_t end = std::min(back, front + grain);
+        if (own.compare_exchange_weak(range, pack(end, back), std::memory_order_acq_rel)) {
+          fn(front, end, back, t);
+          range = own.load(std::memory_order_acquire);
+        }
+      }
+    }
     for (;;) {
-      if (begin >= n) return;
-      const int64_t size = std::max(min_chunk, (n - begin) / divisor);
-      const int64_t end = std::min(n, begin + size);
-      if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
-        fn(begin, end, t);
-        begin = next.load(std::memory_order_relaxed);
+      size_t victim = shares.size();
+      int64_t most = 0;
+      for (size_t i = 0; i < shares.size(); ++i) {
+        const uint64_t range = shares[i].range.load(std::memory_order_acquire);
+        if (back_of(range) - front_of(range) > most) {
+          most = back_of(range) - front_of(range);
+          victim = i;
+        }
+      }
+      if (victim == shares.size()) return;
+      uint64_t range = shares[victim].range.load(std::memory_order_acquire);
+      const int64_t front = front_of(range), back = back_of(range);
+      if (front >= back) continue;
+      const int64_t begin = std::max(front, back - grain);
+      if (shares[victim].range.compare_exchange_strong(range, pack(front, begin), std::memory_order_acq_rel)) {
+        fn(begin, back, back, t);
       }
     }
   });

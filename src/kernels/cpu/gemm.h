@@ -49,6 +49,10 @@ struct GemmArgs {
   int64_t n_rows;
   float* y;  // y[r * y_stride + o] for o in [row_begin, row_end), r < n_rows
   int64_t y_stride;
+  // The caller's next call is likely to continue at row_end up to here (ThreadPool::
+  // parallel_shares), so the kernel may fetch those rows' weights ahead; at most row_end means
+  // nothing beyond the range. Within the matrix.
+  int64_t stream_row_end = 0;
 };
 
 struct GemmKernel {

@@ -136,6 +136,9 @@ struct TileRows {
   static __m512 high_halves(__m512i words) { return low_halves(_mm512_srli_epi32(words, 16)); }
 };
 
+// Where the caller goes on streaming weight rows after this call (at least row_end).
+inline int64_t stream_end(const GemmArgs& args) { return std::max(args.row_end, args.stream_row_end); }
+
 // The weights are streamed from memory once, 16 rows in lockstep, which the hardware prefetcher
 // follows poorly; so while a tile is repacked, its successor (contiguous bytes) is requested a
 // slice per unit.
@@ -148,13 +151,10 @@ class NextTilePrefetch {
     const size_t lines = (bytes + 63) / 64;
     per_step_ = steps > 0 ? (lines + static_cast<size_t>(steps) - 1) / static_cast<size_t>(steps) : lines;
   }
-  // The rows of the tile starting at next_row (none past the range).
-  template <class Args>
-    requires requires(const Args& a) { a.row_end; }
-  NextTilePrefetch(const Args& args, int64_t next_row, int64_t n_units)
+  // The rows of the tile starting at next_row (none past where the caller streams to).
+  NextTilePrefetch(const GemmArgs& args, int64_t next_row, int64_t n_units)
       : NextTilePrefetch(reinterpret_cast<const char*>(args.weights) + static_cast<size_t>(next_row) * args.weight_row_bytes,
-                         static_cast<size_t>(next_row < args.row_end ? std::min<int64_t>(kTileRows, args.row_end - next_row) : 0) *
-                             args.weight_row_bytes,
+                         static_cast<size_t>(std::clamp<int64_t>(stream_end(args) - next_row, 0, kTileRows)) * args.weight_row_bytes,
                          n_units) {}
   void step() {
     for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += 64) _mm_prefetch(next_, _MM_HINT_T1);
@@ -298,7 +298,7 @@ void multiply_in_groups(const GemmArgs& args, int64_t n_blocks, size_t tile_byte
       repack(TileRows(args.weights, args.weight_row_bytes, o, args.row_end), tile_in_group(first, o),
              NextTilePrefetch(row_at(next), next_bytes, repack_steps));
     }
-    NextTilePrefetch next_group(row_at(end), rows_from(end, std::min(args.row_end, end + kGroupTiles * kTileRows)),
+    NextTilePrefetch next_group(row_at(end), rows_from(end, std::min(stream_end(args), end + kGroupTiles * kTileRows)),
                                 n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
     for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
       for (int64_t o = first; o < end; o += kTileRows) {
@@ -309,12 +309,13 @@ void multiply_in_groups(const GemmArgs& args, int64_t n_blocks, size_t tile_byte
 }
 
 // A batched product over tiles repacked at load (GemmArgs::tiles), a group at a time as
-// multiply_in_groups takes them; each group requests the next one from memory over its work.
+// multiply_in_groups takes them; each group requests the next one from memory over its work, the
+// last one the group after the range when the caller streams on (GemmArgs::stream_row_end).
 template <class Chunk>
 void multiply_prepacked(const GemmArgs& args, int64_t n_blocks, size_t tile_bytes, Chunk&& chunk) {
   const auto tile_at = [&](int64_t o) { return args.tiles + static_cast<size_t>(o / kTileRows) * tile_bytes; };
   for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
-    const int64_t next_end = std::min(args.row_end, end + kGroupTiles * kTileRows);
+    const int64_t next_end = std::min(stream_end(args), end + kGroupTiles * kTileRows);
     NextTilePrefetch prefetch(tile_at(end), static_cast<size_t>(tiles_in(end, next_end)) * tile_bytes,
                               n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
     for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {

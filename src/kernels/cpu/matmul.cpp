@@ -22,6 +22,10 @@ namespace {
 constexpr int64_t kMinParallelWork = 1 << 16;
 // Packing many rows is worth spreading over the pool.
 constexpr int64_t kMinParallelPackElements = 1 << 16;
+// Tiles a thread takes at a time from its share (ThreadPool::parallel_shares): a few kernel tile
+// groups, so that a thread that is done with its share steals in steps short enough not to be
+// waited for long.
+constexpr int64_t kShareGrainTiles = 8;
 // Rows of a tile on the vec_dot path (a multiple of every GEMM kernel's tile_rows is not
 // needed there).
 constexpr int64_t kFallbackTileRows = 16;
@@ -45,11 +49,12 @@ struct Format {
   size_t offset = 0;       // in scratch, bytes
 };
 
-void multiply_tiles(const MatmulTask& task, const TaskPlan& plan, int64_t n_rows, int64_t row_begin, int64_t row_end) {
+void multiply_tiles(const MatmulTask& task, const TaskPlan& plan, int64_t n_rows, int64_t row_begin, int64_t row_end,
+                    int64_t stream_row_end) {
   const WeightMatrix& w = *task.w;
   if (plan.gemm != nullptr) {
     const GemmArgs args{w.data, w.row_bytes(), w.tiles, w.in_features, row_begin, row_end, plan.activations,
-                        n_rows, task.y, w.out_features};
+                        n_rows, task.y, w.out_features, stream_row_end};
     plan.gemm->multiply(args);
     return;
   }
@@ -136,26 +141,27 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
     plans[t].activation_row_bytes = raw ? static_cast<size_t>(k) * sizeof(float) : f.row_bytes;
   }
 
-  // Tiles of all tasks, numbered one after the other, taken by the threads in chunks.
-  const auto run_tiles = [&](int64_t begin, int64_t end, int) {
+  // Tiles of all tasks, numbered one after the other; [begin, end) of them, the caller going on
+  // to stream_end.
+  const auto run_tiles = [&](int64_t begin, int64_t end, int64_t stream_end) {
     size_t t = 0;
     while (begin < end) {
       while (plans[t].first_tile + (tasks[t].w->out_features + plans[t].tile_rows - 1) / plans[t].tile_rows <= begin) ++t;
       const TaskPlan& plan = plans[t];
       const int64_t task_tiles = (tasks[t].w->out_features + plan.tile_rows - 1) / plan.tile_rows;
       const int64_t stop = std::min(end, plan.first_tile + task_tiles);
-      const int64_t row_begin = (begin - plan.first_tile) * plan.tile_rows;
-      const int64_t row_end = std::min(tasks[t].w->out_features, (stop - plan.first_tile) * plan.tile_rows);
-      multiply_tiles(tasks[t], plan, n_rows, row_begin, row_end);
+      const auto row_of = [&](int64_t tile) { return std::min(tasks[t].w->out_features, (tile - plan.first_tile) * plan.tile_rows); };
+      multiply_tiles(tasks[t], plan, n_rows, row_of(begin), row_of(stop), row_of(std::min(stream_end, plan.first_tile + task_tiles)));
       begin = stop;
     }
   };
   if (pool.size() == 1 || work < kMinParallelWork) {
-    run_tiles(0, total_tiles, 0);
+    run_tiles(0, total_tiles, total_tiles);
   } else {
-    // Long runs first (each thread streams its weights with one cold start), short ones last (a
-    // thread slowed by other work on the machine is not waited for long).
-    pool.parallel_guided(total_tiles, 1, run_tiles);
+    // Each thread streams one share of the weights front to back; one that is done helps with
+    // the others' in short pieces from their backs.
+    pool.parallel_shares(total_tiles, kShareGrainTiles,
+                         [&](int64_t begin, int64_t end, int64_t stream_end, int) { run_tiles(begin, end, stream_end); });
   }
 }
 
