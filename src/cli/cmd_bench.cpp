@@ -43,6 +43,7 @@ struct BenchArgs {
   std::vector<int32_t> batches = {1, 8, 32};
   int32_t repeats = 3;
   std::string kv_type = "f16";
+  bool full_logits = false;
   ModelFlags model_flags;
 };
 
@@ -232,13 +233,19 @@ int run_bench(const BenchArgs& args) {
       if (probes_bandwidth) bandwidths.push_back(probe->measure(pool));
       if (probes_compute) peaks.push_back(compute_probe->measure(pool));
       Batch step = run.batch;
+      // Greedy decoding as the engine runs it: the model finds each token (LogitsFor::kArgmax),
+      // or with --full-logits every logit is computed and a sampler takes the largest.
+      for (SequenceInput& seq : step.sequences) seq.logits = args.full_logits ? LogitsFor::kLast : LogitsFor::kArgmax;
       const auto start = std::chrono::steady_clock::now();
       for (int32_t i = 0; i < args.steps; ++i) {
         // The sequences are sampled in parallel, as an engine would (one sampler per thread).
         pool.parallel_for(static_cast<int64_t>(step.sequences.size()), [&](int64_t begin, int64_t end, int t) {
           for (int64_t s = begin; s < end; ++s) {
-            const TokenId next = samplers[static_cast<size_t>(t)].sample(
-                greedy, {out.last_row(static_cast<size_t>(s)), static_cast<size_t>(out.n_vocab)}, {}, static_cast<uint64_t>(i));
+            const TokenId next =
+                out.argmax[static_cast<size_t>(s)] >= 0
+                    ? out.argmax[static_cast<size_t>(s)]
+                    : samplers[static_cast<size_t>(t)].sample(greedy, {out.last_row(static_cast<size_t>(s)), static_cast<size_t>(out.n_vocab)},
+                                                              {}, static_cast<uint64_t>(i));
             step.sequences[static_cast<size_t>(s)].tokens = {next};
             step.sequences[static_cast<size_t>(s)].ranges = {{args.context + i, 1}};
           }
@@ -321,6 +328,9 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-r,--repeats", args->repeats, "Repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
   args->model_flags.add_to(cmd);
   cmd->add_option("--kv-type", args->kv_type, "KV cache element type")->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
+  cmd->add_flag("--full-logits", args->full_logits,
+                "Decode with every logit computed and sampled from (the path of requests with logprobs or penalties) "
+                "instead of the greedy path, where the output projection keeps only each row's largest logit");
   cmd->callback([&run, args] { run = [args] { return run_bench(*args); }; });
 }
 

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -499,7 +500,7 @@ void Engine::run_step(Step& step) {
     }
     in.ranges = item.ranges;
     in.block_table = item.seq->blocks;
-    in.logits = item.sample ? LogitsFor::kLast : LogitsFor::kNone;
+    in.logits = !item.sample ? LogitsFor::kNone : wants_argmax_only(*item.seq) ? LogitsFor::kArgmax : LogitsFor::kLast;
     batch.sequences.push_back(std::move(in));
   }
   kv_.begin_background_work();  // swap-ins layer by layer, then copies ahead of need, beside the pass
@@ -541,8 +542,12 @@ void Engine::run_step(Step& step) {
       persist_filled_chunks(seq);
     }
     if (!item.sample || seq.state == SequenceState::kFinished) continue;
-    const float* logits = output_.last_row(i);
     RequestState& state = *seq.request;
+    if (output_.argmax[i] >= 0) {  // LogitsFor::kArgmax: the model found the greedy token
+      draws_.push_back({&seq, nullptr, static_cast<uint64_t>(seq.n_generated()), output_.argmax[i]});
+      continue;
+    }
+    const float* logits = output_.last_row(i);
     if (seq.choice == 0 && state.request.n > 1 && !state.forked) fork_choices(seq);
     if (seq.choice == 0 && state.forked && seq.n_generated() == 0) {
       // Every choice samples its first token from the shared prompt's logits.
@@ -559,11 +564,18 @@ void Engine::run_step(Step& step) {
   draws_.clear();  // kept for its capacity; no pointer outlives the step
 }
 
+bool Engine::wants_argmax_only(const Sequence& seq) {
+  const GenerationRequest& request = seq.request->request;
+  // Logprobs need the logits, and the choices of n > 1 draw their first tokens from one row.
+  return samples_argmax(seq.sampling) && request.top_logprobs < 0 && request.n == 1;
+}
+
 void Engine::sample_draws() {
   const auto sample = [this](int64_t begin, int64_t end, int thread) {
     Sampler& sampler = samplers_[static_cast<size_t>(thread)];
     for (int64_t i = begin; i < end; ++i) {
       Draw& d = draws_[static_cast<size_t>(i)];
+      if (d.logits == nullptr) continue;  // decided by the model (LogitsFor::kArgmax)
       d.token = sampler.sample(d.seq->sampling, {d.logits, static_cast<size_t>(output_.n_vocab)}, d.seq->tokens, d.step);
     }
   };
@@ -645,6 +657,7 @@ void Engine::emit_token(Sequence& seq, TokenId token, const float* logits) {
 
   std::optional<Logprobs> logprobs;
   if (req.top_logprobs >= 0) {
+    assert(logits != nullptr);  // wants_argmax_only() is false with logprobs
     logprobs = sampler_.logprobs({logits, static_cast<size_t>(output_.n_vocab)}, token, req.top_logprobs);
   }
   if (!req.ignore_eos && tokenizer_.is_end_of_generation(token)) {

@@ -137,6 +137,9 @@ class Engine {
   // Samples every draw_ of the step, in parallel over the pool: each thread has its own sampler
   // and a draw depends only on its sequence and logits, so the tokens are those of a serial pass.
   void sample_draws();
+  // Whether the sequence's next token is the argmax of its logits and nothing else of them is
+  // needed (no logprobs), so the model need only find that index.
+  static bool wants_argmax_only(const Sequence& seq);
   void finish(Sequence& seq, FinishReason reason);
   double now() const;
   void publish_cache_metrics();
@@ -148,7 +151,8 @@ class Engine {
   KvManager kv_;
   Sampler sampler_;                // the engine thread's (logprobs)
   std::vector<Sampler> samplers_;  // one per pool thread (sample_draws)
-  // One token to sample: the sequence, its logits row, its step in the request.
+  // One token to sample: the sequence, its logits row (null when the model found the token:
+  // LogitsFor::kArgmax), its step in the request.
   struct Draw {
     Sequence* seq;
     const float* logits;

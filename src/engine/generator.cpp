@@ -39,11 +39,13 @@ Result<std::vector<TokenId>> Generator::generate(std::span<const TokenId> prompt
 
   auto start = std::chrono::steady_clock::now();
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
+  // Greedy without penalties: the model finds the token itself.
+  const LogitsFor wanted = samples_argmax(options.sampling) ? LogitsFor::kArgmax : LogitsFor::kLast;
   for (int32_t begin = 0; begin < n_prompt; begin += options.prefill_chunk) {
     const int32_t end = std::min(n_prompt, begin + options.prefill_chunk);
     seq.tokens.assign(prompt.begin() + begin, prompt.begin() + end);
     seq.ranges = {{begin, end - begin}};
-    seq.logits = end == n_prompt ? LogitsFor::kLast : LogitsFor::kNone;
+    seq.logits = end == n_prompt ? wanted : LogitsFor::kNone;
     batch.sequences = {seq};
     MNEMO_RETURN_IF_ERROR(model_.forward(batch, kv_, pool_, out));
   }
@@ -52,8 +54,9 @@ Result<std::vector<TokenId>> Generator::generate(std::span<const TokenId> prompt
 
   start = std::chrono::steady_clock::now();
   for (int32_t step = 0; step < options.max_tokens; ++step) {
-    const TokenId token = sampler_.sample(options.sampling, {out.last_row(0), static_cast<size_t>(out.n_vocab)},
-                                          history, static_cast<uint64_t>(step));
+    const TokenId token = out.argmax[0] >= 0 ? out.argmax[0]
+                                             : sampler_.sample(options.sampling, {out.last_row(0), static_cast<size_t>(out.n_vocab)},
+                                                               history, static_cast<uint64_t>(step));
     generated.push_back(token);
     history.push_back(token);
     ++stats_.generated_tokens;
@@ -62,7 +65,7 @@ Result<std::vector<TokenId>> Generator::generate(std::span<const TokenId> prompt
     if (step + 1 == options.max_tokens) break;
     seq.tokens = {token};
     seq.ranges = {{static_cast<int32_t>(history.size()) - 1, 1}};
-    seq.logits = LogitsFor::kLast;
+    seq.logits = wanted;
     batch.sequences = {seq};
     MNEMO_RETURN_IF_ERROR(model_.forward(batch, kv_, pool_, out));
   }

@@ -97,6 +97,12 @@ double sampling_uniform(uint64_t seed, uint64_t step) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
+bool samples_argmax(const SamplingParams& params) {
+  const bool penalties =
+      params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+  return !(params.temperature > 0.0f) && (!penalties || params.penalty_last_n == 0);
+}
+
 int32_t Sampler::sample(const SamplingParams& params, std::span<const float> logits,
                         std::span<const int32_t> history, uint64_t step) {
   assert(!logits.empty());

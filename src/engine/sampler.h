@@ -27,6 +27,10 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// Whether sample() with these parameters returns the index of the largest raw logit whatever the
+// history (greedy, no penalty), so that the model need only find that index (LogitsFor::kArgmax).
+bool samples_argmax(const SamplingParams& params);
+
 // For the API layer: an Error naming the first parameter out of its range. The sampler itself
 // copes with any values (never crashes, always returns a token), but their meaning is undefined.
 Status validate(const SamplingParams& params);

@@ -28,7 +28,9 @@ struct QueryRange {
   int32_t end() const { return start + length; }
 };
 
-enum class LogitsFor { kNone, kLast, kAll };
+// kArgmax: only the index of the last token's largest logit (greedy sampling with nothing that
+// alters the logits), which spares writing and reading a vocabulary of logits per sequence.
+enum class LogitsFor { kNone, kLast, kAll, kArgmax };
 
 struct SequenceInput {
   std::vector<TokenId> tokens;      // the ranges' tokens, concatenated in range order
@@ -49,7 +51,10 @@ struct ForwardOutput {
   int32_t n_vocab = 0;
   std::vector<float> logits;
   std::vector<int32_t> first_row;  // per sequence: index of its first row
-  std::vector<int32_t> row_count;  // per sequence: number of rows
+  std::vector<int32_t> row_count;  // per sequence: number of rows (a kArgmax sequence's one row is not valid)
+  // Per sequence: the index of its last token's largest logit (kernels/nn/argmax.h's semantics)
+  // for kArgmax, -1 otherwise.
+  std::vector<TokenId> argmax;
 
   const float* row(size_t sequence, int32_t i = 0) const {
     return logits.data() + static_cast<size_t>(first_row[sequence] + i) * static_cast<size_t>(n_vocab);

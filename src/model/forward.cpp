@@ -3,8 +3,10 @@
 // quantised input); only attention looks at sequences, through their block tables. Every
 // operation is per token (or per (token, head) in attention) and computed the same way whatever
 // else is in the batch, so a token's logits do not depend on the batch (batch invariance).
+#include <algorithm>
 #include <cstring>
 
+#include "kernels/nn/argmax.h"
 #include "kernels/nn/attention.h"
 #include "kernels/nn/f16_ops.h"
 #include "kernels/nn/ops.h"
@@ -187,8 +189,11 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
 
   // Logits only for the rows that want them.
   std::vector<int64_t> wanted;
+  std::vector<uint8_t>& argmax_only = b.argmax_only;
+  argmax_only.clear();
   out.first_row.assign(batch.sequences.size(), 0);
   out.row_count.assign(batch.sequences.size(), 0);
+  out.argmax.assign(batch.sequences.size(), -1);
   int64_t t = 0;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceInput& seq = batch.sequences[s];
@@ -196,9 +201,10 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
     out.first_row[s] = static_cast<int32_t>(wanted.size());
     if (seq.logits == LogitsFor::kAll) {
       for (int64_t i = 0; i < n; ++i) wanted.push_back(t + i);
-    } else if (seq.logits == LogitsFor::kLast) {
+    } else if (seq.logits == LogitsFor::kLast || seq.logits == LogitsFor::kArgmax) {
       wanted.push_back(t + n - 1);
     }
+    argmax_only.resize(wanted.size(), seq.logits == LogitsFor::kArgmax ? 1 : 0);
     out.row_count[s] = static_cast<int32_t>(wanted.size()) - out.first_row[s];
     t += n;
   }
@@ -210,11 +216,25 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
   }
   out.n_vocab = n_vocab();
   out.logits.resize(static_cast<size_t>(n_out) * static_cast<size_t>(out.n_vocab));
-  if (n_out > 0) {
+  if (n_out == 0) return ok_status();
+  // The product folds the argmax-only rows itself unless a softcap comes between (it is
+  // monotonic, but rounding can make two logits equal after it).
+  const bool any_argmax = std::find(argmax_only.begin(), argmax_only.end(), 1) != argmax_only.end();
+  kernels::ArgmaxRows& argmax = b.argmax;
+  argmax.folded = false;
+  if (any_argmax && c.final_logit_softcap <= 0.0f) {
+    argmax.wanted = argmax_only;
+    kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), pool, b.matmul, argmax);
+  } else {
     kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), pool, b.matmul);
-    if (c.final_logit_softcap > 0.0f) {
-      kernels::softcap(out.logits.data(), static_cast<int64_t>(out.logits.size()), c.final_logit_softcap);
-    }
+  }
+  if (c.final_logit_softcap > 0.0f) {
+    kernels::softcap(out.logits.data(), static_cast<int64_t>(out.logits.size()), c.final_logit_softcap);
+  }
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    if (batch.sequences[s].logits != LogitsFor::kArgmax) continue;
+    const int64_t row = out.first_row[s];
+    out.argmax[s] = argmax.folded ? kernels::argmax_of_lanes(argmax, row, n_out) : kernels::argmax(out.row(s), out.n_vocab);
   }
   return ok_status();
 }

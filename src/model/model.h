@@ -50,6 +50,8 @@ class Model {
   struct Scratch {
     std::vector<float> x, h, q, k, v, attn, gate, up, ffn, logits_in;
     kernels::MatmulScratch matmul;
+    std::vector<uint8_t> argmax_only;  // per logits row
+    kernels::ArgmaxRows argmax;
   } scratch_;
 };
 

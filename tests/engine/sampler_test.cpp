@@ -96,6 +96,36 @@ TEST(SamplerGreedy, CopesWithNanAndInfiniteLogits) {
 
 // --- determinism ----------------------------------------------------------------------------------
 
+// samples_argmax says when the engine may ask the model for the greedy token only: then sample()
+// returns the largest raw logit's index whatever the history; with penalties or a temperature it
+// may not.
+TEST(SamplerGreedy, SamplesArgmaxExactlyWhenNothingAltersTheLogits) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_TRUE(samples_argmax(greedy));
+  SamplingParams unwindowed = greedy;
+  unwindowed.repetition_penalty = 1.3f;
+  unwindowed.penalty_last_n = 0;  // penalties over no tokens
+  EXPECT_TRUE(samples_argmax(unwindowed));
+  SamplingParams warm = greedy;
+  warm.temperature = 0.7f;
+  EXPECT_FALSE(samples_argmax(warm));
+  // Logits whose largest is token 3, and a history holding it: each penalty moves the answer.
+  const std::vector<float> logits = {0.5f, 1.0f, 2.0f, 2.5f, -1.0f};
+  const std::vector<int32_t> history = {3, 3, 1};
+  Sampler sampler;
+  EXPECT_EQ(sampler.sample(greedy, logits, history, 0), 3);
+  EXPECT_EQ(sampler.sample(unwindowed, logits, history, 0), 3);
+  for (const auto& set : std::vector<std::function<void(SamplingParams&)>>{
+           [](SamplingParams& p) { p.repetition_penalty = 1.5f; }, [](SamplingParams& p) { p.presence_penalty = 1.0f; },
+           [](SamplingParams& p) { p.frequency_penalty = 0.5f; }}) {
+    SamplingParams penalised = greedy;
+    set(penalised);
+    EXPECT_FALSE(samples_argmax(penalised));
+    EXPECT_EQ(sampler.sample(penalised, logits, history, 0), 2);
+  }
+}
+
 TEST(SamplerDeterminism, SameSeedStepAndLogitsGiveTheSameToken) {
   const std::vector<float> logits = random_logits(1000, 2, 0.1f);
   Sampler first;

@@ -14,6 +14,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -281,6 +282,38 @@ TinyModelSpec gemma3_spec() {
   s.arch = Arch::kGemma3;
   s.seed = 3;
   return s;
+}
+
+TEST_P(PagedForwardTest, ArgmaxOnlySequencesGetTheIndexOfTheirLargestLogit) {
+  // The same batch twice: once with the first sequence asking only for its greedy token
+  // (LogitsFor::kArgmax), once for its logits. The index is that of the largest of those logits,
+  // and the other sequences' logits do not change.
+  const Fixture f = fixture("argmax", 14);
+  const int32_t V = f.model->n_vocab();
+  ShuffledBlocks blocks(5);
+  const std::vector<std::vector<BlockId>> tables = {blocks.take(2), blocks.take(2), blocks.take(1)};
+  std::vector<ForwardOutput> outs(2);
+  for (const LogitsFor first : {LogitsFor::kArgmax, LogitsFor::kLast}) {
+    KvStorage kv(layout(*f.model), kPoolBlocks);
+    Batch batch;
+    batch.sequences.push_back(one_range(f, 0, 6, tables[0], first));
+    batch.sequences.push_back(one_range(f, 0, 5, tables[1], LogitsFor::kLast));
+    batch.sequences.push_back(one_range(f, 0, 3, tables[2], LogitsFor::kAll));
+    ASSERT_TRUE(f.model->forward(batch, kv, pool_, outs[first == LogitsFor::kLast ? 1 : 0]).ok());
+  }
+  const ForwardOutput& folded = outs[0];
+  const ForwardOutput& full = outs[1];
+  const float* logits = full.last_row(0);
+  int32_t expected = 0;
+  for (int32_t i = 1; i < V; ++i) expected = logits[i] > logits[expected] ? i : expected;
+  EXPECT_EQ(folded.argmax, (std::vector<TokenId>{expected, -1, -1}));
+  EXPECT_EQ(full.argmax, (std::vector<TokenId>{-1, -1, -1}));
+  ASSERT_EQ(folded.row_count, full.row_count);
+  for (size_t s = 1; s < 3; ++s) {
+    for (int32_t r = 0; r < full.row_count[s]; ++r) {
+      EXPECT_EQ(std::memcmp(folded.row(s, r), full.row(s, r), static_cast<size_t>(V) * sizeof(float)), 0) << s << " " << r;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -202,7 +202,7 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
       }
     }
   }
-  for (int j = 0; j < kRows; ++j) store_outputs(args.y + (first_row + j) * args.y_stride + o, store_mask, acc[j]);
+  for (int j = 0; j < kRows; ++j) finish_outputs(args, first_row + j, o, store_mask, acc[j]);
 }
 
 // One activation row against the weight rows, without repacking (see reduce_rows). Per lane the
@@ -238,7 +238,7 @@ void multiply_one_row(const GemmArgs& args) {
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(d_w, _mm512_set1_ps(record.d)), acc);
       if constexpr (Format::kHasMin) acc = _mm512_fmadd_ps(TileRows::high_halves(words), _mm512_set1_ps(record.s), acc);
     }
-    store_outputs(args.y + o, rows.store_mask(), acc);
+    finish_outputs(args, 0, o, rows.store_mask(), acc);
   }
 }
 
@@ -270,7 +270,7 @@ void pack_tile(const uint8_t* weights, size_t row_bytes, int64_t k, int64_t firs
 
 template <class Format>
 constexpr GemmKernel gemm_kernel_of(const ActivationPacker* packer) {
-  return {packer, kTileRows, multiply<Format>, tile_bytes<Format>, pack_tile<Format>, Format::kOneRowReadsTiles};
+  return {packer, kTileRows, multiply<Format>, tile_bytes<Format>, pack_tile<Format>, Format::kOneRowReadsTiles, true};
 }
 
 }  // namespace

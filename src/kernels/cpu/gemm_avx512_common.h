@@ -13,6 +13,7 @@
 
 #include <immintrin.h>
 
+#include <cfloat>
 #include <cstddef>
 #include <cstdint>
 #include <algorithm>
@@ -199,6 +200,29 @@ inline void store_outputs(float* y, __mmask16 mask, __m512 v) {
     _mm512_storeu_ps(y, v);
   } else {
     _mm512_mask_storeu_ps(y, mask, v);
+  }
+}
+
+// Folds a tile's outputs o..o+15 (the `valid` lanes) into a row's lanes: the larger value, on a
+// tie the lower index, so that the order in which a thread meets the tiles does not matter.
+inline void fold_argmax(ArgmaxLanes& lanes, __mmask16 valid, int64_t o, __m512 v) {
+  v = _mm512_min_ps(_mm512_set1_ps(FLT_MAX), v);  // +inf counts as the largest float; NaN stays NaN
+  const __m512 best = _mm512_load_ps(lanes.value);
+  const __m512i best_index = _mm512_load_si512(lanes.index);
+  const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(o)),
+                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __mmask16 larger = _mm512_mask_cmp_ps_mask(valid, v, best, _CMP_GT_OQ);
+  const __mmask16 tie_lower = _mm512_mask_cmp_ps_mask(valid, v, best, _CMP_EQ_OQ) & _mm512_cmplt_epi32_mask(index, best_index);
+  _mm512_store_ps(lanes.value, _mm512_mask_mov_ps(best, larger | tie_lower, v));
+  _mm512_store_si512(lanes.index, _mm512_mask_mov_epi32(best_index, larger | tie_lower, index));
+}
+
+// A tile's outputs o..o+15 of activation row `row`: to y, or folded into the row's argmax lanes.
+inline void finish_outputs(const GemmArgs& args, int64_t row, int64_t o, __mmask16 mask, __m512 v) {
+  if (args.argmax_rows != nullptr && args.argmax_rows[row] != 0) {
+    fold_argmax(args.argmax_lanes[row], mask, o, v);
+  } else {
+    store_outputs(args.y + row * args.y_stride + o, mask, v);
   }
 }
 

@@ -219,7 +219,7 @@ void multiply_one_row(const GemmArgs& args) {
       }
       acc = finish_block(scales, total, records[b], acc);
     }
-    store_outputs(args.y + o, rows.store_mask(), acc);
+    finish_outputs(args, 0, o, rows.store_mask(), acc);
   }
 }
 
@@ -279,7 +279,7 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
     }
     for (int j = 0; j < kRows; ++j) acc[j] = finish_block(scales, total[j], records[j], acc[j]);
   }
-  for (int j = 0; j < kRows; ++j) store_outputs(args.y + (first_row + j) * args.y_stride + o, store_mask, acc[j]);
+  for (int j = 0; j < kRows; ++j) finish_outputs(args, first_row + j, o, store_mask, acc[j]);
 }
 
 template <class Format>
@@ -316,7 +316,7 @@ void pack_tile(const uint8_t* weights, size_t row_bytes, int64_t k, int64_t firs
 
 template <class Format>
 constexpr GemmKernel gemm_kernel_of() {
-  return {&kPackQ8_K, kTileRows, multiply<Format>, tile_bytes<Format>, pack_tile<Format>, false};
+  return {&kPackQ8_K, kTileRows, multiply<Format>, tile_bytes<Format>, pack_tile<Format>, false, true};
 }
 
 }  // namespace

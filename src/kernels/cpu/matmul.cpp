@@ -49,12 +49,13 @@ struct Format {
   size_t offset = 0;       // in scratch, bytes
 };
 
+// argmax_rows / argmax_lanes: as GemmArgs's (this thread's lanes), for a kernel that folds them.
 void multiply_tiles(const MatmulTask& task, const TaskPlan& plan, int64_t n_rows, int64_t row_begin, int64_t row_end,
-                    int64_t stream_row_end) {
+                    int64_t stream_row_end, const uint8_t* argmax_rows, ArgmaxLanes* argmax_lanes) {
   const WeightMatrix& w = *task.w;
   if (plan.gemm != nullptr) {
     const GemmArgs args{w.data, w.row_bytes(), w.tiles, w.in_features, row_begin, row_end, plan.activations,
-                        n_rows, task.y, w.out_features, stream_row_end};
+                        n_rows, task.y, w.out_features, stream_row_end, argmax_rows, argmax_lanes};
     plan.gemm->multiply(args);
     return;
   }
@@ -72,8 +73,10 @@ void multiply_tiles(const MatmulTask& task, const TaskPlan& plan, int64_t n_rows
 }  // namespace
 
 void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_rows, ThreadPool& pool,
-                 MatmulScratch& scratch) {
+                 MatmulScratch& scratch, ArgmaxRows* argmax) {
+  if (argmax != nullptr) argmax->folded = false;
   if (n_rows <= 0 || tasks.empty()) return;
+  assert(argmax == nullptr || (tasks.size() == 1 && static_cast<int64_t>(argmax->wanted.size()) == n_rows));
   const int64_t k = tasks[0].w->in_features;
 
   // Plan every task and collect the distinct activation formats (at most a few).
@@ -141,9 +144,19 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
     plans[t].activation_row_bytes = raw ? static_cast<size_t>(k) * sizeof(float) : f.row_bytes;
   }
 
+  // Rows wanted only through their largest output: folded by the kernel where it can, into a
+  // set of lanes per thread.
+  const bool fold = argmax != nullptr && plans[0].gemm != nullptr && plans[0].gemm->folds_argmax;
+  if (fold) {
+    argmax->folded = true;
+    argmax->sets = pool.size();
+    argmax->lanes.resize(static_cast<size_t>(argmax->sets * n_rows));
+    for (ArgmaxLanes& lanes : argmax->lanes) lanes.clear();
+  }
+
   // Tiles of all tasks, numbered one after the other; [begin, end) of them, the caller going on
   // to stream_end.
-  const auto run_tiles = [&](int64_t begin, int64_t end, int64_t stream_end) {
+  const auto run_tiles = [&](int64_t begin, int64_t end, int64_t stream_end, int thread) {
     size_t t = 0;
     while (begin < end) {
       while (plans[t].first_tile + (tasks[t].w->out_features + plans[t].tile_rows - 1) / plans[t].tile_rows <= begin) ++t;
@@ -151,17 +164,18 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
       const int64_t task_tiles = (tasks[t].w->out_features + plan.tile_rows - 1) / plan.tile_rows;
       const int64_t stop = std::min(end, plan.first_tile + task_tiles);
       const auto row_of = [&](int64_t tile) { return std::min(tasks[t].w->out_features, (tile - plan.first_tile) * plan.tile_rows); };
-      multiply_tiles(tasks[t], plan, n_rows, row_of(begin), row_of(stop), row_of(std::min(stream_end, plan.first_tile + task_tiles)));
+      multiply_tiles(tasks[t], plan, n_rows, row_of(begin), row_of(stop), row_of(std::min(stream_end, plan.first_tile + task_tiles)),
+                     fold ? argmax->wanted.data() : nullptr, fold ? argmax->lanes.data() + thread * n_rows : nullptr);
       begin = stop;
     }
   };
   if (pool.size() == 1 || work < kMinParallelWork) {
-    run_tiles(0, total_tiles, total_tiles);
+    run_tiles(0, total_tiles, total_tiles, 0);
   } else {
     // Each thread streams one share of the weights front to back; one that is done helps with
     // the others' in short pieces from their backs.
     pool.parallel_shares(total_tiles, kShareGrainTiles,
-                         [&](int64_t begin, int64_t end, int64_t stream_end, int) { run_tiles(begin, end, stream_end); });
+                         [&](int64_t begin, int64_t end, int64_t stream_end, int t) { run_tiles(begin, end, stream_end, t); });
   }
 }
 
@@ -170,6 +184,14 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, Thr
   if (w.out_features <= 0) return;
   const MatmulTask task{&w, y};
   matmul_many({&task, 1}, x, n_rows, pool, scratch);
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
+            MatmulScratch& scratch, ArgmaxRows& argmax) {
+  argmax.folded = false;
+  if (w.out_features <= 0) return;
+  const MatmulTask task{&w, y};
+  matmul_many({&task, 1}, x, n_rows, pool, scratch, &argmax);
 }
 
 PackedTiles prepack(WeightMatrix& w) {

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "tensor/dtype.h"
 #include "util/thread_pool.h"
 
@@ -69,6 +70,21 @@ size_t prepacked_bytes(const WeightMatrix& w);
 // the one-row product keeps reading the file's rows (the tiles are larger than they are).
 bool prepacked_tiles_replace_rows(const WeightMatrix& w);
 
+// Rows of a product wanted only through their largest output (greedy decoding).
+struct ArgmaxRows {
+  std::span<const uint8_t> wanted;  // per activation row: non-zero = only its largest output
+  // Set by matmul: whether the kernel folded those rows' outputs into `lanes` (then their rows
+  // of y are left untouched); otherwise every row of y was written.
+  bool folded = false;
+  // When folded: thread t's lanes of row r at lanes[t * n_rows + r], `sets` threads
+  // (kernels/nn/argmax.h's argmax_of_lanes takes a row's sets to its index).
+  std::vector<ArgmaxLanes> lanes;
+  int32_t sets = 0;
+  const ArgmaxLanes* row_lanes(int64_t row, int64_t n_rows, int32_t set) const {
+    return &lanes[static_cast<size_t>(set * n_rows + row)];
+  }
+};
+
 // One product of a matmul_many: y[r * w->out_features + o].
 struct MatmulTask {
   const WeightMatrix* w;
@@ -79,12 +95,15 @@ struct MatmulTask {
 // Quantises x once, then splits the output rows across the pool.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
             MatmulScratch& scratch);
+// The same, some rows wanted only through their largest output (see ArgmaxRows).
+void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool,
+            MatmulScratch& scratch, ArgmaxRows& argmax);
 
 // Several products of the same activations (e.g. Q, K and V of one normed input; every matrix
 // has x's width): x is quantised once per activation format, and all products share one pass of
 // the pool.
 void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_rows, ThreadPool& pool,
-                 MatmulScratch& scratch);
+                 MatmulScratch& scratch, ArgmaxRows* argmax = nullptr);  // argmax: one task only
 
 // Copies row `index` of W dequantised into out (embedding lookup).
 void dequantize_row(const WeightMatrix& w, int64_t index, float* out);

@@ -1,6 +1,7 @@
 #include "kernels/nn/argmax.h"
 
 #include <limits>
+#include <vector>
 
 #include "kernels/nn/argmax_lanes.h"
 
@@ -50,6 +51,17 @@ ArgmaxFn argmax_kernel(Isa isa) {
 int32_t argmax(const float* x, int64_t n) {
   static const ArgmaxFn kernel = argmax_kernel(detected_isa());
   return kernel(x, n);
+}
+
+int32_t argmax_of_lanes(const ArgmaxRows& rows, int64_t row, int64_t n_rows) {
+  std::vector<float> values;
+  std::vector<int32_t> indices;
+  for (int32_t set = 0; set < rows.sets; ++set) {
+    const ArgmaxLanes& lanes = *rows.row_lanes(row, n_rows, set);
+    values.insert(values.end(), lanes.value, lanes.value + 16);
+    indices.insert(indices.end(), lanes.index, lanes.index + 16);
+  }
+  return argmax_finish(values.data(), indices.data(), static_cast<int>(values.size()), nullptr, 0, 0);
 }
 
 }  // namespace mnemo::kernels

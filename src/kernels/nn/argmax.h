@@ -10,12 +10,17 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/type_kernels.h"
 
 namespace mnemo::kernels {
 
 // On the detected ISA. n > 0.
 int32_t argmax(const float* x, int64_t n);
+
+// The index of row `row`'s largest output from the lanes a folding product left
+// (kernels/cpu/matmul.h's ArgmaxRows): the same answer as argmax over the row's outputs.
+int32_t argmax_of_lanes(const ArgmaxRows& rows, int64_t row, int64_t n_rows);
 
 // The variant for `isa` (tests); the scalar one is the reference. Falls back to the scalar one
 // where the CPU lacks `isa`.

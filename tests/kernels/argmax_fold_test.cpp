@@ -1,0 +1,122 @@
+// Output products that fold rows into their largest output (ArgmaxRows, greedy decoding): for
+// every weight type, with and without tiles prepacked at load, on one and three threads, the
+// index found is kernels::argmax of the same row computed in full (ties and non-finite outputs
+// included), the other rows are the same bits as a plain product, and a folded row of y is
+// never written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernel_test_util.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/nn/argmax.h"
+
+namespace mnemo::kernels {
+namespace {
+
+// out random rows of in elements, some of them copies of others (exact ties): the row of the
+// largest norm is copied to two more rows, and activations equal to it make the three of them
+// the largest outputs (Cauchy-Schwarz); `tied` is the lowest of their indices.
+struct TiedWeights {
+  std::vector<uint8_t> bytes;
+  std::vector<float> best_row;  // the copied row, dequantised
+  int64_t tied = 0;
+};
+
+TiedWeights weights_with_ties(DType type, int64_t in, int64_t out, std::mt19937& rng) {
+  const size_t row = row_bytes(type, in);
+  TiedWeights w;
+  int64_t best = 0;
+  double best_norm = -1.0;
+  std::vector<float> values(static_cast<size_t>(in));
+  for (int64_t o = 0; o < out; ++o) {
+    const std::vector<uint8_t> r = testing::random_weight_row(type, in, rng);
+    w.bytes.insert(w.bytes.end(), r.begin(), r.end());
+    type_kernels(type)->to_float(r.data(), values.data(), in);
+    double norm = 0.0;
+    for (const float v : values) norm += static_cast<double>(v) * v;
+    if (norm > best_norm) {
+      best_norm = norm;
+      best = o;
+      w.best_row = values;
+    }
+  }
+  const int64_t lower = (best + out - 100) % out, higher = (best + 150) % out;
+  std::memcpy(&w.bytes[static_cast<size_t>(lower) * row], &w.bytes[static_cast<size_t>(best) * row], row);
+  std::memcpy(&w.bytes[static_cast<size_t>(higher) * row], &w.bytes[static_cast<size_t>(best) * row], row);
+  w.tied = std::min({best, lower, higher});
+  return w;
+}
+
+// Activation rows: the tied rows' weights, random ones, all zero (every output ties: index 0),
+// huge (outputs overflow to infinities) and one holding a NaN.
+std::vector<float> activations(const TiedWeights& weights, int64_t in, std::mt19937& rng) {
+  std::vector<float> x = weights.best_row;
+  const std::vector<float> more = testing::random_floats(3 * in, rng);
+  x.insert(x.end(), more.begin(), more.end());
+  x.insert(x.end(), static_cast<size_t>(in), 0.0f);
+  for (int64_t i = 0; i < in; ++i) x.push_back((i % 2 == 0 ? 3e38f : -3e38f));
+  std::vector<float> with_nan = testing::random_floats(in, rng);
+  with_nan[static_cast<size_t>(in / 2)] = std::numeric_limits<float>::quiet_NaN();
+  x.insert(x.end(), with_nan.begin(), with_nan.end());
+  return x;
+}
+
+TEST(ArgmaxFold, FoldedRowsGiveTheArgmaxOfTheFullRowAndOthersAreUnchanged) {
+  std::mt19937 rng(17);
+  constexpr int64_t kOut = 333;  // a partial last tile
+  for (const DType type : testing::weight_types()) {
+    const int64_t in = 2 * std::max<int64_t>(testing::block_elems(type), 32);
+    const TiedWeights tied = weights_with_ties(type, in, kOut, rng);
+    const std::vector<uint8_t>& bytes = tied.bytes;
+    const std::vector<float> x = activations(tied, in, rng);
+    const int64_t n_rows = static_cast<int64_t>(x.size()) / in;
+    for (const bool prepacked : {false, true}) {
+      WeightMatrix w{type, in, kOut, bytes.data()};
+      const PackedTiles tiles = prepacked ? prepack(w) : PackedTiles();
+      for (const int threads : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(type) << (prepacked ? " prepacked" : "") << ", " << threads << " threads");
+        ThreadPool pool(threads);
+        MatmulScratch scratch;
+        std::vector<float> full(static_cast<size_t>(n_rows * kOut));
+        matmul(w, x.data(), n_rows, full.data(), pool, scratch);
+        // Every other row folded.
+        std::vector<uint8_t> wanted(static_cast<size_t>(n_rows));
+        for (int64_t r = 0; r < n_rows; ++r) wanted[static_cast<size_t>(r)] = r % 2 == 0 ? 1 : 0;
+        std::vector<float> y(full.size(), std::numeric_limits<float>::quiet_NaN());
+        ArgmaxRows folds;
+        folds.wanted = wanted;
+        matmul(w, x.data(), n_rows, y.data(), pool, scratch, folds);
+        const GemmKernel* gemm = gemm_kernel(type);
+        EXPECT_EQ(folds.folded, gemm != nullptr && gemm->folds_argmax);
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const float* want = full.data() + r * kOut;
+          const float* got = y.data() + r * kOut;
+          if (wanted[static_cast<size_t>(r)] == 0) {
+            EXPECT_EQ(std::memcmp(got, want, kOut * sizeof(float)), 0) << "row " << r;
+            continue;
+          }
+          const int32_t expected = argmax(want, kOut);
+          if (r == 0) {
+            ASSERT_EQ(expected, tied.tied) << "the tie the test sets up";
+          }
+          if (folds.folded) {
+            EXPECT_EQ(argmax_of_lanes(folds, r, n_rows), expected) << "row " << r;
+            for (int64_t o = 0; o < kOut; ++o) ASSERT_TRUE(std::isnan(got[o])) << "folded row " << r << " written at " << o;
+          } else {
+            EXPECT_EQ(std::memcmp(got, want, kOut * sizeof(float)), 0) << "row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mnemo::kernels
