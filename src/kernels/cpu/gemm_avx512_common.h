@@ -334,12 +334,28 @@ void multiply_in_groups(const GemmArgs& args, int64_t n_blocks, size_t tile_byte
 
 // A batched product over tiles repacked at load (GemmArgs::tiles), a group at a time as
 // multiply_in_groups takes them; each group requests the next one from memory over its work, the
-// last one the group after the range when the caller streams on (GemmArgs::stream_row_end).
+// last one the group after the range when the caller streams on (GemmArgs::stream_row_end). The
+// first group goes tile by tile (see below). Every output element is computed by the same chunk
+// call in either order.
 template <class Chunk>
 void multiply_prepacked(const GemmArgs& args, int64_t n_blocks, size_t tile_bytes, Chunk&& chunk) {
   const auto tile_at = [&](int64_t o) { return args.tiles + static_cast<size_t>(o / kTileRows) * tile_bytes; };
   for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
     const int64_t next_end = std::min(stream_end(args), end + kGroupTiles * kTileRows);
+    if (first == args.row_begin && row_chunks(args.n_rows) > 1) {
+      // The first group comes from memory (unless the caller's previous call fetched it): tile
+      // by tile, each meeting every chunk of rows while the rest of the group and the next one
+      // arrive, rather than every tile cold for the first chunk. (7% faster for the default
+      // model's K-format matrices at batch 32, with their weights from memory.)
+      NextTilePrefetch prefetch(tile_at(first + kTileRows), static_cast<size_t>(tiles_in(first + kTileRows, next_end)) * tile_bytes,
+                                n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
+      for (int64_t o = first; o < end; o += kTileRows) {
+        for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
+          chunk.template operator()<kRows>(tile_at(o), first_row, o, tile_store_mask(o, args.row_end), prefetch);
+        });
+      }
+      return;
+    }
     NextTilePrefetch prefetch(tile_at(end), static_cast<size_t>(tiles_in(end, next_end)) * tile_bytes,
                               n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
     for_each_row_chunk(args.n_rows, [&]<int kRows>(int64_t first_row) {
