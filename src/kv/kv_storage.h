@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 #include "kv/kv_layout.h"
+#include "util/anonymous_memory.h"
 
 namespace mnemo {
 
@@ -17,8 +17,8 @@ class KvStorage {
   const KvLayout& layout() const { return layout_; }
   int32_t n_blocks() const { return n_blocks_; }
 
-  uint8_t* block(BlockId id) { return data_.get() + static_cast<size_t>(id) * layout_.block_bytes(); }
-  const uint8_t* block(BlockId id) const { return data_.get() + static_cast<size_t>(id) * layout_.block_bytes(); }
+  uint8_t* block(BlockId id) { return data_.data() + static_cast<size_t>(id) * layout_.block_bytes(); }
+  const uint8_t* block(BlockId id) const { return data_.data() + static_cast<size_t>(id) * layout_.block_bytes(); }
 
   // [slot][dim] planes of one head in one layer of one block, of the layout's element type.
   void* keys(BlockId id, int32_t layer, int32_t head) { return element(id, layout_.k_offset(layer, head)); }
@@ -33,16 +33,11 @@ class KvStorage {
  private:
   void* element(BlockId id, size_t offset) { return block(id) + offset * layout_.element_bytes(); }
 
-  struct Unmap {
-    size_t bytes;
-    void operator()(uint8_t* p) const;
-  };
-
   KvLayout layout_;
   int32_t n_blocks_;
-  // Anonymous memory: pages are zero and only become resident when first written, so a large
-  // pool costs nothing until it is used.
-  std::unique_ptr<uint8_t, Unmap> data_;
+  // Pages are zero and only become resident when first written, so a large pool costs nothing
+  // until it is used; huge pages where the kernel has them (attention streams the pool).
+  AnonymousMemory data_;
 };
 
 }  // namespace mnemo

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "tensor/dtype.h"
+#include "util/anonymous_memory.h"
 #include "util/thread_pool.h"
 
 namespace mnemo::kernels {
@@ -41,7 +42,7 @@ struct MatmulScratch {
 class PackedTiles {
  public:
   PackedTiles() = default;
-  explicit PackedTiles(size_t bytes) : lines_(allocated_bytes(bytes) / sizeof(CacheLine)) {}
+  explicit PackedTiles(size_t bytes) : memory_(allocated_bytes(bytes)) {}
   // What holding `bytes` allocates: whole cache lines.
   static size_t allocated_bytes(size_t bytes) { return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine) * sizeof(CacheLine); }
   PackedTiles(PackedTiles&&) = default;
@@ -49,12 +50,12 @@ class PackedTiles {
   PackedTiles(const PackedTiles&) = delete;
   PackedTiles& operator=(const PackedTiles&) = delete;
 
-  uint8_t* data() { return lines_.empty() ? nullptr : lines_.data()->bytes; }
-  const uint8_t* data() const { return lines_.empty() ? nullptr : lines_.data()->bytes; }
-  size_t bytes() const { return lines_.size() * sizeof(CacheLine); }
+  uint8_t* data() { return memory_.data(); }
+  const uint8_t* data() const { return memory_.data(); }
+  size_t bytes() const { return memory_.size(); }
 
  private:
-  std::vector<CacheLine> lines_;
+  AnonymousMemory memory_;  // page-aligned; huge pages where the kernel has them (streamed every step)
 };
 
 // Repacks w's rows once in the tile layout of its GEMM kernel on this ISA, when that kernel
