@@ -265,6 +265,11 @@ constexpr int kGroupRows = 4;
 alignas(64) constexpr float kZeroRow[256] = {};  // absent positions (F32 or F16 zeros), up to kDim 256
 
 template <bool kF16>
+void prefetch_pool(const void* row, int32_t i) {
+  _mm_prefetch(static_cast<const char*>(row) + static_cast<size_t>(i) * (kF16 ? 2 : 4), _MM_HINT_T1);
+}
+
+template <bool kF16>
 __m512 load_pool(const void* row, int32_t i) {
   if constexpr (kF16) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + i)));
@@ -275,14 +280,18 @@ __m512 load_pool(const void* row, int32_t i) {
 
 // raw[r] lane k = q[r] . key k, for the four rows.
 template <int kDim, bool kF16>
-void group_scores(const Row* rows, const void* const* keys, __m512* raw) {
+void group_scores(const Row* rows, const void* const* keys, const void* const* next_keys, __m512* raw) {
   alignas(64) float lanes[kGroupRows][16];
+  constexpr int32_t kElementsPerLine = kF16 ? 32 : 16;
   for (int first_key = 0; first_key < 16; first_key += 4) {
     __m512 acc[16];  // [row][key of the four]
     for (__m512& a : acc) a = _mm512_setzero_ps();
     for (int32_t i = 0; i < kDim; i += 16) {
       __m512 key[4];
       for (int k = 0; k < 4; ++k) key[k] = load_pool<kF16>(keys[first_key + k], i);
+      if (next_keys != nullptr && i % kElementsPerLine == 0) {
+        for (int k = 0; k < 4; ++k) prefetch_pool<kF16>(next_keys[first_key + k], i);
+      }
       for (int r = 0; r < kGroupRows; ++r) {
         const __m512 qv = _mm512_loadu_ps(rows[r].q + i);
         for (int k = 0; k < 4; ++k) acc[4 * r + k] = _mm512_fmadd_ps(qv, key[k], acc[4 * r + k]);
@@ -297,12 +306,18 @@ void group_scores(const Row* rows, const void* const* keys, __m512* raw) {
 
 // rows[r].acc += sum over keys k in [first, last] of weight[16 r + k] * values[k], keys in order.
 template <int kDim, bool kF16>
-void group_add_values(const Row* rows, const float* weight, const void* const* values, int first, int last) {
+void group_add_values(const Row* rows, const float* weight, const void* const* values, const void* const* next_values,
+                      int first, int last) {
   static_assert(kDim % 64 == 0);
   for (int32_t d0 = 0; d0 < kDim; d0 += 64) {
     __m512 a[kGroupRows][4];
     for (int r = 0; r < kGroupRows; ++r) {
       for (int c = 0; c < 4; ++c) a[r][c] = _mm512_loadu_ps(rows[r].acc + d0 + 16 * c);
+    }
+    if (next_values != nullptr) {  // the same 64 elements of the next sub-block's values
+      for (int k = 0; k < kSubBlockPositions; ++k) {
+        for (int32_t e = 0; e < 64; e += kF16 ? 32 : 16) prefetch_pool<kF16>(next_values[k], d0 + e);
+      }
     }
     for (int k = first; k <= last; ++k) {
       __m512 v[4];
@@ -319,18 +334,29 @@ void group_add_values(const Row* rows, const float* weight, const void* const* v
 }
 
 template <int kDim, bool kF16>
-void attend_groups(Row* rows, int n_rows, const SubBlock& block, const Params& p, float* weights) {
+void attend_groups(Row* rows, int n_rows, const SubBlock& block, const SubBlock* next, const Params& p, float* weights) {
   const void* keys[kSubBlockPositions];
   for (int k = 0; k < kSubBlockPositions; ++k) keys[k] = block.keys[k] != nullptr ? block.keys[k] : kZeroRow;
+  // The next sub-block's rows are requested alongside this one's reads, a line per line read,
+  // so that the memory traffic overlaps the arithmetic instead of arriving in one burst.
+  const void* next_keys[kSubBlockPositions];
+  const void* next_values[kSubBlockPositions];
+  if (next != nullptr) {
+    for (int k = 0; k < kSubBlockPositions; ++k) {
+      next_keys[k] = next->keys[k] != nullptr ? next->keys[k] : kZeroRow;
+      next_values[k] = next->values[k] != nullptr ? next->values[k] : kZeroRow;
+    }
+  }
   for (int g = 0; g < n_rows; g += kGroupRows) {
     Row* group = rows + g;
     int first, last;
     row_bounds(group[0], block, first, last);
     if (first > last) continue;
     __m512 raw[kGroupRows];
-    group_scores<kDim, kF16>(group, keys, raw);
+    const bool fetch = next != nullptr && g == 0;
+    group_scores<kDim, kF16>(group, keys, fetch ? next_keys : nullptr, raw);
     for (int r = 0; r < kGroupRows; ++r) weigh_scores(group[r], p, raw[r], first, last, weights + 16 * r);
-    group_add_values<kDim, kF16>(group, weights, block.values, first, last);
+    group_add_values<kDim, kF16>(group, weights, block.values, fetch ? next_values : nullptr, first, last);
   }
 }
 
@@ -385,13 +411,16 @@ void attend(Row* rows, int n_rows, const SubBlock* blocks, int n_blocks, const P
     const int32_t dim = params.head_dim_k == params.head_dim_v ? params.head_dim_k : 0;
     const bool grouped = (dim == 256 || dim == 128 || dim == 64) && in_groups(rows + start, count);
     for (int b = 0; b < n_blocks; ++b) {
-      if (b + 1 < n_blocks) prefetch_block(blocks[b + 1], params);
+      const SubBlock* next = b + 1 < n_blocks ? &blocks[b + 1] : nullptr;
+      // The decode-shaped groups request the next sub-block as they read this one; the other
+      // shapes all at once before it (their arithmetic per byte is larger).
+      if (next != nullptr && !grouped) prefetch_block(*next, params);
       if (grouped) {
         const auto run = [&]<int kDim>() {
           if (params.f16_elements) {
-            attend_groups<kDim, true>(rows + start, count, blocks[b], params, weights);
+            attend_groups<kDim, true>(rows + start, count, blocks[b], next, params, weights);
           } else {
-            attend_groups<kDim, false>(rows + start, count, blocks[b], params, weights);
+            attend_groups<kDim, false>(rows + start, count, blocks[b], next, params, weights);
           }
         };
         if (dim == 256) {
