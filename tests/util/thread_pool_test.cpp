@@ -45,35 +45,51 @@ TEST(ThreadPool, ChunkedLoopsCoverEveryIndexOnce) {
 }
 
 // Each thread takes its own share front to back, told where the share then ends; a thread that is
-// held up loses the back of its share to the others.
+// held up loses the back of its share to the others. (Thread 0 holds its first piece until
+// thread 1 has come for the rest of its share, so the outcome does not depend on timing.)
 TEST(ThreadPool, SharesAreStreamedByTheirOwnersAndStolenFromTheBack) {
   ThreadPool pool(2);
-  constexpr int64_t kN = 100, kGrain = 5;
+  constexpr int64_t kN = 100, kGrain = 5, kHalf = 50;
   struct Piece {
     int64_t begin, end, stream_end;
   };
   std::vector<Piece> pieces[2];
+  std::atomic<bool> stolen{false};
   pool.parallel_shares(kN, kGrain, [&](int64_t begin, int64_t end, int64_t stream_end, int t) {
-    // Thread 0 owns [0, 50); its first piece takes long enough for thread 1 to finish its own
-    // share and come for the rest of thread 0's.
-    if (t == 0 && begin == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     pieces[t].push_back({begin, end, stream_end});
+    if (t == 1 && begin < kHalf) stolen = true;
+    if (t == 0 && pieces[0].size() == 1) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!stolen && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   });
-  ASSERT_FALSE(pieces[0].empty());
-  EXPECT_EQ(pieces[0].front().begin, 0);
-  EXPECT_EQ(pieces[0].front().stream_end, 50);  // the share's end when the piece was taken
-  for (size_t i = 1; i < pieces[0].size(); ++i) EXPECT_EQ(pieces[0][i].begin, pieces[0][i - 1].end);
-  // Thread 1: its share [50, 100) front to back, then pieces of thread 0's from the back.
-  std::vector<Piece>& other = pieces[1];
+  ASSERT_TRUE(stolen);
+  // Thread 1: its share [50, 100) front to back, each piece told the share runs to 100...
+  const std::vector<Piece>& other = pieces[1];
   ASSERT_GE(other.size(), 11u);
   for (size_t i = 0; i < 10; ++i) {
-    EXPECT_EQ(other[i].begin, 50 + 5 * static_cast<int64_t>(i));
-    EXPECT_EQ(other[i].stream_end, 100);
+    EXPECT_EQ(other[i].begin, kHalf + kGrain * static_cast<int64_t>(i));
+    EXPECT_EQ(other[i].end, other[i].begin + kGrain);
+    EXPECT_EQ(other[i].stream_end, kN);
   }
-  EXPECT_EQ(other[10].end, 50);  // stolen: the back of thread 0's share, nothing to stream on to
-  EXPECT_EQ(other[10].stream_end, 50);
-  for (size_t i = 11; i < other.size(); ++i) EXPECT_EQ(other[i].end, other[i - 1].begin);
-  EXPECT_EQ(pieces[0].back().end, other.back().begin);  // met in the middle
+  // ...then pieces of thread 0's from the back, with nothing to stream on to.
+  EXPECT_EQ(other[10].end, kHalf);
+  for (size_t i = 10; i < other.size(); ++i) {
+    EXPECT_EQ(other[i].stream_end, other[i].end);
+    if (i > 10) {
+      EXPECT_EQ(other[i].end, other[i - 1].begin);
+    }
+  }
+  // Thread 0: its share from the front, told it runs to 50 when it took its first piece.
+  const std::vector<Piece>& own = pieces[0];
+  if (own.empty()) {
+    EXPECT_EQ(other.back().begin, 0);  // thread 1 took all of it
+  } else {
+    EXPECT_EQ(own.front().begin, 0);
+    EXPECT_EQ(own.front().stream_end, kHalf);
+    for (size_t i = 1; i < own.size(); ++i) EXPECT_EQ(own[i].begin, own[i - 1].end);
+    EXPECT_EQ(own.back().end, other.back().begin);  // met in the middle
+  }
 }
 
 TEST(ThreadPool, ManyShortJobsInARow) {
