@@ -287,6 +287,8 @@ inline __mmask16 tile_store_mask(int64_t o, int64_t row_end) {
 // activation rows (32 x ~900 bytes: more than L1) through L1 for every tile, and the output
 // projection's batch-32 product took 22.3 ms instead of about 18 on 2 threads (prepacked).
 inline constexpr int64_t kGroupTiles = 4;
+// Up to this many chunks of rows (a decode batch of 32), a call's first group goes tile by tile.
+inline constexpr int64_t kColdTileByTileChunks = 4;
 
 // f(first, end) over [row_begin, row_end) in groups of kGroupTiles tiles.
 template <class F>
@@ -342,11 +344,13 @@ void multiply_prepacked(const GemmArgs& args, int64_t n_blocks, size_t tile_byte
   const auto tile_at = [&](int64_t o) { return args.tiles + static_cast<size_t>(o / kTileRows) * tile_bytes; };
   for_each_tile_group(args.row_begin, args.row_end, [&](int64_t first, int64_t end) {
     const int64_t next_end = std::min(stream_end(args), end + kGroupTiles * kTileRows);
-    if (first == args.row_begin && row_chunks(args.n_rows) > 1) {
+    if (first == args.row_begin && row_chunks(args.n_rows) > 1 && row_chunks(args.n_rows) <= kColdTileByTileChunks) {
       // The first group comes from memory (unless the caller's previous call fetched it): tile
       // by tile, each meeting every chunk of rows while the rest of the group and the next one
       // arrive, rather than every tile cold for the first chunk. (7% faster for the default
-      // model's K-format matrices at batch 32, with their weights from memory.)
+      // model's K-format matrices at batch 32, with their weights from memory.) With many
+      // chunks (a prefill) the cold pass is a small part of the group's work, and tile by tile
+      // would cycle all the rows' activations through L1 for every tile.
       NextTilePrefetch prefetch(tile_at(first + kTileRows), static_cast<size_t>(tiles_in(first + kTileRows, next_end)) * tile_bytes,
                                 n_blocks * row_chunks(args.n_rows) * tiles_in(first, end));
       for (int64_t o = first; o < end; o += kTileRows) {
