@@ -53,7 +53,7 @@ void pack_q8_0(const float* x, int64_t k, int64_t row, int64_t n_rows, void* bat
     const Q8_0Levels levels = quantize_q8_0_block(x + b * kQK);
     store_q8_0_levels(levels, record.qs);
     record.d = simd::half_to_float(levels.d);
-    record.correction = -kOffset * _mm512_reduce_add_epi32(_mm512_add_epi32(levels.low, levels.high));
+    record.correction = -kOffset * q8_0_stored_level_sum(levels);
   }
 }
 
