@@ -54,8 +54,11 @@ int32_t argmax(const float* x, int64_t n) {
 }
 
 int32_t argmax_of_lanes(const ArgmaxRows& rows, int64_t row, int64_t n_rows) {
-  std::vector<float> values;
-  std::vector<int32_t> indices;
+  // Called per greedy row per step: the buffers keep their capacity.
+  thread_local std::vector<float> values;
+  thread_local std::vector<int32_t> indices;
+  values.clear();
+  indices.clear();
   for (int32_t set = 0; set < rows.sets; ++set) {
     const ArgmaxLanes& lanes = *rows.row_lanes(row, n_rows, set);
     values.insert(values.end(), lanes.value, lanes.value + 16);
