@@ -39,8 +39,11 @@ Digest hmac_sha256(std::string_view key, std::initializer_list<std::string_view>
   const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest_name, 0), OSSL_PARAM_construct_end()};
   Digest out{};
   size_t length = 0;
-  bool ok = ctx != nullptr &&
-            EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) == 1;
+  // EVP_MAC_init reads a null key as "keep the key set before", and fails on a fresh context:
+  // an empty key without storage (a default string_view) must still be the empty key.
+  static constexpr unsigned char kNoKeyBytes[1] = {0};
+  const unsigned char* key_bytes = key.data() != nullptr ? reinterpret_cast<const unsigned char*>(key.data()) : kNoKeyBytes;
+  bool ok = ctx != nullptr && EVP_MAC_init(ctx, key_bytes, key.size(), params) == 1;
   for (std::string_view part : parts) {
     ok = ok && EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(part.data()), part.size()) == 1;
   }
