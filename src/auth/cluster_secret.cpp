@@ -1,5 +1,8 @@
 #include "auth/cluster_secret.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -24,11 +27,13 @@ Result<std::string> read_cluster_secret(const std::string& path) {
 std::string host_of(const std::string& address) {
   std::string rest = address;
   if (const auto scheme = rest.find("://"); scheme != std::string::npos) rest = rest.substr(scheme + 3);
-  if (const auto slash = rest.find('/'); slash != std::string::npos) rest = rest.substr(0, slash);
+  // The authority ends at the path, the query or the fragment: an '@' after that is no userinfo
+  // ("http://evil.com#@127.0.0.1" is evil.com).
+  if (const auto end = rest.find_first_of("/?#"); end != std::string::npos) rest = rest.substr(0, end);
   if (const auto at = rest.rfind('@'); at != std::string::npos) rest = rest.substr(at + 1);
   if (!rest.empty() && rest.front() == '[') {
     const auto close = rest.find(']');
-    return close == std::string::npos ? rest.substr(1) : rest.substr(1, close - 1);
+    return close == std::string::npos ? rest : rest.substr(1, close - 1);  // unclosed: no address
   }
   if (rest.find(':') != rest.rfind(':')) return rest;  // a bare IPv6 address
   if (const auto colon = rest.find(':'); colon != std::string::npos) rest = rest.substr(0, colon);
@@ -36,18 +41,16 @@ std::string host_of(const std::string& address) {
 }
 
 bool is_loopback_host(const std::string& host) {
-  if (host == "localhost" || host == "::1") return true;
-  // 127.0.0.0/8 as a dotted quad.
-  if (host.rfind("127.", 0) != 0) return false;
-  int dots = 0;
-  for (char c : host) {
-    if (c == '.') {
-      ++dots;
-    } else if (c < '0' || c > '9') {
-      return false;
-    }
-  }
-  return dots == 3;
+  if (host == "localhost") return true;
+  // Only text that is an address (as inet_pton reads it: dotted decimal without leading zeros,
+  // or IPv6). Anything else, "127.0.0.256" or "127..1" too, is a name the resolver looks up
+  // (through the search domains), which may resolve anywhere.
+  if (host.find('\0') != std::string::npos) return false;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;  // 127.0.0.0/8
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);        // ::1
+  return false;
 }
 
 }  // namespace mnemo::auth
