@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <system_error>
 
+#include <fmt/format.h>
 #include <xxhash.h>
 
 #include "util/thread_name.h"
@@ -166,6 +169,13 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> payloa
     std::lock_guard lock(mutex_);
     if (queued_bytes_ + bytes.size() > kMaxQueuedBytes || used_bytes_ + size > capacity_bytes_) return false;
     if (extents_.count(header.key) != 0) return false;  // one extent per key
+    if (orphans_.count(header.key) != 0) {
+      // Its parent came back: the new extent takes over. Deleted first, so a failed write leaves
+      // no file the tier does not track.
+      forget_orphan_locked(header.key);
+      queue_.push_back(Job{header.key, {}});
+    }
+    reclaim_orphans_locked(size);
     extents_[header.key] = size;
     used_bytes_ += size;
     queued_bytes_ += bytes.size();
@@ -179,12 +189,39 @@ void DiskTier::remove(uint64_t key) {
   {
     std::lock_guard lock(mutex_);
     auto it = extents_.find(key);
-    if (it == extents_.end()) return;
-    used_bytes_ -= it->second;
-    extents_.erase(it);
+    if (it != extents_.end()) {
+      used_bytes_ -= it->second;
+      extents_.erase(it);
+    } else if (orphans_.count(key) != 0) {
+      forget_orphan_locked(key);
+    } else {
+      return;
+    }
     queue_.push_back(Job{key, {}});
   }
   work_ready_.notify_one();
+}
+
+DiskTier::Stats DiskTier::stats() const {
+  std::lock_guard lock(mutex_);
+  return Stats{last_scan_, static_cast<int64_t>(orphans_.size()), orphan_bytes_, orphans_reclaimed_};
+}
+
+void DiskTier::forget_orphan_locked(uint64_t key) {
+  const auto it = orphans_.find(key);
+  if (it == orphans_.end()) return;
+  orphan_bytes_ -= it->second.bytes;
+  orphans_by_depth_.erase({it->second.position, key});
+  orphans_.erase(it);
+}
+
+void DiskTier::reclaim_orphans_locked(int64_t bytes) {
+  while (!orphans_by_depth_.empty() && used_bytes_ + orphan_bytes_ + bytes > capacity_bytes_) {
+    const uint64_t key = std::prev(orphans_by_depth_.end())->second;
+    forget_orphan_locked(key);
+    queue_.push_back(Job{key, {}});
+    ++orphans_reclaimed_;
+  }
 }
 
 std::vector<std::pair<uint64_t, bool>> DiskTier::take_completed() {
@@ -252,17 +289,21 @@ bool DiskTier::write_extent(const Job& job) const {
   return true;
 }
 
-Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_size) const {
+Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_size, Defect* defect) const {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
-  Result<ExtentHeader> result = read_header(fd, path, file_size);
+  if (fd < 0) {
+    if (defect != nullptr) *defect = Defect::kMalformed;
+    return make_error("{}: cannot open: {}", path, std::strerror(errno));
+  }
+  Result<ExtentHeader> result = read_header(fd, path, file_size, defect);
   ::close(fd);
   return result;
 }
 
-Result<ExtentHeader> DiskTier::read_header(int fd, const std::string& path, size_t file_size) const {
+Result<ExtentHeader> DiskTier::read_header(int fd, const std::string& path, size_t file_size, Defect* defect) const {
   HeaderPrefix prefix{};
   Result<ExtentHeader> result = make_error("{}: unreadable", path);
+  Defect found = Defect::kMalformed;
   if (!read_all(fd, reinterpret_cast<uint8_t*>(&prefix), sizeof(prefix), 0)) {
     result = make_error("{}: truncated header", path);
   } else if (std::memcmp(prefix.magic, kMagic, sizeof(kMagic)) != 0) {
@@ -280,9 +321,14 @@ Result<ExtentHeader> DiskTier::read_header(int fd, const std::string& path, size
       // The checksum first: a damaged fingerprint must not pass for another model's extent.
       if (XXH3_64bits(bytes.data(), head - sizeof(trailer)) != trailer.header_hash) {
         result = make_error("{}: header checksum mismatch", path);
+        found = Defect::kCorrupt;
       } else if (prefix.fingerprint != fingerprint_) {
         result = make_error("{}: written for another model or KV layout", path);
-      } else if (!valid_payload_size(trailer.payload_bytes) || file_size != head + trailer.payload_bytes) {
+        found = Defect::kForeign;
+      } else if (!valid_payload_size(trailer.payload_bytes)) {
+        result = make_error("{}: holds {} payload bytes, this tier's extents hold {} (compact: {})", path,
+                            trailer.payload_bytes, payload_bytes_, compact_payload_bytes_);
+      } else if (file_size != head + trailer.payload_bytes) {
         result = make_error("{}: size {} does not match the extent's {} bytes", path, file_size, head + trailer.payload_bytes);
       } else {
         ExtentHeader h;
@@ -298,41 +344,109 @@ Result<ExtentHeader> DiskTier::read_header(int fd, const std::string& path, size
       }
     }
   }
+  if (!result.ok() && defect != nullptr) *defect = found;
   return result;
 }
 
 std::vector<ExtentHeader> DiskTier::scan() {
-  std::vector<ExtentHeader> headers;
+  flush();
+  ScanStats stats;
+  std::string first_problem;
+  std::vector<Found> intact;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string path = entry.path().string();
     const std::string ext = entry.path().extension().string();
     if (ext == kTempSuffix) {
       ::unlink(path.c_str());  // a write a crash interrupted
+      ++stats.temporaries;
       continue;
     }
     if (ext != kExtentSuffix || !entry.is_regular_file(ec)) continue;
-    auto header = read_header(path, static_cast<size_t>(entry.file_size(ec)));
-    if (!header.ok()) {
-      // Another model's extents stay for it; damaged ones go.
-      if (header.error().message().find("another model") == std::string::npos) ::unlink(path.c_str());
-      continue;
-    }
+    ++stats.scanned;
+    const auto size = static_cast<size_t>(entry.file_size(ec));
+    Defect defect = Defect::kMalformed;
+    auto header = read_header(path, size, &defect);
     // Compare names, not paths: a `dir_` ending in '/' spells the same file differently.
-    if (entry.path().filename() != std::filesystem::path(path_of(header->key)).filename()) {
-      ::unlink(path.c_str());
+    if (header.ok() && entry.path().filename() != std::filesystem::path(path_of(header->key)).filename()) {
+      header = make_error("{}: holds key {:016x}", path, header->key);
+    }
+    if (header.ok()) {
+      intact.push_back(Found{std::move(*header), static_cast<int64_t>(size)});
       continue;
     }
+    if (defect == Defect::kForeign) {
+      ++stats.foreign;  // another model's extents stay for it
+      continue;
+    }
+    ::unlink(path.c_str());
+    ++(defect == Defect::kCorrupt ? stats.dropped_corrupt : stats.dropped_malformed);
+    if (first_problem.empty()) first_problem = header.error().message();
+  }
+
+  std::vector<ExtentHeader> headers;
+  {
     std::lock_guard lock(mutex_);
-    const auto size = static_cast<int64_t>(entry.file_size(ec));
-    const auto it = extents_.try_emplace(header->key, 0).first;  // a second scan must not count it twice
-    used_bytes_ += size - it->second;
-    it->second = size;
-    headers.push_back(std::move(*header));
+    headers = classify_locked(intact, stats);
+    last_scan_ = stats;
+  }
+  std::string line = describe_scan(dir_, stats);
+  if (!first_problem.empty()) line += "; first: " + first_problem;
+  std::fprintf(stderr, "mnemo: %s\n", line.c_str());
+  return headers;
+}
+
+std::vector<ExtentHeader> DiskTier::classify_locked(std::vector<Found>& intact, ScanStats& stats) {
+  // Reachable from a sequence's start through intact extents: what the index can rebuild. An
+  // extent the tier already knows (a second scan) is its own start.
+  std::unordered_multimap<uint64_t, size_t> children_of;
+  std::vector<size_t> reachable;
+  for (size_t i = 0; i < intact.size(); ++i) {
+    const ExtentHeader& h = intact[i].header;
+    if (h.parent_key == 0 || extents_.count(h.key) != 0 || extents_.count(h.parent_key) != 0) {
+      reachable.push_back(i);
+    } else {
+      children_of.emplace(h.parent_key, i);
+    }
+  }
+  std::vector<bool> listed(intact.size(), false);
+  for (size_t next = 0; next < reachable.size(); ++next) {  // file names are unique keys: each once
+    listed[reachable[next]] = true;
+    const auto [begin, end] = children_of.equal_range(intact[reachable[next]].header.key);
+    for (auto it = begin; it != end; ++it) reachable.push_back(it->second);
+  }
+
+  std::vector<ExtentHeader> headers;
+  orphans_.clear();
+  orphans_by_depth_.clear();
+  orphan_bytes_ = 0;
+  for (size_t i = 0; i < intact.size(); ++i) {
+    Found& f = intact[i];
+    if (!listed[i]) {
+      orphans_.emplace(f.header.key, Orphan{f.bytes, f.header.position});
+      orphans_by_depth_.emplace(f.header.position, f.header.key);
+      orphan_bytes_ += f.bytes;
+      ++stats.orphaned;
+      continue;
+    }
+    const auto it = extents_.try_emplace(f.header.key, 0).first;  // a second scan must not count it twice
+    used_bytes_ += f.bytes - it->second;
+    it->second = f.bytes;
+    ++stats.kept;
+    headers.push_back(std::move(f.header));
   }
   std::sort(headers.begin(), headers.end(),
             [](const ExtentHeader& a, const ExtentHeader& b) { return a.position < b.position; });
   return headers;
+}
+
+std::string describe_scan(const std::string& dir, const DiskTier::ScanStats& stats) {
+  return fmt::format(
+      "KV disk tier {}: extents scanned {}: kept {}, dropped {} (header checksum) + {} (malformed), "
+      "orphaned {} (kept on disk, not indexed: an earlier chunk's extent is missing or damaged), "
+      "another model's {} (left alone); interrupted writes deleted {}",
+      dir, stats.scanned, stats.kept, stats.dropped_corrupt, stats.dropped_malformed, stats.orphaned, stats.foreign,
+      stats.temporaries);
 }
 
 Status DiskTier::read(uint64_t key, std::span<uint8_t> out) const {

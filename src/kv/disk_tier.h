@@ -11,6 +11,13 @@
 // directory fsync'ed before the write is reported complete; only then does the index count the
 // chunk as on disk. A crash at any point leaves either no extent or a whole one (temporaries are
 // deleted at start-up).
+//
+// Start-up: scan() deletes only what is damaged (and temporaries), counts what it dropped by
+// reason and logs one summary line to stderr. An intact extent whose parent's extent is missing or
+// damaged is ORPHANED: the prefix index is a trie of token chunks, and without the parent's tokens
+// nothing can reach the child, so scan() does not list it; but it stays on disk (a later run that
+// finds its parent rewritten lists it again), outside used_bytes(), and is the first thing deleted
+// when a write needs the room.
 #pragma once
 
 #include <condition_variable>
@@ -18,6 +25,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -40,6 +48,23 @@ struct ExtentHeader {
 
 class DiskTier {
  public:
+  // What the last scan() found. scanned = kept + foreign + dropped_* + orphaned.
+  struct ScanStats {
+    int64_t scanned = 0;            // files named *.kv (temporaries not included)
+    int64_t kept = 0;               // listed for the index
+    int64_t foreign = 0;            // another model's or KV layout's: left alone, not listed
+    int64_t dropped_corrupt = 0;    // header checksum mismatch: deleted
+    int64_t dropped_malformed = 0;  // truncated, not an extent, bad token count or size, misnamed, unreadable: deleted
+    int64_t orphaned = 0;           // intact, an ancestor's extent missing or damaged: kept on disk, not listed
+    int64_t temporaries = 0;        // writes a crash interrupted: deleted
+  };
+  struct Stats {
+    ScanStats last_scan;
+    int64_t orphans = 0;            // orphaned extents still on disk
+    int64_t orphan_bytes = 0;       // their bytes: on disk, but not in used_bytes()
+    int64_t orphans_reclaimed = 0;  // orphans deleted since the scan to make room for writes
+  };
+
   // Opens (creating it if needed) `dir` for extents of `payload_bytes` each whose layout has the
   // given fingerprint; extents of another fingerprint in the directory are left alone.
   // Extents of `compact_payload_bytes` (if not 0) hold a sliding-window model's global layers.
@@ -49,8 +74,10 @@ class DiskTier {
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
-  // The headers of the intact extents in the directory, parents before children. Extents whose
-  // header is damaged, whose size is wrong, and leftover temporaries are deleted.
+  // The headers of the intact extents in the directory whose ancestors' extents are intact too,
+  // parents before children. Extents whose header is damaged, whose size is wrong, and leftover
+  // temporaries are deleted; orphans stay on disk unlisted (see the top of this file). Waits for
+  // queued writes first, so that the directory it reads is the tier's. Logs a summary line.
   std::vector<ExtentHeader> scan();
 
   // Queues the write of one extent (the payload is copied). False, and nothing queued, when the
@@ -70,7 +97,8 @@ class DiskTier {
   size_t payload_bytes() const { return payload_bytes_; }
   size_t compact_payload_bytes() const { return compact_payload_bytes_; }
   int64_t capacity_bytes() const { return capacity_bytes_; }
-  int64_t used_bytes() const;  // extents on disk or queued
+  int64_t used_bytes() const;  // extents on disk or queued (orphans not included)
+  Stats stats() const;
   size_t queued() const;
   const std::string& dir() const { return dir_; }
   std::string path_of(uint64_t key) const;
@@ -85,11 +113,29 @@ class DiskTier {
     uint64_t key = 0;
     std::vector<uint8_t> bytes;  // the whole extent; empty: remove it
   };
+  // Why read_header() refused an extent: scan() deletes the first two, counted apart.
+  enum class Defect : uint8_t { kMalformed, kCorrupt, kForeign };
+  struct Orphan {
+    int64_t bytes = 0;
+    int32_t position = 0;
+  };
+  struct Found {  // an intact extent scan() read
+    ExtentHeader header;
+    int64_t bytes = 0;
+  };
   void run();
   bool write_extent(const Job& job) const;
-  // The validated header of the open extent `fd` (named `path` in errors) of `file_size` bytes.
-  Result<ExtentHeader> read_header(int fd, const std::string& path, size_t file_size) const;
-  Result<ExtentHeader> read_header(const std::string& path, size_t file_size) const;
+  // The validated header of the open extent `fd` (named `path` in errors) of `file_size` bytes;
+  // on an error, `defect` (if given) says which kind.
+  Result<ExtentHeader> read_header(int fd, const std::string& path, size_t file_size, Defect* defect = nullptr) const;
+  Result<ExtentHeader> read_header(const std::string& path, size_t file_size, Defect* defect = nullptr) const;
+  // Queues the deletion of orphans, deepest in their sequence first (worth least without what
+  // comes before), until `bytes` more fit the capacity beside them or none is left.
+  void reclaim_orphans_locked(int64_t bytes);
+  void forget_orphan_locked(uint64_t key);
+  // Registers scan()'s intact extents: those reachable from a sequence's start as extents (the
+  // headers returned, by position), the rest as orphans; counts both into `stats`.
+  std::vector<ExtentHeader> classify_locked(std::vector<Found>& intact, ScanStats& stats);
 
   const std::string dir_;
   const uint64_t fingerprint_;
@@ -107,8 +153,17 @@ class DiskTier {
   std::vector<std::pair<uint64_t, bool>> completed_;  // guarded by mutex_
   std::unordered_map<uint64_t, int64_t> extents_;     // key -> bytes, on disk or queued; guarded by mutex_
   int64_t used_bytes_ = 0;             // guarded by mutex_
+  std::unordered_map<uint64_t, Orphan> orphans_;           // on disk, unlisted; guarded by mutex_
+  std::set<std::pair<int32_t, uint64_t>> orphans_by_depth_;  // (position, key) of orphans_; guarded by mutex_
+  int64_t orphan_bytes_ = 0;           // guarded by mutex_
+  int64_t orphans_reclaimed_ = 0;      // guarded by mutex_
+  ScanStats last_scan_;                // guarded by mutex_
   std::thread thread_;
 };
+
+// The start-up log line of a scan of `dir`: how many extents were scanned, kept, dropped by
+// reason and orphaned.
+std::string describe_scan(const std::string& dir, const DiskTier::ScanStats& stats);
 
 // A fingerprint of what makes extents interchangeable: the model file's identity and the KV
 // layout. Extents written for another model or layout never match.

@@ -256,7 +256,8 @@ TEST_F(DiskTierTest, AFlippedPayloadByteFailsReadButScanStillListsIt) {
 }
 
 TEST_F(DiskTierTest, AFlippedHeaderByteMakesScanDeleteIt) {
-  const ExtentHeader h = make_header(0x5151, 0x5050, 16);
+  // A sequence's first chunk: a child whose parent has no extent would be an orphan, never listed.
+  const ExtentHeader h = make_header(0x5151, 0, 16);
   {
     auto tier = open();
     ASSERT_NE(tier, nullptr);
