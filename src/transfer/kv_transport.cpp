@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "auth/cluster_secret.h"
 #include "transfer/kv_transport_impl.h"
 
 namespace mnemo::transfer {
@@ -139,6 +140,15 @@ Status KvTransport::Impl::start(const std::string& listen_host, int port) {
     worker = nullptr;
     return make_error("ucp_worker_create: {}", status_text(status));
   }
+  // The KvMessage's header rides in the active message's header (kv_transport_impl.h).
+  ucp_worker_attr_t worker_attr{};
+  worker_attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  status = ucp_worker_query(worker, &worker_attr);
+  if (status != UCS_OK) return make_error("ucp_worker_query: {}", status_text(status));
+  if (worker_attr.max_am_header < kMessageHeaderBytes) {
+    return make_error("UCX carries active-message headers of up to {} bytes; a KV transfer's takes {}",
+                      worker_attr.max_am_header, kMessageHeaderBytes);
+  }
   status = ucp_worker_get_efd(worker, &event_fd);
   if (status != UCS_OK) return make_error("ucp_worker_get_efd: {}", status_text(status));
 
@@ -169,6 +179,7 @@ Status KvTransport::Impl::start(const std::string& listen_host, int port) {
   if (status != UCS_OK) return make_error("ucp_listener_query: {}", status_text(status));
   const int bound_port = port_of(attr.sockaddr);
   endpoint_text = fmt::format("{}:{}", listen_host, bound_port);
+  gate.set_name(endpoint_text);
 
   {
     std::lock_guard lock(answers->mutex);
@@ -228,6 +239,7 @@ Status KvTransport::Impl::send(const std::string& endpoint, const KvMessage& mes
   op->endpoint = endpoint;
   op->address = *address;
   op->timeout_seconds = timeout_seconds;
+  std::function<void(std::vector<uint8_t>&)> tamper;
   bool truncate = false;
   bool corrupt = false;
   int delay_ms = 0;
@@ -240,21 +252,25 @@ Status KvTransport::Impl::send(const std::string& endpoint, const KvMessage& mes
     faults.truncate_next -= truncate ? 1 : 0;
     faults.corrupt_next -= corrupt ? 1 : 0;
     delay_ms = faults.delay_ms;
+    tamper = faults.tamper;
   }
   if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
 
   op->bytes = staging.acquire(encoded_size(message));
   encode_into(message, op->bytes);
-  if (corrupt) {
-    // The middle payload byte; the middle byte of the message when there is no payload.
-    const size_t payload_at = op->bytes.size() - kKvChecksumBytes - message.payload.size();
-    const size_t at = message.payload.empty() ? op->bytes.size() / 2 : payload_at + message.payload.size() / 2;
+  // The expensive part of signing, here on the caller's thread; the progress thread seals.
+  if (!secret.empty()) op->digest = body_digest(op->bytes);
+  op->tamper = std::move(tamper);
+  // Damage in transit: after signing, and to the body only (the header travels apart from it).
+  const size_t body_bytes = op->bytes.size() - kKvMessageHeaderBytes;
+  if (corrupt && body_bytes > 0) {
+    // The middle payload byte; the middle byte of the body when there is no payload.
+    const size_t payload_at = op->bytes.size() - message.payload.size();
+    const size_t at = message.payload.empty() ? kKvMessageHeaderBytes + body_bytes / 2
+                                              : payload_at + message.payload.size() / 2;
     op->bytes[at] ^= 0x5a;
   }
-  if (truncate) op->bytes.resize(op->bytes.size() / 2);
-  put_u32(op->header, kMessageMagic);
-  put_u64(op->header + 4, op->seq);
-  put_u64(op->header + 12, op->transfer_id);
+  if (truncate) op->bytes.resize(kKvMessageHeaderBytes + body_bytes / 2);
   op->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
 
   std::future<Status> result = op->result.get_future();
@@ -279,15 +295,25 @@ Status KvTransport::Impl::send(const std::string& endpoint, const KvMessage& mes
 KvTransport::KvTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<KvTransport>> KvTransport::listen(const std::string& host, int port,
-                                                         MessageHandler on_message) {
-  return listen(host, port, [handler = std::move(on_message)](KvMessage&& message, Acknowledge acknowledge) {
-    acknowledge(handler(std::move(message)));
-  });
+                                                         MessageHandler on_message, KvTransportOptions options) {
+  return listen(
+      host, port,
+      [handler = std::move(on_message)](KvMessage&& message, Acknowledge acknowledge) {
+        acknowledge(handler(std::move(message)));
+      },
+      std::move(options));
 }
 
 Result<std::unique_ptr<KvTransport>> KvTransport::listen(const std::string& host, int port,
-                                                         DeferredMessageHandler on_message) {
-  auto impl = std::make_unique<Impl>(std::move(on_message));
+                                                         DeferredMessageHandler on_message,
+                                                         KvTransportOptions options) {
+  // Unsigned messages are accepted from anyone who reaches the port: only the host itself may.
+  if (options.cluster_secret.empty() && !auth::is_loopback_host(host)) {
+    return make_error("listening on {} without a cluster secret: only a loopback address may go unauthenticated",
+                      host)
+        .with_context("kv transport");
+  }
+  auto impl = std::make_unique<Impl>(std::move(on_message), std::move(options));
   if (Status started = impl->start(host, port); !started.ok()) {
     impl->destroy_ucp();
     return started.error().with_context("kv transport");
@@ -318,6 +344,11 @@ KvTransport::Stats KvTransport::stats() const {
   s.bytes_sent = impl_->bytes_sent.load(std::memory_order_relaxed);
   s.bytes_received = impl_->bytes_received.load(std::memory_order_relaxed);
   s.rejected = impl_->rejected.load(std::memory_order_relaxed);
+  s.refused_unauthenticated = impl_->gate.refused(KvGate::Refusal::kUnauthenticated);
+  s.refused_replayed = impl_->gate.refused(KvGate::Refusal::kReplayed);
+  s.refused_oversized = impl_->gate.refused(KvGate::Refusal::kOversized);
+  s.receive_buffers = impl_->receive_buffers.load(std::memory_order_relaxed);
+  s.receive_buffer_bytes = impl_->receive_buffer_bytes.load(std::memory_order_relaxed);
   s.failed_sends = impl_->failed_sends.load(std::memory_order_relaxed);
   const StagingBuffers::Stats staging = impl_->staging.stats();
   s.staged_sends = staging.acquired;

@@ -5,7 +5,8 @@
 //
 //   sender                                         receiver
 //   send() ─encode─▶ progress thread ──AM "message" (rendezvous when large)──▶ progress thread
-//                                                  receive into its own buffer, decode + verify,
+//            seal: sequence, MACs                  verify the header, then receive the body
+//                                                  into its own buffer, verify + decode,
 //   send() returns ◀── progress thread ◀──AM "ack" (status, reason)── on_message(...)
 //
 // UCX picks the data path (shared memory or TCP on one host, RDMA where there is some); the
@@ -27,6 +28,15 @@
 //  - A failed connection is dropped; the next send() to that endpoint connects again.
 //  - Bad input from the network never crashes the receiver: it is counted in stats().rejected,
 //    acknowledged as rejected when the sender can be named, and the handler never sees it.
+//
+// Authentication (KvTransportOptions::cluster_secret): with a secret, every message a transport
+// sends carries its sender id (random per transport), a sequence number (1, 2, ... in send
+// order) and two MACs under the secret (kv_message.h); a receiver with a secret refuses, before
+// allocating anything the header sizes, a header that is not signed under its secret, declares
+// sizes beyond its KvLimits or repeats a sequence (or one older than its replay window), and
+// refuses a body whose MAC does not match before its handler sees it (kv_gate.h has the order of
+// the checks). Without a secret, messages go unsigned and only unsigned ones are accepted: the
+// insecure mode, which listen() allows on a loopback address only.
 //  - Destroying a transport fails its senders' waits and closes its connections; messages it has
 //    received but not acknowledged are not acknowledged (their senders get an error).
 #pragma once
@@ -35,8 +45,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transfer/kv_message.h"
+#include "transfer/sender_sequences.h"
 #include "util/result.h"
 
 namespace mnemo::transfer {
@@ -55,13 +67,30 @@ using Acknowledge = std::function<void(Status)>;
 using DeferredMessageHandler = std::function<void(KvMessage&& message, Acknowledge acknowledge)>;
 
 // For tests: applied by the SENDER to its next sends (tests of "the receiver rejects partial
-// transfers"). Counters count down once per send(); delay_ms applies to every send until another
-// plan replaces it.
+// transfers"). Counters count down once per send(); delay_ms and tamper apply to every send until
+// another plan replaces it.
 struct FaultPlan {
   int drop_next = 0;      // send nothing for the next N messages (the send times out)
   int delay_ms = 0;       // wait before sending (in the calling thread)
-  int truncate_next = 0;  // send the next N messages cut to half their bytes
+  int truncate_next = 0;  // send the next N messages with their body cut to half its bytes
   int corrupt_next = 0;   // flip one payload byte in the next N messages
+  // Called with each message's bytes (header and body) once sealed, just before they go out, on
+  // the progress thread: it may change or replace them (a forged or replayed message).
+  std::function<void(std::vector<uint8_t>& message)> tamper = nullptr;
+};
+
+struct KvTransportOptions {
+  // The cluster secret (auth/cluster_secret.h), the key of the messages' MACs. Empty: unsigned
+  // messages only, and only on a loopback address (see the authentication notes above).
+  std::string cluster_secret{};
+  // What this transport accepts as a receiver; set limits.block_bytes to the local KV layout's
+  // chunk bytes so that other chunk sizes are refused from the header alone.
+  KvLimits limits{};
+  // Senders whose sequence numbers are remembered (the least recent forgotten beyond), and how
+  // far below a sender's highest sequence a late message is still accepted once (UCX may deliver
+  // a connection's messages out of order; sender_sequences.h). 0: strictly increasing.
+  size_t max_senders = 4096;
+  uint32_t replay_window = kMaxReplayWindow;
 };
 
 class KvTransport {
@@ -71,9 +100,12 @@ class KvTransport {
   // endpoint() returns). Defaults it sets unless the environment does: UCX_CM_REUSEADDR=y (a
   // restarted instance can listen on its port again at once) and UCX_MM_ERROR_HANDLING=y (shared
   // memory usable with peer-failure detection).
-  static Result<std::unique_ptr<KvTransport>> listen(const std::string& host, int port, MessageHandler on_message);
+  // Without options.cluster_secret, `host` must be a loopback address (auth::is_loopback_host).
+  static Result<std::unique_ptr<KvTransport>> listen(const std::string& host, int port, MessageHandler on_message,
+                                                     KvTransportOptions options = {});
   static Result<std::unique_ptr<KvTransport>> listen(const std::string& host, int port,
-                                                     DeferredMessageHandler on_message);
+                                                     DeferredMessageHandler on_message,
+                                                     KvTransportOptions options = {});
   ~KvTransport();  // stops the thread, closes endpoints, destroys the listener/worker/context
   KvTransport(const KvTransport&) = delete;
   KvTransport& operator=(const KvTransport&) = delete;
@@ -94,7 +126,14 @@ class KvTransport {
     uint64_t messages_received = 0;  // messages that decoded and were given to the handler
     uint64_t bytes_sent = 0;         // their encoded bytes
     uint64_t bytes_received = 0;
-    uint64_t rejected = 0;           // received messages that failed verification
+    uint64_t rejected = 0;           // received messages that failed verification, for any reason
+    // Of them: not signed under this transport's secret (or signed when it has none), or a MAC
+    // that does not match their bytes.
+    uint64_t refused_unauthenticated = 0;
+    uint64_t refused_replayed = 0;   // a sequence at or below the highest accepted from its sender
+    uint64_t refused_oversized = 0;  // declared sizes beyond this receiver's limits or KV layout
+    uint64_t receive_buffers = 0;    // bodies of incoming messages allocated (after their header passed)
+    uint64_t receive_buffer_bytes = 0;
     uint64_t failed_sends = 0;       // send() calls that returned an error
     uint64_t staged_sends = 0;       // messages encoded into a staging buffer
     uint64_t staging_reuses = 0;     // of them, into a reused buffer (no allocation)

@@ -15,19 +15,38 @@
 // UCX request points to is freed only once that request has completed (or the worker is gone).
 //
 // Wire protocol (two active message ids):
-//   kMessageAm: header {magic, seq, transfer_id}, data = encode(KvMessage); sent with
+//   kMessageAm: header {magic, seq, transfer_id, the KvMessage's fixed header (128 bytes)},
+//               data = the KvMessage's body (records and payload); sent with
 //               UCP_AM_SEND_FLAG_REPLY so the receiver can answer on the same connection.
 //   kAckAm:     header {magic, seq, transfer_id, code}, data = reason text (at most 4 KiB).
 // `seq` is unique per sending transport and matches the ack to its send (transfer ids are the
 // caller's and may repeat); the transfer id is echoed as a cross-check.
+//
+// Why the KvMessage's header travels in the active message's header: UCX hands it to
+// on_message_am before the receiver commits to the body. For a rendezvous (every message from
+// kRendezvousFromBytes, and whatever UCX itself sends so) no body byte has moved yet: the header
+// is verified (KvGate::admit) before the receiver allocates the body's buffer and asks UCX for
+// it, and a refused body is never fetched. An eager body has already arrived in UCX's own
+// buffers (UCX sizes those from its fragments, below its rendezvous threshold, outside our
+// control); we verify the header before copying it into a buffer of ours.
+//
+// Signing (KvTransportOptions::cluster_secret): send() encodes and, with a secret, computes the
+// body's SHA-256 on the caller's thread; the progress thread seals each message (sender id, the
+// next sequence number, MACs: two small HMACs) when it starts the send. So sequence numbers
+// follow the order in which messages go out on their connections. UCX does not always deliver
+// them in that order (while a connection is wired up, several sends in flight have been seen to
+// arrive out of order), so the receiver accepts a late sequence within its replay window, once
+// (sender_sequences.h).
 #pragma once
 
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <list>
 #include <map>
@@ -40,6 +59,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include "auth/crypto.h"
+#include "transfer/kv_gate.h"
 #include "transfer/kv_transport.h"
 #include "transfer/staging_buffers.h"
 
@@ -52,7 +73,8 @@ inline constexpr unsigned kMessageAm = 1;
 inline constexpr unsigned kAckAm = 2;
 inline constexpr uint32_t kMessageMagic = 0x4d53564bU;  // "KVSM" little-endian
 inline constexpr uint32_t kAckMagic = 0x4b41564bU;      // "KVAK" little-endian
-inline constexpr size_t kMessageHeaderBytes = 4 + 8 + 8;
+inline constexpr size_t kEnvelopeBytes = 4 + 8 + 8;
+inline constexpr size_t kMessageHeaderBytes = kEnvelopeBytes + kKvMessageHeaderBytes;
 inline constexpr size_t kAckHeaderBytes = 4 + 8 + 8 + 4;
 inline constexpr size_t kMaxAckReasonBytes = 4096;
 // Messages from this size on are forced onto the rendezvous protocol: the receiver allocates the
@@ -108,7 +130,9 @@ struct KvTransport::Impl {
     std::string endpoint;
     kv_ucx::SocketAddress address;
     std::vector<uint8_t> bytes;  // the encoded message (with any injected damage)
-    uint8_t header[kv_ucx::kMessageHeaderBytes] = {};
+    KvBodyDigest digest{};       // SHA-256 of its body (with a secret only)
+    std::function<void(std::vector<uint8_t>&)> tamper;  // FaultPlan::tamper
+    uint8_t header[kv_ucx::kMessageHeaderBytes] = {};  // envelope + the sealed KV header
     bool drop = false;           // fault injection: never sent
     double timeout_seconds = 0;
     kv_ucx::Clock::time_point deadline;
@@ -141,13 +165,17 @@ struct KvTransport::Impl {
 
   // A message arriving (or arrived) on a Conn.
   struct Incoming {
+    // kRefused: its header did not pass (`refusal` says why), no body buffer was allocated.
     // kHandling: with the handler, whose acknowledgement comes back through `answers`.
-    enum class State { kReceiving, kReady, kFailed, kTooLarge, kHandling, kDone };
+    enum class State { kReceiving, kReady, kFailed, kRefused, kTooLarge, kHandling, kDone };
     Impl* impl = nullptr;
     ucp_ep_h reply_ep = nullptr;
     uint64_t seq = 0;
     uint64_t transfer_id = 0;
-    std::unique_ptr<uint8_t[]> data;
+    std::array<uint8_t, kKvMessageHeaderBytes> header_bytes{};  // as received
+    KvHeader header;                                             // as admitted
+    std::string refusal;
+    std::unique_ptr<uint8_t[]> data;  // the body
     size_t size = 0;
     State state = State::kReceiving;
     ucs_status_t status = UCS_OK;
@@ -178,7 +206,10 @@ struct KvTransport::Impl {
     void post(Incoming* in, Status status);
   };
 
-  explicit Impl(DeferredMessageHandler handler) : on_message(std::move(handler)) {}
+  Impl(DeferredMessageHandler handler, KvTransportOptions options)
+      : on_message(std::move(handler)),
+        secret(std::move(options.cluster_secret)),
+        gate(secret, options.limits, options.max_senders, options.replay_window) {}
 
   Status start(const std::string& host, int port);
   void stop_and_join();
@@ -188,6 +219,7 @@ struct KvTransport::Impl {
   // Progress thread.
   void run();
   bool take_submitted();
+  void seal(SendOp& op);
   void start_send(SendOp& op);
   Result<Peer*> connect(SendOp& op);
   void retire_peer(Peer& peer);
@@ -218,6 +250,9 @@ struct KvTransport::Impl {
                                 const ucp_am_recv_param_t* param);
 
   const DeferredMessageHandler on_message;
+  const std::string secret;                       // the cluster secret; empty: unsigned
+  const uint64_t sender_id = auth::random_u64();  // this transport's, in every message it sends
+  KvGate gate;                                    // progress thread (its counters: any thread)
   const std::shared_ptr<Answers> answers = std::make_shared<Answers>();
   std::string host;
   std::string endpoint_text;
@@ -240,9 +275,10 @@ struct KvTransport::Impl {
   StagingBuffers staging;
   // Counters only: nothing is ordered by them, so relaxed increments suffice.
   std::atomic<uint64_t> messages_sent{0}, messages_received{0}, bytes_sent{0}, bytes_received{0}, rejected{0},
-      failed_sends{0};
+      failed_sends{0}, receive_buffers{0}, receive_buffer_bytes{0};
 
   // Progress thread only.
+  uint64_t next_sequence = 1;  // of the next message sealed (KvSeal::sequence)
   std::map<uint64_t, std::unique_ptr<SendOp>> ops;  // by seq
   std::map<std::string, std::unique_ptr<Peer>> peers;  // by endpoint text
   std::unordered_map<ucp_ep_h, std::unique_ptr<Conn>> conns;

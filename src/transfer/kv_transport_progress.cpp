@@ -67,9 +67,25 @@ bool KvTransport::Impl::take_submitted() {
   for (auto& owned : batch) {
     SendOp& op = *owned;
     ops.emplace(op.seq, std::move(owned));
-    if (!op.drop) start_send(op);  // a dropped op just waits for its deadline
+    if (op.drop) continue;  // a dropped op just waits for its deadline (and takes no sequence)
+    seal(op);
+    if (!op.resolved) start_send(op);
   }
   return !batch.empty();
+}
+
+void KvTransport::Impl::seal(SendOp& op) {
+  // Here, in the order the sends start, so that each connection carries increasing sequences.
+  transfer::seal(op.bytes, KvSeal{sender_id, next_sequence++}, secret, op.digest);
+  if (op.tamper) op.tamper(op.bytes);
+  if (op.bytes.size() < kKvMessageHeaderBytes) {
+    resolve(op, make_error("invalid message: {} bytes, less than a header", op.bytes.size()));
+    return;
+  }
+  put_u32(op.header, kMessageMagic);
+  put_u64(op.header + 4, op.seq);
+  put_u64(op.header + 12, op.transfer_id);
+  std::memcpy(op.header + kEnvelopeBytes, op.bytes.data(), kKvMessageHeaderBytes);
 }
 
 Result<KvTransport::Impl::Peer*> KvTransport::Impl::connect(SendOp& op) {
@@ -105,11 +121,12 @@ void KvTransport::Impl::start_send(SendOp& op) {
   op.peer = *peer;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_AM_SEND_FLAG_REPLY | (op.bytes.size() >= kRendezvousFromBytes ? UCP_AM_SEND_FLAG_RNDV : 0);
+  const size_t body_bytes = op.bytes.size() - kKvMessageHeaderBytes;  // the header went into op.header
+  param.flags = UCP_AM_SEND_FLAG_REPLY | (body_bytes >= kRendezvousFromBytes ? UCP_AM_SEND_FLAG_RNDV : 0);
   param.cb.send = &Impl::on_send_done;
   param.user_data = &op;
   const ucs_status_ptr_t request = ucp_am_send_nbx(op.peer->ep, kMessageAm, op.header, sizeof(op.header),
-                                                   op.bytes.data(), op.bytes.size(), &param);
+                                                   op.bytes.data() + kKvMessageHeaderBytes, body_bytes, &param);
   if (request == nullptr) {
     send_finished(op, UCS_OK);
   } else if (UCS_PTR_IS_ERR(request)) {
@@ -233,28 +250,26 @@ bool KvTransport::Impl::handle_incoming() {
       acknowledge(in, kAckRejected, fmt::format("receive failed: {}", status_text(in.status)));
       continue;
     }
-    if (state == State::kTooLarge) {
+    if (state == State::kRefused) {
       rejected.fetch_add(1, std::memory_order_relaxed);
-      acknowledge(in, kAckRejected, fmt::format("a message of {} bytes cannot be received here", in.size));
+      acknowledge(in, kAckRejected, std::move(in.refusal));
       continue;
     }
-    auto decoded = decode(std::span<const uint8_t>(in.data.get(), in.size));
+    if (state == State::kTooLarge) {
+      rejected.fetch_add(1, std::memory_order_relaxed);
+      acknowledge(in, kAckRejected, fmt::format("a message body of {} bytes cannot be received here", in.size));
+      continue;
+    }
+    // Its length, checksum and message MAC, then its records: only then does the handler see it.
+    auto decoded = gate.open(in.header, in.header_bytes, std::span<const uint8_t>(in.data.get(), in.size));
+    in.data.reset();  // a decoded message holds its own copy of the payload
     if (!decoded.ok()) {
       rejected.fetch_add(1, std::memory_order_relaxed);
       acknowledge(in, kAckRejected, decoded.error().message());
-      in.data.reset();
       continue;
     }
-    if (decoded->transfer_id != in.transfer_id) {
-      rejected.fetch_add(1, std::memory_order_relaxed);
-      acknowledge(in, kAckRejected, fmt::format("transfer id {} in the message, {} in its envelope",
-                                                decoded->transfer_id, in.transfer_id));
-      in.data.reset();
-      continue;
-    }
-    in.data.reset();  // the message holds its own copy of the payload
     messages_received.fetch_add(1, std::memory_order_relaxed);
-    bytes_received.fetch_add(in.size, std::memory_order_relaxed);
+    bytes_received.fetch_add(kKvMessageHeaderBytes + in.size, std::memory_order_relaxed);
     // The handler answers through `answers` (take_answers sends it), now or later, from any
     // thread; the Incoming stays (kHandling is never reaped) until then.
     in.state = State::kHandling;
@@ -446,18 +461,26 @@ ucs_status_t KvTransport::Impl::on_message_am(void* arg, const void* header, siz
   in->seq = get_u64(h + 4);
   in->transfer_id = get_u64(h + 12);
   in->size = length;
-  const uint64_t largest = kKvMessageHeaderBytes + kKvChecksumBytes + kMaxPayloadBytes +
-                           kMaxChunksPerMessage * (kKvChunkRecordBytes + 4 * kMaxTokensPerChunk);
-  if (length > largest) {
-    in->state = Incoming::State::kTooLarge;
-  } else {
-    in->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(length, 1)]);
-    if (!in->data) in->state = Incoming::State::kTooLarge;
-  }
-  if (in->state == Incoming::State::kTooLarge) {
+  std::memcpy(in->header_bytes.data(), h + kEnvelopeBytes, kKvMessageHeaderBytes);
+  // Everything the header declares is checked before anything it sizes is allocated (KvGate):
+  // a refused rendezvous's body is never fetched, a refused eager one never copied.
+  auto admitted = self->gate.admit(in->header_bytes, length, in->transfer_id);
+  if (!admitted.ok()) {
+    in->refusal = admitted.error().message();
+    in->state = Incoming::State::kRefused;
     self->incoming.push_back(std::move(in));
     return UCS_OK;  // a rendezvous's data is dropped
   }
+  in->header = *admitted;
+  // Bounded now: length == the declared body, within KvLimits.
+  in->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(length, 1)]);
+  if (!in->data) {
+    in->state = Incoming::State::kTooLarge;
+    self->incoming.push_back(std::move(in));
+    return UCS_OK;
+  }
+  self->receive_buffers.fetch_add(1, std::memory_order_relaxed);
+  self->receive_buffer_bytes.fetch_add(length, std::memory_order_relaxed);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
     if (length > 0) std::memcpy(in->data.get(), data, length);  // eager: valid during this call only
     in->state = Incoming::State::kReady;

@@ -1,5 +1,6 @@
 // The KV transfer wire format: round trips, and decode() refusing every kind of damage with a
 // reason (never crashing, never reading outside the buffer: run under ASan, see CMakePresets).
+// Unsigned messages here; signing and what a receiver refuses are in kv_auth_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,8 +8,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <xxhash.h>
 
 #include "transfer/kv_message.h"
 
@@ -42,11 +41,8 @@ std::string decode_error(std::span<const uint8_t> bytes) {
   return r.ok() ? std::string("<decoded>") : r.error().message();
 }
 
-// Rewrites the trailing checksum so that a deliberate change reaches the structural checks.
-void fix_checksum(std::vector<uint8_t>& bytes) {
-  const uint64_t h = XXH3_64bits(bytes.data(), bytes.size() - kKvChecksumBytes);
-  for (size_t i = 0; i < 8; ++i) bytes[bytes.size() - 8 + i] = static_cast<uint8_t>(h >> (8 * i));
-}
+// Rewrites both checksums so that a deliberate change reaches the structural checks.
+void fix_checksum(std::vector<uint8_t>& bytes) { update_checksums(bytes); }
 
 template <class T>
 void poke(std::vector<uint8_t>& bytes, size_t at, T value) {
@@ -82,7 +78,7 @@ TEST(KvMessage, RoundTripEmptyAndExtremes) {
   auto back = decode(encode(empty));
   ASSERT_TRUE(back.ok()) << back.error().message();
   EXPECT_EQ(*back, empty);
-  EXPECT_EQ(encode(empty).size(), kKvMessageHeaderBytes + kKvChecksumBytes);
+  EXPECT_EQ(encode(empty).size(), kKvMessageHeaderBytes);
 
   KvMessage no_payload = sample_message(2, 0);  // metadata only
   back = decode(encode(no_payload));
@@ -153,29 +149,52 @@ struct Damage {
 
 TEST(KvMessage, DecodeRejectsEveryKindOfDamage) {
   const std::vector<uint8_t> good = encode(sample_message(3, 16));
-  // Offsets from the table in kv_message.h.
+  // Offsets from the table in kv_message.h; the records start at 128, 3 of 24 + 4 * 4 bytes.
   const Damage table[] = {
       {"wrong magic", [](auto& b) { b[0] = 'X'; }, "magic"},
-      {"wrong version", [](auto& b) { poke<uint32_t>(b, 4, 1); fix_checksum(b); }, "version"},
-      {"payload size field off by one", [](auto& b) { poke<uint64_t>(b, 40, 47); fix_checksum(b); }, "payload size"},
-      {"block_bytes disagrees", [](auto& b) { poke<uint32_t>(b, 32, 8); fix_checksum(b); }, "payload size"},
-      {"too many chunks", [](auto& b) { poke<uint32_t>(b, 36, (1u << 20) + 1); fix_checksum(b); }, "limit"},
-      {"chunk count beyond the buffer", [](auto& b) { poke<uint32_t>(b, 36, 1000); poke<uint64_t>(b, 40, 16000); fix_checksum(b); }, "truncated"},
-      {"payload beyond 16 GiB", [](auto& b) { poke<uint64_t>(b, 40, (uint64_t{16} << 30) + 1); fix_checksum(b); }, "limit"},
-      {"no layers", [](auto& b) { poke<uint32_t>(b, 48, 0); fix_checksum(b); }, "layers"},
-      {"layers that do not divide the chunk", [](auto& b) { poke<uint32_t>(b, 48, 3); poke<uint32_t>(b, 56, 3); fix_checksum(b); }, "equal layers"},
-      {"an empty layer range", [](auto& b) { poke<uint32_t>(b, 52, 1); fix_checksum(b); }, "range"},
-      {"a layer range past the chunk's layers", [](auto& b) { poke<uint32_t>(b, 56, 2); fix_checksum(b); }, "range"},
-      {"reserved field set", [](auto& b) { poke<uint32_t>(b, 60, 1); fix_checksum(b); }, "reserved"},
-      {"a slice size the payload disagrees with", [](auto& b) { poke<uint32_t>(b, 48, 2); poke<uint32_t>(b, 56, 2); poke<uint32_t>(b, 52, 1); fix_checksum(b); }, "payload size"},
-      {"too many tokens", [](auto& b) { poke<uint32_t>(b, 64 + 20, 4097); fix_checksum(b); }, "tokens"},
-      {"token count beyond the buffer", [](auto& b) { poke<uint32_t>(b, 64 + 20, 4000); fix_checksum(b); }, "truncated"},
-      {"payload short by one byte", [](auto& b) { b.erase(b.end() - 9); fix_checksum(b); }, "truncated"},
-      {"one trailing byte", [](auto& b) { b.insert(b.end() - 8, 0); fix_checksum(b); }, "trailing"},
-      {"payload byte flipped", [](auto& b) { b[b.size() - 9] ^= 1; }, "checksum"},
-      {"checksum byte flipped", [](auto& b) { b.back() ^= 0x80; }, "checksum"},
-      {"chunk key flipped", [](auto& b) { b[64] ^= 4; }, "checksum"},
-      {"transfer id flipped", [](auto& b) { b[8] ^= 1; }, "checksum"},
+      {"wrong version", [](auto& b) { poke<uint32_t>(b, 4, 2); fix_checksum(b); }, "version"},
+      {"payload size field off by one", [](auto& b) { poke<uint64_t>(b, 56, 47); fix_checksum(b); }, "payload size"},
+      {"block_bytes disagrees", [](auto& b) { poke<uint32_t>(b, 48, 8); fix_checksum(b); }, "payload size"},
+      {"more chunks than a receiver takes",
+       [](auto& b) {
+         poke<uint32_t>(b, 52, (1u << 20) + 1);
+         poke<uint64_t>(b, 56, uint64_t{16} * ((1u << 20) + 1));
+         poke<uint32_t>(b, 76, 24 * ((1u << 20) + 1));
+         fix_checksum(b);
+       },
+       "limit"},
+      {"chunk count beyond the buffer",
+       [](auto& b) { poke<uint32_t>(b, 52, 1000); poke<uint64_t>(b, 56, 16000); poke<uint32_t>(b, 76, 24000); fix_checksum(b); },
+       "truncated"},
+      {"a payload beyond the limit",  // 9 chunks of 2 GiB: 18 GiB
+       [](auto& b) {
+         poke<uint32_t>(b, 48, 1u << 31);
+         poke<uint32_t>(b, 52, 9);
+         poke<uint64_t>(b, 56, uint64_t{9} << 31);
+         poke<uint32_t>(b, 76, 9 * 24);
+         fix_checksum(b);
+       },
+       "limit"},
+      {"record bytes that cannot hold the records", [](auto& b) { poke<uint32_t>(b, 76, 8); fix_checksum(b); }, "cannot hold"},
+      {"record bytes that are not whole tokens", [](auto& b) { poke<uint32_t>(b, 76, 3 * 40 + 2); fix_checksum(b); }, "cannot hold"},
+      {"no layers", [](auto& b) { poke<uint32_t>(b, 64, 0); fix_checksum(b); }, "layers"},
+      {"layers that do not divide the chunk", [](auto& b) { poke<uint32_t>(b, 64, 3); poke<uint32_t>(b, 72, 3); fix_checksum(b); }, "equal layers"},
+      {"an empty layer range", [](auto& b) { poke<uint32_t>(b, 68, 1); fix_checksum(b); }, "range"},
+      {"a layer range past the chunk's layers", [](auto& b) { poke<uint32_t>(b, 72, 2); fix_checksum(b); }, "range"},
+      {"a slice size the payload disagrees with", [](auto& b) { poke<uint32_t>(b, 64, 2); poke<uint32_t>(b, 72, 2); poke<uint32_t>(b, 68, 1); fix_checksum(b); }, "payload size"},
+      {"a MAC on an unsigned message", [](auto& b) { b[88] ^= 1; fix_checksum(b); }, "signed"},
+      {"too many tokens", [](auto& b) { poke<uint32_t>(b, 128 + 20, 4097); fix_checksum(b); }, "tokens"},
+      {"token count beyond the records", [](auto& b) { poke<uint32_t>(b, 128 + 20, 4000); fix_checksum(b); }, "truncated"},
+      {"records shorter than declared",  // 3 records of 40 bytes and 48 payload bytes, all declared records
+       [](auto& b) { poke<uint32_t>(b, 76, 168); poke<uint32_t>(b, 48, 0); poke<uint64_t>(b, 56, 0); fix_checksum(b); },
+       "left over"},
+      {"payload short by one byte", [](auto& b) { b.pop_back(); fix_checksum(b); }, "truncated"},
+      {"one trailing byte", [](auto& b) { b.push_back(0); fix_checksum(b); }, "trailing"},
+      {"payload byte flipped", [](auto& b) { b[b.size() - 1] ^= 1; }, "checksum mismatch"},
+      {"header checksum byte flipped", [](auto& b) { b[127] ^= 0x80; }, "header checksum"},
+      {"body checksum byte flipped", [](auto& b) { b[80] ^= 0x80; }, "header checksum"},
+      {"chunk key flipped", [](auto& b) { b[128] ^= 4; }, "checksum mismatch"},
+      {"transfer id flipped", [](auto& b) { b[24] ^= 1; }, "header checksum"},
   };
   for (const Damage& d : table) {
     std::vector<uint8_t> bytes = good;
@@ -207,7 +226,7 @@ TEST(KvMessage, DecodeRejectsEverySingleBitFlip) {
 }
 
 // Random mutations (byte flips, insertions, deletions, cuts, random header fields), half of them
-// with a repaired checksum so the structural checks behind it are reached too. decode must never
+// with repaired checksums so the structural checks behind them are reached too. decode must never
 // crash; whatever it accepts must re-encode to exactly the same bytes (the format is canonical).
 TEST(KvMessage, RandomMutationsNeverCrash) {
   std::mt19937_64 rng(12345);
@@ -232,19 +251,25 @@ TEST(KvMessage, RandomMutationsNeverCrash) {
         case 3:
           bytes.resize(at);
           break;
-        case 4:  // a random count or size field
-          if (bytes.size() >= 48) poke<uint32_t>(bytes, 32 + 4 * (rng() % 2), static_cast<uint32_t>(rng() % 64));
+        case 4:  // a random count or size field: block bytes, chunk count or record bytes
+          if (bytes.size() >= 80) {
+            const size_t field[] = {48, 52, 76};
+            poke<uint32_t>(bytes, field[rng() % 3], static_cast<uint32_t>(rng() % 64));
+          }
           break;
         default:
-          if (bytes.size() >= 48) poke<uint64_t>(bytes, 40, rng() % 256);
+          if (bytes.size() >= 64) poke<uint64_t>(bytes, 56, rng() % 256);
           break;
       }
     }
-    if (rng() % 2 == 0 && bytes.size() >= kKvChecksumBytes) fix_checksum(bytes);
+    if (rng() % 2 == 0) fix_checksum(bytes);
     auto r = decode(bytes);
     if (r.ok()) {
       ++accepted;
-      ASSERT_EQ(encode(*r), bytes) << "iteration " << iteration;
+      // The sender and the sequence are the header's, not the message's.
+      const auto header = parse_header(bytes);
+      ASSERT_TRUE(header.ok());
+      ASSERT_EQ(encode(*r, header->seal), bytes) << "iteration " << iteration;
     } else {
       ASSERT_FALSE(r.error().message().empty());
     }
