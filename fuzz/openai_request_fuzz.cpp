@@ -1,0 +1,106 @@
+// libFuzzer target for the OpenAI request parsers (server/openai_request.h), which read what any
+// client sends: the first byte picks chat completions (odd) or completions (even), the rest is
+// the body. parse_request must answer a ParsedRequest or an ApiError; never crash, throw, or
+// accept values outside the ranges it promises. Whatever it accepts must also be accepted after a
+// round trip through parse_bounded_json and dump() (the body as the server would re-read it).
+// Seeds: fuzz/corpus/openai (each file's first byte is the selector); dictionary: fuzz/openai.dict.
+//   build/fuzz/fuzz/openai_request_fuzz fuzz/corpus/openai -dict=fuzz/openai.dict -max_len=4096 -max_total_time=120
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_request.h"
+#include "util/bounded_json.h"
+
+namespace {
+
+using mnemo::server::ApiError;
+using mnemo::server::ParsedRequest;
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "openai_request_fuzz: %s\n", what);
+  std::abort();
+}
+
+// parse_request over the raw body. It has taken `const std::string&`, and takes a string_view
+// (beside a `const json&` overload, which a std::string argument would make ambiguous) since
+// bodies are parsed within bounds; this compiles against either. `String` is a template parameter
+// only so that the overload test below is a dependent expression, checked when instantiated.
+template <class String>
+std::variant<ParsedRequest, ApiError> parse_raw(const String& body, bool chat) {
+  using View = std::basic_string_view<typename String::value_type>;
+  if constexpr (requires { mnemo::server::parse_request(View(body), chat); }) {
+    return mnemo::server::parse_request(View(body), chat);
+  } else {
+    return mnemo::server::parse_request(body, chat);
+  }
+}
+
+void check(const ParsedRequest& r, bool chat) {
+  const auto& g = r.generation;
+  if (chat) {
+    if (r.messages.empty()) fail("a chat request without messages was accepted");
+    for (const auto& m : r.messages) {
+      if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") fail("an unknown role was accepted");
+    }
+  } else if (!r.messages.empty()) {
+    fail("a completions request has chat messages");
+  }
+  if (r.max_tokens_given && (g.max_tokens < 1 || g.max_tokens > (1 << 20))) fail("max_tokens out of range");
+  if (!(g.sampling.temperature >= 0.0f && g.sampling.temperature <= 2.0f)) fail("temperature out of range");
+  if (!(g.sampling.top_p >= 0.0f && g.sampling.top_p <= 1.0f)) fail("top_p out of range");
+  if (!(g.sampling.min_p >= 0.0f && g.sampling.min_p <= 1.0f)) fail("min_p out of range");
+  if (g.n < 1 || g.n > 128) fail("n out of range");
+  if (g.stop.size() > 16) fail("more than 16 stop strings");
+  if (g.top_logprobs < -1 || g.top_logprobs > 20) fail("top_logprobs out of range");
+  if (r.replica_endpoints.size() > 8 || r.replica_known_tokens.size() > 8 || r.replica_at_end.size() > 8) {
+    fail("more than 8 replicas");
+  }
+  for (const auto id : r.prompt_tokens) {
+    if (id < 0) fail("a negative prompt token was accepted");
+  }
+  for (const auto id : g.resume_tokens) {
+    if (id < 0) fail("a negative resume token was accepted");
+  }
+}
+
+void check(const ApiError& e) {
+  if (e.status < 400 || e.status > 599) fail("an error outside 4xx/5xx");
+  if (e.message.empty()) fail("an error without a message");
+  // What send_error writes: never throws, whatever the message quotes from the request.
+  (void)e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const bool chat = (data[0] & 1) != 0;
+  const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
+
+  const auto result = parse_raw(body, chat);
+  if (const auto* error = std::get_if<ApiError>(&result)) {
+    check(*error);
+    return 0;
+  }
+  check(std::get<ParsedRequest>(result), chat);
+
+  // An accepted body, parsed and written back as JSON, reads the same way.
+  auto json = mnemo::parse_bounded_json(body);
+  if (!json.ok()) fail("parse_request accepted a body parse_bounded_json refuses");
+  const auto again = parse_raw(json->dump(), chat);
+  if (!std::holds_alternative<ParsedRequest>(again)) fail("the dumped body is refused");
+  const auto& a = std::get<ParsedRequest>(result);
+  const auto& b = std::get<ParsedRequest>(again);
+  if (a.model != b.model || a.prompt_text != b.prompt_text || a.prompt_tokens != b.prompt_tokens ||
+      a.messages.size() != b.messages.size() || a.generation.stop != b.generation.stop ||
+      a.generation.max_tokens != b.generation.max_tokens || a.generation.sampling.seed != b.generation.sampling.seed) {
+    fail("the dumped body parses differently");
+  }
+  return 0;
+}
