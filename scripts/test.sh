@@ -3,9 +3,11 @@
 #   1. set up and build the release preset (warnings are errors), run every test, including those
 #      on the real default model (label "model": they fail, never skip, if it is missing);
 #   2. build the asan preset (AddressSanitizer + UBSan) and run the unit tests under it;
-#   3. build the tsan preset's concurrent tests (label "concurrent") and run them under TSan.
-# MNEMO_TEST_SKIP_ASAN=1 / MNEMO_TEST_SKIP_TSAN=1 skip steps 2 / 3 (for quick local iterations;
-# CI never sets them).
+#   3. build the tsan preset's concurrent tests (label "concurrent") and run them under TSan;
+#   4. build the request parsers' libFuzzer targets (fuzz preset, clang) and fuzz each for
+#      MNEMO_FUZZ_SECONDS (default 30) seconds (fuzz/ci.sh): a crash fails the run.
+# MNEMO_TEST_SKIP_ASAN=1 / MNEMO_TEST_SKIP_TSAN=1 / MNEMO_TEST_SKIP_FUZZ=1 skip steps 2 / 3 / 4
+# (for quick local iterations; CI never sets them).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -30,5 +32,11 @@ if [ "${MNEMO_TEST_SKIP_TSAN:-0}" != 1 ]; then
   cmake --preset tsan > /dev/null
   cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test kv_replicator_test
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --preset tsan -L concurrent -j"$JOBS" --timeout 900
+fi
+if [ "${MNEMO_TEST_SKIP_FUZZ:-0}" != 1 ]; then
+  # What clients send: OpenAI request bodies and the bounded JSON parser under them. A fixed
+  # time per target, so a run finds what it finds; the seeds are fuzz/corpus/openai.
+  echo "== fuzz: request parsers"
+  JOBS="$JOBS" fuzz/ci.sh "${MNEMO_FUZZ_SECONDS:-30}"
 fi
 echo "== all tests passed"
