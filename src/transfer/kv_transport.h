@@ -130,7 +130,7 @@ class KvTransport {
     // Of them: not signed under this transport's secret (or signed when it has none), or a MAC
     // that does not match their bytes.
     uint64_t refused_unauthenticated = 0;
-    uint64_t refused_replayed = 0;   // a sequence at or below the highest accepted from its sender
+    uint64_t refused_replayed = 0;   // a sequence its sender used before, or older than the window
     uint64_t refused_oversized = 0;  // declared sizes beyond this receiver's limits or KV layout
     uint64_t receive_buffers = 0;    // bodies of incoming messages allocated (after their header passed)
     uint64_t receive_buffer_bytes = 0;
