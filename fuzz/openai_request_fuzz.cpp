@@ -93,6 +93,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // An accepted body, parsed and written back as JSON, reads the same way.
   auto json = mnemo::parse_bounded_json(body);
   if (!json.ok()) fail("parse_request accepted a body parse_bounded_json refuses");
+  // Token ids are taken as themselves: none wraps into another (valid) id.
+  const auto& tokens = std::get<ParsedRequest>(result).prompt_tokens;
+  if (!tokens.empty()) {
+    const nlohmann::json& prompt = (*json)["prompt"];
+    if (!prompt.is_array() || prompt.size() != tokens.size()) fail("prompt tokens that are not the prompt");
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (prompt[i].is_number_unsigned() ? prompt[i].get<uint64_t>() != static_cast<uint64_t>(tokens[i])
+                                         : prompt[i].get<int64_t>() != tokens[i]) {
+        fail("a prompt token id wrapped into another");
+      }
+    }
+  }
   const auto again = parse_raw(json->dump(), chat);
   if (!std::holds_alternative<ParsedRequest>(again)) fail("the dumped body is refused");
   const auto& a = std::get<ParsedRequest>(result);
