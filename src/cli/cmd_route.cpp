@@ -8,7 +8,9 @@
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/edge_flags.h"
 #include "router/router.h"
+#include "router/router_http.h"
 
 namespace mnemo::cli {
 namespace {
@@ -17,6 +19,7 @@ struct RouteArgs {
   router::RouterConfig config;
   std::string policy = "cache-aware";
   router::PlanInputs plan{.prompt_seconds = 0, .token_seconds = 0, .tokens_generated = 0, .machines = 0, .overhead = 1.1};
+  EdgeFlags edge;
 };
 
 int run_route(RouteArgs args) {
@@ -33,6 +36,12 @@ int run_route(RouteArgs args) {
     return 2;
   }
   args.config.policy = *policy;
+  auto edge = args.edge.resolve({args.config.etcd_url, args.config.host});
+  if (!edge.ok()) {
+    std::fprintf(stderr, "error: %s\n", edge.error().message().c_str());
+    return 1;
+  }
+  router::configure_upstream_identity({edge->api_keys, edge->cluster_secret});
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -99,6 +108,7 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--plan-overhead", args->plan.overhead, "The plan's m in [1, 2): the slowdown of streaming prompt KV")
       ->capture_default_str();
+  args->edge.add_auth_to(cmd);
   cmd->add_option("--instance-api-key", args->config.instance_api_key,
                   "The API key of instances started with --api-key, for the router's own requests to them (its "
                   "cache followers, with --model)");

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/edge_flags.h"
 #include "cli/model_flags.h"
 #include "cluster/membership.h"
 #include "engine/engine.h"
@@ -36,6 +37,7 @@ struct ServeArgs {
   EngineConfig engine;
   std::string kv_type = "f16";
   ModelFlags model_flags;
+  EdgeFlags edge;
   int32_t kv_tokens = 65536;
   int32_t host_swap_tokens = 65536;
   int32_t host_compact_tokens = 262144;
@@ -171,6 +173,26 @@ int run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // The edge's configuration and the port first: a mistake there is reported before the model
+  // has spent seconds loading.
+  std::vector<std::string> cluster_addresses;
+  if (!args.cluster_url.empty()) {
+    cluster_addresses = {args.cluster_url, args.server.host};
+    if (!args.advertise.empty()) cluster_addresses.push_back(args.advertise);
+  }
+  auto edge = args.edge.resolve(cluster_addresses);
+  if (!edge.ok()) {
+    std::fprintf(stderr, "error: %s\n", edge.error().message().c_str());
+    return 1;
+  }
+  args.server.auth = std::move(*edge);
+  args.server.access_log = args.edge.access_log_format();
+  auto reservation = PortReservation::take(args.server.host, args.server.port);
+  if (!reservation.ok()) {
+    std::fprintf(stderr, "error: %s\n", reservation.error().message().c_str());
+    return 1;
+  }
+
   auto model = Model::load(args.model_path, args.model_flags.load_options());
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.error().message().c_str());
@@ -224,6 +246,7 @@ int run_serve(ServeArgs args) {
   config.model_id = args.model_name.empty() ? std::filesystem::path(args.model_path).stem().string() : args.model_name;
   const std::string prompt_fingerprint = fmt::format("{:016x}", server::prompt_fingerprint(**tokenizer, *chat_template));
   server::Server server(engine, **tokenizer, std::move(*chat_template), config);
+  reservation->release();
   if (const Status bound = server.bind(); !bound.ok()) {
     std::fprintf(stderr, "error: %s\n", bound.error().message().c_str());
     return 1;
@@ -234,10 +257,18 @@ int run_serve(ServeArgs args) {
   if (!args.cluster_url.empty()) {
     // Peers must reach the published endpoint: a wildcard listen address is not one.
     const std::string transfer_host = args.server.host == "0.0.0.0" || args.server.host.empty() ? "127.0.0.1" : args.server.host;
+    // Messages signed under the cluster secret; sizes bounded by this instance's own layout (a
+    // push of a whole pool's KV at most).
+    transfer::KvTransportOptions transfer_options;
+    transfer_options.cluster_secret = args.server.auth.cluster_secret;
+    const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
+    transfer_options.limits.block_bytes = static_cast<uint32_t>(layout.block_bytes());
+    transfer_options.limits.max_payload_bytes = std::max<uint64_t>(
+        transfer_options.limits.max_payload_bytes, static_cast<uint64_t>(engine.config().kv_blocks) * layout.block_bytes());
     auto listening = transfer::KvTransport::listen(
-        transfer_host, args.transfer_port, [&server](transfer::KvMessage&& m, transfer::Acknowledge acknowledge) {
-          server.receive_kv(std::move(m), std::move(acknowledge));
-        });
+        transfer_host, args.transfer_port,
+        [&server](transfer::KvMessage&& m, transfer::Acknowledge acknowledge) { server.receive_kv(std::move(m), std::move(acknowledge)); },
+        std::move(transfer_options));
     if (!listening.ok()) {
       std::fprintf(stderr, "error: KV transport: %s\n", listening.error().message().c_str());
       return 1;
@@ -298,7 +329,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--model-name", args->model_name, "Model id clients use (default: the file name)");
   cmd->add_option("--host", args->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->server.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", args->server.api_key, "Require 'Authorization: Bearer KEY' on /v1");
+  args->edge.add_auth_to(cmd);
+  args->edge.add_server_to(cmd);
   cmd->add_option("--ui-dir", args->server.ui_dir, "Folder of the web chat page")->capture_default_str();
   cmd->add_option("-t,--threads", args->engine.threads, "Kernel worker threads (0: one per core)")->capture_default_str();
   cmd->add_option("--kv-tokens", args->kv_tokens, "KV pool size in tokens")->capture_default_str()->check(CLI::Range(16, 1 << 26));
@@ -321,7 +353,12 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   // The stateless baseline of benchmarks: every request computes its whole prompt.
   cmd->add_flag_callback("--no-prefix-cache", [args] { args->engine.prefix_caching = false; },
                          "Do not reuse the KV of earlier requests (stateless baseline)");
-  cmd->add_option("--max-connections", args->server.max_connections, "Requests in flight before 429")->capture_default_str();
+  cmd->add_option("--max-in-flight", args->server.max_in_flight, "Requests generating at once; more get 429")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-connections", args->server.max_connections, "Connections served at once (an HTTP thread each)")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 1 << 16));
   cmd->add_option("--state-dir", args->state_dir, "Folder of durable state (the Responses API's conversations, the KV disk tier)")
       ->capture_default_str();
   cmd->add_option("--chunk-tokens", args->engine.block_size, "Tokens per KV block, the unit of caching and of every tier")

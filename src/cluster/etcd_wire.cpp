@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "cluster/etcd_client.h"
+#include "util/bounded_json.h"
 
 namespace mnemo::cluster {
 namespace wire {
@@ -13,7 +14,7 @@ namespace wire {
 using nlohmann::json;
 
 Result<json> parse_object(std::string_view body) {
-  json parsed = json::parse(body.begin(), body.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  json parsed = parse_bounded_json_or_discarded(body);
   if (parsed.is_discarded()) return make_error("reply is not JSON: {}", printable(body.substr(0, 80)));
   if (!parsed.is_object()) return make_error("reply is not a JSON object: {}", printable(body.substr(0, 80)));
   return parsed;

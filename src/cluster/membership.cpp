@@ -1,5 +1,6 @@
 // InstanceInfo, the value of an instance's membership key, as JSON.
 #include "cluster/membership.h"
+#include "util/bounded_json.h"
 
 #include <limits>
 
@@ -50,7 +51,7 @@ std::string InstanceInfo::to_json() const {
                     {"prompt_fingerprint", prompt_fingerprint},
                     {"state_id", state_id}};
   if (!cost_profile.empty()) {
-    const json profile = json::parse(cost_profile, /*cb=*/nullptr, /*allow_exceptions=*/false);
+    const json profile = parse_bounded_json_or_discarded(cost_profile);
     if (profile.is_object()) out["cost_profile"] = profile;  // else left out: readers would refuse it
   }
   // Replace, not throw, should a string not be UTF-8: the value is for other instances to read.
@@ -58,7 +59,7 @@ std::string InstanceInfo::to_json() const {
 }
 
 Result<InstanceInfo> InstanceInfo::from_json(std::string_view text) {
-  const json parsed = json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  const json parsed = parse_bounded_json_or_discarded(text);
   if (parsed.is_discarded()) return make_error("instance info is not JSON");
   if (!parsed.is_object()) return make_error("instance info is not a JSON object");
   InstanceInfo info;

@@ -1,5 +1,7 @@
 #include "router/cache_follower.h"
+#include "router/router_http.h"
 #include "util/thread_name.h"
+#include "util/bounded_json.h"
 
 #include <httplib.h>
 
@@ -156,15 +158,13 @@ void CacheFollower::run() {
       client_ = &client;
       path = fmt::format("/v1/internal/cache_events?epoch={}&after={}&wait_ms={}", epoch_, next_, kPollWaitMs);
     }
-    httplib::Headers headers;
-    if (!authorization_.empty()) headers.emplace("Authorization", authorization_);
-    const auto reply = client.Get(path, headers);
+    const auto reply = client.Get(path, upstream_headers(authorization_, "GET", path, ""));
     {
       std::lock_guard lock(mutex_);
       client_ = nullptr;
     }
     Status applied = make_error("{}", reply ? fmt::format("HTTP {}", reply->status) : httplib::to_string(reply.error()));
-    if (reply && reply->status == 200) applied = apply(json::parse(reply->body, nullptr, /*allow_exceptions=*/false));
+    if (reply && reply->status == 200) applied = apply(parse_bounded_json_or_discarded(reply->body));
     if (applied.ok()) {
       if (failing) std::fprintf(stderr, "mnemo route: following the cache of %s again\n", address_.c_str());
       failing = false;

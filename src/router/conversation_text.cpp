@@ -1,4 +1,5 @@
 #include "router/conversation_text.h"
+#include "util/bounded_json.h"
 
 namespace mnemo::router {
 namespace {
@@ -32,7 +33,7 @@ void append_message(std::string& out, std::string_view role, std::string_view co
 template <class Visit>
 void for_each_object(std::string_view body, bool sse, Visit visit) {
   if (!sse) {
-    const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    const json j = parse_bounded_json_or_discarded(body);
     if (j.is_object()) visit(j);
     return;
   }
@@ -44,7 +45,7 @@ void for_each_object(std::string_view body, bool sse, Visit visit) {
     at = end + 1;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.substr(0, 6) != "data: ") continue;
-    const json j = json::parse(line.substr(6), nullptr, /*allow_exceptions=*/false);
+    const json j = parse_bounded_json_or_discarded(line.substr(6));
     if (j.is_object()) visit(j);
   }
 }

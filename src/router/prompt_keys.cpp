@@ -31,9 +31,9 @@ std::vector<TokenId> PromptTokenizer::tokens(Api api, const std::string& body) c
   return {};
 }
 
-uint64_t PromptTokenizer::cache_namespace(std::string_view authorization, const nlohmann::json& body) {
+uint64_t PromptTokenizer::cache_namespace(std::string_view tenant, const nlohmann::json& body) {
   const auto salt = body.find("cache_salt");
-  return server::cache_namespace(authorization, salt != body.end() && salt->is_string() ? salt->get<std::string>() : "");
+  return server::cache_namespace(tenant, salt != body.end() && salt->is_string() ? salt->get<std::string>() : "");
 }
 
 std::span<const uint64_t> PromptKeys::keys(int32_t chunk_tokens) const {

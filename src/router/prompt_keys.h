@@ -31,7 +31,7 @@ class PromptTokenizer {
   // instance will refuse it anyway).
   std::vector<TokenId> tokens(Api api, const std::string& body) const;
   // The request's KV namespace, as an instance computes it (server::cache_namespace).
-  static uint64_t cache_namespace(std::string_view authorization, const nlohmann::json& body);
+  static uint64_t cache_namespace(std::string_view tenant, const nlohmann::json& body);
 
  private:
   PromptTokenizer(std::unique_ptr<Tokenizer> tokenizer, ChatTemplate chat_template);

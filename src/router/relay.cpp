@@ -39,7 +39,7 @@ std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& metho
     httplib::Request r;
     r.method = method;
     r.path = path;
-    if (!auth.empty()) r.set_header("Authorization", auth);
+    for (auto& [name, value] : upstream_headers(auth, method, path, body)) r.set_header(name, value);
     if (!body.empty()) {
       r.set_header("Content-Type", "application/json");
       r.body = body;

@@ -15,6 +15,7 @@
 #include "router/router_http.h"
 #include "router/prompt_keys.h"
 #include "util/prometheus_text.h"
+#include "util/bounded_json.h"
 
 namespace mnemo::router {
 namespace {
@@ -77,6 +78,15 @@ void Router::install_routes() {
   const auto threads = static_cast<size_t>(config_.http_threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(8u << 20);
+  // Clients authenticate here (the router holds the instances' key file); instances then see a
+  // peer acting for the client's tenant, never the client's key.
+  http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.rfind("/v1/", 0) != 0 && req.path != "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+    if (client_tenant(req.get_header_value("Authorization"))) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "Incorrect or missing API key (Authorization: Bearer ...).", "invalid_request_error", "invalid_api_key");
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http.set_write_timeout(std::chrono::seconds(60));  // a client reading slowly keeps its stream this long
   http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kChat); });
   http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kCompletions); });
@@ -161,7 +171,7 @@ bool Router::prefill_on(const httplib::Request& req, Api api, const cluster::Ins
     // (Authorization passed on, cache_salt kept).
     const auto rendered = post_for(req, decode.address, "/v1/internal/responses_prompt", body,
                                    std::chrono::duration<double>(config_.upstream_timeout_seconds));
-    const json prompt = rendered && rendered->status == 200 ? json::parse(rendered->body, nullptr, false) : json();
+    const json prompt = rendered && rendered->status == 200 ? parse_bounded_json_or_discarded(rendered->body) : json();
     if (!prompt.is_object() || !prompt.contains("prompt") || !prompt["prompt"].is_array()) {
       std::lock_guard lock(mutex_);
       ++prefill_failures_;
@@ -280,8 +290,20 @@ std::shared_ptr<const CostModel> Router::profile_of(const cluster::InstanceInfo&
 }
 
 void Router::handle_generation(const httplib::Request& req, httplib::Response& res, Api api) {
-  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return send_error(res, 400, "the request body is not valid JSON", "invalid_request_error", "");
+  const json body = parse_bounded_json_or_discarded(req.body, JsonLimits{.max_bytes = size_t{64} << 20, .max_depth = 32});
+  if (body.is_discarded()) {
+    return send_error(res, 400, "the request body is not acceptable JSON (malformed, or nested deeper than 32 levels)",
+                      "invalid_request_error", "");
+  }
+  // The router speaks to instances as a peer: a client's internal field would pass as its own.
+  if (body.is_object()) {
+    for (const auto& [key, value] : body.items()) {
+      if (key.rfind("mnemo_", 0) == 0) {
+        return send_error(res, 400, "'" + key + "' is an internal field of the cluster; clients may not send it",
+                          "invalid_request_error", "");
+      }
+    }
+  }
   auto view = view_request(api, body);
   if (!view.ok()) return send_error(res, 400, view.error().message(), "invalid_request_error", "");
 
@@ -318,7 +340,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   const PromptKeys prompt =
       tokenizer_ && api != Api::kResponses
           ? PromptKeys(view->prompt_text, tokenizer_->tokens(api, req.body),
-                       PromptTokenizer::cache_namespace(req.get_header_value("Authorization"), body))
+                       PromptTokenizer::cache_namespace(client_tenant(req.get_header_value("Authorization")).value_or(""), body))
           : PromptKeys(view->prompt_text);
   const int64_t prompt_tokens = prompt.tokenized() ? prompt.n_tokens() : routing_.tokens_of_text(view->prompt_text.size());
 
@@ -554,7 +576,7 @@ bool Router::push_kv(const httplib::Request& req, const cluster::InstanceInfo& f
                  reply ? reply->body.substr(0, 300).c_str() : httplib::to_string(reply.error()).c_str());
     return false;
   }
-  const json result = json::parse(reply->body, nullptr, false);
+  const json result = parse_bounded_json_or_discarded(reply->body);
   const uint64_t tokens = result.is_object() && result.contains("tokens") && result["tokens"].is_number_unsigned()
                               ? result["tokens"].get<uint64_t>()
                               : 0;

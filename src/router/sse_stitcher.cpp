@@ -1,4 +1,5 @@
 #include "router/sse_stitcher.h"
+#include "util/bounded_json.h"
 
 namespace mnemo::router {
 namespace {
@@ -87,7 +88,7 @@ std::string SseStitcher::event(std::string_view text) {
     done_ = true;
     return whole;
   }
-  json payload = json::parse(data, nullptr, /*allow_exceptions=*/false);
+  json payload = parse_bounded_json_or_discarded(data);
   if (!payload.is_object()) return whole;
   if (name.empty()) return chunk_event(std::move(payload));
   // Responses events name their type twice; any other named event passes untouched.

@@ -39,6 +39,8 @@ bool query_number(const httplib::Request& req, const char* name, uint64_t fallba
 }  // namespace
 
 void Server::handle_cache_events(const httplib::Request& req, httplib::Response& res) {
+  // Which prompts are cached is every tenant's business: peers only.
+  if (auto caller = peer_of(req); std::holds_alternative<ApiError>(caller)) return send_error(res, std::get<ApiError>(caller));
   uint64_t epoch = 0, after = 0, wait_ms = 0;
   if (!query_number(req, "epoch", 0, UINT64_MAX, epoch) || !query_number(req, "after", 0, UINT64_MAX, after) ||
       !query_number(req, "wait_ms", 2000, kMaxWaitMs, wait_ms)) {

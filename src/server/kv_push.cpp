@@ -21,6 +21,7 @@
 #include "server/server.h"
 #include "transfer/kv_message.h"
 #include "transfer/kv_transport.h"
+#include "util/bounded_json.h"
 
 namespace mnemo::server {
 namespace {
@@ -52,10 +53,14 @@ void Server::receive_kv(transfer::KvMessage&& message, transfer::Acknowledge ack
 }
 
 void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res) {
+  // Only a signed peer (a router, which takes the target from the cluster's membership) may make
+  // this instance send KV somewhere.
+  auto caller = peer_of(req);
+  if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
   if (transport_ == nullptr) {
     return send_error(res, ApiError{404, "this instance has no KV transport (it is not in a cluster)", "invalid_request_error", "", ""});
   }
-  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  const json body = parse_bounded_json_or_discarded(req.body);
   if (!body.is_object() || !body.contains("target") || !body["target"].is_string() || !body.contains("request") ||
       !body["request"].is_object()) {
     return send_error(res, ApiError{400, "a push needs 'target' (a transport endpoint) and 'request' (an OpenAI request)",
@@ -66,12 +71,12 @@ void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res)
     return send_error(res, ApiError{400, "'api' must be chat or completions", "invalid_request_error", "api", ""});
   }
   const Endpoint endpoint = api == "chat" ? Endpoint::kChat : Endpoint::kCompletions;
-  auto parsed = parse_request(body["request"].dump(), endpoint == Endpoint::kChat);
+  auto parsed = parse_request(body["request"], endpoint == Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
   const ParsedRequest& request = std::get<ParsedRequest>(parsed);
   auto prompt = prompt_of(request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prompt)) return send_error(res, *error);
-  const uint64_t ns = cache_namespace_of(req, request);
+  const uint64_t ns = cache_namespace_of(std::get<Caller>(caller), request);
 
   const auto started = std::chrono::steady_clock::now();
   auto exported_future = engine_.export_prefix(ns, std::move(std::get<std::vector<TokenId>>(prompt)));

@@ -33,6 +33,16 @@ std::string render_transport_metrics(const transfer::KvTransport::Stats& s) {
   counter(out, "kv_transfer_bytes_sent_total", "Bytes of KV transfers sent.", s.bytes_sent);
   counter(out, "kv_transfer_bytes_received_total", "Bytes of KV transfers received.", s.bytes_received);
   counter(out, "kv_transfer_rejected_total", "Received KV transfers that failed verification.", s.rejected);
+  counter(out, "kv_transfer_refused_unauthenticated_total",
+          "Received KV transfers refused for a missing or wrong MAC under the cluster secret.", s.refused_unauthenticated);
+  counter(out, "kv_transfer_refused_replayed_total",
+          "Received KV transfers refused as replays (a sender's sequence used before, or older than the window).",
+          s.refused_replayed);
+  counter(out, "kv_transfer_refused_oversized_total",
+          "Received KV transfers refused for declared sizes beyond the receiver's limits or KV layout.", s.refused_oversized);
+  counter(out, "kv_transfer_receive_buffers_total", "Received KV transfer bodies allocated (after their header was verified).",
+          s.receive_buffers);
+  counter(out, "kv_transfer_receive_buffer_bytes_total", "Bytes of those body buffers.", s.receive_buffer_bytes);
   counter(out, "kv_transfer_failed_sends_total", "KV transfers that were not acknowledged.", s.failed_sends);
   counter(out, "kv_transfer_staged_sends_total", "KV transfers encoded into a staging buffer.", s.staged_sends);
   counter(out, "kv_transfer_staging_reuses_total", "KV transfers encoded into a reused staging buffer (no allocation).",
@@ -126,6 +136,37 @@ std::string render_receiver_metrics(const KvReceiver::Stats& s) {
   counter(out, "kv_received_abandoned_total", "Chunk groups dropped with layers missing (sender gone, or too many).",
           s.abandoned);
   gauge(out, "kv_received_pending_assemblies", "Chunk groups waiting for layers.", static_cast<double>(s.pending));
+  return out;
+}
+
+std::string render_edge_metrics(const EdgeStats& s) {
+  std::string out;
+  counter(out, "auth_refused_keys_total", "Requests refused for a missing or unknown API key.", s.refused_keys);
+  counter(out, "auth_refused_peers_total", "Internal requests refused for a missing, stale, replayed or wrong peer signature.",
+          s.refused_peers);
+  gauge(out, "response_store_out_of_service", "1 if the Responses API store could not be opened (damaged or unreadable).",
+        static_cast<double>(s.store_out_of_service));
+  counter(out, "response_store_wal_frames_dropped_total",
+          "Committed frames of the Responses store's WAL that SQLite's recovery dropped when it was opened (damaged).",
+          s.store_wal_frames_dropped);
+  return out;
+}
+
+std::string render_disk_tier_metrics(const DiskTier::Stats& s) {
+  std::string out;
+  prometheus::header(out, "disk_scan_extents", "Extent files the disk tier's start-up scan found, by what it did with them.", "gauge");
+  const std::pair<const char*, int64_t> outcomes[] = {{"kept", s.last_scan.kept},
+                                                      {"dropped_header_checksum", s.last_scan.dropped_corrupt},
+                                                      {"dropped_malformed", s.last_scan.dropped_malformed},
+                                                      {"orphaned", s.last_scan.orphaned},
+                                                      {"foreign", s.last_scan.foreign}};
+  for (const auto& [outcome, n] : outcomes) out += fmt::format("mnemo_disk_scan_extents{{outcome=\"{}\"}} {}\n", outcome, n);
+  gauge(out, "disk_scan_interrupted_writes", "Temporaries of interrupted disk tier writes deleted at start-up.",
+        static_cast<double>(s.last_scan.temporaries));
+  gauge(out, "disk_orphan_extents", "Intact extents kept on disk but not indexed (an earlier chunk's extent was missing or damaged).",
+        static_cast<double>(s.orphans));
+  gauge(out, "disk_orphan_bytes", "Bytes of orphaned extents (not in disk_bytes_used).", static_cast<double>(s.orphan_bytes));
+  counter(out, "disk_orphans_reclaimed_total", "Orphaned extents deleted to make room for new ones.", s.orphans_reclaimed);
   return out;
 }
 

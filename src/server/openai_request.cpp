@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "util/bounded_json.h"
+
 namespace mnemo::server {
 namespace {
 
@@ -70,13 +72,16 @@ void read_stop(FieldReader& r, std::vector<std::string>& out) {
   if (v->is_string()) {
     out.push_back(v->get<std::string>());
   } else if (v->is_array()) {
-    if (v->size() > 16) return r.fail("'stop' may hold at most 16 strings", "stop");
+    if (v->size() > kMaxStopStrings) return r.fail(fmt::format("'stop' may hold at most {} strings", kMaxStopStrings), "stop");
     for (const json& s : *v) {
       if (!s.is_string()) return r.fail("'stop' must be a string or an array of strings", "stop");
       out.push_back(s.get<std::string>());
     }
   } else {
     r.fail("'stop' must be a string or an array of strings", "stop");
+  }
+  for (const std::string& s : out) {
+    if (s.size() > kMaxStopBytes) return r.fail(fmt::format("a stop string may hold at most {} bytes", kMaxStopBytes), "stop");
   }
 }
 
@@ -126,7 +131,12 @@ void read_prompt(FieldReader& r, ParsedRequest& out) {
   } else if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) {
     out.prompt_text = (*v)[0].get<std::string>();
   } else if (v->is_array() && !v->empty() && std::all_of(v->begin(), v->end(), [](const json& t) { return t.is_number_integer(); })) {
-    for (const json& t : *v) out.prompt_tokens.push_back(t.get<TokenId>());
+    for (const json& t : *v) {
+      // Checked as 64-bit first: a larger id must not wrap into a valid one.
+      const int64_t id = t.is_number_unsigned() && t.get<uint64_t>() > uint64_t{INT64_MAX} ? -1 : t.get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<TokenId>::max()) return r.fail("'prompt' holds a token id out of range", "prompt");
+      out.prompt_tokens.push_back(static_cast<TokenId>(id));
+    }
   } else {
     r.fail("'prompt' must be a string, a one-element array of strings, or an array of token ids", "prompt");
   }
@@ -134,9 +144,20 @@ void read_prompt(FieldReader& r, ParsedRequest& out) {
 
 }  // namespace
 
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat) {
-  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return bad_request("the request body is not valid JSON");
+std::variant<json, ApiError> parse_request_body(std::string_view body) {
+  auto parsed = parse_bounded_json(body, JsonLimits{.max_bytes = size_t{64} << 20, .max_depth = 32});
+  if (!parsed.ok()) return bad_request("the request body is not acceptable JSON: " + parsed.error().message());
+  if (!parsed->is_object()) return bad_request("the request body must be a JSON object");
+  return std::move(*parsed);
+}
+
+std::variant<ParsedRequest, ApiError> parse_request(std::string_view body, bool chat) {
+  auto parsed = parse_request_body(body);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return *error;
+  return parse_request(std::get<json>(parsed), chat);
+}
+
+std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool chat) {
   if (!parsed.is_object()) return bad_request("the request body must be a JSON object");
   FieldReader r(parsed);
   ParsedRequest out;

@@ -1,6 +1,7 @@
 // Parsing of OpenAI request bodies (chat completions and completions) into what the engine
-// runs. Unknown fields are ignored, as OpenAI does; fields of the wrong type or out of range are
-// rejected with an ApiError naming them.
+// runs. Fields of the wrong type or out of range are rejected with an ApiError naming them.
+// Bodies are parsed within bounds (util/bounded_json.h): a body nested too deep is a 400 before
+// the JSON parser sees it.
 #pragma once
 
 #include <string>
@@ -46,6 +47,17 @@ struct ParsedRequest {
 
 // `chat` selects the chat-completions schema (messages, logprobs as bool + top_logprobs) over
 // the completions one (prompt, logprobs as an integer).
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat);
+std::variant<ParsedRequest, ApiError> parse_request(const nlohmann::json& body, bool chat);
+std::variant<ParsedRequest, ApiError> parse_request(std::string_view body, bool chat);
+inline std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat) {
+  return parse_request(std::string_view(body), chat);
+}
+
+// A request body as JSON within the request limits (nesting depth, size), or a 400.
+std::variant<nlohmann::json, ApiError> parse_request_body(std::string_view body);
+
+// Limits on what a request may ask for.
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopBytes = 1024;  // per stop string
 
 }  // namespace mnemo::server

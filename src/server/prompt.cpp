@@ -52,11 +52,11 @@ uint64_t prompt_fingerprint(const Tokenizer& tokenizer, const ChatTemplate& chat
   return hash;
 }
 
-uint64_t cache_namespace(std::string_view authorization, std::string_view cache_salt) {
-  std::string tenant(authorization);
-  tenant += '\0';
-  tenant += cache_salt;
-  return XXH3_64bits(tenant.data(), tenant.size());
+uint64_t cache_namespace(std::string_view tenant, std::string_view cache_salt) {
+  std::string name(tenant);
+  name += '\0';
+  name += cache_salt;
+  return XXH3_64bits(name.data(), name.size());
 }
 
 }  // namespace mnemo::server

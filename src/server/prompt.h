@@ -25,8 +25,8 @@ std::variant<std::vector<TokenId>, ApiError> prompt_tokens(const Tokenizer& toke
 // every role and non-ASCII text, and a completion) render to. Equal on instances and routers that
 // tokenize alike; a router whose fingerprint differs from an instance's cannot name its chunks.
 uint64_t prompt_fingerprint(const Tokenizer& tokenizer, const ChatTemplate& chat_template);
-// The KV namespace of a tenant: its credentials (the Authorization header) and its cache_salt.
-// Equal prompts of different tenants never share KV.
-uint64_t cache_namespace(std::string_view authorization, std::string_view cache_salt);
+// The KV namespace of a tenant (auth/api_keys.h: "" in a single-tenant server) and its
+// cache_salt. Equal prompts of different tenants never share KV.
+uint64_t cache_namespace(std::string_view tenant, std::string_view cache_salt);
 
 }  // namespace mnemo::server

@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
-#include <random>
+#include <unordered_set>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "auth/crypto.h"
 #include "server/server.h"
 
 namespace mnemo::server {
@@ -17,11 +18,20 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kMaxChain = 100000;  // turns followed back through previous_response_id
+// Turns followed back through previous_response_id: more than any context holds (a turn takes a
+// few template tokens at least), few enough that one request cannot make the server walk the
+// store for long.
+constexpr size_t kMaxChain = 4096;
 
-std::string new_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}_{:016x}{:016x}", prefix, rng(), rng());
+// 128 bits from the CSPRNG: an id cannot be guessed (ids are still scoped to their tenant).
+std::string new_id(const char* prefix) { return fmt::format("{}_{}", prefix, auth::random_hex(16)); }
+
+ApiError store_failure(const Error& error) {
+  return ApiError{503, "the response store failed: " + error.message(), "server_error", "", "store_unavailable"};
+}
+
+ApiError no_space() {
+  return ApiError{507, "the response could not be stored: the server's disk is full", "server_error", "", "insufficient_storage"};
 }
 
 ApiError not_found(const std::string& id, const char* param) {
@@ -65,13 +75,19 @@ std::optional<ChatMessage> to_message(const json& item, std::string& error) {
   return message;
 }
 
-// The stored turns ending with `id`, oldest first; an ApiError if one is missing (404, naming it)
-// or unreadable (500).
-std::variant<std::vector<StoredResponse>, ApiError> load_chain(ResponseStore& store, const std::string& id) {
+// The tenant's stored turns ending with `id`, oldest first; an ApiError if one is missing or
+// another tenant's (404, naming it), unreadable (503), or the chain is too long or loops (400).
+std::variant<std::vector<StoredResponse>, ApiError> load_chain(ResponseStore& store, const std::string& id,
+                                                                const std::string& tenant) {
   std::vector<StoredResponse> chain;
-  for (std::string at = id; !at.empty() && static_cast<int>(chain.size()) < kMaxChain;) {
-    auto record = store.get(at);
-    if (!record.ok()) return ApiError{500, record.error().message(), "server_error", "", ""};
+  std::unordered_set<std::string> visited;
+  for (std::string at = id; !at.empty();) {
+    if (chain.size() >= kMaxChain) {
+      return bad_request(fmt::format("the conversation is longer than {} turns", kMaxChain), "previous_response_id");
+    }
+    if (!visited.insert(at).second) return bad_request("the conversation's turns form a cycle", "previous_response_id");
+    auto record = store.get(at, tenant);
+    if (!record.ok()) return store_failure(record.error());
     if (!record->has_value()) return not_found(at, "previous_response_id");
     at = (*record)->previous_id;
     chain.push_back(std::move(**record));
@@ -141,8 +157,17 @@ std::optional<ApiError> read_resumed_response(const json& resumed, Resumed& out)
 
 }  // namespace
 
-std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const json& body) const {
+std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const json& body, const Caller& caller) const {
   if (!body.is_object()) return bad_request("the request body must be a JSON object");
+  if (auto refused = refuse_internal_fields(body, caller)) return *refused;
+  for (const char* name : {"stream", "store"}) {
+    if (body.contains(name) && !body[name].is_null() && !body[name].is_boolean()) {
+      return bad_request(fmt::format("'{}' must be a boolean", name), name);
+    }
+  }
+  if (body.contains("instructions") && !body["instructions"].is_null() && !body["instructions"].is_string()) {
+    return bad_request("'instructions' must be a string", "instructions");
+  }
   if (body.contains("model") && (!body["model"].is_string() || body["model"] != config_.model_id)) {
     return ApiError{404, "The model does not exist; this server serves '" + config_.model_id + "'.",
                     "invalid_request_error", "model", "model_not_found"};
@@ -157,15 +182,20 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
     if (body.contains(field)) as_chat[field] = body[field];
   }
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) as_chat["max_tokens"] = body["max_output_tokens"];
-  auto parsed = parse_request(as_chat.dump(), /*chat=*/true);
+  auto parsed = parse_request(as_chat, /*chat=*/true);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
     if (error->param == "max_tokens") error->param = "max_output_tokens";
     return *error;
   }
   ResponsesTurn t{std::move(std::get<ParsedRequest>(parsed)), {}, "", false, true, {}};
-  t.stream = body.value("stream", false);
+  t.stream = body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
   t.store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
-  if (t.store && store_ == nullptr) return bad_request("this server has no response store", "store");
+  if (t.store && store_ == nullptr) {
+    if (!store_problem_.empty()) {
+      return ApiError{503, "the response store is out of service: " + store_problem_, "server_error", "", "store_unavailable"};
+    }
+    return bad_request("this server has no response store", "store");
+  }
   if (const auto resumed = body.find("mnemo_resume_response"); resumed != body.end() && !resumed->is_null()) {
     if (auto error = read_resumed_response(*resumed, t.resumed)) return *error;
   }
@@ -192,8 +222,11 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
   if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
     if (!body["previous_response_id"].is_string()) return bad_request("'previous_response_id' must be a string", "previous_response_id");
     t.previous_id = body["previous_response_id"].get<std::string>();
+    if (store_ == nullptr && !store_problem_.empty()) {
+      return ApiError{503, "the response store is out of service: " + store_problem_, "server_error", "", "store_unavailable"};
+    }
     if (store_ == nullptr) return not_found(t.previous_id, "previous_response_id");
-    auto chain = load_chain(*store_, t.previous_id);
+    auto chain = load_chain(*store_, t.previous_id, caller.tenant);
     if (auto* error = std::get_if<ApiError>(&chain)) return *error;
     messages = history_of(std::get<std::vector<StoredResponse>>(chain));
   }
@@ -206,9 +239,11 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
 }
 
 void Server::handle_responses_prompt(const httplib::Request& req, httplib::Response& res) {
-  const json body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded()) return send_error(res, bad_request("the request body must be a JSON object"));
-  auto read = read_responses_turn(body);
+  auto caller = peer_of(req);
+  if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
+  auto body = parse_request_body(req.body);
+  if (auto* error = std::get_if<ApiError>(&body)) return send_error(res, *error);
+  auto read = read_responses_turn(std::get<json>(body), std::get<Caller>(caller));
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   const ResponsesTurn& t = std::get<ResponsesTurn>(read);
   auto tokens = prompt_of(t.request, Endpoint::kChat);
@@ -217,8 +252,13 @@ void Server::handle_responses_prompt(const httplib::Request& req, httplib::Respo
 }
 
 void Server::handle_responses_import(const httplib::Request& req, httplib::Response& res) {
-  const json body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object() || !body.contains("request") || !body.contains("response")) {
+  auto caller_or_error = peer_of(req);
+  if (auto* error = std::get_if<ApiError>(&caller_or_error)) return send_error(res, *error);
+  const Caller& caller = std::get<Caller>(caller_or_error);
+  auto parsed = parse_request_body(req.body);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+  const json& body = std::get<json>(parsed);
+  if (!body.contains("request") || !body.contains("response")) {
     return send_error(res, bad_request("the body must be an object with 'request' and 'response'"));
   }
   const json& response = body["response"];
@@ -227,22 +267,38 @@ void Server::handle_responses_import(const httplib::Request& req, httplib::Respo
       !response["output"].is_array()) {
     return send_error(res, bad_request("'response' must be a response object (an id 'resp_...', an output list)", "response"));
   }
-  if (store_ == nullptr) return send_error(res, bad_request("this server has no response store"));
-  // The turn's inputs and the history it continues, which must be here already: a copy of a
-  // turn whose earlier turns this instance lacks could not be continued.
-  auto read = read_responses_turn(body["request"]);
+  auto store = store_or_error("");
+  if (auto* error = std::get_if<ApiError>(&store)) return send_error(res, *error);
+  // The turn's inputs and the history it continues, which must be here already, the tenant's: a
+  // copy of a turn whose earlier turns this instance lacks could not be continued. (The request
+  // was the client's: its internal fields are the router's, and not what is stored.)
+  json request = body["request"];
+  if (request.is_object()) {
+    for (auto it = request.begin(); it != request.end();) it = it.key().rfind("mnemo_", 0) == 0 ? request.erase(it) : std::next(it);
+  }
+  auto read = read_responses_turn(request, caller);
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   const ResponsesTurn& t = std::get<ResponsesTurn>(read);
-  const Status saved = store_->put({response["id"].get<std::string>(), t.previous_id, stored_inputs(t.turn), response,
-                                    cache_namespace_of(req, t.request)});
-  if (!saved.ok()) return send_error(res, ApiError{500, saved.error().message(), "server_error", "", ""});
-  res.set_content(json{{"stored", response["id"]}}.dump(), "application/json");
+  const std::string id = response["id"].get<std::string>();
+  auto inserted = std::get<ResponseStore*>(store)->insert(
+      {id, caller.tenant, t.previous_id, stored_inputs(t.turn), response, cache_namespace_of(caller, t.request)});
+  if (!inserted.ok()) return send_error(res, store_failure(inserted.error()));
+  if (*inserted == ResponseStore::Inserted::kNoSpace) return send_error(res, no_space());
+  if (*inserted == ResponseStore::Inserted::kExists) {
+    return send_error(res, ApiError{409, "Response '" + id + "' exists already; a stored response is never replaced.",
+                                    "invalid_request_error", "response", "response_exists"});
+  }
+  res.set_content(json{{"stored", id}}.dump(), "application/json");
 }
 
 void Server::handle_create_response(const httplib::Request& req, httplib::Response& res) {
-  json body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded()) return send_error(res, bad_request("the request body must be a JSON object"));
-  auto read = read_responses_turn(body);
+  auto caller_or_error = caller_of(req);
+  if (auto* error = std::get_if<ApiError>(&caller_or_error)) return send_error(res, *error);
+  const Caller caller = std::get<Caller>(caller_or_error);
+  auto parsed = parse_request_body(req.body);
+  if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
+  json body = std::move(std::get<json>(parsed));
+  auto read = read_responses_turn(body, caller);
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   ResponsesTurn& t = std::get<ResponsesTurn>(read);
   ParsedRequest& request = t.request;
@@ -255,15 +311,15 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
   // a turn kept here.
   const ResumedResponse& resumed = t.resumed;
   if (!resumed.id.empty() && store_ != nullptr) {
-    auto existing = store_->get(resumed.id);
-    if (!existing.ok()) return send_error(res, ApiError{500, existing.error().message(), "server_error", "", ""});
+    auto existing = store_->get(resumed.id, caller.tenant);
+    if (!existing.ok()) return send_error(res, store_failure(existing.error()));
     if (existing->has_value()) {
       return send_error(res, ApiError{409, "Response '" + resumed.id + "' exists already: it cannot be resumed here.",
                                       "invalid_request_error", "mnemo_resume_response", ""});
     }
   }
 
-  auto prepared = prepare(req, request, Endpoint::kChat);
+  auto prepared = prepare(caller, request, Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   auto run = std::move(std::get<PreparedRun>(prepared));
   const uint64_t cache_namespace = request.generation.cache_namespace;
@@ -312,11 +368,21 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
     }
     return r;
   };
-  auto finish = [=, this](const json& response) {
-    if (store) {
-      const Status saved = store_->put({id, previous_id, turn_inputs, response, cache_namespace});
-      if (!saved.ok()) std::fprintf(stderr, "mnemo: %s\n", saved.error().message().c_str());
+  // Stores the finished turn: the client is told it is done only once it is stored (an error
+  // it gets instead says why it is not).
+  auto finish = [=, this](const json& response) -> std::optional<ApiError> {
+    if (!store) return std::nullopt;
+    auto inserted = store_->insert({id, caller.tenant, previous_id, turn_inputs, response, cache_namespace});
+    std::optional<ApiError> error;
+    if (!inserted.ok()) {
+      error = store_failure(inserted.error());
+    } else if (*inserted == ResponseStore::Inserted::kNoSpace) {
+      error = no_space();
+    } else if (*inserted == ResponseStore::Inserted::kExists) {
+      error = ApiError{409, "Response '" + id + "' exists already.", "invalid_request_error", "", "response_exists"};
     }
+    if (error) std::fprintf(stderr, "mnemo: response %s not stored: %s\n", id.c_str(), error->message.c_str());
+    return error;
   };
 
   if (!stream) {
@@ -326,6 +392,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
     for (;;) {
       auto event = run.stream->next(std::chrono::milliseconds(1000));
       if (!event) continue;
+      current_access_record().observe(*event);
       feed_replicas(replicas, *event);
       if (auto* d = std::get_if<TokenDelta>(&*event)) text += d->text;
       if (auto* f = std::get_if<ChoiceFinished>(&*event)) length_stop = f->reason == FinishReason::kLength;
@@ -335,7 +402,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
       }
     }
     const json response = make_response(length_stop ? "incomplete" : "completed", text, &usage, length_stop);
-    finish(response);
+    if (auto error = finish(response)) return send_error(res, *error);
     res.set_content(response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     return;
   }
@@ -381,6 +448,7 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
         }
         bool done = false;
         for (auto e = stream_handle->next(std::chrono::milliseconds(100)); e; e = stream_handle->next(std::chrono::milliseconds(0))) {
+          current_access_record().observe(*e);
           feed_replicas(replicas, *e);
           if (auto* d = std::get_if<TokenDelta>(&*e)) {
             // A router that may resume the stream elsewhere learns every token, even one whose
@@ -404,10 +472,17 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
             out += event("response.output_item.done",
                          {{"output_index", 0},
                           {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", json::array({part})}}}});
-            const json response = make_response(state->length_stop ? "incomplete" : "completed", state->text, &end->usage,
-                                                state->length_stop);
-            finish(response);
-            out += event(state->length_stop ? "response.incomplete" : "response.completed", {{"response", response}});
+            json response = make_response(state->length_stop ? "incomplete" : "completed", state->text, &end->usage,
+                                          state->length_stop);
+            if (auto error = finish(response)) {
+              // Not stored: the turn cannot be continued, so it is not reported completed.
+              response["status"] = "failed";
+              response["error"] = {{"code", error->code}, {"message", error->message}};
+              out += event("error", {{"code", error->code}, {"message", error->message}, {"param", nullptr}});
+              out += event("response.failed", {{"response", response}});
+            } else {
+              out += event(state->length_stop ? "response.incomplete" : "response.completed", {{"response", response}});
+            }
             done = true;
             break;
           }
@@ -435,22 +510,29 @@ std::vector<TokenId> Server::conversation_tokens(const json& last_response, cons
 }
 
 void Server::handle_get_response(const httplib::Request& req, httplib::Response& res) {
+  auto caller = caller_of(req);
+  if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
   const std::string id = req.matches[1];
+  if (store_ == nullptr && !store_problem_.empty()) return send_error(res, std::get<ApiError>(store_or_error("")));
   if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
-  auto record = store_->get(id);
-  if (!record.ok()) return send_error(res, ApiError{500, record.error().message(), "server_error", "", ""});
+  auto record = store_->get(id, std::get<Caller>(caller).tenant);
+  if (!record.ok()) return send_error(res, store_failure(record.error()));
   if (!record->has_value()) return send_error(res, not_found(id, "response_id"));
   res.set_content((*record)->response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 void Server::handle_delete_response(const httplib::Request& req, httplib::Response& res) {
+  auto caller = caller_of(req);
+  if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
+  const std::string& tenant = std::get<Caller>(caller).tenant;
   const std::string id = req.matches[1];
+  if (store_ == nullptr && !store_problem_.empty()) return send_error(res, std::get<ApiError>(store_or_error("")));
   if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
   // The conversation's tokens, to delete its KV too; an earlier turn still stored keeps its own.
   std::vector<TokenId> tokens;
   int32_t keep_tokens = 0;
   uint64_t cache_namespace = 0;
-  if (auto chain = load_chain(*store_, id); std::holds_alternative<std::vector<StoredResponse>>(chain)) {
+  if (auto chain = load_chain(*store_, id, tenant); std::holds_alternative<std::vector<StoredResponse>>(chain)) {
     auto& turns = std::get<std::vector<StoredResponse>>(chain);
     cache_namespace = turns.back().cache_namespace;
     tokens = conversation_tokens(turns.back().response, history_of(turns));
@@ -459,8 +541,8 @@ void Server::handle_delete_response(const httplib::Request& req, httplib::Respon
       keep_tokens = static_cast<int32_t>(conversation_tokens(turns.back().response, history_of(turns)).size());
     }
   }
-  auto removed = store_->remove(id);
-  if (!removed.ok()) return send_error(res, ApiError{500, removed.error().message(), "server_error", "", ""});
+  auto removed = store_->remove(id, tenant);
+  if (!removed.ok()) return send_error(res, store_failure(removed.error()));
   if (!*removed) return send_error(res, not_found(id, "response_id"));
   if (!tokens.empty()) engine_.forget_prefix(cache_namespace, std::move(tokens), keep_tokens);
   res.set_content(json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump(), "application/json");

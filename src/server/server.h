@@ -11,6 +11,8 @@
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
+#include "server/access_log.h"
+#include "server/caller.h"
 #include "server/completion.h"
 #include "server/kv_receiver.h"
 #include "server/kv_replicator.h"
@@ -31,11 +33,13 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string model_id;  // the name clients use in "model"
-  std::string api_key;   // empty: no authentication
+  CallerAuthConfig auth;  // API keys (tenants), the metrics key, the cluster secret
   std::string ui_dir;    // static files of the web page
-  size_t max_body_bytes = 8u << 20;
-  int max_connections = 64;  // concurrent requests in flight; more get 429
-  int http_threads = 16;     // at least max_connections + 8 are started
+  size_t max_body_bytes = 8u << 20;  // Content-Length and chunked bodies alike; more get 413
+  size_t max_header_count = 100;     // more get 431
+  int max_in_flight = 64;      // requests being generated at once; more get 429
+  int max_connections = 128;   // connections served at once (one HTTP thread each)
+  AccessLogFormat access_log = AccessLogFormat::kText;
   std::string response_store;  // SQLite file of the Responses API ("" : no store)
   // A prompt's KV goes to its first running replica layer by layer while it is computed (SPEC
   // D3); false: whole chunks after each step.
@@ -67,8 +71,12 @@ class Server {
   // engine has (the transport's progress thread does not wait for it meanwhile).
   void receive_kv(transfer::KvMessage&& message, transfer::Acknowledge acknowledge);
 
-  // Opens the response store and binds the port (an Error if either fails).
+  // Opens the response store and binds the port (an Error if the port cannot be bound). A store
+  // that cannot be opened, or is damaged, is reported and left out: chat and completions serve,
+  // the Responses API answers 503.
   Status bind();
+  // Why the Responses store is out of service ("" if it is not).
+  const std::string& store_problem() const { return store_problem_; }
   int port() const { return bound_port_; }
   void serve();
   // Stops accepting connections; requests in flight run to completion (or until the engine is
@@ -77,6 +85,15 @@ class Server {
 
  private:
   void install_routes();
+  // A POST route whose body is read within max_body_bytes, whether sent with a Content-Length or
+  // chunked (httplib bounds only the former).
+  void post(const std::string& pattern, std::function<void(const httplib::Request&, httplib::Response&)> handler);
+  // The caller of a request whose body is read (its tenant; whether it is a cluster peer).
+  std::variant<Caller, ApiError> caller_of(const httplib::Request& req);
+  // The caller, if it is a peer; else the error to send (internal endpoints).
+  std::variant<Caller, ApiError> peer_of(const httplib::Request& req);
+  // The Responses store, or the error that says why there is none to use.
+  std::variant<ResponseStore*, ApiError> store_or_error(const char* param);
   void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void handle_create_response(const httplib::Request& req, httplib::Response& res);
   // A Responses API request read: the chat request it runs (its history from the store, then
@@ -95,7 +112,7 @@ class Server {
     bool store = true;
     ResumedResponse resumed;
   };
-  std::variant<ResponsesTurn, ApiError> read_responses_turn(const nlohmann::json& body) const;
+  std::variant<ResponsesTurn, ApiError> read_responses_turn(const nlohmann::json& body, const Caller& caller) const;
   // POST /v1/internal/responses_prompt: the prompt tokens a Responses API request would run
   // here (its stored history included), for a router that has another instance compute them
   // (disaggregated prefill, SPEC D4).
@@ -122,7 +139,7 @@ class Server {
   Result<std::vector<TokenId>> render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
   // The prompt as the model sees it (chat template, tokenizer), or why not.
   std::variant<std::vector<TokenId>, ApiError> prompt_of(const ParsedRequest& request, Endpoint endpoint) const;
-  static uint64_t cache_namespace_of(const httplib::Request& req, const ParsedRequest& request);
+  static uint64_t cache_namespace_of(const Caller& caller, const ParsedRequest& request);
   // POST /v1/internal/kv_push (server/kv_push.cpp): sends the cached KV of a request's prompt
   // to another instance's transport (a router asks, when the KV moving beats recomputing it).
   void handle_kv_push(const httplib::Request& req, httplib::Response& res);
@@ -130,7 +147,7 @@ class Server {
   // evict events, long-polled by routers.
   void handle_cache_events(const httplib::Request& req, httplib::Response& res);
   // Prompt tokens, limits, tenant, admission: everything between a parsed request and the engine.
-  std::variant<PreparedRun, ApiError> prepare(const httplib::Request& req, ParsedRequest& request, Endpoint endpoint);
+  std::variant<PreparedRun, ApiError> prepare(const Caller& caller, ParsedRequest& request, Endpoint endpoint);
 
   Engine& engine_;
   const Tokenizer& tokenizer_;
@@ -140,7 +157,9 @@ class Server {
   int bound_port_ = 0;
   std::atomic<int> listen_fd_{-1};  // the listening socket, for stop(); -2 once stopped
   std::atomic<int> in_flight_{0};
+  CallerAuth auth_;
   std::unique_ptr<ResponseStore> store_;
+  std::string store_problem_;  // why the store could not be opened ("" : it is open, or none is configured)
   transfer::KvTransport* transport_ = nullptr;
   uint64_t layout_fingerprint_ = 0;
   std::unique_ptr<KvReplicator> replicator_;  // with a transport

@@ -49,4 +49,9 @@ Result<nlohmann::json> parse_bounded_json(std::string_view text, const JsonLimit
   }
 }
 
+nlohmann::json parse_bounded_json_or_discarded(std::string_view text, const JsonLimits& limits) {
+  auto parsed = parse_bounded_json(text, limits);
+  return parsed.ok() ? std::move(*parsed) : nlohmann::json(nlohmann::json::value_t::discarded);
+}
+
 }  // namespace mnemo

@@ -25,5 +25,8 @@ int json_nesting_depth(std::string_view text, int stop_above);
 // `text` parsed, or why not: too large, nested too deep, or not JSON (with the parser's
 // position).
 Result<nlohmann::json> parse_bounded_json(std::string_view text, const JsonLimits& limits = {});
+// The same, for callers that only need to know whether it parsed: a discarded value (is_discarded())
+// when it did not.
+nlohmann::json parse_bounded_json_or_discarded(std::string_view text, const JsonLimits& limits = {});
 
 }  // namespace mnemo

@@ -1,0 +1,88 @@
+#include "cli/edge_flags.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "auth/cluster_secret.h"
+
+namespace mnemo::cli {
+
+void EdgeFlags::add_auth_to(CLI::App* cmd) {
+  cmd->add_option("--api-key", api_key, "Require 'Authorization: Bearer KEY' on /v1 (one key, its own tenant)");
+  cmd->add_option("--api-key-file", api_key_file,
+                  "API keys, one per line: `KEY` or `TENANT KEY` (a tenant owns its stored conversations and KV cache)");
+  cmd->add_option("--cluster-secret-file", cluster_secret_file,
+                  "Secret shared by every member of the cluster (at least 32 bytes): signs internal requests, KV "
+                  "messages and member records");
+}
+
+void EdgeFlags::add_server_to(CLI::App* cmd) {
+  cmd->add_option("--metrics-key", metrics_key, "Key that /metrics requires (default: any API key, or none without keys)");
+  cmd->add_option("--access-log", access_log, "A line per request on stderr")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json", "off"}));
+}
+
+server::AccessLogFormat EdgeFlags::access_log_format() const {
+  if (access_log == "json") return server::AccessLogFormat::kJson;
+  if (access_log == "off") return server::AccessLogFormat::kOff;
+  return server::AccessLogFormat::kText;
+}
+
+Result<server::CallerAuthConfig> EdgeFlags::resolve(const std::vector<std::string>& cluster_addresses) const {
+  server::CallerAuthConfig config;
+  if (!api_key_file.empty()) {
+    MNEMO_ASSIGN_OR_RETURN(config.api_keys, auth::ApiKeys::from_file(api_key_file));
+  }
+  if (!api_key.empty()) MNEMO_RETURN_IF_ERROR(config.api_keys.merge(auth::ApiKeys::single(api_key)));
+  config.metrics_key = metrics_key;
+  if (!cluster_secret_file.empty()) {
+    MNEMO_ASSIGN_OR_RETURN(config.cluster_secret, auth::read_cluster_secret(cluster_secret_file));
+  } else if (!cluster_addresses.empty()) {
+    for (const std::string& address : cluster_addresses) {
+      if (!auth::is_loopback_host(auth::host_of(address))) {
+        return make_error("a cluster without --cluster-secret-file runs on loopback addresses only; '{}' is not one", address);
+      }
+    }
+    std::fprintf(stderr,
+                 "mnemo: warning: no --cluster-secret-file: any process on this machine can act as a cluster member\n");
+    config.unsigned_peers = true;
+  }
+  return config;
+}
+
+Result<PortReservation> PortReservation::take(const std::string& host, int port) {
+  if (port == 0) return PortReservation(-1);  // any free port: nothing to reserve
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return make_error("cannot listen on {}:{}: {}", host, port, gai_strerror(rc));
+  }
+  const int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  int yes = 1;
+  const bool bound = fd >= 0 && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes)) == 0 &&
+                     ::bind(fd, found->ai_addr, found->ai_addrlen) == 0;
+  const int bind_errno = errno;
+  freeaddrinfo(found);
+  if (!bound) {
+    if (fd >= 0) ::close(fd);
+    return make_error("cannot listen on {}:{}: {}", host, port, bind_errno == EADDRINUSE ? "address in use" : std::strerror(bind_errno));
+  }
+  return PortReservation(fd);
+}
+
+void PortReservation::release() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace mnemo::cli
