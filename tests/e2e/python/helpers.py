@@ -11,6 +11,29 @@ import requests
 
 API_KEY = "sk-mnemo-e2e-secret"  # the key of the auth_server fixture
 
+# The cluster secret every standalone test server holds (conftest.start_server), so a test can
+# act as a cluster peer (a router) on the internal surface with peer_post().
+CLUSTER_SECRET = "e2e-cluster-secret-0123456789abcdef0123456789abcdef"
+# What a router sends in a loopback cluster without a secret (test_cluster's instances).
+UNSIGNED_PEER = {"X-Mnemo-Peer": "v0;"}
+
+
+def peer_headers(method: str, url: str, body: bytes, tenant: str = "", secret: str = CLUSTER_SECRET) -> dict:
+    """X-Mnemo-Peer for one request (auth/peer_signature.h): v1;<ms>;<nonce>;<tenant>;<HMAC>."""
+    import hashlib, hmac, secrets, urllib.parse
+    path = urllib.parse.urlsplit(url).path
+    now, nonce = str(int(time.time() * 1000)), secrets.token_hex(16)
+    message = "\n".join(["mnemo-peer-v1", method, path, tenant, now, nonce, hashlib.sha256(body).hexdigest()])
+    mac = hmac.new(secret.encode(), message.encode(), hashlib.sha256).hexdigest()
+    return {"X-Mnemo-Peer": f"v1;{now};{nonce};{tenant};{mac}"}
+
+
+def peer_post(url: str, json_body=None, data: bytes | None = None, tenant: str = "", secret: str = CLUSTER_SECRET, **kwargs):
+    """POST as a signed cluster peer acting for `tenant`."""
+    body = data if data is not None else json.dumps(json_body).encode()
+    headers = {"Content-Type": "application/json", **peer_headers("POST", url, body, tenant, secret), **kwargs.pop("headers", {})}
+    return requests.post(url, data=body, headers=headers, **kwargs)
+
 # ---- /metrics ----------------------------------------------------------------------------------
 
 METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")

@@ -17,7 +17,7 @@ import requests
 
 from conftest import MnemoServer
 from cluster_fixtures import default_model_path, etcd, followed, free_port, instance_by_id, transport_of  # noqa: F401
-from helpers import read_metrics, wait_for
+from helpers import UNSIGNED_PEER, read_metrics, wait_for
 
 CHAT = {"model": "m", "max_tokens": 12, "temperature": 0}
 # Long enough for whole 32-token chunks of a first turn to be cached.
@@ -253,7 +253,7 @@ def test_the_router_predicts_sliding_window_history_as_the_instance_reuses_it(et
 def test_the_cache_events_endpoint_checks_its_query_and_serves_a_snapshot(cluster):
     url = cluster["instances"][0].url + "/v1/internal/cache_events"
     for query in ["after=abc", "wait_ms=99999", "epoch=-1", "after=", "epoch=1e3"]:
-        r = requests.get(f"{url}?{query}", timeout=10)
+        r = requests.get(f"{url}?{query}", headers=UNSIGNED_PEER, timeout=10)
         assert r.status_code == 400, (query, r.text)
         assert "unsigned integers" in r.json()["error"]["message"]
     first = requests.get(url + "?wait_ms=0", timeout=10).json()
@@ -314,7 +314,7 @@ def test_kv_pushed_to_another_instance_serves_the_next_turn_identically(cluster)
                 {"role": "user", "content": "What does the keeper eat?"}]
     second_turn = {**CHAT, "messages": history}
     # A sends the KV it holds for this prompt to B's transport (UCX); B inserts it into its cache.
-    pushed = requests.post(a.url + "/v1/internal/kv_push",
+    pushed = requests.post(a.url + "/v1/internal/kv_push", headers=UNSIGNED_PEER,
                            json={"target": transport_of(b), "api": "chat", "request": second_turn}, timeout=60)
     assert pushed.status_code == 200, pushed.text
     assert pushed.json()["chunks"] >= 2 and pushed.json()["bytes"] > 0
@@ -363,14 +363,14 @@ def test_failed_kv_pushes_are_reported_and_change_nothing(cluster):
     request = {**CHAT, "messages": [{"role": "user", "content": "Describe a lighthouse keeper's day, hour by hour, from "
                                                                 "dawn to night: the lamp, the stairs, the logbook."}]}
     chat(a.url, request["messages"])
-    closed = requests.post(a.url + "/v1/internal/kv_push",
+    closed = requests.post(a.url + "/v1/internal/kv_push", headers=UNSIGNED_PEER,
                            json={"target": f"127.0.0.1:{free_port()}", "api": "chat", "request": request}, timeout=60)
     assert closed.status_code == 502, closed.text
     assert "kv_transfer_failed" in closed.text
-    bad = requests.post(a.url + "/v1/internal/kv_push", json={"target": transport_of(b)}, timeout=10)
+    bad = requests.post(a.url + "/v1/internal/kv_push", headers=UNSIGNED_PEER, json={"target": transport_of(b)}, timeout=10)
     assert bad.status_code == 400
     # Nothing cached elsewhere: another tenant's push finds no KV of its own to send.
-    other = requests.post(a.url + "/v1/internal/kv_push", headers={"Authorization": "Bearer someone-else"},
+    other = requests.post(a.url + "/v1/internal/kv_push", headers={"X-Mnemo-Peer": "v0;someone-else"},
                           json={"target": transport_of(b), "api": "chat", "request": request}, timeout=60)
     assert other.status_code == 200 and other.json()["chunks"] == 0
 

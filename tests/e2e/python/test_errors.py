@@ -6,6 +6,8 @@ from __future__ import annotations
 import openai
 import pytest
 
+from helpers import peer_post
+
 MESSAGES = [{"role": "user", "content": "Hi"}]
 
 
@@ -140,14 +142,13 @@ def test_router_fields_of_the_wrong_shape_are_400(server, raw, model_id):
     for field, value in [("mnemo_resume_tokens", "1,2"), ("mnemo_resume_tokens", [1, "x"]), ("mnemo_resume_tokens", [-1]),
                          ("mnemo_replica", 5), ("mnemo_report_tokens", "yes"), ("mnemo_replica_known_tokens", [-3]),
                          ("mnemo_replica_at_end", True), ("mnemo_replica_at_end", [1]), ("mnemo_replica_at_end", [True] * 9)]:
-        r = raw.post(server.base_url + "/chat/completions", json={**base, field: value}, timeout=30)
+        r = peer_post(server.base_url + "/chat/completions", {**base, field: value}, timeout=30)
         check_error_body(r, 400, param=field)
     for resume in ([7, 8, 9, 10], [10 ** 9]):  # nothing left within max_tokens; outside the vocabulary
-        r = raw.post(server.base_url + "/chat/completions", json={**base, "mnemo_resume_tokens": resume}, timeout=30)
+        r = peer_post(server.base_url + "/chat/completions", {**base, "mnemo_resume_tokens": resume}, timeout=30)
         check_error_body(r, 400)
     # A resumed request answers with the rest, counting what it resumed with.
-    r = raw.post(server.base_url + "/chat/completions",
-                 json={**base, "temperature": 0, "mnemo_resume_tokens": [7, 8]}, timeout=60)
+    r = peer_post(server.base_url + "/chat/completions", {**base, "temperature": 0, "mnemo_resume_tokens": [7, 8]}, timeout=60)
     assert r.status_code == 200, r.text
     usage = r.json()["usage"]
     assert usage["completion_tokens"] == 4

@@ -9,7 +9,7 @@ import tempfile
 import pytest
 import requests
 
-from helpers import output_text, read_metrics, response_stream_events, wait_for
+from helpers import output_text, peer_post, read_metrics, response_stream_events, wait_for
 
 
 
@@ -149,7 +149,7 @@ def test_a_resumed_stream_continues_as_the_same_response(state_server):
     server, _ = state_server
     body = {"input": "Tell me about a lighthouse.", "max_output_tokens": 40, "ignore_eos": True, "temperature": 0.8,
             "seed": 7, "stream": True, "mnemo_report_tokens": True}
-    whole = response_events(requests.post(server.url + "/v1/responses", json=body, stream=True, timeout=120))
+    whole = response_events(peer_post(server.url + "/v1/responses", body, stream=True, timeout=120))
     deltas = [e for e in whole if e["type"] == "response.output_text.delta"]
     assert len(deltas) == 40 and all(isinstance(e["mnemo_token"], int) for e in deltas)  # every token, text or not
     final = whole[-1]["response"]
@@ -159,14 +159,14 @@ def test_a_resumed_stream_continues_as_the_same_response(state_server):
     resumed_body = {**body, "mnemo_resume_tokens": [e["mnemo_token"] for e in deltas[:cut]], "mnemo_resume_response": told}
 
     # A stored response is never replaced by a resumed one; a malformed one is refused.
-    taken = requests.post(server.url + "/v1/responses", json={**resumed_body, "mnemo_resume_response": {**told, "id": final["id"]}},
-                          timeout=120)
+    taken = peer_post(server.url + "/v1/responses", {**resumed_body, "mnemo_resume_response": {**told, "id": final["id"]}},
+                      timeout=120)
     assert taken.status_code == 409, taken.text
     for bad in ({**told, "id": "x"}, {**told, "message_id": 3}, {**told, "created_at": -1}, "resp_1"):
-        r = requests.post(server.url + "/v1/responses", json={**resumed_body, "mnemo_resume_response": bad}, timeout=120)
+        r = peer_post(server.url + "/v1/responses", {**resumed_body, "mnemo_resume_response": bad}, timeout=120)
         assert r.status_code == 400 and r.json()["error"]["param"] == "mnemo_resume_response", r.text
 
-    events = response_events(requests.post(server.url + "/v1/responses", json=resumed_body, stream=True, timeout=120))
+    events = response_events(peer_post(server.url + "/v1/responses", resumed_body, stream=True, timeout=120))
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     rest = [e for e in events if e["type"] == "response.output_text.delta"]
     assert [e["mnemo_token"] for e in rest] == [e["mnemo_token"] for e in deltas[cut:]]
@@ -310,14 +310,14 @@ def test_an_imported_turn_is_stored_and_continued_and_bad_imports_change_nothing
            json.dumps({"request": request, "response": {"id": "resp_1"}}).encode(),
            json.dumps({"request": {"input": 7}, "response": first}).encode()]
     for body in bad:
-        r = requests.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=30)
+        r = peer_post(url, data=body, timeout=30)
         assert r.status_code == 400, (body, r.text)
         assert requests.get(holder.url + f"/v1/responses/{first['id']}", timeout=30).status_code == 404
     # A turn continuing one the holder lacks: refused (it could not be continued there).
     orphan = {**request, "previous_response_id": "resp_unknown"}
-    r = requests.post(url, json={"request": orphan, "response": first}, timeout=30)
+    r = peer_post(url, {"request": orphan, "response": first}, timeout=30)
     assert r.status_code == 404, r.text
-    r = requests.post(url, json={"request": request, "response": first}, timeout=30)
+    r = peer_post(url, {"request": request, "response": first}, timeout=30)
     assert r.status_code == 200, r.text
     assert requests.get(holder.url + f"/v1/responses/{first['id']}", timeout=30).json() == first
     follow = {"input": "How long is it?", "max_output_tokens": 8, "temperature": 0, "previous_response_id": first["id"]}

@@ -19,7 +19,7 @@ import requests
 
 from conftest import MnemoServer
 from cluster_fixtures import default_model_path, etcd, followed, free_port, instance_by_id, transport_of  # noqa: F401
-from helpers import read_metrics, wait_for
+from helpers import UNSIGNED_PEER, read_metrics, wait_for
 
 COMPLETION = {"model": "tiny", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
 # Long enough for several whole 32-token chunks with the tiny model's letter-level vocabulary.
@@ -88,7 +88,7 @@ def test_output_is_identical_through_the_router_on_another_instance_and_after_a_
     # The holder's KV moved to a third instance, which then serves the prompt from it identically.
     third = next(s for s in cluster["instances"] if s is not holder and s is not other)
     transport = transport_of(third)
-    pushed = requests.post(holder.url + "/v1/internal/kv_push", timeout=60,
+    pushed = requests.post(holder.url + "/v1/internal/kv_push", timeout=60, headers=UNSIGNED_PEER,
                            json={"target": transport, "api": "completions", "request": {**COMPLETION, "prompt": prompt}})
     assert pushed.status_code == 200 and pushed.json()["chunks"] >= 2, pushed.text
     after = complete(third.url, prompt)
@@ -181,30 +181,39 @@ def test_a_router_with_another_models_tokenizer_does_not_follow_the_instances(cl
         router.terminate()
 
 
-def test_instances_with_an_api_key_are_followed_with_the_routers_instance_key(cluster, start_server, mnemo_bin, etcd,
-                                                                                 tiny_model):
+def test_a_router_authenticates_clients_itself_and_speaks_to_instances_as_a_peer(cluster, start_server, mnemo_bin, etcd,
+                                                                                    tiny_model):
+    """Instances and router hold the same key; the router checks the client's key and forwards a
+    peer request for the client's tenant (never the key), which a keyed instance accepts, and its
+    cache follower reads the instance's internal events as a peer too."""
     name = cluster["name"] + "-keyed"
     keyed = start_server("-m", tiny_model, "--model-name", "tiny", "--cluster", etcd, "--cluster-name", name,
                          "--api-key", "sesame", "--kv-tokens", "2048")
-    routers = []
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
+                          "--model", tiny_model, "--api-key", "sesame"])
     try:
-        for extra in ([], ["--instance-api-key", "sesame"]):
-            r = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
-                             "--model", tiny_model, *extra])
-            routers.append(r)
-            r.start()
-            wait_for(lambda: read_metrics(r.url).get("mnemo_router_instances") == 1, 15, 0.1, "the keyed instance")
-        without_key, with_key = routers
-        wait_for(lambda: len(followed(with_key.url)) == 1, 15, 0.1, "the keyed instance's cache to be followed")
-        # Without the key the router is refused (and says so), but still routes clients' requests.
-        wait_for(lambda: "HTTP 401" in Path(without_key.stderr_path).read_text(), 15, 0.1, "the refusal to be logged")
-        assert followed(without_key.url) == {}
-        r = requests.post(without_key.url + "/v1/completions", headers={"Authorization": "Bearer sesame"},
+        router.start()
+        keyed_metrics = lambda: requests.get(router.url + "/metrics", headers={"Authorization": "Bearer sesame"}, timeout=10)
+        instances = lambda: [float(line.split()[-1]) for line in keyed_metrics().text.splitlines()
+                             if line.startswith("mnemo_router_instances ")]
+        wait_for(lambda: instances() == [1.0], 15, 0.1, "the keyed instance")
+        assert requests.get(router.url + "/metrics", timeout=10).status_code == 401
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            r = requests.post(router.url + "/v1/completions", headers=headers, json={**COMPLETION, "prompt": PROMPT}, timeout=60)
+            assert r.status_code == 401, r.text
+        r = requests.post(router.url + "/v1/completions", headers={"Authorization": "Bearer sesame"},
                           json={**COMPLETION, "prompt": PROMPT}, timeout=60)
         assert r.status_code == 200, r.text
+        # A client's internal field is refused at the router: the router's own requests are a peer's.
+        r = requests.post(router.url + "/v1/completions", headers={"Authorization": "Bearer sesame"},
+                          json={**COMPLETION, "prompt": PROMPT, "mnemo_resume_tokens": [1]}, timeout=60)
+        assert r.status_code == 400 and "mnemo_resume_tokens" in r.text, r.text
+        # The instance itself refuses a client without the key, and a client's internal call.
+        assert requests.post(keyed.url + "/v1/completions", json={**COMPLETION, "prompt": PROMPT}, timeout=60).status_code == 401
+        r = requests.get(keyed.url + "/v1/internal/cache_events", headers={"Authorization": "Bearer sesame"}, timeout=10)
+        assert r.status_code == 403, r.text
     finally:
-        for r in routers:
-            r.terminate()
+        router.terminate()
         keyed.terminate()
 
 
