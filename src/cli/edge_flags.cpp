@@ -17,8 +17,8 @@ void EdgeFlags::add_auth_to(CLI::App* cmd) {
   cmd->add_option("--api-key-file", api_key_file,
                   "API keys, one per line: `KEY` or `TENANT KEY` (a tenant owns its stored conversations and KV cache)");
   cmd->add_option("--cluster-secret-file", cluster_secret_file,
-                  "Secret shared by every member of the cluster (at least 32 bytes): signs internal requests, KV "
-                  "messages and member records");
+                  "Secret shared by every member of the cluster (at least 32 bytes): signs internal requests and KV "
+                  "messages");
 }
 
 void EdgeFlags::add_server_to(CLI::App* cmd) {

@@ -294,11 +294,9 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   auto stream = std::make_shared<RequestStream>();
   std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = open_replicas(request, stream);
   auto submitted = engine_.submit(g, stream);
-  if (!submitted.ok()) {
-    // The engine refuses only a request it cannot run now (it is shutting down); what a client
-    // got wrong was refused above.
-    return ApiError{503, submitted.error().message(), "server_error", "", "engine_unavailable"};
-  }
+  // A request the engine cannot run as asked (a resume that leaves nothing to generate). Errors
+  // do not yet carry a code that would tell this from a shutdown (503): issue 23's Error codes.
+  if (!submitted.ok()) return bad_request(submitted.error().message());
   return PreparedRun{std::move(stream), std::move(guard), std::move(replicas)};
 }
 
