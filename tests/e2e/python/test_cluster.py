@@ -256,14 +256,16 @@ def test_the_cache_events_endpoint_checks_its_query_and_serves_a_snapshot(cluste
         r = requests.get(f"{url}?{query}", headers=UNSIGNED_PEER, timeout=10)
         assert r.status_code == 400, (query, r.text)
         assert "unsigned integers" in r.json()["error"]["message"]
-    first = requests.get(url + "?wait_ms=0", timeout=10).json()
+    assert requests.get(url + "?wait_ms=0", timeout=10).status_code == 403  # a client, not a peer
+    first = requests.get(url + "?wait_ms=0", headers=UNSIGNED_PEER, timeout=10).json()
     assert first["snapshot"] is True and first["chunk_tokens"] == 32 and first["epoch"] > 0
     # Gemma 3's sliding window, which decides where compact (global-layer) chunks are usable.
     assert first["sliding_window"] == 512
     assert isinstance(first["held"], list) and isinstance(first["compact"], list)
     assert all(isinstance(e, list) and len(e) == 2 and e[1] in (0, 1, 2) for e in first["events"])
     # Following on from it: no snapshot, and (nothing new) no events after a short wait.
-    again = requests.get(f"{url}?epoch={first['epoch']}&after={first['next']}&wait_ms=100", timeout=10).json()
+    again = requests.get(f"{url}?epoch={first['epoch']}&after={first['next']}&wait_ms=100", headers=UNSIGNED_PEER,
+                         timeout=10).json()
     assert again["snapshot"] is False and again["next"] >= first["next"]
 
 
