@@ -77,7 +77,10 @@ Result<std::string> PeerVerifier::verify_at(int64_t now_ms, std::string_view hea
     return make_error("peer signature does not match (another cluster secret, or a changed request)");
   }
   std::lock_guard lock(mutex_);
-  if (seen_.size() >= kMaxSeenNonces) {
+  // Nonces past the window are forgotten now and then (every 4,096 signatures), so the set holds
+  // about one window's worth, not every nonce since start.
+  if (++verified_since_prune_ >= 4096 || seen_.size() >= kMaxSeenNonces) {
+    verified_since_prune_ = 0;
     std::erase_if(seen_, [now_ms](const auto& entry) { return entry.second < now_ms; });
     if (seen_.size() >= kMaxSeenNonces) return make_error("too many signed requests in the window");
   }

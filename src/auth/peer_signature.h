@@ -53,6 +53,7 @@ class PeerVerifier {
   int64_t window_ms_;
   std::mutex mutex_;
   std::unordered_map<std::string, int64_t> seen_;  // nonce -> when it may be forgotten (unix ms)
+  uint64_t verified_since_prune_ = 0;
 };
 
 }  // namespace mnemo::auth
