@@ -191,9 +191,7 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
   t.stream = body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
   t.store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
   if (t.store && store_ == nullptr) {
-    if (!store_problem_.empty()) {
-      return ApiError{503, "the response store is out of service: " + store_problem_, "server_error", "", "store_unavailable"};
-    }
+    if (!store_problem_.empty()) return store_out_of_service();
     return bad_request("this server has no response store", "store");
   }
   if (const auto resumed = body.find("mnemo_resume_response"); resumed != body.end() && !resumed->is_null()) {
@@ -222,9 +220,7 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
   if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
     if (!body["previous_response_id"].is_string()) return bad_request("'previous_response_id' must be a string", "previous_response_id");
     t.previous_id = body["previous_response_id"].get<std::string>();
-    if (store_ == nullptr && !store_problem_.empty()) {
-      return ApiError{503, "the response store is out of service: " + store_problem_, "server_error", "", "store_unavailable"};
-    }
+    if (store_ == nullptr && !store_problem_.empty()) return store_out_of_service();
     if (store_ == nullptr) return not_found(t.previous_id, "previous_response_id");
     auto chain = load_chain(*store_, t.previous_id, caller.tenant);
     if (auto* error = std::get_if<ApiError>(&chain)) return *error;
@@ -513,7 +509,7 @@ void Server::handle_get_response(const httplib::Request& req, httplib::Response&
   auto caller = caller_of(req);
   if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
   const std::string id = req.matches[1];
-  if (store_ == nullptr && !store_problem_.empty()) return send_error(res, std::get<ApiError>(store_or_error("")));
+  if (store_ == nullptr && !store_problem_.empty()) return send_error(res, store_out_of_service());
   if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
   auto record = store_->get(id, std::get<Caller>(caller).tenant);
   if (!record.ok()) return send_error(res, store_failure(record.error()));
@@ -526,7 +522,7 @@ void Server::handle_delete_response(const httplib::Request& req, httplib::Respon
   if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
   const std::string& tenant = std::get<Caller>(caller).tenant;
   const std::string id = req.matches[1];
-  if (store_ == nullptr && !store_problem_.empty()) return send_error(res, std::get<ApiError>(store_or_error("")));
+  if (store_ == nullptr && !store_problem_.empty()) return send_error(res, store_out_of_service());
   if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
   // The conversation's tokens, to delete its KV too; an earlier turn still stored keeps its own.
   std::vector<TokenId> tokens;

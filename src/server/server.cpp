@@ -129,10 +129,12 @@ std::variant<Caller, ApiError> Server::peer_of(const httplib::Request& req) {
 
 std::variant<ResponseStore*, ApiError> Server::store_or_error(const char* param) {
   if (store_ != nullptr) return store_.get();
-  if (!store_problem_.empty()) {
-    return ApiError{503, "the response store is out of service: " + store_problem_, "server_error", "", "store_unavailable"};
-  }
+  if (!store_problem_.empty()) return store_out_of_service();
   return bad_request("this server has no response store", param);
+}
+
+ApiError Server::store_out_of_service() const {
+  return ApiError{503, "the response store is out of service: " + store_problem_, "server_error", "", "store_unavailable"};
 }
 
 void Server::install_routes() {

@@ -94,6 +94,8 @@ class Server {
   std::variant<Caller, ApiError> peer_of(const httplib::Request& req);
   // The Responses store, or the error that says why there is none to use.
   std::variant<ResponseStore*, ApiError> store_or_error(const char* param);
+  // The 503 of a store that could not be opened (store_problem_ is set).
+  ApiError store_out_of_service() const;
   void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void handle_create_response(const httplib::Request& req, httplib::Response& res);
   // A Responses API request read: the chat request it runs (its history from the store, then
