@@ -85,6 +85,16 @@ void read_stop(FieldReader& r, std::vector<std::string>& out) {
   }
 }
 
+// The text of a {"type": "text", "text": "..."} content part, or null when the part is anything else.
+const json* text_of_part(const json& part) {
+  if (!part.is_object()) return nullptr;
+  const auto type = part.find("type");
+  if (type == part.end() || !type->is_string() || type->get_ref<const std::string&>() != "text") return nullptr;
+  const auto text = part.find("text");
+  if (text == part.end() || !text->is_string()) return nullptr;
+  return &*text;
+}
+
 void read_messages(FieldReader& r, std::vector<ChatMessage>& out) {
   const json* v = r.find("messages");
   if (v == nullptr) return r.fail("'messages' is required", "messages");
@@ -109,12 +119,11 @@ void read_messages(FieldReader& r, std::vector<ChatMessage>& out) {
       message.content = content->get<std::string>();
     } else if (content->is_array()) {
       for (const json& part : *content) {
-        const auto type = part.find("type");
-        const auto text = part.find("text");
-        if (!part.is_object() || type == part.end() || *type != "text" || text == part.end() || !text->is_string()) {
+        const json* text = text_of_part(part);
+        if (text == nullptr) {
           return r.fail(where + ".content parts must be {\"type\": \"text\", \"text\": ...}", where + ".content");
         }
-        message.content += text->get<std::string>();
+        message.content += text->get_ref<const std::string&>();
       }
     } else {
       return r.fail(where + ".content must be a string or an array of text parts", where + ".content");
