@@ -15,7 +15,7 @@ LLAMA_CPP_PYTHON_VERSION=0.3.36  # the reference llama.cpp, also pinned in bench
 APT_PACKAGES=(build-essential g++ cmake ninja-build pkg-config python3 python3-venv
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libicu-dev clang libclang-rt-14-dev libcpp-httplib-dev libxxhash-dev libsqlite3-dev
-  chromium chromium-driver etcd-server etcd-client libucx-dev libssl-dev)
+  chromium chromium-driver etcd-server etcd-client libucx-dev libssl-dev libboost1.74-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,10 +1,12 @@
 #include "cli/edge_flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include <netdb.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -54,6 +56,18 @@ Result<server::CallerAuthConfig> EdgeFlags::resolve(const std::vector<std::strin
     config.unsigned_peers = true;
   }
   return config;
+}
+
+void raise_open_file_limit(int connections) {
+  constexpr rlim_t kOwnFiles = 1024;  // model, state, the cluster's sockets, logs
+  const rlim_t wanted = static_cast<rlim_t>(connections) + kOwnFiles;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = std::min(wanted, limit.rlim_max);
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur < wanted) {
+    std::fprintf(stderr, "mnemo: warning: at most %llu open files (ulimit -n): fewer than --max-connections %d can be open\n",
+                 static_cast<unsigned long long>(limit.rlim_cur), connections);
+  }
 }
 
 Result<PortReservation> PortReservation::take(const std::string& host, int port) {

@@ -35,6 +35,10 @@ struct EdgeFlags {
 
 // Binds `host`:`port` (no SO_REUSEPORT) and holds it, without accepting, until released: a
 // process that would start on a busy port learns it before spending time loading a model.
+// Raises the soft limit on open descriptors towards the hard one, enough for `connections`
+// clients and the server's own files; says so on stderr when the hard limit is lower.
+void raise_open_file_limit(int connections);
+
 class PortReservation {
  public:
   static Result<PortReservation> take(const std::string& host, int port);

@@ -24,8 +24,15 @@ void RequestStream::push(StreamEvent event) {
   {
     std::lock_guard lock(mutex_);
     events_.push_back(std::move(event));
+    if (waker_) waker_();
   }
   ready_.notify_one();
+}
+
+void RequestStream::set_waker(std::function<void()> waker) {
+  std::lock_guard lock(mutex_);
+  waker_ = std::move(waker);
+  if (waker_ && !events_.empty()) waker_();
 }
 
 }  // namespace mnemo

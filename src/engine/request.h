@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -106,8 +107,14 @@ using StreamEvent = std::variant<TokenDelta, ChoiceFinished, RequestDone>;
 
 class RequestStream {
  public:
-  // Caller side. Blocks until an event arrives or the timeout passes (nullopt).
+  // Caller side. Blocks until an event arrives or the timeout passes (nullopt; a zero timeout
+  // never blocks).
   std::optional<StreamEvent> next(std::chrono::milliseconds timeout);
+  // A caller that does not block on next() (an HTTP connection waiting on its socket's thread)
+  // is told of events instead: `waker` is called after each push, and at once if events are
+  // waiting. It is called under the stream's lock, so it must only hand off (post), never call
+  // back into the stream; an empty function detaches it, after which it is not called again.
+  void set_waker(std::function<void()> waker);
   // Asks the engine to stop this request and free its KV at its next step.
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }  // relaxed: polled once per step
 
@@ -119,6 +126,7 @@ class RequestStream {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<StreamEvent> events_;  // guarded by mutex_
+  std::function<void()> waker_;     // guarded by mutex_
   std::atomic<bool> cancelled_{false};
 };
 

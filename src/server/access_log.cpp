@@ -6,12 +6,6 @@
 #include "auth/crypto.h"
 
 namespace mnemo::server {
-namespace {
-
-thread_local AccessRecord current;
-
-}  // namespace
-
 void AccessRecord::observe(const StreamEvent& event) {
   if (const auto* delta = std::get_if<TokenDelta>(&event)) {
     if (first_token_seconds < 0 && delta->token >= 0) {
@@ -23,14 +17,18 @@ void AccessRecord::observe(const StreamEvent& event) {
   }
 }
 
-AccessRecord& begin_access_record() {
-  current = AccessRecord{};
-  current.request_id = "req_" + auth::random_hex(12);
-  current.started = std::chrono::steady_clock::now();
-  return current;
+AccessRecord& begin_access_record(http::Request& request) {
+  auto record = std::make_shared<AccessRecord>();
+  record->request_id = "req_" + auth::random_hex(12);
+  record->started = std::chrono::steady_clock::now();
+  request.context = record;
+  return *record;
 }
 
-AccessRecord& current_access_record() { return current; }
+std::shared_ptr<AccessRecord> access_record_of(const http::Request& request) {
+  // Only begin_access_record sets the context of the server's requests.
+  return std::static_pointer_cast<AccessRecord>(request.context);
+}
 
 std::string format_access_line(const AccessRecord& r, std::string_view method, std::string_view path, int status,
                                AccessLogFormat format) {

@@ -2,15 +2,17 @@
 // method, path, status, prompt / cached / output tokens, time to first token and duration. Never
 // a key, a header or any prompt or output text.
 //
-// httplib serves a request, streams its body and calls the logger on one thread, so the record
-// being filled is the calling thread's (current_access_record()).
+// The record travels with its exchange (the http::Request's context): a request is read on an
+// I/O thread, handled on a handler thread and streamed from the I/O threads again.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "engine/request.h"
+#include "http/message.h"
 
 namespace mnemo::server {
 
@@ -28,9 +30,11 @@ struct AccessRecord {
   void observe(const StreamEvent& event);
 };
 
-// Starts a new record for the calling thread's request (a fresh id, the clock started).
-AccessRecord& begin_access_record();
-AccessRecord& current_access_record();
+// Starts the record of `request` (a fresh id, the clock started).
+AccessRecord& begin_access_record(http::Request& request);
+// The record of a request whose head was admitted; nullptr for one refused by the HTTP layer
+// itself (malformed, over a limit).
+std::shared_ptr<AccessRecord> access_record_of(const http::Request& request);
 
 std::string format_access_line(const AccessRecord& record, std::string_view method, std::string_view path, int status,
                                AccessLogFormat format);

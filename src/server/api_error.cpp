@@ -1,7 +1,5 @@
 #include "server/api_error.h"
 
-#include <httplib.h>
-
 namespace mnemo::server {
 
 nlohmann::json ApiError::to_json() const {
@@ -11,7 +9,7 @@ nlohmann::json ApiError::to_json() const {
   return {{"error", error}};
 }
 
-void send_error(httplib::Response& res, const ApiError& error) {
+void send_error(http::Response& res, const ApiError& error) {
   res.status = error.status;
   // Messages may quote the request (an id, a role): invalid UTF-8 is replaced, never thrown on.
   res.set_content(error.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");

@@ -6,9 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace httplib {
-struct Response;
-}
+#include "http/message.h"
 
 namespace mnemo::server {
 
@@ -23,7 +21,7 @@ struct ApiError {
 };
 
 // Sets the response to the error: its status and its JSON body.
-void send_error(httplib::Response& res, const ApiError& error);
+void send_error(http::Response& res, const ApiError& error);
 
 inline ApiError bad_request(std::string message, std::string param = "") {
   return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};

@@ -11,9 +11,9 @@
 // model's sliding window in tokens (0: none), which decides where compact chunks are usable.
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <string>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "server/server.h"
@@ -26,19 +26,20 @@ using nlohmann::json;
 constexpr uint64_t kMaxWaitMs = 5000;
 
 // An unsigned decimal query parameter, `fallback` when absent; false when malformed or > max.
-bool query_number(const httplib::Request& req, const char* name, uint64_t fallback, uint64_t max, uint64_t& out) {
-  if (!req.has_param(name)) {
+bool query_number(const http::Request& req, const char* name, uint64_t fallback, uint64_t max, uint64_t& out) {
+  const std::optional<std::string> value = req.query_param(name);
+  if (!value) {
     out = fallback;
     return true;
   }
-  const std::string text = req.get_param_value(name);
+  const std::string& text = *value;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
   return error == std::errc() && end == text.data() + text.size() && !text.empty() && out <= max;
 }
 
 }  // namespace
 
-void Server::handle_cache_events(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_cache_events(const http::Request& req, http::Response& res) {
   // Which prompts are cached is every tenant's business: peers only.
   if (auto caller = peer_of(req); std::holds_alternative<ApiError>(caller)) return send_error(res, std::get<ApiError>(caller));
   uint64_t epoch = 0, after = 0, wait_ms = 0;

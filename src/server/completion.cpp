@@ -80,37 +80,49 @@ json Completion::chunk(json choices) const {
 }
 
 json Completion::run_to_completion() {
-  const int32_t n = request_.generation.n;
-  std::vector<std::string> texts(static_cast<size_t>(n));
-  std::vector<std::string> reasons(static_cast<size_t>(n), "stop");
-  std::vector<json> logprobs(static_cast<size_t>(n), json::array());
-  std::string error;
-  for (;;) {
-    auto event = stream_->next(std::chrono::milliseconds(1000));
-    if (!event) continue;
+  while (!collect(std::chrono::milliseconds(1000))) {
+  }
+  return whole_response();
+}
+
+bool Completion::collect(std::chrono::milliseconds wait) {
+  const auto n = static_cast<size_t>(request_.generation.n);
+  if (texts_.size() != n) {
+    texts_.assign(n, "");
+    reasons_.assign(n, "stop");
+    logprobs_.assign(n, json::array());
+  }
+  if (finished_) return true;
+  for (auto event = stream_->next(wait); event; event = stream_->next(std::chrono::milliseconds(0))) {
     if (observer_) observer_(*event);
     if (auto* delta = std::get_if<TokenDelta>(&*event)) {
-      texts[static_cast<size_t>(delta->choice)] += delta->text;
-      if (delta->logprobs) logprobs[static_cast<size_t>(delta->choice)].push_back(logprobs_json(*delta));
+      texts_[static_cast<size_t>(delta->choice)] += delta->text;
+      if (delta->logprobs) logprobs_[static_cast<size_t>(delta->choice)].push_back(logprobs_json(*delta));
     } else if (auto* finished = std::get_if<ChoiceFinished>(&*event)) {
-      reasons[static_cast<size_t>(finished->choice)] = finish_reason_name(finished->reason);
+      reasons_[static_cast<size_t>(finished->choice)] = finish_reason_name(finished->reason);
     } else if (auto* done = std::get_if<RequestDone>(&*event)) {
       usage_ = done->usage;
-      error = done->error;
-      break;
+      error_ = done->error;
+      finished_ = true;
+      return true;
     }
   }
+  return false;
+}
+
+json Completion::whole_response() const {
+  const int32_t n = request_.generation.n;
   json choices = json::array();
   for (int32_t i = 0; i < n; ++i) {
     const auto idx = static_cast<size_t>(i);
-    json choice = {{"index", i}, {"finish_reason", reasons[idx]}};
+    json choice = {{"index", i}, {"finish_reason", reasons_[idx]}};
     json lp = nullptr;
     if (request_.logprobs) {
       if (endpoint_ == Endpoint::kChat) {
-        lp = {{"content", logprobs[idx]}};
+        lp = {{"content", logprobs_[idx]}};
       } else {
         lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}};
-        for (const json& entry : logprobs[idx]) {
+        for (const json& entry : logprobs_[idx]) {
           lp["tokens"].push_back(entry["token"]);
           lp["token_logprobs"].push_back(entry["logprob"]);
           lp["top_logprobs"].push_back(entry["top"]);
@@ -119,9 +131,9 @@ json Completion::run_to_completion() {
     }
     choice["logprobs"] = lp;
     if (endpoint_ == Endpoint::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", texts[idx]}};
+      choice["message"] = {{"role", "assistant"}, {"content", texts_[idx]}};
     } else {
-      choice["text"] = texts[idx];
+      choice["text"] = texts_[idx];
     }
     choices.push_back(std::move(choice));
   }
@@ -131,11 +143,11 @@ json Completion::run_to_completion() {
                    {"model", model_id_},
                    {"choices", std::move(choices)},
                    {"usage", usage_json()}};
-  if (!error.empty()) response["error"] = {{"message", error}, {"type", "server_error"}};
+  if (!error_.empty()) response["error"] = {{"message", error_}, {"type", "server_error"}};
   return response;
 }
 
-std::string Completion::next_events(bool& done) {
+std::string Completion::next_events(bool& done, std::chrono::milliseconds wait) {
   done = false;
   std::string out;
   if (endpoint_ == Endpoint::kChat && !role_sent_) {
@@ -146,8 +158,8 @@ std::string Completion::next_events(bool& done) {
     }
     out += sse(chunk(std::move(choices)));
   }
-  // Drain what is ready (at most a short wait, so the caller can notice a closed connection).
-  for (auto event = stream_->next(std::chrono::milliseconds(100)); event; event = stream_->next(std::chrono::milliseconds(0))) {
+  // Drain what is ready (at most a short wait, so a blocking caller can notice a closed connection).
+  for (auto event = stream_->next(wait); event; event = stream_->next(std::chrono::milliseconds(0))) {
     if (observer_) observer_(*event);
     if (auto* delta = std::get_if<TokenDelta>(&*event)) {
       // A token whose text is held back: the engine reports it for a replica, the client asked

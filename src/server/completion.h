@@ -4,8 +4,10 @@
 
 #include <functional>
 #include <memory>
+#include <chrono>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,9 +31,13 @@ class Completion {
 
   // Whole response: waits for the request to finish.
   nlohmann::json run_to_completion();
-  // Streaming: returns the next SSE payload(s) to write ("" while nothing is ready yet), and
-  // sets `done` after the final "data: [DONE]".
-  std::string next_events(bool& done);
+  // Whole response, without blocking: takes the events ready (waiting up to `wait` for the
+  // first), true once the request is over; whole_response() is then the answer.
+  bool collect(std::chrono::milliseconds wait);
+  nlohmann::json whole_response() const;
+  // Streaming: returns the next SSE payload(s) to write ("" while nothing is ready yet, after
+  // waiting up to `wait` for an event), and sets `done` after the final "data: [DONE]".
+  std::string next_events(bool& done, std::chrono::milliseconds wait = std::chrono::milliseconds(100));
 
   // Sees every event of the request as it is relayed (a KV replica follows the tokens).
   void set_observer(std::function<void(const StreamEvent&)> observer) { observer_ = std::move(observer); }
@@ -60,6 +66,11 @@ class Completion {
   int32_t replicated_reported_ = 0;
   bool role_sent_ = false;
   bool finished_ = false;
+  // What collect() has gathered, per choice.
+  std::vector<std::string> texts_;
+  std::vector<std::string> reasons_;
+  std::vector<nlohmann::json> logprobs_;
+  std::string error_;
 };
 
 }  // namespace mnemo::server

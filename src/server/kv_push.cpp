@@ -13,7 +13,6 @@
 // only that tenant's KV leaves.
 #include <chrono>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "server/kv_messages.h"
@@ -31,7 +30,7 @@ using nlohmann::json;
 // A step of the engine, with margin; under the 30 s a push waits for its acknowledgement.
 constexpr auto kEngineWait = std::chrono::seconds(20);
 
-void send_result(httplib::Response& res, const json& body) {
+void send_result(http::Response& res, const json& body) {
   res.status = 200;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
@@ -52,7 +51,7 @@ void Server::receive_kv(transfer::KvMessage&& message, transfer::Acknowledge ack
   receiver_.receive(std::move(message), std::move(acknowledge));
 }
 
-void Server::handle_kv_push(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_kv_push(const http::Request& req, http::Response& res) {
   // Only a signed peer (a router, which takes the target from the cluster's membership) may make
   // this instance send KV somewhere.
   auto caller = peer_of(req);

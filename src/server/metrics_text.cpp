@@ -152,6 +152,16 @@ std::string render_edge_metrics(const EdgeStats& s) {
   return out;
 }
 
+std::string render_http_metrics(const http::ServerStats& s) {
+  std::string out;
+  gauge(out, "http_connections_open", "Client connections open now.", static_cast<double>(s.connections_open));
+  counter(out, "http_connections_accepted_total", "Client connections accepted.", s.connections_accepted);
+  counter(out, "http_connections_refused_total", "Client connections refused (503) over --max-connections.", s.connections_refused);
+  counter(out, "http_timeouts_total", "Connections closed for a head, body, idle or write deadline.", s.timeouts);
+  counter(out, "http_clients_gone_total", "Requests whose client went away before its answer was complete.", s.clients_gone);
+  return out;
+}
+
 std::string render_disk_tier_metrics(const DiskTier::Stats& s) {
   std::string out;
   prometheus::header(out, "disk_scan_extents", "Extent files the disk tier's start-up scan found, by what it did with them.", "gauge");

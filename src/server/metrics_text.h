@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "http/server.h"
 #include "engine/engine_metrics.h"
 #include "kv/disk_tier.h"
 #include "server/kv_receiver.h"
@@ -27,6 +28,7 @@ struct EdgeStats {
   uint64_t store_wal_frames_dropped = 0;  // committed WAL frames SQLite's recovery dropped at open
 };
 std::string render_edge_metrics(const EdgeStats& stats);
+std::string render_http_metrics(const http::ServerStats& stats);
 std::string render_disk_tier_metrics(const DiskTier::Stats& stats);
 
 }  // namespace mnemo::server

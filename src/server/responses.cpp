@@ -7,10 +7,10 @@
 #include <optional>
 #include <unordered_set>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "auth/crypto.h"
+#include "server/engine_body.h"
 #include "server/server.h"
 
 namespace mnemo::server {
@@ -234,7 +234,7 @@ std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const 
   return t;
 }
 
-void Server::handle_responses_prompt(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_responses_prompt(const http::Request& req, http::Response& res) {
   auto caller = peer_of(req);
   if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
   auto body = parse_request_body(req.body);
@@ -247,7 +247,7 @@ void Server::handle_responses_prompt(const httplib::Request& req, httplib::Respo
   res.set_content(json{{"prompt", std::get<std::vector<TokenId>>(tokens)}}.dump(), "application/json");
 }
 
-void Server::handle_responses_import(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_responses_import(const http::Request& req, http::Response& res) {
   auto caller_or_error = peer_of(req);
   if (auto* error = std::get_if<ApiError>(&caller_or_error)) return send_error(res, *error);
   const Caller& caller = std::get<Caller>(caller_or_error);
@@ -287,7 +287,7 @@ void Server::handle_responses_import(const httplib::Request& req, httplib::Respo
   res.set_content(json{{"stored", id}}.dump(), "application/json");
 }
 
-void Server::handle_create_response(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_create_response(const http::Request& req, http::Response& res) {
   auto caller_or_error = caller_of(req);
   if (auto* error = std::get_if<ApiError>(&caller_or_error)) return send_error(res, *error);
   const Caller caller = std::get<Caller>(caller_or_error);
@@ -381,25 +381,36 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
     return error;
   };
 
+  const auto record = access_record_of(req);
+  constexpr auto kNoWait = std::chrono::milliseconds(0);
   if (!stream) {
-    std::string text = resumed_text;
-    bool length_stop = false;
-    RequestUsage usage;
-    for (;;) {
-      auto event = run.stream->next(std::chrono::milliseconds(1000));
-      if (!event) continue;
-      current_access_record().observe(*event);
-      feed_replicas(replicas, *event);
-      if (auto* d = std::get_if<TokenDelta>(&*event)) text += d->text;
-      if (auto* f = std::get_if<ChoiceFinished>(&*event)) length_stop = f->reason == FinishReason::kLength;
-      if (auto* done = std::get_if<RequestDone>(&*event)) {
-        usage = done->usage;
-        break;
+    struct Whole {
+      std::string text;
+      bool length_stop = false;
+    };
+    auto whole = std::make_shared<Whole>();
+    whole->text = resumed_text;
+    auto stream_handle = run.stream;
+    res.defer("application/json", std::make_shared<EngineBody>(run.stream, run.in_flight_guard, [=](std::string& out, int& status) {
+      for (auto event = stream_handle->next(kNoWait); event; event = stream_handle->next(kNoWait)) {
+        if (record) record->observe(*event);
+        feed_replicas(replicas, *event);
+        if (auto* d = std::get_if<TokenDelta>(&*event)) whole->text += d->text;
+        if (auto* f = std::get_if<ChoiceFinished>(&*event)) whole->length_stop = f->reason == FinishReason::kLength;
+        if (auto* done = std::get_if<RequestDone>(&*event)) {
+          const json response = make_response(whole->length_stop ? "incomplete" : "completed", whole->text, &done->usage,
+                                              whole->length_stop);
+          if (auto error = finish(response)) {
+            status = error->status;
+            out = error->to_json().dump(-1, ' ', false, json::error_handler_t::replace);
+          } else {
+            out = response.dump(-1, ' ', false, json::error_handler_t::replace);
+          }
+          return true;
+        }
       }
-    }
-    const json response = make_response(length_stop ? "incomplete" : "completed", text, &usage, length_stop);
-    if (auto error = finish(response)) return send_error(res, *error);
-    res.set_content(response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+      return false;
+    }));
     return;
   }
 
@@ -419,80 +430,60 @@ void Server::handle_create_response(const httplib::Request& req, httplib::Respon
     return "event: " + type + "\ndata: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
   };
   auto stream_handle = run.stream;
-  auto guard = run.in_flight_guard;  // captured below: the slot is held until the stream ends
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [=, this](size_t, httplib::DataSink& sink) {
-        static_cast<void>(guard);
-        if (!sink.is_writable()) {
-          stream_handle->cancel();
-          return false;
-        }
-        std::string out;
-        if (!state->started) {
-          state->started = true;
-          const json initial = make_response("in_progress", "", nullptr, false);
-          out += event("response.created", {{"response", initial}});
-          out += event("response.in_progress", {{"response", initial}});
-          out += event("response.output_item.added",
-                       {{"output_index", 0},
-                        {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "in_progress"}, {"content", json::array()}}}});
-          out += event("response.content_part.added",
-                       {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0},
-                        {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
-        }
-        bool done = false;
-        for (auto e = stream_handle->next(std::chrono::milliseconds(100)); e; e = stream_handle->next(std::chrono::milliseconds(0))) {
-          current_access_record().observe(*e);
-          feed_replicas(replicas, *e);
-          if (auto* d = std::get_if<TokenDelta>(&*e)) {
-            // A router that may resume the stream elsewhere learns every token, even one whose
-            // text is held back, and how far the replica got.
-            if (d->text.empty() && !report_tokens) continue;
-            state->text += d->text;
-            json delta = {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"delta", d->text}, {"logprobs", json::array()}};
-            if (report_tokens && d->token >= 0) delta["mnemo_token"] = d->token;
-            if (report_tokens && !replicas.empty()) {
-              if (const int32_t replicated = replicated_tokens(replicas); replicated != state->replicated_reported) {
-                delta["mnemo_replicated"] = state->replicated_reported = replicated;
-              }
-            }
-            out += event("response.output_text.delta", std::move(delta));
-          } else if (auto* f = std::get_if<ChoiceFinished>(&*e)) {
-            state->length_stop = f->reason == FinishReason::kLength;
-          } else if (auto* end = std::get_if<RequestDone>(&*e)) {
-            const json part = {{"type", "output_text"}, {"text", state->text}, {"annotations", json::array()}};
-            out += event("response.output_text.done", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"text", state->text}});
-            out += event("response.content_part.done", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
-            out += event("response.output_item.done",
-                         {{"output_index", 0},
-                          {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", json::array({part})}}}});
-            json response = make_response(state->length_stop ? "incomplete" : "completed", state->text, &end->usage,
-                                          state->length_stop);
-            if (auto error = finish(response)) {
-              // Not stored: the turn cannot be continued, so it is not reported completed.
-              response["status"] = "failed";
-              response["error"] = {{"code", error->code}, {"message", error->message}};
-              out += event("error", {{"code", error->code}, {"message", error->message}, {"param", nullptr}});
-              out += event("response.failed", {{"response", response}});
-            } else {
-              out += event(state->length_stop ? "response.incomplete" : "response.completed", {{"response", response}});
-            }
-            done = true;
-            break;
+  res.stream("text/event-stream", std::make_shared<EngineBody>(run.stream, run.in_flight_guard, [=, this](std::string& out, int&) {
+    if (!state->started) {
+      state->started = true;
+      const json initial = make_response("in_progress", "", nullptr, false);
+      out += event("response.created", {{"response", initial}});
+      out += event("response.in_progress", {{"response", initial}});
+      out += event("response.output_item.added",
+                   {{"output_index", 0},
+                    {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "in_progress"}, {"content", json::array()}}}});
+      out += event("response.content_part.added",
+                   {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0},
+                    {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
+    }
+    for (auto e = stream_handle->next(kNoWait); e; e = stream_handle->next(kNoWait)) {
+      if (record) record->observe(*e);
+      feed_replicas(replicas, *e);
+      if (auto* d = std::get_if<TokenDelta>(&*e)) {
+        // A router that may resume the stream elsewhere learns every token, even one whose
+        // text is held back, and how far the replica got.
+        if (d->text.empty() && !report_tokens) continue;
+        state->text += d->text;
+        json delta = {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"delta", d->text}, {"logprobs", json::array()}};
+        if (report_tokens && d->token >= 0) delta["mnemo_token"] = d->token;
+        if (report_tokens && !replicas.empty()) {
+          if (const int32_t replicated = replicated_tokens(replicas); replicated != state->replicated_reported) {
+            delta["mnemo_replicated"] = state->replicated_reported = replicated;
           }
         }
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          stream_handle->cancel();
-          return false;
+        out += event("response.output_text.delta", std::move(delta));
+      } else if (auto* f = std::get_if<ChoiceFinished>(&*e)) {
+        state->length_stop = f->reason == FinishReason::kLength;
+      } else if (auto* end = std::get_if<RequestDone>(&*e)) {
+        const json part = {{"type", "output_text"}, {"text", state->text}, {"annotations", json::array()}};
+        out += event("response.output_text.done", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"text", state->text}});
+        out += event("response.content_part.done", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+        out += event("response.output_item.done",
+                     {{"output_index", 0},
+                      {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", json::array({part})}}}});
+        json response = make_response(state->length_stop ? "incomplete" : "completed", state->text, &end->usage, state->length_stop);
+        if (auto error = finish(response)) {
+          // Not stored: the turn cannot be continued, so it is not reported completed.
+          response["status"] = "failed";
+          response["error"] = {{"code", error->code}, {"message", error->message}};
+          out += event("error", {{"code", error->code}, {"message", error->message}, {"param", nullptr}});
+          out += event("response.failed", {{"response", response}});
+        } else {
+          out += event(state->length_stop ? "response.incomplete" : "response.completed", {{"response", response}});
         }
-        if (done) sink.done();
         return true;
-      },
-      [stream_handle](bool success) {
-        if (!success) stream_handle->cancel();
-      });
+      }
+    }
+    return false;
+  }));
 }
 
 std::vector<TokenId> Server::conversation_tokens(const json& last_response, const std::vector<ChatMessage>& history) const {
@@ -505,10 +496,10 @@ std::vector<TokenId> Server::conversation_tokens(const json& last_response, cons
   return tokens.ok() ? std::move(*tokens) : std::vector<TokenId>();
 }
 
-void Server::handle_get_response(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_get_response(const http::Request& req, http::Response& res) {
   auto caller = caller_of(req);
   if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
-  const std::string id = req.matches[1];
+  const std::string id = req.path_tail;
   if (store_ == nullptr && !store_problem_.empty()) return send_error(res, store_out_of_service());
   if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
   auto record = store_->get(id, std::get<Caller>(caller).tenant);
@@ -517,11 +508,11 @@ void Server::handle_get_response(const httplib::Request& req, httplib::Response&
   res.set_content((*record)->response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-void Server::handle_delete_response(const httplib::Request& req, httplib::Response& res) {
+void Server::handle_delete_response(const http::Request& req, http::Response& res) {
   auto caller = caller_of(req);
   if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
   const std::string& tenant = std::get<Caller>(caller).tenant;
-  const std::string id = req.matches[1];
+  const std::string id = req.path_tail;
   if (store_ == nullptr && !store_problem_.empty()) return send_error(res, store_out_of_service());
   if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
   // The conversation's tokens, to delete its KV too; an earlier turn still stored keeps its own.

@@ -1,8 +1,9 @@
-// The OpenAI-compatible HTTP server (cpp-httplib): POST /v1/chat/completions and
-// /v1/completions (streamed as server-sent events in OpenAI's format, or whole), GET /v1/models,
-// /health, /metrics (Prometheus text) and the web chat page at /. HTTP threads parse, render,
-// tokenize and submit to the engine, then relay the request's stream; a client that goes away
-// cancels its request.
+// The OpenAI-compatible HTTP server (on http::Server): POST /v1/chat/completions and
+// /v1/completions (streamed as server-sent events in OpenAI's format, or whole), the Responses
+// API, GET /v1/models, /health, /metrics (Prometheus text) and the web chat page at /. Handler
+// threads parse, render, tokenize and submit to the engine; the request's events then reach its
+// client through an EngineBody pulled by the I/O threads, holding no thread while it waits. A
+// client that goes away cancels its request, streamed or not.
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
+#include "http/server.h"
 #include "server/access_log.h"
 #include "server/caller.h"
 #include "server/completion.h"
@@ -19,12 +21,6 @@
 #include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
 #include "transfer/kv_transport.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}
 
 
 namespace mnemo::server {
@@ -38,7 +34,8 @@ struct ServerConfig {
   size_t max_body_bytes = 8u << 20;  // Content-Length and chunked bodies alike; more get 413
   size_t max_header_count = 100;     // more get 431
   int max_in_flight = 64;      // requests being generated at once; more get 429
-  int max_connections = 128;   // connections served at once (one HTTP thread each)
+  int max_connections = 4096;  // connections open at once (none holds a thread); more get 503
+  http::TlsFiles tls;          // TLS on the port when a certificate is given
   AccessLogFormat access_log = AccessLogFormat::kText;
   std::string response_store;  // SQLite file of the Responses API ("" : no store)
   // A prompt's KV goes to its first running replica layer by layer while it is computed (SPEC
@@ -82,22 +79,23 @@ class Server {
   // Stops accepting connections; requests in flight run to completion (or until the engine is
   // shut down, which cancels them).
   void stop();
+  http::ServerStats http_stats() const { return http_->stats(); }
 
  private:
   void install_routes();
-  // A POST route whose body is read within max_body_bytes, whether sent with a Content-Length or
-  // chunked (httplib bounds only the former).
-  void post(const std::string& pattern, std::function<void(const httplib::Request&, httplib::Response&)> handler);
+  // What the HTTP layer checks once a request's head is in: its id, keys, the metrics key.
+  bool admit_head(http::Request& req, http::Response& res);
+  void log_exchange(const http::Request& req, const http::Response& res, bool complete) const;
   // The caller of a request whose body is read (its tenant; whether it is a cluster peer).
-  std::variant<Caller, ApiError> caller_of(const httplib::Request& req);
+  std::variant<Caller, ApiError> caller_of(const http::Request& req);
   // The caller, if it is a peer; else the error to send (internal endpoints).
-  std::variant<Caller, ApiError> peer_of(const httplib::Request& req);
+  std::variant<Caller, ApiError> peer_of(const http::Request& req);
   // The Responses store, or the error that says why there is none to use.
   std::variant<ResponseStore*, ApiError> store_or_error(const char* param);
   // The 503 of a store that could not be opened (store_problem_ is set).
   ApiError store_out_of_service() const;
-  void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  void handle_create_response(const httplib::Request& req, httplib::Response& res);
+  void handle_generation(const http::Request& req, http::Response& res, Endpoint endpoint);
+  void handle_create_response(const http::Request& req, http::Response& res);
   // A Responses API request read: the chat request it runs (its history from the store, then
   // its input), the new turn's messages, what it continues, and how it answers.
   // A router resuming a streamed turn whose instance failed (mnemo_resume_response, SPEC D7):
@@ -118,11 +116,11 @@ class Server {
   // POST /v1/internal/responses_prompt: the prompt tokens a Responses API request would run
   // here (its stored history included), for a router that has another instance compute them
   // (disaggregated prefill, SPEC D4).
-  void handle_responses_prompt(const httplib::Request& req, httplib::Response& res);
+  void handle_responses_prompt(const http::Request& req, http::Response& res);
   // POST /v1/internal/responses_import {"request", "response"}: stores another instance's
   // finished turn (a router keeps a stored conversation on its KV replica holders too, so the
   // conversation outlives its instance). Refused unless the turn it continues is stored here.
-  void handle_responses_import(const httplib::Request& req, httplib::Response& res);
+  void handle_responses_import(const http::Request& req, http::Response& res);
   // The KV replicas a request asked for (mnemo_replica: a failover copy or Caching-3's copy
   // back), following its stream; fed its events.
   // Opens the replicas `request` asks for on `stream` (not yet submitted), and sets its prompt tap.
@@ -132,8 +130,8 @@ class Server {
   // How many of a request's tokens a failover could resume without recompute: the leading
   // chunks the furthest of its replicas acknowledged.
   int32_t replicated_tokens(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas) const;
-  void handle_get_response(const httplib::Request& req, httplib::Response& res);
-  void handle_delete_response(const httplib::Request& req, httplib::Response& res);
+  void handle_get_response(const http::Request& req, http::Response& res);
+  void handle_delete_response(const http::Request& req, http::Response& res);
   // The tokens of a stored conversation as the model saw them: the last turn's instructions, the
   // history, its reply last (empty if the template fails).
   std::vector<TokenId> conversation_tokens(const nlohmann::json& last_response, const std::vector<ChatMessage>& history) const;
@@ -144,10 +142,10 @@ class Server {
   static uint64_t cache_namespace_of(const Caller& caller, const ParsedRequest& request);
   // POST /v1/internal/kv_push (server/kv_push.cpp): sends the cached KV of a request's prompt
   // to another instance's transport (a router asks, when the KV moving beats recomputing it).
-  void handle_kv_push(const httplib::Request& req, httplib::Response& res);
+  void handle_kv_push(const http::Request& req, http::Response& res);
   // GET /v1/internal/cache_events (server/cache_events_endpoint.cpp): the cache's insert and
   // evict events, long-polled by routers.
-  void handle_cache_events(const httplib::Request& req, httplib::Response& res);
+  void handle_cache_events(const http::Request& req, http::Response& res);
   // Prompt tokens, limits, tenant, admission: everything between a parsed request and the engine.
   std::variant<PreparedRun, ApiError> prepare(const Caller& caller, ParsedRequest& request, Endpoint endpoint);
 
@@ -155,9 +153,8 @@ class Server {
   const Tokenizer& tokenizer_;
   ChatTemplate chat_template_;
   ServerConfig config_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<http::Server> http_;
   int bound_port_ = 0;
-  std::atomic<int> listen_fd_{-1};  // the listening socket, for stop(); -2 once stopped
   std::atomic<int> in_flight_{0};
   CallerAuth auth_;
   std::unique_ptr<ResponseStore> store_;

@@ -1,0 +1,89 @@
+// What a handler of the HTTP layer (http/server.h) sees and answers: a request whose head and body
+// have been read within their limits, and a response that is either a whole body or a body source.
+//
+// A body source is how a response waits for the engine without holding a thread: the connection
+// pulls what is ready, and the source wakes it (from the engine's thread) when there is more.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mnemo::http {
+
+struct Header {
+  std::string name;
+  std::string value;
+};
+
+struct Request {
+  std::string method;
+  std::string target;     // as sent: path, then '?' and the query
+  std::string path;       // the target up to '?'
+  std::string query;      // after '?' ("" if none)
+  std::string path_tail;  // for a prefix route: what follows the prefix
+  std::vector<Header> headers;
+  std::string body;
+  std::string remote_address;
+  // The application's state for this exchange (set when its head is admitted, read by its
+  // handler and when it ends).
+  std::shared_ptr<void> context;
+
+  // The first header of that name, compared without case ("" if there is none).
+  std::string header(std::string_view name) const;
+  bool has_header(std::string_view name) const;
+  // A query parameter, percent-decoded (nullopt if absent).
+  std::optional<std::string> query_param(std::string_view name) const;
+};
+
+class BodySource {
+ public:
+  virtual ~BodySource() = default;
+  // Appends what is ready to `out`, never blocking; true once the body is complete.
+  virtual bool pull(std::string& out) = 0;
+  // `wake` is to be called, from any thread, whenever pull may have more: after it is set, it may
+  // be called at once, and more often than needed. An empty function detaches it: once this
+  // returns, the previous one is not called again.
+  virtual void on_ready(std::function<void()> wake) = 0;
+  // The client went away or a write failed: stop producing (and free what it holds).
+  virtual void cancel() = 0;
+  // The status of a deferred (whole) body, asked once it is complete.
+  virtual int status() const { return 200; }
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  std::vector<Header> headers;
+  // A body produced later: streamed with chunked transfer coding as it comes (chunked), or sent
+  // whole with its length once complete (not chunked). Either way, the client going away
+  // cancels it.
+  std::shared_ptr<BodySource> source;
+  bool chunked = false;
+  bool close = false;  // close the connection after this response
+
+  void set_content(std::string content, std::string type) {
+    body = std::move(content);
+    content_type = std::move(type);
+  }
+  void set_header(std::string name, std::string value) { headers.push_back({std::move(name), std::move(value)}); }
+  void stream(std::string type, std::shared_ptr<BodySource> body_source) {
+    content_type = std::move(type);
+    source = std::move(body_source);
+    chunked = true;
+  }
+  void defer(std::string type, std::shared_ptr<BodySource> body_source) {
+    content_type = std::move(type);
+    source = std::move(body_source);
+    chunked = false;
+  }
+};
+
+// Percent-decoding of a query component ('+' is a space); malformed escapes are kept as they are.
+std::string percent_decode(std::string_view text);
+
+}  // namespace mnemo::http
