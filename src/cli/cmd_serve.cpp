@@ -288,8 +288,8 @@ int run_serve(ServeArgs args) {
     }
     membership = std::move(*joined);
   }
-  std::printf("mnemo: serving %s as '%s' at http://%s:%d/ (OpenAI API under /v1)\n", args.model_path.c_str(),
-              config.model_id.c_str(), config.host.c_str(), server.port());
+  std::printf("mnemo: serving %s as '%s' at %s://%s:%d/ (OpenAI API under /v1)\n", args.model_path.c_str(),
+              config.model_id.c_str(), config.tls.enabled() ? "https" : "http", config.host.c_str(), server.port());
   std::fflush(stdout);
 
   // The signal waiter stops the server; it is joined before anything it uses is destroyed. Once

@@ -23,7 +23,7 @@ import requests
 
 from helpers import API_KEY, CLUSTER_SECRET
 
-SERVING_LINE = re.compile(r"^mnemo: (?:serving|routing) .* at (http://[^\s/]+)/")
+SERVING_LINE = re.compile(r"^mnemo: (?:serving|routing) .* at (https?://[^\s/]+)/")
 STARTUP_TIMEOUT_S = 120.0
 
 
@@ -71,6 +71,13 @@ class MnemoServer:
         return int(self.url.rsplit(":", 1)[1])
 
     @property
+    def certificate(self) -> str | None:
+        """The --ssl-cert-file it serves HTTPS with (None: plain HTTP)."""
+        if "--ssl-cert-file" in self.args:
+            return self.args[self.args.index("--ssl-cert-file") + 1]
+        return None
+
+    @property
     def base_url(self) -> str:
         return self.url + "/v1"
 
@@ -115,7 +122,7 @@ class MnemoServer:
             if self.proc is not None and self.proc.poll() is not None:
                 pytest.fail(f"mnemo serve exited with {self.proc.returncode}\n{self.log_tail()}")
             try:
-                r = requests.get(self.url + "/health", timeout=5)
+                r = requests.get(self.url + "/health", timeout=5, verify=self.certificate or True)
                 if r.status_code == 200 and r.json().get("status") == "ok":
                     return
                 last_error = f"HTTP {r.status_code}: {r.text[:200]}"
