@@ -17,6 +17,9 @@ using nlohmann::json;
 
 namespace {
 
+// An EngineBody pulls what is ready and is woken for more; it never waits.
+constexpr std::chrono::milliseconds kNoWait{0};
+
 http::ServerOptions http_options(const ServerConfig& config) {
   http::ServerOptions options;
   options.host = config.host;
@@ -304,7 +307,6 @@ void Server::handle_generation(const http::Request& req, http::Response& res, En
     res.set_content(reply.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     return;
   }
-  constexpr auto kNoWait = std::chrono::milliseconds(0);
   if (!completion->streaming()) {
     res.defer("application/json", std::make_shared<EngineBody>(run.stream, run.in_flight_guard, [completion](std::string& out, int&) {
       if (!completion->collect(kNoWait)) return false;
