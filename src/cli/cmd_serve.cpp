@@ -85,7 +85,8 @@ class ClusterMembership {
       if (!profile.ok()) return profile.error().with_context("publishing the cost profile");
       info.cost_profile = std::move(*profile);
     }
-    auto registration = cluster::Registration::start(args.cluster_url, cluster::instances_prefix(args.cluster_name), info);
+    auto registration = cluster::Registration::start(args.cluster_url, cluster::instances_prefix(args.cluster_name), info,
+                                                     /*ttl_seconds=*/3, args.server.auth.cluster_secret);
     if (!registration.ok()) return registration.error().with_context("joining the cluster");
     auto self = std::unique_ptr<ClusterMembership>(new ClusterMembership(std::move(*registration), engine));
     std::printf("mnemo: instance %s joined cluster '%s' at %s as %s (KV transport %s)\n", info.id.c_str(),

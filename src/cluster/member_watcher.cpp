@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cluster/etcd_wire.h"
+#include "cluster/member_record.h"
 #include "cluster/membership.h"
 
 namespace mnemo::cluster {
@@ -18,17 +19,18 @@ void log_line(const std::string& line) { std::fprintf(stderr, "mnemo: cluster: %
 
 }  // namespace
 
-Result<std::unique_ptr<MemberWatcher>> MemberWatcher::start(const std::string& etcd_url, const std::string& prefix) {
+Result<std::unique_ptr<MemberWatcher>> MemberWatcher::start(const std::string& etcd_url, const std::string& prefix,
+                                                            std::string cluster_secret) {
   MNEMO_ASSIGN_OR_RETURN(EtcdClient client, EtcdClient::create(etcd_url));
-  std::unique_ptr<MemberWatcher> watcher(new MemberWatcher(std::move(client), prefix));
+  std::unique_ptr<MemberWatcher> watcher(new MemberWatcher(std::move(client), prefix, std::move(cluster_secret)));
   int64_t revision = 0;
   MNEMO_RETURN_IF_ERROR(watcher->resync(revision));
   watcher->thread_ = std::thread([w = watcher.get(), revision] { w->run(revision); });
   return watcher;
 }
 
-MemberWatcher::MemberWatcher(EtcdClient client, std::string prefix)
-    : client_(std::move(client)), prefix_(std::move(prefix)) {}
+MemberWatcher::MemberWatcher(EtcdClient client, std::string prefix, std::string cluster_secret)
+    : client_(std::move(client)), prefix_(std::move(prefix)), cluster_secret_(std::move(cluster_secret)) {}
 
 MemberWatcher::~MemberWatcher() {
   {
@@ -80,7 +82,8 @@ bool MemberWatcher::sleep_unless_stopping(std::chrono::milliseconds duration) {
 }
 
 std::optional<InstanceInfo> MemberWatcher::decode(const KeyValue& kv) {
-  auto info = InstanceInfo::from_json(kv.value);
+  auto info = open_member_record(kv.key, kv.value, cluster_secret_);
+  if (!info.ok() && !cluster_secret_.empty()) ++refused_records_;
   if (info.ok()) {
     warned_keys_.erase(kv.key);
     return std::move(info).value();

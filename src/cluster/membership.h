@@ -72,8 +72,10 @@ class Registration {
  public:
   // Grants the lease and puts the key before returning: an Error if etcd cannot be reached or
   // info is invalid. etcd raises a TTL below its minimum (2 s with default settings).
+  // With a cluster secret its value is sealed (cluster/member_record.h).
   static Result<std::unique_ptr<Registration>> start(const std::string& etcd_url, const std::string& prefix,
-                                                     InstanceInfo info, int64_t ttl_seconds = 3);
+                                                     InstanceInfo info, int64_t ttl_seconds = 3,
+                                                     std::string cluster_secret = "");
   // Thread-safe; published at the next keep-alive tick (ticks every ttl/3 s).
   void update_load(int64_t queued_requests, int64_t queued_tokens);
   // If the lease was lost (etcd lost its data, a long pause), a new lease is granted and the key
@@ -86,7 +88,8 @@ class Registration {
   Registration& operator=(const Registration&) = delete;
 
  private:
-  Registration(EtcdClient client, std::string key, InstanceInfo info, int64_t ttl_seconds, int64_t lease);
+  Registration(EtcdClient client, std::string key, InstanceInfo info, int64_t ttl_seconds, int64_t lease,
+               std::string cluster_secret);
   void run();
   void tick();
   void report_failure(const Error& error, std::string_view next_step);  // logs once per outage
@@ -95,6 +98,7 @@ class Registration {
   EtcdClient client_;
   const std::string key_;
   const int64_t ttl_seconds_;
+  const std::string cluster_secret_;
   std::atomic<int64_t> lease_;  // changes only on the thread (re-registration); read anywhere
 
   std::mutex mutex_;
@@ -114,7 +118,12 @@ class Registration {
 class MemberWatcher {
  public:
   // Reads the prefix once before returning (an Error if etcd cannot be reached), then watches.
-  static Result<std::unique_ptr<MemberWatcher>> start(const std::string& etcd_url, const std::string& prefix);
+  // With a cluster secret, a value not sealed under it (cluster/member_record.h) is refused:
+  // logged, counted in refused_records(), never a member.
+  static Result<std::unique_ptr<MemberWatcher>> start(const std::string& etcd_url, const std::string& prefix,
+                                                      std::string cluster_secret = "");
+  // Values refused as unsealed or forged (each time one is read).
+  uint64_t refused_records() const { return refused_records_.load(); }
   // Thread-safe snapshot, sorted by id; malformed values are skipped (logged once to stderr).
   std::vector<InstanceInfo> members() const;
   uint64_t generation() const;  // bumps on every change of members()
@@ -129,7 +138,7 @@ class MemberWatcher {
  private:
   using View = std::map<std::string, InstanceInfo>;  // by etcd key
 
-  MemberWatcher(EtcdClient client, std::string prefix);
+  MemberWatcher(EtcdClient client, std::string prefix, std::string cluster_secret);
   Status resync(int64_t& revision);
   void apply(const EtcdClient::WatchEvent& event);
   std::optional<InstanceInfo> decode(const KeyValue& kv);
@@ -140,6 +149,8 @@ class MemberWatcher {
 
   EtcdClient client_;
   const std::string prefix_;
+  const std::string cluster_secret_;
+  std::atomic<uint64_t> refused_records_{0};
 
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;

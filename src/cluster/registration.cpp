@@ -1,6 +1,7 @@
 // Registration: one instance's lease-backed membership key.
 #include <cstdio>
 
+#include "cluster/member_record.h"
 #include "cluster/membership.h"
 
 namespace mnemo::cluster {
@@ -11,7 +12,7 @@ void log_line(const std::string& line) { std::fprintf(stderr, "mnemo: cluster: %
 }  // namespace
 
 Result<std::unique_ptr<Registration>> Registration::start(const std::string& etcd_url, const std::string& prefix,
-                                                          InstanceInfo info, int64_t ttl_seconds) {
+                                                          InstanceInfo info, int64_t ttl_seconds, std::string cluster_secret) {
   // The same checks a reader applies, so an instance cannot publish what routers would skip.
   auto valid = InstanceInfo::from_json(info.to_json());
   if (!valid.ok()) return valid.error().with_context("registration");
@@ -21,15 +22,22 @@ Result<std::unique_ptr<Registration>> Registration::start(const std::string& etc
 
   const std::string key = prefix + info.id;
   MNEMO_ASSIGN_OR_RETURN(int64_t lease, client.grant_lease(ttl_seconds));
-  if (auto put = client.put(key, info.to_json(), lease); !put.ok()) {
+  if (auto put = client.put(key, seal_member_record(key, info, cluster_secret), lease); !put.ok()) {
     (void)client.revoke_lease(lease);  // best effort: it would expire anyway
     return put.error();
   }
-  return std::unique_ptr<Registration>(new Registration(std::move(client), key, std::move(info), ttl_seconds, lease));
+  return std::unique_ptr<Registration>(
+      new Registration(std::move(client), key, std::move(info), ttl_seconds, lease, std::move(cluster_secret)));
 }
 
-Registration::Registration(EtcdClient client, std::string key, InstanceInfo info, int64_t ttl_seconds, int64_t lease)
-    : client_(std::move(client)), key_(std::move(key)), ttl_seconds_(ttl_seconds), lease_(lease), info_(std::move(info)) {
+Registration::Registration(EtcdClient client, std::string key, InstanceInfo info, int64_t ttl_seconds, int64_t lease,
+                           std::string cluster_secret)
+    : client_(std::move(client)),
+      key_(std::move(key)),
+      ttl_seconds_(ttl_seconds),
+      cluster_secret_(std::move(cluster_secret)),
+      lease_(lease),
+      info_(std::move(info)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -94,7 +102,7 @@ void Registration::tick() {
     publish_pending_ = false;
   }
   if (to_publish.has_value()) {
-    if (auto put = client_.put(key_, to_publish->to_json(), lease_.load()); !put.ok()) {
+    if (auto put = client_.put(key_, seal_member_record(key_, *to_publish, cluster_secret_), lease_.load()); !put.ok()) {
       report_failure(put.error(), "retrying");
       std::lock_guard lock(mutex_);
       publish_pending_ = true;

@@ -58,7 +58,8 @@ Status Router::start() {
   auto etcd = cluster::EtcdClient::create(config_.etcd_url);
   if (!etcd.ok()) return etcd.error().with_context("router");
   etcd_ = std::make_unique<cluster::EtcdClient>(std::move(*etcd));
-  auto watcher = cluster::MemberWatcher::start(config_.etcd_url, cluster::instances_prefix(config_.cluster_name));
+  auto watcher = cluster::MemberWatcher::start(config_.etcd_url, cluster::instances_prefix(config_.cluster_name),
+                                               upstream_cluster_secret());
   if (!watcher.ok()) return watcher.error().with_context("router: watching the instances");
   members_ = std::move(*watcher);
   bound_port_ = config_.port == 0 ? http_->bind_to_any_port(config_.host)
@@ -605,6 +606,9 @@ void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
   prometheus::gauge(out, "router_measured_tokens_per_request",
                     "The planner's N as measured here: mean tokens generated per request.", measured.tokens_generated);
   prometheus::gauge(out, "router_instances", "Instances with a live lease that take requests.", members.size());
+  prometheus::counter(out, "router_member_records_refused_total",
+                      "Member records in etcd refused as not sealed under the cluster secret (forged, or another cluster's).",
+                      members_->refused_records());
   prometheus::gauge(out, "router_prefill_instances", "Prefill instances with a live lease.", live_members(/*prefill=*/true).size());
   if (config_.plan) {
     prometheus::gauge(out, "router_planned_prefill_instances",

@@ -25,6 +25,8 @@ UpstreamIdentity& identity() {
 
 void configure_upstream_identity(UpstreamIdentity configured) { identity() = std::move(configured); }
 
+const std::string& upstream_cluster_secret() { return identity().cluster_secret; }
+
 std::optional<std::string> client_tenant(const std::string& authorization) {
   if (identity().keys.empty()) return std::string();
   return identity().keys.tenant_of_authorization(authorization);

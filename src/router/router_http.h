@@ -25,6 +25,8 @@ struct UpstreamIdentity {
 };
 // Set once at start, before any request (read without a lock afterwards).
 void configure_upstream_identity(UpstreamIdentity identity);
+// The cluster secret configured above ("" : none); member records are sealed under it.
+const std::string& upstream_cluster_secret();
 // The tenant of a client's Authorization header; nullopt if keys are set and it holds none of them.
 std::optional<std::string> client_tenant(const std::string& authorization);
 // The headers of a request to an instance acting for the client whose Authorization header is

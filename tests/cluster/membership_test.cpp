@@ -1,5 +1,6 @@
 // Registration and MemberWatcher against a real etcd, including etcd crashing and coming back.
 #include "cluster/membership.h"
+#include "cluster/member_record.h"
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,46 @@ bool has_ids(const Members& members, const std::vector<std::string>& ids) {
     if (members[i].id != ids[i]) return false;
   }
   return true;
+}
+
+TEST(MemberRecordTest, SealedUnderTheSecretAndTheKey) {
+  const std::string secret(32, 's');
+  const std::string key = kPrefix + "a";
+  const std::string sealed = seal_member_record(key, instance("a"), secret);
+  auto opened = open_member_record(key, sealed, secret);
+  ASSERT_TRUE(opened.ok()) << opened.error().message();
+  EXPECT_EQ(*opened, instance("a"));
+  // Another key (a replay under another member's name), another secret, a plain record, an
+  // altered address under the old MAC: all refused.
+  EXPECT_FALSE(open_member_record(kPrefix + "b", sealed, secret).ok());
+  EXPECT_FALSE(open_member_record(key, sealed, std::string(32, 't')).ok());
+  EXPECT_FALSE(open_member_record(key, instance("a").to_json(), secret).ok());
+  std::string redirected = sealed;
+  const size_t at = redirected.find("127.0.0.1");
+  ASSERT_NE(at, std::string::npos);
+  redirected.replace(at, 9, "10.6.6.66");
+  EXPECT_FALSE(open_member_record(key, redirected, secret).ok());
+  // Without a secret (a loopback cluster) the value is the plain record.
+  EXPECT_EQ(seal_member_record(key, instance("a"), ""), instance("a").to_json());
+  EXPECT_TRUE(open_member_record(key, instance("a").to_json(), "").ok());
+}
+
+TEST_F(EtcdTest, WithASecretAForgedMemberRecordIsRefusedAndCounted) {
+  const std::string secret(32, 'k');
+  auto watcher = MemberWatcher::start(url(), kPrefix, secret);
+  ASSERT_TRUE(watcher.ok()) << watcher.error().message();
+  auto sealed = Registration::start(url(), kPrefix, instance("a"), 3, secret);
+  ASSERT_TRUE(sealed.ok()) << sealed.error().message();
+  ASSERT_TRUE((*watcher)->wait_until([](const Members& m) { return has_ids(m, {"a"}); }, 3.0));
+  // A writer without the secret: a plain record, and one sealed under another secret.
+  auto client = EtcdClient::create(url());
+  ASSERT_TRUE(client.ok());
+  InstanceInfo attacker = instance("evil");
+  attacker.address = "http://10.6.6.66:8000";
+  ASSERT_TRUE(client->put(kPrefix + "evil", attacker.to_json()).ok());
+  ASSERT_TRUE(client->put(kPrefix + "evil2", seal_member_record(kPrefix + "evil2", attacker, std::string(32, 'x'))).ok());
+  ASSERT_TRUE(wait_for([&] { return (*watcher)->refused_records() >= 2; }, 3.0));
+  EXPECT_TRUE(has_ids((*watcher)->members(), {"a"}));
 }
 
 TEST_F(EtcdTest, RegistrationAppearsAndItsLoadUpdatesPropagate) {
