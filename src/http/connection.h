@@ -42,7 +42,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     if (response_.source) response_.source->on_ready({});
     core_.remove_connection(this);
     if (core_.connections_open.fetch_sub(1) == 1 && core_.stopping && !core_.destroying) {
-      boost::asio::post(*core_.io, [&core = core_] { core.work.reset(); });
+      boost::asio::post(*core_.io, [&core = core_] { core.release_work(); });
     }
   }
 
@@ -171,6 +171,13 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       std::fprintf(stderr, "mnemo: internal error serving %s %s: %s\n", request_.method.c_str(), request_.path.c_str(), e.what());
       response_ = Response{};
       core_.error_response(response_, 500, "internal error");
+    } catch (...) {
+      // Anything else thrown would escape into the handler pool's thread, which calls
+      // std::terminate: the whole server would go down with one request.
+      std::fprintf(stderr, "mnemo: internal error serving %s %s: non-standard exception\n", request_.method.c_str(),
+                   request_.path.c_str());
+      response_ = Response{};
+      core_.error_response(response_, 500, "internal error");
     }
   }
 
@@ -292,10 +299,8 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
 
   void client_gone(beast::error_code ec) {
     if (ec == beast::error::timeout) ++core_.timeouts;
-    if (phase_ == Phase::kResponding && exchange_open_) {
-      ++core_.clients_gone;
-      if (response_.source) response_.source->cancel();
-    }
+    // finish_exchange(false) cancels the source: cancelling it here too called cancel() twice.
+    if (phase_ == Phase::kResponding && exchange_open_) ++core_.clients_gone;
     finish_exchange(false);
     close();
   }
@@ -330,7 +335,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   }
 
   void refuse_malformed(beast::error_code ec) {
-    if (ec == beast::error::timeout) ++core_.timeouts;
+    // A timeout is counted by close_after, below (counting it here too counted each one twice).
     // A head or body that is not HTTP gets a 400; a client that closed, or stalled, just goes.
     if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() && ec != bhttp::error::end_of_stream &&
         ec != bhttp::error::partial_message) {

@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -15,6 +17,7 @@
 
 #include "http/connection.h"
 #include "http/server_core.h"
+#include "util/thread_name.h"
 
 namespace mnemo::http {
 
@@ -64,6 +67,10 @@ void Server::Core::add_connection(ConnectionBase* connection, std::weak_ptr<Conn
   registry.emplace(connection, std::move(handle));
 }
 
+void Server::Core::release_work() {
+  if (!work_released.exchange(true)) work.reset();
+}
+
 void Server::Core::remove_connection(ConnectionBase* connection) {
   std::lock_guard lock(registry_mutex);
   registry.erase(connection);
@@ -87,11 +94,14 @@ void Server::Core::on_accept(const boost::system::error_code& error, tcp::socket
   }
   if (connections_open.load() >= options.limits.max_connections) {
     ++connections_refused;
-    static constexpr char kBusy[] =
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 68\r\n\r\n"
-        "{\"error\":{\"message\":\"too many open connections\",\"type\":\"server_error\"}}";
+    // Content-Length is computed from the body, not counted by hand (a hand-written 68 for these
+    // 71 bytes cut the JSON short for the client).
+    static constexpr std::string_view kBusyBody = "{\"error\":{\"message\":\"too many open connections\",\"type\":\"server_error\"}}";
+    static const std::string kBusy = fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+        kBusyBody.size(), kBusyBody);
     // Best effort: a fresh socket's send buffer takes it whole or the client learns from the close.
-    (void)::send(socket.native_handle(), kBusy, sizeof(kBusy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     boost::system::error_code ignored;
     socket.close(ignored);
     return accept();
@@ -171,7 +181,12 @@ void Server::serve() {
     if (!core.stopping) core.accept();
   });
   std::vector<std::thread> threads;
-  for (int i = 1; i < core.options.io_threads; ++i) threads.emplace_back([&core] { core.io->run(); });
+  for (int i = 1; i < core.options.io_threads; ++i) {
+    threads.emplace_back([&core] {
+      name_this_thread("mnemo-http-io");
+      core.io->run();
+    });
+  }
   core.io->run();
   for (auto& t : threads) t.join();
 }
@@ -191,7 +206,7 @@ void Server::stop() {
       }
     }
     for (auto& connection : open) connection->close_if_idle();
-    if (core.connections_open.load() == 0) core.work.reset();
+    if (core.connections_open.load() == 0) core.release_work();
   });
 }
 

@@ -43,6 +43,9 @@ struct Server::Core {
   void accept();
   void on_accept(const boost::system::error_code& error, boost::asio::ip::tcp::socket socket);
   void add_connection(ConnectionBase* connection, std::weak_ptr<ConnectionBase> handle);
+  // Lets serve() return once its I/O runs out (stopping, and the last connection gone). Once:
+  // stop()'s handler and the last connection's destructor may both get here, on two threads.
+  void release_work();
   void remove_connection(ConnectionBase* connection);
 
   ServerOptions options;
@@ -64,6 +67,7 @@ struct Server::Core {
 
   std::atomic<bool> stopping{false};
   std::atomic<bool> destroying{false};
+  std::atomic<bool> work_released{false};
   std::mutex registry_mutex;
   std::unordered_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> registry;  // guarded by registry_mutex
 
