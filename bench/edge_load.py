@@ -6,7 +6,10 @@
   2. soak: mixed traffic for D seconds (default 600) from C clients: whole and streamed chat,
      Responses turns that continue each other, streams dropped halfway, malformed bodies, /health;
      the server's RSS sampled every 10 s. Flat means the RSS at the end is within 10% of the RSS
-     at minute 2.
+     at minute 2. The KV tiers are mapped up front and touched as they fill (the default 64 Ki-token
+     pool alone is ~1.2 GB on Gemma 3 270M), so the soak runs with small tiers (--kv-tokens and
+     host tiers of 8,192 tokens) that fill within the first two minutes: what grows after that
+     is the edge's.
 
 Raw asyncio sockets (HTTP/1.1 by hand), so thousands of clients cost this process little.
 
@@ -35,10 +38,12 @@ def raise_nofile(n: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-def start_server(binary: str, max_in_flight: int) -> tuple[subprocess.Popen, int]:
+def start_server(binary: str, max_in_flight: int, kv_tokens: int) -> tuple[subprocess.Popen, int]:
     state = tempfile.mkdtemp(prefix="mnemo-edge-load-")
     proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir", state,
                              "--max-in-flight", str(max_in_flight), "--max-connections", str(max_in_flight + 256),
+                             "--kv-tokens", str(kv_tokens), "--host-swap-tokens", str(kv_tokens),
+                             "--host-compact-tokens", str(kv_tokens), "--disk-cache-bytes", str(256 << 20),
                              "--access-log", "off"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in proc.stdout:
@@ -141,9 +146,10 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=2000)
     parser.add_argument("--soak-seconds", type=float, default=600)
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--kv-tokens", type=int, default=8192, help="device pool and each host tier, in tokens")
     args = parser.parse_args()
     raise_nofile(args.streams * 2 + 1024)
-    proc, port = start_server(args.mnemo, args.streams)
+    proc, port = start_server(args.mnemo, args.streams, args.kv_tokens)
     try:
         report = {"held_streams": asyncio.run(held_streams(port, args.streams)), "rss_mib_after_streams": rss_mib(proc.pid)}
         if args.soak_seconds > 0:

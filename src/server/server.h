@@ -19,6 +19,7 @@
 #include "server/kv_receiver.h"
 #include "server/kv_replicator.h"
 #include "server/response_store.h"
+#include "server/responses_request.h"
 #include "tokenizer/tokenizer.h"
 #include "transfer/kv_transport.h"
 
@@ -96,22 +97,9 @@ class Server {
   ApiError store_out_of_service() const;
   void handle_generation(const http::Request& req, http::Response& res, Endpoint endpoint);
   void handle_create_response(const http::Request& req, http::Response& res);
-  // A Responses API request read: the chat request it runs (its history from the store, then
-  // its input), the new turn's messages, what it continues, and how it answers.
-  // A router resuming a streamed turn whose instance failed (mnemo_resume_response, SPEC D7):
-  // the response the client was getting, which this one continues as the same response.
-  struct ResumedResponse {
-    std::string id, message_id, text;
-    int64_t created_at = -1;
-  };
-  struct ResponsesTurn {
-    ParsedRequest request;
-    std::vector<ChatMessage> turn;
-    std::string previous_id;
-    bool stream = false;
-    bool store = true;
-    ResumedResponse resumed;
-  };
+  // A Responses API request read (server/responses_request.h), its messages completed with the
+  // stored history it continues.
+  using ResponsesTurn = ResponsesRequest;
   std::variant<ResponsesTurn, ApiError> read_responses_turn(const nlohmann::json& body, const Caller& caller) const;
   // POST /v1/internal/responses_prompt: the prompt tokens a Responses API request would run
   // here (its stored history included), for a router that has another instance compute them

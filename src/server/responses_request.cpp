@@ -1,0 +1,133 @@
+#include "server/responses_request.h"
+
+#include <fmt/format.h>
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+// One input item -> a chat message; nullopt for items without text (tool calls: ignored).
+std::optional<ChatMessage> to_message(const json& item, std::string& error) {
+  if (!item.is_object()) {
+    error = "input items must be objects";
+    return std::nullopt;
+  }
+  const auto role = item.find("role");
+  if (role == item.end() || !role->is_string()) {
+    if (item.value("type", "") == "message") error = "input message items need a role";
+    return std::nullopt;
+  }
+  ChatMessage message{role->get<std::string>(), ""};
+  if (message.role == "developer") message.role = "system";
+  if (message.role != "user" && message.role != "assistant" && message.role != "system") {
+    error = "input role '" + message.role + "' is not one of user, assistant, system, developer";
+    return std::nullopt;
+  }
+  const auto content = item.find("content");
+  if (content != item.end() && content->is_string()) {
+    message.content = content->get<std::string>();
+  } else if (content != item.end() && content->is_array()) {
+    for (const json& part : *content) {
+      const std::string type = part.is_object() ? part.value("type", "") : "";
+      if ((type == "input_text" || type == "output_text" || type == "text") && part.contains("text") && part["text"].is_string()) {
+        message.content += part["text"].get<std::string>();
+      } else {
+        error = "content parts must be input_text or output_text";
+        return std::nullopt;
+      }
+    }
+  } else {
+    error = "input message content must be a string or a list of text parts";
+    return std::nullopt;
+  }
+  return message;
+}
+
+// mnemo_resume_response {"id", "message_id", "created_at", "text"}, each optional: what the client
+// of a failed instance was told, for this turn to continue as the same response.
+std::optional<ApiError> read_resumed_response(const json& resumed, ResumedResponse& out) {
+  constexpr const char* kParam = "mnemo_resume_response";
+  if (!resumed.is_object()) return bad_request("'mnemo_resume_response' must be an object", kParam);
+  auto string_field = [&](const char* name, const char* prefix, std::string& field) -> std::optional<ApiError> {
+    const auto it = resumed.find(name);
+    if (it == resumed.end()) return std::nullopt;
+    if (!it->is_string() || it->get_ref<const std::string&>().rfind(prefix, 0) != 0) {
+      return bad_request(fmt::format("'mnemo_resume_response.{}' must be a string starting with '{}'", name, prefix), kParam);
+    }
+    field = it->get<std::string>();
+    return std::nullopt;
+  };
+  if (auto error = string_field("id", "resp_", out.id)) return error;
+  if (auto error = string_field("message_id", "msg_", out.message_id)) return error;
+  if (auto error = string_field("text", "", out.text)) return error;
+  if (const auto created = resumed.find("created_at"); created != resumed.end()) {
+    if (!created->is_number_integer() || created->get<int64_t>() < 0) {
+      return bad_request("'mnemo_resume_response.created_at' must be a non-negative integer", kParam);
+    }
+    out.created_at = created->get<int64_t>();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& body, const std::string& model_id) {
+  if (!body.is_object()) return bad_request("the request body must be a JSON object");
+  for (const char* name : {"stream", "store"}) {
+    if (body.contains(name) && !body[name].is_null() && !body[name].is_boolean()) {
+      return bad_request(fmt::format("'{}' must be a boolean", name), name);
+    }
+  }
+  if (body.contains("instructions") && !body["instructions"].is_null() && !body["instructions"].is_string()) {
+    return bad_request("'instructions' must be a string", "instructions");
+  }
+  if (body.contains("model") && (!body["model"].is_string() || body["model"] != model_id)) {
+    return ApiError{404, "The model does not exist; this server serves '" + model_id + "'.", "invalid_request_error", "model",
+                    "model_not_found"};
+  }
+  // Sampling and limits share the chat-completions parser (field names mapped), and so do a
+  // router's replica fields (a decode instance sending a turn's KV back, SPEC M4).
+  json as_chat = {{"messages", json::array({{{"role", "user"}, {"content", ""}}})}};
+  for (const char* field : {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "cache_salt",
+                            "presence_penalty", "frequency_penalty", "repetition_penalty", "mnemo_replica",
+                            "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_report_tokens",
+                            "mnemo_resume_tokens", "mnemo_persist_running"}) {
+    if (body.contains(field)) as_chat[field] = body[field];
+  }
+  if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) as_chat["max_tokens"] = body["max_output_tokens"];
+  auto parsed = parse_request(as_chat, /*chat=*/true);
+  if (auto* error = std::get_if<ApiError>(&parsed)) {
+    if (error->param == "max_tokens") error->param = "max_output_tokens";
+    return *error;
+  }
+  ResponsesRequest t;
+  t.request = std::move(std::get<ParsedRequest>(parsed));
+  t.stream = body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
+  t.store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
+  if (body.contains("instructions") && body["instructions"].is_string()) t.instructions = body["instructions"].get<std::string>();
+  if (const auto resumed = body.find("mnemo_resume_response"); resumed != body.end() && !resumed->is_null()) {
+    if (auto error = read_resumed_response(*resumed, t.resumed)) return *error;
+  }
+  const auto input = body.find("input");
+  if (input == body.end()) return bad_request("'input' is required", "input");
+  if (input->is_string()) {
+    t.turn.push_back({"user", input->get<std::string>()});
+  } else if (input->is_array()) {
+    for (const json& item : *input) {
+      std::string error;
+      auto message = to_message(item, error);
+      if (!error.empty()) return bad_request(error, "input");
+      if (message) t.turn.push_back(std::move(*message));
+    }
+  } else {
+    return bad_request("'input' must be a string or a list of items", "input");
+  }
+  if (const auto previous = body.find("previous_response_id"); previous != body.end() && !previous->is_null()) {
+    if (!previous->is_string()) return bad_request("'previous_response_id' must be a string", "previous_response_id");
+    t.previous_id = previous->get<std::string>();
+  }
+  return t;
+}
+
+}  // namespace mnemo::server
