@@ -42,6 +42,11 @@ int run_route(RouteArgs args) {
     return 1;
   }
   router::configure_upstream_identity({edge->api_keys, edge->cluster_secret});
+  if (args.config.tls.cert_file.empty() != args.config.tls.key_file.empty()) {
+    std::fprintf(stderr, "error: --ssl-cert-file and --ssl-key-file go together\n");
+    return 1;
+  }
+  raise_open_file_limit(args.config.max_connections);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -53,9 +58,9 @@ int run_route(RouteArgs args) {
     std::fprintf(stderr, "error: %s\n", started.error().message().c_str());
     return 1;
   }
-  std::printf("mnemo: routing (%s) for cluster '%s' of %s at http://%s:%d/ (OpenAI API under /v1)\n",
+  std::printf("mnemo: routing (%s) for cluster '%s' of %s at %s://%s:%d/ (OpenAI API under /v1)\n",
               args.policy.c_str(), args.config.cluster_name.c_str(), args.config.etcd_url.c_str(),
-              args.config.host.c_str(), router.port());
+              args.config.tls.enabled() ? "https" : "http", args.config.host.c_str(), router.port());
   std::fflush(stdout);
   std::thread signal_waiter([&] {
     int received = 0;
@@ -77,6 +82,13 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--cluster-name", args->config.cluster_name, "Cluster name (key prefix in etcd)")->capture_default_str();
   cmd->add_option("--host", args->config.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->config.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--max-connections", args->config.max_connections,
+                  "Client connections open at once (none holds a thread while it waits; more get 503)")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 1 << 20));
+  cmd->add_option("--ssl-cert-file", args->config.tls.cert_file, "PEM certificate (chain): serve HTTPS on the port")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--ssl-key-file", args->config.tls.key_file, "PEM private key of --ssl-cert-file")->check(CLI::ExistingFile);
   cmd->add_option("--policy", args->policy, "Where requests go: cache-aware (least predicted queue + compute given the "
                                             "cached prefix), session (a conversation stays on one instance), round-robin")
       ->capture_default_str()

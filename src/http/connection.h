@@ -241,6 +241,11 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     };
     if (!chunk_.empty()) {
       boost::asio::async_write(stream_, bhttp::make_chunk(boost::asio::buffer(chunk_)), std::move(on_written));
+    } else if (response_.source && response_.source->failed()) {
+      // A body that broke off: no last chunk, the connection closes (the client sees it broken).
+      writing_ = false;
+      finish_exchange(false);
+      close();
     } else {
       boost::asio::async_write(stream_, bhttp::make_chunk_last(), std::move(on_written));
     }

@@ -52,6 +52,10 @@ class BodySource {
   virtual void cancel() = 0;
   // The status of a deferred (whole) body, asked once it is complete.
   virtual int status() const { return 200; }
+  // Asked once it is complete: true if the body broke off (a relayed reply whose source died).
+  // A chunked body then ends by closing the connection without its last chunk, so the client
+  // sees a broken reply rather than a whole one.
+  virtual bool failed() const { return false; }
 };
 
 struct Response {
@@ -71,6 +75,9 @@ struct Response {
     content_type = std::move(type);
   }
   void set_header(std::string name, std::string value) { headers.push_back({std::move(name), std::move(value)}); }
+  void remove_header(std::string_view name) {
+    std::erase_if(headers, [&](const Header& h) { return h.name == name; });
+  }
   void stream(std::string type, std::shared_ptr<BodySource> body_source) {
     content_type = std::move(type);
     source = std::move(body_source);

@@ -158,9 +158,58 @@ std::shared_ptr<Router::Upstream> Router::resume(Relay& relay) {
   return nullptr;
 }
 
-bool Router::forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
+bool RelayChannel::write(std::string chunk) {
+  std::unique_lock lock(mutex);
+  room.wait(lock, [&] { return queued <= limit || gone; });
+  if (gone) return false;
+  queued += chunk.size();
+  chunks.push_back(std::move(chunk));
+  if (wake) wake();
+  return true;
+}
+
+void RelayChannel::finish(bool broke_off) {
+  std::lock_guard lock(mutex);
+  complete = true;
+  broke = broke_off;
+  if (wake) wake();
+}
+
+bool RelayChannel::client_gone() {
+  std::lock_guard lock(mutex);
+  return gone;
+}
+
+bool RelayBody::pull(std::string& out) {
+  std::lock_guard lock(channel_->mutex);
+  for (std::string& chunk : channel_->chunks) out += chunk;
+  channel_->chunks.clear();
+  channel_->queued = 0;
+  channel_->room.notify_all();
+  return channel_->complete;
+}
+
+void RelayBody::on_ready(std::function<void()> wake) {
+  std::lock_guard lock(channel_->mutex);
+  channel_->wake = std::move(wake);
+  if (channel_->wake && (!channel_->chunks.empty() || channel_->complete)) channel_->wake();
+}
+
+void RelayBody::cancel() {
+  std::lock_guard lock(channel_->mutex);
+  channel_->gone = true;
+  channel_->wake = nullptr;
+  channel_->room.notify_all();
+}
+
+bool RelayBody::failed() const {
+  std::lock_guard lock(channel_->mutex);
+  return channel_->broke;
+}
+
+bool Router::forward(const http::Request& req, http::Response& res, const cluster::InstanceInfo& instance,
                      const std::string& body, OnDone on_done, std::shared_ptr<Failover> failover) {
-  std::shared_ptr<Upstream> up = open_upstream(req.method, req.path, req.get_header_value("Authorization"), instance, body);
+  std::shared_ptr<Upstream> up = open_upstream(req.method, req.path, req.header("Authorization"), instance, body);
   if (!up) return false;  // the caller tries another instance
   res.set_header("X-Mnemo-Instance", instance.id);
   if (!up->retry_after.empty()) res.set_header("Retry-After", up->retry_after);
@@ -182,91 +231,105 @@ bool Router::forward(const httplib::Request& req, httplib::Response& res, const 
     return true;
   }
   lock.unlock();
-  res.status = up->status;
   res.set_header("Cache-Control", "no-cache");
   auto relay = std::make_shared<Relay>();
   relay->method = req.method;
   relay->path = req.path;
-  relay->authorization = req.get_header_value("Authorization");
+  relay->authorization = req.header("Authorization");
   relay->up = up;
   relay->instance = instance.id;
   relay->state_id = instance.state_id;
   if (up->status == 200) relay->failover = std::move(failover);
-  res.set_chunked_content_provider(
-      up->content_type,
-      [this, relay, on_done](size_t, httplib::DataSink& sink) {
-        const std::shared_ptr<Upstream> current = relay->up;  // only this thread replaces it
-        Upstream& u = *current;
-        std::unique_lock l(u.mutex);
-        const bool silent = !u.changed.wait_for(l, std::chrono::milliseconds(500), [&] { return !u.chunks.empty() || u.finished; });
-        while (!u.chunks.empty()) {
-          std::string chunk = std::move(u.chunks.front());
-          u.chunks.pop_front();
-          u.queued_bytes -= chunk.size();
-          u.changed.notify_all();  // a reader waiting for room
-          l.unlock();
-          if (relay->failover) {
-            chunk = relay->stitcher.feed(chunk);
-            if (relay->kept.size() < kMaxKeptReplyBytes) relay->kept += chunk.substr(0, kMaxKeptReplyBytes - relay->kept.size());
-          }
-          if (relay->first_text_at < 0 && carries_text(chunk)) relay->first_text_at = seconds_now();
-          if (!chunk.empty() && (!sink.is_writable() || !sink.write(chunk.data(), chunk.size()))) {
-            u.client_gone = true;
-            return false;
-          }
-          l.lock();
-        }
-        if (!u.finished) {
-          // An instance whose lease expired mid-reply is hung or cut off, not slow: its
-          // connection may never break, so stop reading it; the reply resumes elsewhere.
-          if (silent && relay->failover && !relay->stitcher.done() && !u.client_gone && !is_member(relay->instance)) {
-            u.client_gone = true;
-            u.changed.notify_all();
-            l.unlock();
-            u.client->stop();
-            std::lock_guard counters(mutex_);
-            ++expired_upstreams_;
-          }
-          return true;  // a stopped upstream ends broken: the next call resumes it
-        }
-        bool broke = u.broke;
-        const int status = u.status;
-        l.unlock();
-        if (broke && relay->failover && !relay->stitcher.done()) {
-          u.thread.join();
-          if (relay->stitcher.finished()) {
-            // Only the end marker was lost: the reply itself is whole.
-            const std::string end = "data: [DONE]\n\n";
-            if (!sink.write(end.data(), end.size())) return false;
-            broke = false;
-          } else if (std::shared_ptr<Upstream> next = resume(*relay)) {
-            relay->up = std::move(next);
-            return true;
-          }
-        }
-        const std::string kept = relay->failover ? relay->kept : u.kept;
-        // Before the end reaches the client: a next turn sent at once must find what this one left
-        // (its Responses owner, its prompt-tree entries).
-        if (!relay->reported.exchange(true)) on_done(broke ? 502 : status, kept, true, relay->instance, relay->first_text_at);
-        // An instance gone mid-reply: the client's connection breaks rather than ending as if the
-        // reply were whole.
-        if (broke) return false;
-        sink.done();
-        return true;
-      },
-      [relay, on_done](bool) {
-        Upstream& u = *relay->up;
-        {
-          std::lock_guard l(u.mutex);
-          u.client_gone = true;
-          u.changed.notify_all();  // a reader waiting for room stops
-        }
-        u.client->stop();  // the instance's side ends now, not at its next chunk
-        if (u.thread.joinable()) u.thread.join();
-        // A client that left before the end: the request no longer counts as in flight.
-        if (!relay->reported.exchange(true)) on_done(499, "", true, relay->instance, -1.0);
-      });
+  auto channel = std::make_shared<RelayChannel>(config_.relay_buffer_bytes);
+  // http::Server streams chunked bodies with status 200; an instance's refusal as SSE is not a
+  // case its API has, so its status is passed on in the events only.
+  res.stream(up->content_type, std::make_shared<RelayBody>(channel));
+  {
+    std::lock_guard running(relays_mutex_);
+    ++relays_running_;
+  }
+  std::thread([this, relay, channel, on_done] {
+    relay_stream(relay, channel, on_done);
+    // Last: the router may be destroyed once no relay runs.
+    std::lock_guard running(relays_mutex_);
+    --relays_running_;
+    relays_done_.notify_all();
+  }).detach();
   return true;
+}
+
+void Router::relay_stream(const std::shared_ptr<Relay>& relay, const std::shared_ptr<RelayChannel>& channel,
+                          const OnDone& on_done) {
+  const auto client_left = [&](Upstream& u) {
+    {
+      std::lock_guard l(u.mutex);
+      u.client_gone = true;
+      u.changed.notify_all();  // a reader waiting for room stops
+    }
+    u.client->stop();  // the instance's side ends now, not at its next chunk
+    if (u.thread.joinable()) u.thread.join();
+    // A client that left before the end: the request no longer counts as in flight.
+    if (!relay->reported.exchange(true)) on_done(499, "", true, relay->instance, -1.0);
+  };
+  for (;;) {
+    const std::shared_ptr<Upstream> current = relay->up;  // only this thread replaces it
+    Upstream& u = *current;
+    std::unique_lock l(u.mutex);
+    const bool silent = !u.changed.wait_for(l, std::chrono::milliseconds(500), [&] { return !u.chunks.empty() || u.finished; });
+    while (!u.chunks.empty()) {
+      std::string chunk = std::move(u.chunks.front());
+      u.chunks.pop_front();
+      u.queued_bytes -= chunk.size();
+      u.changed.notify_all();  // a reader waiting for room
+      l.unlock();
+      if (relay->failover) {
+        chunk = relay->stitcher.feed(chunk);
+        if (relay->kept.size() < kMaxKeptReplyBytes) relay->kept += chunk.substr(0, kMaxKeptReplyBytes - relay->kept.size());
+      }
+      if (relay->first_text_at < 0 && carries_text(chunk)) relay->first_text_at = seconds_now();
+      if (!chunk.empty() && !channel->write(std::move(chunk))) return client_left(u);
+      l.lock();
+    }
+    if (!u.finished) {
+      l.unlock();
+      if (channel->client_gone()) return client_left(u);
+      // An instance whose lease expired mid-reply is hung or cut off, not slow: its connection
+      // may never break, so stop reading it; the reply resumes elsewhere.
+      if (silent && relay->failover && !relay->stitcher.done() && !is_member(relay->instance)) {
+        {
+          std::lock_guard stopping(u.mutex);
+          u.client_gone = true;
+          u.changed.notify_all();
+        }
+        u.client->stop();
+        std::lock_guard counters(mutex_);
+        ++expired_upstreams_;
+      }
+      continue;  // a stopped upstream ends broken: the next turn of the loop resumes it
+    }
+    bool broke = u.broke;
+    const int status = u.status;
+    l.unlock();
+    if (u.thread.joinable()) u.thread.join();
+    if (broke && relay->failover && !relay->stitcher.done()) {
+      if (relay->stitcher.finished()) {
+        // Only the end marker was lost: the reply itself is whole.
+        if (!channel->write("data: [DONE]\n\n")) return client_left(u);
+        broke = false;
+      } else if (std::shared_ptr<Upstream> next = resume(*relay)) {
+        relay->up = std::move(next);
+        continue;
+      }
+    }
+    const std::string kept = relay->failover ? relay->kept : u.kept;
+    // Before the end reaches the client: a next turn sent at once must find what this one left
+    // (its Responses owner, its prompt-tree entries).
+    if (!relay->reported.exchange(true)) on_done(broke ? 502 : status, kept, true, relay->instance, relay->first_text_at);
+    // An instance gone mid-reply: the client's connection breaks rather than ending as if the
+    // reply were whole.
+    channel->finish(broke);
+    return;
+  }
 }
 
 }  // namespace mnemo::router

@@ -9,12 +9,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_set>
 
+#include "http/message.h"
 #include "router/router.h"
 #include "router/sse_stitcher.h"
 
@@ -44,6 +46,42 @@ struct Router::Upstream {
   std::thread thread;
 };
 
+// The client's side of a relayed stream: what the relay thread has read and stitched, waiting for
+// the client's connection to pull it (on an I/O thread, woken by `wake`). The relay thread waits
+// while the client is `limit` bytes behind, so a slow client holds the instance back (TCP) rather
+// than the router queueing without bound.
+struct RelayChannel {
+  explicit RelayChannel(size_t limit_bytes) : limit(limit_bytes) {}
+  // Relay thread: false once the client has gone (nothing more is taken).
+  bool write(std::string chunk);
+  // Relay thread: the reply is over; `broke`: it broke off (the client's connection is cut).
+  void finish(bool broke);
+  bool client_gone();
+
+  const size_t limit;
+  std::mutex mutex;
+  std::condition_variable room;
+  std::deque<std::string> chunks;  // guarded by mutex
+  size_t queued = 0;               // guarded by mutex
+  bool complete = false;           // guarded by mutex
+  bool broke = false;              // guarded by mutex
+  bool gone = false;               // guarded by mutex
+  std::function<void()> wake;      // guarded by mutex; called under it
+};
+
+class RelayBody final : public http::BodySource {
+ public:
+  explicit RelayBody(std::shared_ptr<RelayChannel> channel) : channel_(std::move(channel)) {}
+  ~RelayBody() override { cancel(); }
+  bool pull(std::string& out) override;
+  void on_ready(std::function<void()> wake) override;
+  void cancel() override;
+  bool failed() const override;
+
+ private:
+  std::shared_ptr<RelayChannel> channel_;
+};
+
 // A streamed reply on its way to the client: the upstream it comes from now, and, with a
 // failover, the stitcher joining its upstreams into one stream.
 struct Router::Relay {
@@ -56,7 +94,7 @@ struct Router::Relay {
   std::unordered_set<std::string> failed;  // instances that broke off this reply
   std::string kept;                        // what the client got (bounded), for the prompt tree
   std::atomic<bool> reported{false};       // on_done ran (once, whether the stream ended or the client left)
-  double first_text_at = -1;               // the writer thread's: when the first generated text went out
+  double first_text_at = -1;               // the relay thread's: when the first generated text went out
 };
 
 }  // namespace mnemo::router

@@ -1,7 +1,5 @@
 #include "router/relay.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <map>
 
@@ -30,11 +28,22 @@ constexpr size_t kBytesPerKnownToken = 6;
 // An instance's chunk size until its first cache event says (mnemo serve's default).
 constexpr int32_t kDefaultChunkTokens = 32;
 
+http::ServerOptions http_options(const RouterConfig& config) {
+  http::ServerOptions options;
+  options.host = config.host;
+  options.port = config.port;
+  options.limits.max_body_bytes = 8u << 20;
+  options.limits.max_connections = config.max_connections;
+  options.tls = config.tls;
+  options.handler_threads = config.http_threads;
+  return options;
+}
+
 }  // namespace
 
 Router::Router(RouterConfig config)
     : config_(std::move(config)),
-      http_(std::make_unique<httplib::Server>()),
+      http_(std::make_unique<http::Server>(http_options(config_))),
       tree_(64, config_.prompt_ttl_seconds),
       routing_(config_.policy, config_.cost) {
   install_routes();
@@ -42,6 +51,11 @@ Router::Router(RouterConfig config)
 
 Router::~Router() {
   stop();
+  // Connections first (their relayed bodies tell relay threads the client is gone), then the
+  // relay threads, which use everything else here.
+  http_.reset();
+  std::unique_lock lock(relays_mutex_);
+  relays_done_.wait(lock, [&] { return relays_running_ == 0; });
 }
 
 Status Router::start() {
@@ -62,43 +76,40 @@ Status Router::start() {
                                                upstream_cluster_secret());
   if (!watcher.ok()) return watcher.error().with_context("router: watching the instances");
   members_ = std::move(*watcher);
-  bound_port_ = config_.port == 0 ? http_->bind_to_any_port(config_.host)
-                                  : (http_->bind_to_port(config_.host, config_.port) ? config_.port : -1);
-  if (bound_port_ <= 0) return make_error("router: cannot listen on {}:{}", config_.host, config_.port);
+  if (Status bound = http_->bind(); !bound.ok()) return bound.error().with_context("router");
+  bound_port_ = http_->port();
   return ok_status();
 }
 
-void Router::serve() { http_->listen_after_bind(); }
+void Router::serve() { http_->serve(); }
 
 void Router::stop() {
   if (http_) http_->stop();
 }
 
 void Router::install_routes() {
-  httplib::Server& http = *http_;
-  const auto threads = static_cast<size_t>(config_.http_threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(8u << 20);
+  http::Server& http = *http_;
   // Clients authenticate here (the router holds the instances' key file); instances then see a
   // peer acting for the client's tenant, never the client's key.
-  http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (req.path.rfind("/v1/", 0) != 0 && req.path != "/metrics") return httplib::Server::HandlerResponse::Unhandled;
-    if (client_tenant(req.get_header_value("Authorization"))) return httplib::Server::HandlerResponse::Unhandled;
+  http.on_head([](http::Request& req, http::Response& res) {
+    if (req.path.rfind("/v1/", 0) != 0 && req.path != "/metrics") return true;
+    if (client_tenant(req.header("Authorization"))) return true;
     send_error(res, 401, "Incorrect or missing API key (Authorization: Bearer ...).", "invalid_request_error", "invalid_api_key");
-    res.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
+    return false;
   });
-  http.set_write_timeout(std::chrono::seconds(60));  // a client reading slowly keeps its stream this long
-  http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kChat); });
-  http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kCompletions); });
-  http.Post("/v1/responses", [this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, Api::kResponses); });
-  http.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& q, httplib::Response& r) { handle_stored_response(q, r); });
-  http.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", [this](const httplib::Request& q, httplib::Response& r) { handle_stored_response(q, r); });
-  http.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& r) { handle_models(q, r); });
-  http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& r) { handle_metrics(q, r); });
+  http.on_error_body([](http::Response& res, int status, const std::string& message) {
+    send_error(res, status, message, status >= 500 ? "server_error" : "invalid_request_error", "");
+  });
+  http.route("POST", "/v1/chat/completions", [this](http::Request& q, http::Response& r) { handle_generation(q, r, Api::kChat); });
+  http.route("POST", "/v1/completions", [this](http::Request& q, http::Response& r) { handle_generation(q, r, Api::kCompletions); });
+  http.route("POST", "/v1/responses", [this](http::Request& q, http::Response& r) { handle_generation(q, r, Api::kResponses); });
+  http.route_prefix("GET", "/v1/responses/", [this](http::Request& q, http::Response& r) { handle_stored_response(q, r); });
+  http.route_prefix("DELETE", "/v1/responses/", [this](http::Request& q, http::Response& r) { handle_stored_response(q, r); });
+  http.route("GET", "/v1/models", [this](http::Request& q, http::Response& r) { handle_models(q, r); });
+  http.route("GET", "/metrics", [this](http::Request& q, http::Response& r) { handle_metrics(q, r); });
   // The planner's Y, t and N as measured here, and the instances that could be split (D):
   // what `mnemo plan --from-router` reads.
-  http.Get("/v1/internal/plan_inputs", [this](const httplib::Request&, httplib::Response& r) {
+  http.route("GET", "/v1/internal/plan_inputs", [this](http::Request&, http::Response& r) {
     const PlanMeter::Measured m = plan_meter_.measured();
     size_t splittable = 0;
     for (const auto& member : all_members()) splittable += member.transfer_endpoint.empty() ? 0 : 1;
@@ -110,7 +121,7 @@ void Router::install_routes() {
                       .dump(),
                   "application/json");
   });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+  http.route("GET", "/health", [this](http::Request&, http::Response& r) {
     const size_t n = live_members().size();
     r.status = n > 0 ? 200 : 503;
     r.set_content(json{{"status", n > 0 ? "ok" : "no instances"}, {"instances", n}}.dump(), "application/json");
@@ -159,7 +170,7 @@ std::vector<cluster::InstanceInfo> Router::live_members(bool prefill) {
   return out;
 }
 
-bool Router::prefill_on(const httplib::Request& req, Api api, const cluster::InstanceInfo& prefill,
+bool Router::prefill_on(const http::Request& req, Api api, const cluster::InstanceInfo& prefill,
                         const cluster::InstanceInfo& decode, const json& body, size_t decode_known_tokens,
                         int64_t& prompt_tokens) {
   // The prompt alone: one token, unstreamed, its KV replicated to the decode instance, answered
@@ -290,7 +301,7 @@ std::shared_ptr<const CostModel> Router::profile_of(const cluster::InstanceInfo&
   return model;
 }
 
-void Router::handle_generation(const httplib::Request& req, httplib::Response& res, Api api) {
+void Router::handle_generation(const http::Request& req, http::Response& res, Api api) {
   const json body = parse_bounded_json_or_discarded(req.body, JsonLimits{.max_bytes = size_t{64} << 20, .max_depth = 32});
   if (body.is_discarded()) {
     return send_error(res, 400, "the request body is not acceptable JSON (malformed, or nested deeper than 32 levels)",
@@ -341,7 +352,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   const PromptKeys prompt =
       tokenizer_ && api != Api::kResponses
           ? PromptKeys(view->prompt_text, tokenizer_->tokens(api, req.body),
-                       PromptTokenizer::cache_namespace(client_tenant(req.get_header_value("Authorization")).value_or(""), body))
+                       PromptTokenizer::cache_namespace(client_tenant(req.header("Authorization")).value_or(""), body))
           : PromptKeys(view->prompt_text);
   const int64_t prompt_tokens = prompt.tokenized() ? prompt.n_tokens() : routing_.tokens_of_text(view->prompt_text.size());
 
@@ -516,7 +527,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
       record_prompt(m.id, prompt, now);  // its prefill caches the prompt there
     }
     auto on_done = [this, api, id = m.id, replicas, turn_holders, prompt = view->prompt_text, arrived = now,
-                    authorization = req.get_header_value("Authorization"), request_body = body](
+                    authorization = req.header("Authorization"), request_body = body](
                        int status, const std::string& reply_body, bool sse, const std::string& finished_on,
                        double first_text_at) {
       // The next turn's prompt starts with this one's and its reply: cached there now (and on
@@ -554,7 +565,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
     };
     if (!replicas.empty()) res.set_header("X-Mnemo-Replica", fmt::format("{}", fmt::join(replicas, ",")));
     if (forward(req, res, m, sent, on_done, failover)) return;
-    res.headers.erase("X-Mnemo-Replica");
+    res.remove_header("X-Mnemo-Replica");
     std::lock_guard lock(mutex_);
     --in_flight_[m.id];
     --routed_[m.id];
@@ -566,7 +577,7 @@ void Router::handle_generation(const httplib::Request& req, httplib::Response& r
   send_error(res, 503, "no instance could be reached", "server_error", "no_instance");
 }
 
-bool Router::push_kv(const httplib::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
+bool Router::push_kv(const http::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
                      const nlohmann::json& request) {
   const json body = {{"target", to_endpoint}, {"api", api == Api::kChat ? "chat" : "completions"}, {"request", request}};
   const auto reply = post_for(req, from.address, "/v1/internal/kv_push", body, std::chrono::seconds(60));
@@ -587,14 +598,14 @@ bool Router::push_kv(const httplib::Request& req, const cluster::InstanceInfo& f
   return true;
 }
 
-void Router::handle_models(const httplib::Request& req, httplib::Response& res) {
+void Router::handle_models(const http::Request& req, http::Response& res) {
   for (const auto& m : live_members()) {
     if (forward(req, res, m, "", [](int, const std::string&, bool, const std::string&, double) {})) return;
   }
   send_error(res, 503, "no instance is serving", "server_error", "no_instance");
 }
 
-void Router::handle_metrics(const httplib::Request&, httplib::Response& res) {
+void Router::handle_metrics(const http::Request&, http::Response& res) {
   const auto members = live_members();
   std::string out;
   const PlanMeter::Measured measured = plan_meter_.measured();

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http/server.h"
 #include "router/cache_follower.h"
 #include "router/plan_meter.h"
 #include "router/planner.h"
@@ -42,11 +44,6 @@
 #include "router/sse_stitcher.h"
 #include "util/result.h"
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}
 
 namespace mnemo::cluster {
 class EtcdClient;
@@ -59,6 +56,7 @@ namespace mnemo::router {
 enum class Api;
 class PromptKeys;
 class PromptTokenizer;  // router/conversation_text.h
+struct RelayChannel;    // router/relay.h
 
 struct RouterConfig {
   std::string host = "127.0.0.1";
@@ -69,7 +67,9 @@ struct RouterConfig {
   CostParams cost;
   double prompt_ttl_seconds = 600;
   double upstream_timeout_seconds = 600;
-  int http_threads = 32;
+  int http_threads = 32;  // handler threads (a whole reply holds one while its instance computes it)
+  int max_connections = 4096;
+  http::TlsFiles tls;
   bool failover = true;  // resume streamed replies whose instance fails (SPEC D7)
   int replicas = 0;      // KV replicas of each request in flight on other instances (0: none)
   // Each resumable request's instance also persists its KV to its own disk tier as it runs
@@ -123,10 +123,10 @@ class Router {
     size_t holders = 0;                             // how many of them hold a replica
   };
   void install_routes();
-  void handle_generation(const httplib::Request& req, httplib::Response& res, Api api);
-  void handle_stored_response(const httplib::Request& req, httplib::Response& res);
-  void handle_models(const httplib::Request& req, httplib::Response& res);
-  void handle_metrics(const httplib::Request& req, httplib::Response& res);
+  void handle_generation(const http::Request& req, http::Response& res, Api api);
+  void handle_stored_response(const http::Request& req, http::Response& res);
+  void handle_models(const http::Request& req, http::Response& res);
+  void handle_metrics(const http::Request& req, http::Response& res);
   // Instances with a live lease: those that generate (colocated and decode), or the prefill ones
   // (by their published roles, or by the plan's split).
   std::vector<cluster::InstanceInfo> live_members(bool prefill = false);
@@ -153,7 +153,7 @@ class Router {
   // A Responses API turn's prompt (its history is the decode instance's) is asked of the decode
   // instance first and computed on `prefill` as a completion of those tokens; `prompt_tokens`
   // gets its length (unchanged for the other APIs).
-  bool prefill_on(const httplib::Request& req, Api api, const cluster::InstanceInfo& prefill,
+  bool prefill_on(const http::Request& req, Api api, const cluster::InstanceInfo& prefill,
                   const cluster::InstanceInfo& decode, const nlohmann::json& body, size_t decode_known_tokens,
                   int64_t& prompt_tokens);
   // The instance's published `mnemo profile` (parsed once per published text); null if it has
@@ -171,10 +171,10 @@ class Router {
   std::string owner_key(const std::string& response_id) const;
   // The instance that stored a response ("" if unknown; an Error if etcd could not say).
   Result<std::string> owner_of(const std::string& response_id);
-  static void send_owner_lookup_failure(httplib::Response& res, const Error& error);
+  static void send_owner_lookup_failure(http::Response& res, const Error& error);
   void remember_owner(const std::string& response_id, const std::string& instance);
   // Asks `from` to send its KV for the request's prompt to the transport at `to_endpoint`.
-  bool push_kv(const httplib::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
+  bool push_kv(const http::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
                const nlohmann::json& request);
   // Starts the request on `instance`; nullptr if it could not be reached (no reply began).
   std::shared_ptr<Upstream> open_upstream(const std::string& method, const std::string& path,
@@ -182,14 +182,21 @@ class Router {
                                           const std::string& body);
   // Sends the request to `instance`; false (res untouched) if it could not be reached at all.
   // With `failover`, a streamed reply that breaks off is resumed elsewhere.
-  bool forward(const httplib::Request& req, httplib::Response& res, const cluster::InstanceInfo& instance,
+  bool forward(const http::Request& req, http::Response& res, const cluster::InstanceInfo& instance,
                const std::string& body, OnDone on_done, std::shared_ptr<Failover> failover = nullptr);
+  // On a relay thread of its own: moves a streamed reply from its instance(s) to the client's
+  // channel, resuming it elsewhere if it breaks off, until it ends or the client goes.
+  void relay_stream(const std::shared_ptr<Relay>& relay, const std::shared_ptr<RelayChannel>& channel, const OnDone& on_done);
   // The relay's request again, after the tokens its client has, on the next candidate that
   // answers; nullptr if none does.
   std::shared_ptr<Upstream> resume(Relay& relay);
 
   RouterConfig config_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<http::Server> http_;
+  // Relay threads still running (each joins nothing; the router waits for them to end).
+  std::mutex relays_mutex_;
+  std::condition_variable relays_done_;
+  int relays_running_ = 0;  // guarded by relays_mutex_
   std::unique_ptr<cluster::MemberWatcher> members_;
   std::unique_ptr<cluster::EtcdClient> etcd_;
   int bound_port_ = 0;

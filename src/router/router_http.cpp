@@ -6,7 +6,7 @@ namespace mnemo::router {
 
 using nlohmann::json;
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
+void send_error(http::Response& res, int status, const std::string& message, const std::string& type,
                 const std::string& code) {
   res.status = status;
   res.set_content(json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}
@@ -60,9 +60,9 @@ httplib::Result delete_for(const std::string& authorization, const std::string& 
   client.set_read_timeout(std::chrono::seconds(30));
   return client.Delete(path, upstream_headers(authorization, "DELETE", path, ""));
 }
-httplib::Result post_for(const httplib::Request& client_request, const std::string& address, const std::string& path,
+httplib::Result post_for(const http::Request& client_request, const std::string& address, const std::string& path,
                          const json& body, std::chrono::duration<double> read_timeout) {
-  return post_for(client_request.get_header_value("Authorization"), address, path, body, read_timeout);
+  return post_for(client_request.header("Authorization"), address, path, body, read_timeout);
 }
 
 }  // namespace mnemo::router

@@ -17,6 +17,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "http/message.h"
+
 namespace mnemo::router {
 
 struct UpstreamIdentity {
@@ -34,12 +36,12 @@ std::optional<std::string> client_tenant(const std::string& authorization);
 httplib::Headers upstream_headers(const std::string& authorization, const std::string& method, const std::string& path,
                                   const std::string& body);
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
+void send_error(http::Response& res, int status, const std::string& message, const std::string& type,
                 const std::string& code);
 
 httplib::Result post_for(const std::string& authorization, const std::string& address, const std::string& path,
                          const nlohmann::json& body, std::chrono::duration<double> read_timeout);
-httplib::Result post_for(const httplib::Request& client_request, const std::string& address, const std::string& path,
+httplib::Result post_for(const http::Request& client_request, const std::string& address, const std::string& path,
                          const nlohmann::json& body, std::chrono::duration<double> read_timeout);
 httplib::Result delete_for(const std::string& authorization, const std::string& address, const std::string& path);
 

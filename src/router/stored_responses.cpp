@@ -86,7 +86,7 @@ Result<std::string> Router::owner_of(const std::string& response_id) {
   return (*kv)->value;
 }
 
-void Router::send_owner_lookup_failure(httplib::Response& res, const Error& error) {
+void Router::send_owner_lookup_failure(http::Response& res, const Error& error) {
   res.set_header("Retry-After", "1");
   send_error(res, 503, fmt::format("cannot look up the instance of a stored response: {}", error.message()), "server_error",
              "cluster_unavailable");
@@ -102,8 +102,8 @@ void Router::remember_owner(const std::string& response_id, const std::string& i
   if (!put.ok()) std::fprintf(stderr, "mnemo route: %s\n", put.error().message().c_str());
 }
 
-void Router::handle_stored_response(const httplib::Request& req, httplib::Response& res) {
-  const std::string id = req.matches[1];
+void Router::handle_stored_response(const http::Request& req, http::Response& res) {
+  const std::string id = req.path_tail;
   const Result<std::string> found = owner_of(id);
   if (!found.ok()) return send_owner_lookup_failure(res, found.error());
   if (found->empty()) return send_error(res, 404, fmt::format("No response found with id '{}'.", id), "invalid_request_error", "not_found");
@@ -117,7 +117,7 @@ void Router::handle_stored_response(const httplib::Request& req, httplib::Respon
   if (deleting) {
     // The copies on the other holders go too (the first one answers the client).
     for (size_t i = 1; i < holders.size(); ++i) {
-      (void)delete_for(req.get_header_value("Authorization"), holders[i].address, req.path);
+      (void)delete_for(req.header("Authorization"), holders[i].address, req.path);
     }
   }
   const auto it = holders.begin();
