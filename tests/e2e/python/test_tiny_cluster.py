@@ -217,6 +217,55 @@ def test_a_router_authenticates_clients_itself_and_speaks_to_instances_as_a_peer
         keyed.terminate()
 
 
+def test_a_sealed_cluster_refuses_a_forged_member_record_and_counts_it(cluster, start_server, mnemo_bin, etcd, tiny_model):
+    """Instances and router hold the cluster secret: member records are sealed under it, so a
+    record written to etcd without it (here: one that would send traffic to 10.6.6.66) is refused
+    by the router and counted, and requests still go to the real instance."""
+    import base64
+    from helpers import CLUSTER_SECRET
+    name = cluster["name"] + "-sealed"
+    secret_file = os.path.join(tempfile.mkdtemp(prefix="mnemo-e2e-sealed-"), "secret")
+    Path(secret_file).write_text(CLUSTER_SECRET)
+    sealed = start_server("-m", tiny_model, "--model-name", "tiny", "--cluster", etcd, "--cluster-name", name,
+                          "--cluster-secret-file", secret_file, "--kv-tokens", "2048")
+    router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
+                          "--cluster-secret-file", secret_file])
+    try:
+        router.start()
+        wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 1, 15, 0.1, "the sealed instance")
+        forged = {"id": "evil", "address": "http://10.6.6.66:8000", "role": "colocated", "capacity_tokens": 1 << 20}
+        key = f"/mnemo/{name}/instances/evil".encode()
+        r = requests.post(etcd + "/v3/kv/put", timeout=10, json={"key": base64.b64encode(key).decode(),
+                                                                  "value": base64.b64encode(json.dumps(forged).encode()).decode()})
+        assert r.status_code == 200, r.text
+        wait_for(lambda: read_metrics(router.url).get("mnemo_router_member_records_refused_total", 0) >= 1, 10, 0.1,
+                 "the forged record to be refused")
+        assert read_metrics(router.url)["mnemo_router_instances"] == 1
+        for _ in range(3):
+            r = complete(router.url, PROMPT)
+            assert r.headers["X-Mnemo-Instance"] not in ("", "evil")
+    finally:
+        router.terminate()
+        sealed.terminate()
+
+
+def test_slow_clients_hold_no_router_thread(cluster):
+    """300 clients trickling a header byte at a time leave the router's routing fast."""
+    import socket
+    host, port = cluster["router"].url.split("://", 1)[1].split(":")
+    slow = [socket.create_connection((host, int(port)), timeout=10) for _ in range(300)]
+    try:
+        for s in slow:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nX-Slow: ")
+        started = time.monotonic()
+        complete(cluster["router"].url, PROMPT, max_tokens=1)
+        assert time.monotonic() - started < 2.0
+        assert requests.get(cluster["router"].url + "/health", timeout=2).status_code == 200
+    finally:
+        for s in slow:
+            s.close()
+
+
 def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
     router = cluster["router"].url
     victim = cluster["instances"][2]
