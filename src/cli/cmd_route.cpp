@@ -42,6 +42,12 @@ int run_route(RouteArgs args) {
     return 1;
   }
   router::configure_upstream_identity({edge->api_keys, edge->cluster_secret});
+  auto etcd = args.edge.etcd_endpoint(args.config.etcd_url);
+  if (!etcd.ok()) {
+    std::fprintf(stderr, "error: %s\n", etcd.error().message().c_str());
+    return 1;
+  }
+  args.config.etcd_access = std::move(*etcd);
   if (args.config.tls.cert_file.empty() != args.config.tls.key_file.empty()) {
     std::fprintf(stderr, "error: --ssl-cert-file and --ssl-key-file go together\n");
     return 1;
@@ -121,6 +127,7 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--plan-overhead", args->plan.overhead, "The plan's m in [1, 2): the slowdown of streaming prompt KV")
       ->capture_default_str();
   args->edge.add_auth_to(cmd);
+  args->edge.add_etcd_to(cmd);
   cmd->add_option("--instance-api-key", args->config.instance_api_key,
                   "The API key of instances started with --api-key, for the router's own requests to them (its "
                   "cache followers, with --model)");

@@ -85,7 +85,8 @@ class ClusterMembership {
       if (!profile.ok()) return profile.error().with_context("publishing the cost profile");
       info.cost_profile = std::move(*profile);
     }
-    auto registration = cluster::Registration::start(args.cluster_url, cluster::instances_prefix(args.cluster_name), info,
+    MNEMO_ASSIGN_OR_RETURN(cluster::EtcdEndpoint etcd, args.edge.etcd_endpoint(args.cluster_url));
+    auto registration = cluster::Registration::start(etcd, cluster::instances_prefix(args.cluster_name), info,
                                                      /*ttl_seconds=*/3, args.server.auth.cluster_secret);
     if (!registration.ok()) return registration.error().with_context("joining the cluster");
     auto self = std::unique_ptr<ClusterMembership>(new ClusterMembership(std::move(*registration), engine));
@@ -338,6 +339,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--port", args->server.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   args->edge.add_auth_to(cmd);
   args->edge.add_server_to(cmd);
+  args->edge.add_etcd_to(cmd);
   cmd->add_option("--ui-dir", args->server.ui_dir, "Folder of the web chat page")->capture_default_str();
   cmd->add_option("-t,--threads", args->engine.threads, "Kernel worker threads (0: one per core)")->capture_default_str();
   cmd->add_option("--kv-tokens", args->kv_tokens, "KV pool size in tokens")->capture_default_str()->check(CLI::Range(16, 1 << 26));

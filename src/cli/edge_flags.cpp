@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include <netdb.h>
 #include <sys/resource.h>
@@ -28,6 +29,28 @@ void EdgeFlags::add_server_to(CLI::App* cmd) {
   cmd->add_option("--access-log", access_log, "A line per request on stderr")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json", "off"}));
+}
+
+void EdgeFlags::add_etcd_to(CLI::App* cmd) {
+  cmd->add_option("--etcd-ca-file", etcd.ca_file, "CA certificate that etcd's (https) certificate is checked against")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--etcd-cert-file", etcd.cert_file, "Client certificate for an etcd that asks for one")->check(CLI::ExistingFile);
+  cmd->add_option("--etcd-key-file", etcd.key_file, "Key of --etcd-cert-file")->check(CLI::ExistingFile);
+  cmd->add_option("--etcd-user", etcd.user, "etcd user (etcd's own auth; with --etcd-password-file)");
+  cmd->add_option("--etcd-password-file", etcd_password_file, "File holding the etcd user's password")->check(CLI::ExistingFile);
+}
+
+Result<cluster::EtcdEndpoint> EdgeFlags::etcd_endpoint(const std::string& url) const {
+  cluster::EtcdEndpoint endpoint = etcd;
+  endpoint.url = url;
+  if (endpoint.user.empty() != etcd_password_file.empty()) {
+    return make_error("--etcd-user and --etcd-password-file go together");
+  }
+  if (!etcd_password_file.empty()) {
+    std::ifstream in(etcd_password_file);
+    if (!in || !std::getline(in, endpoint.password)) return make_error("cannot read the etcd password from {}", etcd_password_file);
+  }
+  return endpoint;
 }
 
 server::AccessLogFormat EdgeFlags::access_log_format() const {

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cluster/etcd_client.h"
 #include "server/access_log.h"
 #include "server/caller.h"
 #include "util/result.h"
@@ -20,11 +21,18 @@ struct EdgeFlags {
   std::string metrics_key;
   std::string cluster_secret_file;
   std::string access_log = "text";
+  cluster::EtcdEndpoint etcd;  // its url is the command's --cluster
+  std::string etcd_password_file;
 
   // --api-key, --api-key-file, --cluster-secret-file (serve and route).
   void add_auth_to(CLI::App* cmd);
   // --metrics-key, --access-log (serve).
   void add_server_to(CLI::App* cmd);
+  // --etcd-ca-file, --etcd-cert-file, --etcd-key-file, --etcd-user, --etcd-password-file (serve
+  // and route): a secured etcd.
+  void add_etcd_to(CLI::App* cmd);
+  // How to reach the etcd at `url`, the password read from its file.
+  Result<cluster::EtcdEndpoint> etcd_endpoint(const std::string& url) const;
   // The keys, the metrics key and the secret read and checked. `cluster_addresses`: every
   // address this process listens on or reaches in the cluster (none: not in a cluster). A cluster
   // without a secret runs only when all of them are loopback (with a warning), since any process

@@ -4,8 +4,14 @@
 #include <charconv>
 #include <chrono>
 
+#include <cstdio>
+#include <mutex>
+
+#include <unistd.h>
+
 #include <httplib.h>
 
+#include "cluster/etcd_connection.h"
 #include "cluster/etcd_wire.h"
 
 namespace mnemo::cluster {
@@ -41,11 +47,14 @@ std::string prefix_range_end(std::string_view prefix) {
   return std::string(1, '\0');
 }
 
-Result<EtcdClient> EtcdClient::create(const std::string& url, double timeout_seconds) {
-  auto bad = [&](std::string_view why) { return make_error("etcd url \"{}\": {} (expected http://host:port)", url, why); };
-  constexpr std::string_view kScheme = "http://";
-  if (url.rfind(kScheme, 0) != 0) return bad("scheme must be http");
-  std::string_view rest = std::string_view(url).substr(kScheme.size());
+Result<EtcdClient> EtcdClient::create(const EtcdEndpoint& endpoint, double timeout_seconds) {
+  const std::string& url = endpoint.url;
+  auto bad = [&](std::string_view why) {
+    return make_error("etcd url \"{}\": {} (expected http://host:port or https://host:port)", url, why);
+  };
+  const bool tls = url.rfind("https://", 0) == 0;
+  if (!tls && url.rfind("http://", 0) != 0) return bad("scheme must be http or https");
+  std::string_view rest = std::string_view(url).substr(tls ? 8 : 7);
   if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   const size_t colon = rest.rfind(':');
   if (colon == std::string_view::npos) return bad("no port");
@@ -60,19 +69,68 @@ Result<EtcdClient> EtcdClient::create(const std::string& url, double timeout_sec
     return bad("port must be a number in 1..65535");
   }
   if (!(timeout_seconds > 0)) return make_error("etcd {}: timeout must be positive, got {}", url, timeout_seconds);
-  return EtcdClient(url, std::string(host), port, timeout_seconds);
+  if (!tls && (!endpoint.ca_file.empty() || !endpoint.cert_file.empty())) {
+    return make_error("etcd {}: TLS files given for a plain http:// URL", url);
+  }
+  if (endpoint.cert_file.empty() != endpoint.key_file.empty()) {
+    return make_error("etcd {}: a client certificate needs its key, and a key its certificate", url);
+  }
+  for (const std::string* file : {&endpoint.ca_file, &endpoint.cert_file, &endpoint.key_file}) {
+    if (!file->empty() && ::access(file->c_str(), R_OK) != 0) return make_error("etcd {}: cannot read {}", url, *file);
+  }
+  if (!endpoint.user.empty() && !tls) {
+    std::fprintf(stderr, "mnemo: warning: etcd %s: a password over plain http travels in the clear\n", url.c_str());
+  }
+  return EtcdClient(endpoint, timeout_seconds);
 }
+
+struct EtcdClient::TokenCache {
+  std::mutex mutex;
+  std::string token;  // guarded by mutex; "" : none taken yet
+};
+
+EtcdClient::EtcdClient(EtcdEndpoint endpoint, double timeout_seconds)
+    : endpoint_(std::move(endpoint)),
+      url_(endpoint_.url),
+      timeout_seconds_(timeout_seconds),
+      token_(std::make_shared<TokenCache>()) {}
 
 Error EtcdClient::error_for(const std::string& what, const Error& error) const {
   return error.with_context(fmt::format("etcd {}: {}", url_, what));
 }
 
+Result<std::string> EtcdClient::auth_token(bool renew) const {
+  if (endpoint_.user.empty()) return std::string();
+  std::lock_guard lock(token_->mutex);
+  if (!renew && !token_->token.empty()) return token_->token;
+  const std::string what = "authenticate as " + endpoint_.user;
+  const json request = {{"name", endpoint_.user}, {"password", endpoint_.password}};
+  MNEMO_ASSIGN_OR_RETURN(std::string body, post_once("/v3/auth/authenticate", request.dump(), what, ""));
+  auto parsed = wire::parse_object(body);
+  if (!parsed.ok()) return error_for(what, parsed.error());
+  const auto token = parsed->find("token");
+  if (token == parsed->end() || !token->is_string() || token->get_ref<const std::string&>().empty()) {
+    return error_for(what, make_error("reply has no token"));
+  }
+  token_->token = token->get<std::string>();
+  return token_->token;
+}
+
 Result<std::string> EtcdClient::post(const std::string& path, const std::string& body, const std::string& what) const {
-  httplib::Client client(host_, port_);
+  MNEMO_ASSIGN_OR_RETURN(std::string token, auth_token(false));
+  auto reply = post_once(path, body, what, token);
+  if (reply.ok() || token.empty() || !wire::is_stale_token_error(reply.error().message())) return reply;
+  MNEMO_ASSIGN_OR_RETURN(std::string renewed, auth_token(true));
+  return post_once(path, body, what, renewed);
+}
+
+Result<std::string> EtcdClient::post_once(const std::string& path, const std::string& body, const std::string& what,
+                                          const std::string& token) const {
+  const std::unique_ptr<httplib::Client> client = wire::etcd_connection(endpoint_);
   const auto timeout = std::chrono::duration<double>(timeout_seconds_);
-  client.set_connection_timeout(timeout);
-  client.set_read_timeout(timeout);
-  client.set_write_timeout(timeout);
+  client->set_connection_timeout(timeout);
+  client->set_read_timeout(timeout);
+  client->set_write_timeout(timeout);
 
   int status = 0;
   std::string reply;
@@ -81,6 +139,7 @@ Result<std::string> EtcdClient::post(const std::string& path, const std::string&
   request.path = path;
   request.body = body;
   request.set_header("Content-Type", "application/json");
+  if (!token.empty()) request.set_header("Authorization", token);
   request.response_handler = [&](const httplib::Response& response) {
     status = response.status;
     return true;
@@ -89,7 +148,7 @@ Result<std::string> EtcdClient::post(const std::string& path, const std::string&
     reply.append(data, size);
     return reply.size() <= kMaxReplyBytes;
   };
-  const httplib::Result sent = client.send(request);
+  const httplib::Result sent = client->send(request);
 
   if (status == 0) return error_for(what, make_error("no reply: {}", httplib::to_string(sent.error())));
   if (status != 200) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,11 +32,27 @@ struct KeyValue {
   int64_t lease = 0;  // 0: the key has no lease
 };
 
+// How to reach etcd: its URL, and what a secured etcd asks for. Over https the server's
+// certificate is verified (against ca_file, or the system's CAs); cert_file/key_file answer a
+// server that asks clients for one. With a user, every call carries a token from etcd's own auth
+// (/v3/auth/authenticate), taken again when etcd says it is no longer valid.
+struct EtcdEndpoint {
+  EtcdEndpoint(std::string endpoint_url = "") : url(std::move(endpoint_url)) {}  // NOLINT: a plain URL is an endpoint
+  EtcdEndpoint(const char* endpoint_url) : url(endpoint_url) {}                 // NOLINT
+  std::string url;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string user;
+  std::string password;
+};
+
 class EtcdClient {
  public:
-  // url like "http://127.0.0.1:2379"; validates the form (scheme http, host, port), does not
-  // connect. timeout_seconds bounds connecting and each read of a unary call.
-  static Result<EtcdClient> create(const std::string& url, double timeout_seconds = 2.0);
+  // url like "http://127.0.0.1:2379" or "https://etcd.internal:2379"; validates the form (scheme,
+  // host, port) and the TLS files' presence, does not connect. timeout_seconds bounds connecting
+  // and each read of a unary call.
+  static Result<EtcdClient> create(const EtcdEndpoint& endpoint, double timeout_seconds = 2.0);
 
   // --- Leases ---
   Result<int64_t> grant_lease(int64_t ttl_seconds) const;  // the lease id; etcd may raise the TTL to its minimum
@@ -70,18 +87,22 @@ class EtcdClient {
   static constexpr double kWatchIdleLimitSeconds = 30.0;
 
  private:
-  EtcdClient(std::string url, std::string host, int port, double timeout_seconds)
-      : url_(std::move(url)), host_(std::move(host)), port_(port), timeout_seconds_(timeout_seconds) {}
-
+  struct TokenCache;
+  EtcdClient(EtcdEndpoint endpoint, double timeout_seconds);
   // POSTs a JSON body to path and returns the body of a 200 reply; any other status becomes an
-  // Error carrying the gateway's message. `what` names the operation in errors.
+  // Error carrying the gateway's message. `what` names the operation in errors. With a user, an
+  // expired token is renewed and the call made once more.
   Result<std::string> post(const std::string& path, const std::string& body, const std::string& what) const;
+  Result<std::string> post_once(const std::string& path, const std::string& body, const std::string& what,
+                                const std::string& token) const;
+  // The auth token ("" without a user); `renew`: take a new one.
+  Result<std::string> auth_token(bool renew) const;
   Error error_for(const std::string& what, const Error& error) const;
 
+  EtcdEndpoint endpoint_;
   std::string url_;
-  std::string host_;
-  int port_ = 0;
   double timeout_seconds_ = 2.0;
+  std::shared_ptr<TokenCache> token_;  // shared by copies: one token per endpoint
 };
 
 // Exposed for unit tests and fuzzing: decode one gateway JSON reply body. Errors name what is

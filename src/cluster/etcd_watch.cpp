@@ -14,6 +14,7 @@
 #include <httplib.h>
 
 #include "cluster/etcd_client.h"
+#include "cluster/etcd_connection.h"
 #include "cluster/etcd_wire.h"
 
 namespace mnemo::cluster {
@@ -32,11 +33,11 @@ constexpr size_t kMaxErrorBodyBytes = 4096;
 // from the caller's on_event cannot leave the thread running.
 class WatchStream {
  public:
-  WatchStream(const std::string& host, int port, double connect_timeout_seconds, std::string request_body)
-      : client_(host, port), request_body_(std::move(request_body)) {
-    client_.set_connection_timeout(std::chrono::duration<double>(connect_timeout_seconds));
-    client_.set_write_timeout(std::chrono::duration<double>(connect_timeout_seconds));
-    client_.set_read_timeout(std::chrono::duration<double>(EtcdClient::kWatchIdleLimitSeconds));
+  WatchStream(const EtcdEndpoint& endpoint, std::string token, double connect_timeout_seconds, std::string request_body)
+      : client_(wire::etcd_connection(endpoint)), token_(std::move(token)), request_body_(std::move(request_body)) {
+    client_->set_connection_timeout(std::chrono::duration<double>(connect_timeout_seconds));
+    client_->set_write_timeout(std::chrono::duration<double>(connect_timeout_seconds));
+    client_->set_read_timeout(std::chrono::duration<double>(EtcdClient::kWatchIdleLimitSeconds));
     reader_ = std::thread([this] { read(); });
   }
   ~WatchStream() { stop(); }
@@ -59,7 +60,7 @@ class WatchStream {
     std::unique_lock lock(mutex_);
     while (!ended_.has_value()) {
       lock.unlock();
-      client_.stop();
+      client_->stop();
       lock.lock();
       changed_.wait_for(lock, kStopRepeatInterval, [&] { return ended_.has_value(); });
     }
@@ -79,6 +80,7 @@ class WatchStream {
     request.path = "/v3/watch";
     request.body = request_body_;
     request.set_header("Content-Type", "application/json");
+    if (!token_.empty()) request.set_header("Authorization", token_);
     request.response_handler = [&](const httplib::Response& response) {
       status = response.status;
       return true;
@@ -107,7 +109,7 @@ class WatchStream {
       }
       return !failure.has_value();
     };
-    const httplib::Result sent = client_.send(request);
+    const httplib::Result sent = client_->send(request);
 
     Error why = failure.value_or(Error(""));
     if (!failure.has_value()) {
@@ -128,7 +130,8 @@ class WatchStream {
     changed_.notify_all();
   }
 
-  httplib::Client client_;
+  std::unique_ptr<httplib::Client> client_;
+  const std::string token_;
   const std::string request_body_;
   std::atomic<bool> stopping_{false};
   std::mutex mutex_;
@@ -149,7 +152,9 @@ Status EtcdClient::watch_prefix(const std::string& prefix, int64_t start_revisio
                         {{"key", base64_encode(first)},
                          {"range_end", base64_encode(prefix_range_end(prefix))},
                          {"start_revision", std::to_string(start_revision)}}}};
-  WatchStream stream(host_, port_, timeout_seconds_, create.dump());
+  // A token etcd no longer takes ends the stream; the caller's resync renews it (post()).
+  MNEMO_ASSIGN_OR_RETURN(std::string token, auth_token(false));
+  WatchStream stream(endpoint_, std::move(token), timeout_seconds_, create.dump());
   std::vector<WatchEvent> events;
   while (true) {
     std::optional<Error> ended = stream.take(events, kStopPollInterval);

@@ -19,9 +19,9 @@ void log_line(const std::string& line) { std::fprintf(stderr, "mnemo: cluster: %
 
 }  // namespace
 
-Result<std::unique_ptr<MemberWatcher>> MemberWatcher::start(const std::string& etcd_url, const std::string& prefix,
+Result<std::unique_ptr<MemberWatcher>> MemberWatcher::start(const EtcdEndpoint& etcd, const std::string& prefix,
                                                             std::string cluster_secret) {
-  MNEMO_ASSIGN_OR_RETURN(EtcdClient client, EtcdClient::create(etcd_url));
+  MNEMO_ASSIGN_OR_RETURN(EtcdClient client, EtcdClient::create(etcd));
   std::unique_ptr<MemberWatcher> watcher(new MemberWatcher(std::move(client), prefix, std::move(cluster_secret)));
   int64_t revision = 0;
   MNEMO_RETURN_IF_ERROR(watcher->resync(revision));

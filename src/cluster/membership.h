@@ -73,7 +73,7 @@ class Registration {
   // Grants the lease and puts the key before returning: an Error if etcd cannot be reached or
   // info is invalid. etcd raises a TTL below its minimum (2 s with default settings).
   // With a cluster secret its value is sealed (cluster/member_record.h).
-  static Result<std::unique_ptr<Registration>> start(const std::string& etcd_url, const std::string& prefix,
+  static Result<std::unique_ptr<Registration>> start(const EtcdEndpoint& etcd, const std::string& prefix,
                                                      InstanceInfo info, int64_t ttl_seconds = 3,
                                                      std::string cluster_secret = "");
   // Thread-safe; published at the next keep-alive tick (ticks every ttl/3 s).
@@ -120,7 +120,7 @@ class MemberWatcher {
   // Reads the prefix once before returning (an Error if etcd cannot be reached), then watches.
   // With a cluster secret, a value not sealed under it (cluster/member_record.h) is refused:
   // logged, counted in refused_records(), never a member.
-  static Result<std::unique_ptr<MemberWatcher>> start(const std::string& etcd_url, const std::string& prefix,
+  static Result<std::unique_ptr<MemberWatcher>> start(const EtcdEndpoint& etcd, const std::string& prefix,
                                                       std::string cluster_secret = "");
   // Values refused as unsealed or forged (each time one is read).
   uint64_t refused_records() const { return refused_records_.load(); }

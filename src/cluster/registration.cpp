@@ -11,14 +11,14 @@ void log_line(const std::string& line) { std::fprintf(stderr, "mnemo: cluster: %
 
 }  // namespace
 
-Result<std::unique_ptr<Registration>> Registration::start(const std::string& etcd_url, const std::string& prefix,
+Result<std::unique_ptr<Registration>> Registration::start(const EtcdEndpoint& etcd, const std::string& prefix,
                                                           InstanceInfo info, int64_t ttl_seconds, std::string cluster_secret) {
   // The same checks a reader applies, so an instance cannot publish what routers would skip.
   auto valid = InstanceInfo::from_json(info.to_json());
   if (!valid.ok()) return valid.error().with_context("registration");
   if (prefix.empty()) return make_error("registration of {}: empty key prefix", info.id);
   if (ttl_seconds < 1) return make_error("registration of {}: TTL must be >= 1 s, got {}", info.id, ttl_seconds);
-  MNEMO_ASSIGN_OR_RETURN(EtcdClient client, EtcdClient::create(etcd_url));
+  MNEMO_ASSIGN_OR_RETURN(EtcdClient client, EtcdClient::create(etcd));
 
   const std::string key = prefix + info.id;
   MNEMO_ASSIGN_OR_RETURN(int64_t lease, client.grant_lease(ttl_seconds));

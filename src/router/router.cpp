@@ -69,10 +69,12 @@ Status Router::start() {
     if (!tokenizer.ok()) return tokenizer.error().with_context("router: the model's tokenizer");
     tokenizer_ = std::move(*tokenizer);
   }
-  auto etcd = cluster::EtcdClient::create(config_.etcd_url);
+  cluster::EtcdEndpoint endpoint = config_.etcd_access;
+  endpoint.url = config_.etcd_url;
+  auto etcd = cluster::EtcdClient::create(endpoint);
   if (!etcd.ok()) return etcd.error().with_context("router");
   etcd_ = std::make_unique<cluster::EtcdClient>(std::move(*etcd));
-  auto watcher = cluster::MemberWatcher::start(config_.etcd_url, cluster::instances_prefix(config_.cluster_name),
+  auto watcher = cluster::MemberWatcher::start(endpoint, cluster::instances_prefix(config_.cluster_name),
                                                upstream_cluster_secret());
   if (!watcher.ok()) return watcher.error().with_context("router: watching the instances");
   members_ = std::move(*watcher);

@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cluster/etcd_client.h"
 #include "http/server.h"
 #include "router/cache_follower.h"
 #include "router/plan_meter.h"
@@ -46,7 +47,6 @@
 
 
 namespace mnemo::cluster {
-class EtcdClient;
 class MemberWatcher;
 struct InstanceInfo;
 }
@@ -62,6 +62,7 @@ struct RouterConfig {
   std::string host = "127.0.0.1";
   int port = 8090;
   std::string etcd_url = "http://127.0.0.1:2379";
+  cluster::EtcdEndpoint etcd_access;  // TLS files and user of a secured etcd (its url: etcd_url)
   std::string cluster_name = "default";
   Policy policy = Policy::kCacheAware;
   CostParams cost;

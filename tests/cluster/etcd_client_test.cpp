@@ -36,7 +36,8 @@ TEST(EtcdClientCreate, ValidatesTheUrl) {
   EXPECT_TRUE(EtcdClient::create("http://127.0.0.1:2379").ok());
   EXPECT_TRUE(EtcdClient::create("http://localhost:2379/").ok());
   EXPECT_TRUE(EtcdClient::create("http://[::1]:2379").ok());
-  for (const char* bad : {"", "127.0.0.1:2379", "https://127.0.0.1:2379", "http://127.0.0.1", "http://:2379",
+  EXPECT_TRUE(EtcdClient::create("https://127.0.0.1:2379").ok());
+  for (const char* bad : {"", "127.0.0.1:2379", "ftp://127.0.0.1:2379", "http://127.0.0.1", "http://:2379",
                           "http://127.0.0.1:0", "http://127.0.0.1:65536", "http://127.0.0.1:12ab",
                           "http://127.0.0.1:2379/v3", "http://a/b:2379"}) {
     auto client = EtcdClient::create(bad);
@@ -44,6 +45,16 @@ TEST(EtcdClientCreate, ValidatesTheUrl) {
     EXPECT_NE(client.error().message().find("http://host:port"), std::string::npos) << client.error().message();
   }
   EXPECT_FALSE(EtcdClient::create("http://127.0.0.1:2379", 0.0).ok());
+  // TLS files belong to an https URL, a client certificate to its key, and each must be readable.
+  EtcdEndpoint plain("http://127.0.0.1:2379");
+  plain.ca_file = "/etc/hostname";
+  EXPECT_FALSE(EtcdClient::create(plain).ok());
+  EtcdEndpoint half("https://127.0.0.1:2379");
+  half.cert_file = "/etc/hostname";
+  EXPECT_FALSE(EtcdClient::create(half).ok());
+  EtcdEndpoint missing("https://127.0.0.1:2379");
+  missing.ca_file = "/nonexistent/ca.pem";
+  EXPECT_FALSE(EtcdClient::create(missing).ok());
 }
 
 TEST(EtcdClientCreate, UnreachableServerNamesServerAndOperation) {

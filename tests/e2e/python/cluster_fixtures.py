@@ -80,3 +80,47 @@ def etcd():
     proc.kill()
     proc.wait(timeout=10)
     shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def secure_etcd():
+    """etcd over TLS (a certificate from a CA of the test's own) with its auth enabled: a user
+    root whose password is in a file. Yields url, ca (PEM), user, password_file."""
+    folder = tempfile.mkdtemp(prefix="mnemo-etcd-tls-")
+    path = lambda name: os.path.join(folder, name)  # noqa: E731
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", path("ca.key"), "-out", path("ca.pem"), "-days", "1",
+            "-subj", "/CN=mnemo-e2e-ca")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", path("server.key"), "-out", path("server.csr"),
+            "-subj", "/CN=127.0.0.1")
+    with open(path("ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", path("server.csr"), "-CA", path("ca.pem"), "-CAkey", path("ca.key"), "-CAcreateserial",
+            "-out", path("server.pem"), "-days", "1", "-extfile", path("ext"))
+    client, peer = free_port(), free_port()
+    url = f"https://127.0.0.1:{client}"
+    proc = subprocess.Popen(
+        [ETCD, "--name", "tls", "--data-dir", path("data"), "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"tls=http://127.0.0.1:{peer}", "--cert-file", path("server.pem"), "--key-file", path("server.key")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+
+    def healthy():
+        try:
+            return requests.get(url + "/health", timeout=1, verify=path("ca.pem")).json().get("health") == "true"
+        except requests.RequestException:
+            return False
+
+    wait_for(healthy, 30, 0.1, "etcd (TLS) to answer /health")
+    password = "e2e-etcd-password"
+    with open(path("password"), "w") as f:
+        f.write(password + "\n")
+    ctl = [shutil.which("etcdctl") or "/usr/bin/etcdctl", "--endpoints", url, "--cacert", path("ca.pem")]
+    env = {**os.environ, "ETCDCTL_API": "3"}
+    subprocess.run([*ctl, "user", "add", f"root:{password}", "--interactive=false"], check=True, capture_output=True, env=env)
+    subprocess.run([*ctl, "auth", "enable"], check=True, capture_output=True, env=env)
+    yield {"url": url, "ca": path("ca.pem"), "user": "root", "password_file": path("password")}
+    proc.kill()
+    proc.wait(timeout=10)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from conftest import MnemoServer
-from cluster_fixtures import default_model_path, etcd, followed, free_port, instance_by_id, transport_of  # noqa: F401
+from cluster_fixtures import default_model_path, etcd, followed, free_port, instance_by_id, secure_etcd, transport_of  # noqa: F401
 from helpers import UNSIGNED_PEER, read_metrics, wait_for
 
 COMPLETION = {"model": "tiny", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
@@ -247,6 +247,34 @@ def test_a_sealed_cluster_refuses_a_forged_member_record_and_counts_it(cluster, 
     finally:
         router.terminate()
         sealed.terminate()
+
+
+def test_a_cluster_on_an_etcd_with_tls_and_auth(secure_etcd, start_server, mnemo_bin, tiny_model):
+    """Instance and router reach etcd over TLS (its certificate checked against the CA) as an etcd
+    user; an anonymous writer is refused by etcd itself; a router without the CA cannot start."""
+    name = f"tls{os.getpid()}"
+    e = secure_etcd
+    access = ["--etcd-ca-file", e["ca"], "--etcd-user", e["user"], "--etcd-password-file", e["password_file"]]
+    instance = start_server("-m", tiny_model, "--model-name", "tiny", "--cluster", e["url"], "--cluster-name", name,
+                            "--kv-tokens", "2048", *access)
+    router = MnemoServer([mnemo_bin, "route", "--cluster", e["url"], "--cluster-name", name, "--port", "0", *access])
+    try:
+        router.start()
+        wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 1, 15, 0.1, "the instance over TLS")
+        r = complete(router.url, PROMPT)
+        assert r.headers["X-Mnemo-Instance"]
+        # etcd refuses a writer without a token, so no one without the password adds a member.
+        anonymous = requests.post(e["url"] + "/v3/kv/put", json={"key": "YQ==", "value": "Yg=="}, verify=e["ca"], timeout=10)
+        assert "user name is empty" in anonymous.text, anonymous.text
+        # Without the CA the router does not trust etcd's certificate.
+        untrusting = subprocess.run([mnemo_bin, "route", "--cluster", e["url"], "--cluster-name", name, "--port", "0",
+                                     "--etcd-user", e["user"], "--etcd-password-file", e["password_file"]],
+                                    capture_output=True, text=True, timeout=60)
+        assert untrusting.returncode != 0
+        assert "etcd" in untrusting.stderr, untrusting.stderr
+    finally:
+        router.terminate()
+        instance.terminate()
 
 
 def test_slow_clients_hold_no_router_thread(cluster):
