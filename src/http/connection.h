@@ -12,9 +12,12 @@
 #include <string>
 #include <type_traits>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
@@ -292,14 +295,36 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
                         [self = this->shared_from_this(), generation](beast::error_code ec) {
                           if (generation == self->watch_generation_) self->watching_ = false;
                           if (ec || generation != self->watch_generation_ || self->phase_ != Phase::kResponding) return;
-                          char byte = 0;
-                          const ssize_t n = ::recv(self->socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-                          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                            return self->client_gone(beast::error_code(boost::asio::error::eof));
-                          }
-                          if (n < 0) self->watch_client();
-                          // Bytes: a pipelined request (or TLS data); writes will tell if it goes.
+                          self->check_client(generation);
                         });
+  }
+
+  void check_client(uint64_t generation) {
+    char byte = 0;
+    const ssize_t n = ::recv(socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      return client_gone(beast::error_code(boost::asio::error::eof));
+    }
+    if (n < 0) return watch_client();
+    // Bytes wait unread: a pipelined request, or TLS records (a close_notify looks like any other
+    // record under TLS 1.3). The client is gone once it has also closed its side, which the
+    // kernel tells (CLOSE_WAIT) though the bytes hide the end of the stream; looked at until the
+    // answer is done (the socket stays readable meanwhile, so a timer paces it).
+    if (peer_closed()) return client_gone(beast::error_code(boost::asio::error::eof));
+    if (!watch_timer_) watch_timer_.emplace(stream_.get_executor());
+    watching_ = true;
+    watch_timer_->expires_after(std::chrono::milliseconds(250));
+    watch_timer_->async_wait([self = this->shared_from_this(), generation](beast::error_code ec) {
+      if (generation == self->watch_generation_) self->watching_ = false;
+      if (ec || generation != self->watch_generation_ || self->phase_ != Phase::kResponding) return;
+      self->check_client(generation);
+    });
+  }
+
+  bool peer_closed() {
+    tcp_info info{};
+    socklen_t length = sizeof(info);
+    return ::getsockopt(socket().native_handle(), IPPROTO_TCP, TCP_INFO, &info, &length) == 0 && info.tcpi_state == TCP_CLOSE_WAIT;
   }
 
   void client_gone(beast::error_code ec) {
@@ -317,6 +342,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       watching_ = false;
       beast::error_code ignored;
       socket().cancel(ignored);
+      if (watch_timer_) watch_timer_->cancel();
     }
     if (response_.source) {
       response_.source->on_ready({});
@@ -390,6 +416,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   bool source_complete_ = false;
   uint64_t watch_generation_ = 0;
   bool watching_ = false;
+  std::optional<boost::asio::steady_timer> watch_timer_;  // paces check_client while bytes wait unread
 };
 
 }  // namespace mnemo::http

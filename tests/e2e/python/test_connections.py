@@ -128,6 +128,12 @@ def test_connections_over_the_limit_get_503_and_the_server_recovers(start_server
     assert read_metrics(limited.url)["mnemo_http_connections_refused_total"] >= 1
 
 
+def read_metrics_tls(url: str, cert: str) -> dict[str, float]:
+    r = requests.get(url + "/metrics", verify=cert, timeout=10)
+    assert r.status_code == 200, r.text
+    return {line.split()[0]: float(line.split()[1]) for line in r.text.splitlines() if line and not line.startswith("#")}
+
+
 def test_https_with_a_certificate_and_plain_http_refused(start_server):
     folder = tempfile.mkdtemp(prefix="mnemo-e2e-tls-")
     cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
@@ -145,6 +151,25 @@ def test_https_with_a_certificate_and_plain_http_refused(start_server):
                              json={"prompt": "Hi", "max_tokens": 3, "stream": True})
     assert streamed.status_code == 200
     assert streamed.text.rstrip().endswith("data: [DONE]")
+    # A TLS client that says goodbye (close_notify, then its FIN) while its whole answer is
+    # computed: its request is cancelled, as a plain client's is.
+    import ssl
+    before = read_metrics_tls(tls.url, cert)
+    context = ssl.create_default_context(cafile=cert)
+    raw = socket.create_connection(host_port(tls.url), timeout=10)
+    s = context.wrap_socket(raw, server_hostname="127.0.0.1")
+    body = json.dumps(LONG_COMPLETION).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    wait_for(lambda: read_metrics_tls(tls.url, cert)["mnemo_running_sequences"] >= 1, 30, "the TLS request to run")
+    s.settimeout(2)
+    try:
+        s.unwrap().close()  # close_notify, then the TCP close
+    except (OSError, ssl.SSLError):
+        s.close()
+    wait_for(lambda: read_metrics_tls(tls.url, cert)["mnemo_running_sequences"] == 0, 5, "the TLS request to be cancelled")
+    after = read_metrics_tls(tls.url, cert)
+    assert after["mnemo_requests_cancelled_total"] == before["mnemo_requests_cancelled_total"] + 1
     plain = "http://" + tls.url.split("://", 1)[1]
     try:
         answer = requests.get(plain + "/health", timeout=10)
