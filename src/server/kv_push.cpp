@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/internal_requests.h"
 #include "server/kv_messages.h"
 #include "server/kv_replicator.h"
 #include "server/server.h"
@@ -59,20 +60,13 @@ void Server::handle_kv_push(const http::Request& req, http::Response& res) {
   if (transport_ == nullptr) {
     return send_error(res, ApiError{404, "this instance has no KV transport (it is not in a cluster)", "invalid_request_error", "", ""});
   }
-  const json body = parse_bounded_json_or_discarded(req.body);
-  if (!body.is_object() || !body.contains("target") || !body["target"].is_string() || !body.contains("request") ||
-      !body["request"].is_object()) {
-    return send_error(res, ApiError{400, "a push needs 'target' (a transport endpoint) and 'request' (an OpenAI request)",
-                                      "invalid_request_error", "", ""});
-  }
-  const std::string api = body.contains("api") && body["api"].is_string() ? body["api"].get<std::string>() : "chat";
-  if (api != "chat" && api != "completions") {
-    return send_error(res, ApiError{400, "'api' must be chat or completions", "invalid_request_error", "api", ""});
-  }
-  const Endpoint endpoint = api == "chat" ? Endpoint::kChat : Endpoint::kCompletions;
-  auto parsed = parse_request(body["request"], endpoint == Endpoint::kChat);
+  auto parsed = parse_request_body(req.body);
   if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
-  const ParsedRequest& request = std::get<ParsedRequest>(parsed);
+  auto push_or_error = parse_kv_push_body(std::get<json>(parsed));
+  if (auto* error = std::get_if<ApiError>(&push_or_error)) return send_error(res, *error);
+  const KvPushBody& push = std::get<KvPushBody>(push_or_error);
+  const ParsedRequest& request = push.request;
+  const Endpoint endpoint = push.endpoint;
   auto prompt = prompt_of(request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prompt)) return send_error(res, *error);
   const uint64_t ns = cache_namespace_of(std::get<Caller>(caller), request);
@@ -94,7 +88,7 @@ void Server::handle_kv_push(const http::Request& req, http::Response& res) {
   const size_t n_tokens = exported.tokens.size();
   transfer::KvMessage message = kv_message_of(ns, layout_fingerprint_, engine_.config().block_size, std::move(exported));
   const size_t bytes = message.payload.size();
-  const Status sent = transport_->send(body["target"].get<std::string>(), message, 30);
+  const Status sent = transport_->send(push.target, message, 30);
   if (!sent.ok()) return send_error(res, ApiError{502, sent.error().message(), "server_error", "", "kv_transfer_failed"});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   send_result(res, {{"chunks", chunks}, {"tokens", n_tokens}, {"bytes", bytes}, {"seconds", seconds}});

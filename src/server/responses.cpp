@@ -11,6 +11,7 @@
 
 #include "auth/crypto.h"
 #include "server/engine_body.h"
+#include "server/internal_requests.h"
 #include "server/responses_request.h"
 #include "server/server.h"
 
@@ -140,31 +141,20 @@ void Server::handle_responses_import(const http::Request& req, http::Response& r
   const Caller& caller = std::get<Caller>(caller_or_error);
   auto parsed = parse_request_body(req.body);
   if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
-  const json& body = std::get<json>(parsed);
-  if (!body.contains("request") || !body.contains("response")) {
-    return send_error(res, bad_request("the body must be an object with 'request' and 'response'"));
-  }
-  const json& response = body["response"];
-  if (!response.is_object() || !response.contains("id") || !response["id"].is_string() ||
-      response["id"].get<std::string>().rfind("resp_", 0) != 0 || !response.contains("output") ||
-      !response["output"].is_array()) {
-    return send_error(res, bad_request("'response' must be a response object (an id 'resp_...', an output list)", "response"));
-  }
+  auto import_or_error = parse_import_body(std::get<json>(parsed));
+  if (auto* error = std::get_if<ApiError>(&import_or_error)) return send_error(res, *error);
+  const ImportBody& import = std::get<ImportBody>(import_or_error);
   auto store = store_or_error("");
   if (auto* error = std::get_if<ApiError>(&store)) return send_error(res, *error);
   // The turn's inputs and the history it continues, which must be here already, the tenant's: a
-  // copy of a turn whose earlier turns this instance lacks could not be continued. (The request
-  // was the client's: its internal fields are the router's, and not what is stored.)
-  json request = body["request"];
-  if (request.is_object()) {
-    for (auto it = request.begin(); it != request.end();) it = it.key().rfind("mnemo_", 0) == 0 ? request.erase(it) : std::next(it);
-  }
+  // copy of a turn whose earlier turns this instance lacks could not be continued.
+  const json& request = import.request;
   auto read = read_responses_turn(request, caller);
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   const ResponsesTurn& t = std::get<ResponsesTurn>(read);
-  const std::string id = response["id"].get<std::string>();
+  const std::string& id = import.id;
   auto inserted = std::get<ResponseStore*>(store)->insert(
-      {id, caller.tenant, t.previous_id, stored_inputs(t.turn), response, cache_namespace_of(caller, t.request)});
+      {id, caller.tenant, t.previous_id, stored_inputs(t.turn), import.response, cache_namespace_of(caller, t.request)});
   if (!inserted.ok()) return send_error(res, store_failure(inserted.error()));
   if (*inserted == ResponseStore::Inserted::kNoSpace) return send_error(res, no_space());
   if (*inserted == ResponseStore::Inserted::kExists) {
