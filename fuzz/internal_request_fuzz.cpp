@@ -5,7 +5,8 @@
 // throw; an accepted push names a target and a request, an accepted import an id "resp_..." and
 // a request without mnemo_* fields.
 // Seeds: fuzz/corpus/internal; dictionary: fuzz/openai.dict.
-//   build/fuzz/fuzz/internal_request_fuzz fuzz/corpus/internal -dict=fuzz/openai.dict -max_len=4096
+//   build/fuzz/fuzz/internal_request_fuzz NEW_CORPUS fuzz/corpus/internal -dict=fuzz/openai.dict -max_len=4096
+// (new inputs go to the first folder: keep the seeds folder second)
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

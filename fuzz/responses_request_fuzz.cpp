@@ -5,7 +5,8 @@
 // promises (a turn with messages of known roles, sampling in range, a resumed response's ids with
 // their prefixes).
 // Seeds: fuzz/corpus/responses; dictionary: fuzz/openai.dict.
-//   build/fuzz/fuzz/responses_request_fuzz fuzz/corpus/responses -dict=fuzz/openai.dict -max_len=4096
+//   build/fuzz/fuzz/responses_request_fuzz NEW_CORPUS fuzz/corpus/responses -dict=fuzz/openai.dict -max_len=4096
+// (new inputs go to the first folder: keep the seeds folder second)
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
