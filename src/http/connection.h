@@ -155,6 +155,8 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       return answer_error(404, "no route for " + request_.method + " " + request_.path, /*close=*/false);
     }
     const Handler* handler = route != nullptr ? &route->handler : nullptr;
+    // The socket stays open while the handler runs: nothing else reads, writes or closes it.
+    request_.client_gone = [fd = socket().native_handle()] { return peer_gone(fd) == PeerState::kGone; };
     boost::asio::post(*core_.handlers, [self = this->shared_from_this(), handler] {
       self->run_handler(handler);
       boost::asio::post(self->stream_.get_executor(), [self] { self->respond(); });
@@ -300,17 +302,17 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   }
 
   void check_client(uint64_t generation) {
-    char byte = 0;
-    const ssize_t n = ::recv(socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      return client_gone(beast::error_code(boost::asio::error::eof));
+    switch (peer_gone(socket().native_handle())) {
+      case PeerState::kGone:
+        return client_gone(beast::error_code(boost::asio::error::eof));
+      case PeerState::kQuiet:
+        return watch_client();
+      case PeerState::kBytesWaiting:
+        break;
     }
-    if (n < 0) return watch_client();
     // Bytes wait unread: a pipelined request, or TLS records (a close_notify looks like any other
-    // record under TLS 1.3). The client is gone once it has also closed its side, which the
-    // kernel tells (CLOSE_WAIT) though the bytes hide the end of the stream; looked at until the
-    // answer is done (the socket stays readable meanwhile, so a timer paces it).
-    if (peer_closed()) return client_gone(beast::error_code(boost::asio::error::eof));
+    // record under TLS 1.3). peer_gone looks behind them until the answer is done (the socket
+    // stays readable meanwhile, so a timer paces it).
     if (!watch_timer_) watch_timer_.emplace(stream_.get_executor());
     watching_ = true;
     watch_timer_->expires_after(std::chrono::milliseconds(250));
@@ -321,10 +323,18 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     });
   }
 
-  bool peer_closed() {
+  enum class PeerState { kQuiet, kBytesWaiting, kGone };
+  // Whether the client of `fd` has gone: it closed (end of stream, or an error), or bytes wait
+  // unread and behind them the kernel has seen its close (CLOSE_WAIT).
+  static PeerState peer_gone(int fd) {
+    char byte = 0;
+    const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return PeerState::kGone;
+    if (n < 0) return PeerState::kQuiet;
     tcp_info info{};
     socklen_t length = sizeof(info);
-    return ::getsockopt(socket().native_handle(), IPPROTO_TCP, TCP_INFO, &info, &length) == 0 && info.tcpi_state == TCP_CLOSE_WAIT;
+    const bool closed = ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0 && info.tcpi_state == TCP_CLOSE_WAIT;
+    return closed ? PeerState::kGone : PeerState::kBytesWaiting;
   }
 
   void client_gone(beast::error_code ec) {

@@ -31,6 +31,9 @@ struct Request {
   // The application's state for this exchange (set when its head is admitted, read by its
   // handler and when it ends).
   std::shared_ptr<void> context;
+  // For a handler that waits (on a handler thread): whether the client has closed its side since.
+  // Set while the handler runs; cheap (one system call or two).
+  std::function<bool()> client_gone;
 
   // The first header of that name, compared without case ("" if there is none).
   std::string header(std::string_view name) const;

@@ -19,12 +19,15 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kMaxKeptReplyBytes = 4u << 20;  // of a reply, for the prompt tree
+// How often a handler waiting for an instance's whole reply looks whether its client is still there.
+constexpr auto kClientCheckInterval = std::chrono::milliseconds(250);
 
 }  // namespace
 
 std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& method, const std::string& path,
                                                         const std::string& authorization,
-                                                        const cluster::InstanceInfo& instance, const std::string& body) {
+                                                        const cluster::InstanceInfo& instance, const std::string& body,
+                                                        const std::function<bool()>& client_gone) {
   auto up = std::make_shared<Upstream>();
   try {
     up->client = std::make_unique<httplib::Client>(instance.address);
@@ -78,7 +81,16 @@ std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& metho
     up->changed.notify_all();
   });
   std::unique_lock lock(up->mutex);
-  up->changed.wait(lock, [&] { return up->headers_ready || up->finished; });
+  // A whole reply's headers come with its end: the client may leave meanwhile.
+  while (!up->changed.wait_for(lock, kClientCheckInterval, [&] { return up->headers_ready || up->finished; })) {
+    if (client_gone && client_gone()) {
+      up->client_gone = true;
+      lock.unlock();
+      up->client->stop();  // the instance sees its client go and cancels the request
+      up->thread.join();
+      return nullptr;
+    }
+  }
   if (!up->headers_ready) {  // never answered
     lock.unlock();
     up->thread.join();
@@ -209,14 +221,28 @@ bool RelayBody::failed() const {
 
 bool Router::forward(const http::Request& req, http::Response& res, const cluster::InstanceInfo& instance,
                      const std::string& body, OnDone on_done, std::shared_ptr<Failover> failover) {
-  std::shared_ptr<Upstream> up = open_upstream(req.method, req.path, req.header("Authorization"), instance, body);
+  std::shared_ptr<Upstream> up = open_upstream(req.method, req.path, req.header("Authorization"), instance, body, req.client_gone);
+  if (!up && req.client_gone && req.client_gone()) {
+    // Nobody to answer: the request ends here, on no instance.
+    on_done(499, "", false, instance.id, -1.0);
+    return true;
+  }
   if (!up) return false;  // the caller tries another instance
   res.set_header("X-Mnemo-Instance", instance.id);
   if (!up->retry_after.empty()) res.set_header("Retry-After", up->retry_after);
   std::unique_lock lock(up->mutex);
   const bool sse = up->content_type.rfind("text/event-stream", 0) == 0;
   if (!sse) {
-    up->changed.wait(lock, [&] { return up->finished; });
+    while (!up->changed.wait_for(lock, kClientCheckInterval, [&] { return up->finished; })) {
+      if (req.client_gone && req.client_gone()) {
+        up->client_gone = true;
+        lock.unlock();
+        up->client->stop();
+        up->thread.join();
+        on_done(499, "", false, instance.id, -1.0);
+        return true;
+      }
+    }
     lock.unlock();
     up->thread.join();
     if (up->broke) {

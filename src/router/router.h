@@ -178,11 +178,15 @@ class Router {
   bool push_kv(const http::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
                const nlohmann::json& request);
   // Starts the request on `instance`; nullptr if it could not be reached (no reply began).
+  // `client_gone` (optional): asked while the instance has not answered; once it says so, the
+  // upstream is stopped and nullptr returned.
   std::shared_ptr<Upstream> open_upstream(const std::string& method, const std::string& path,
                                           const std::string& authorization, const cluster::InstanceInfo& instance,
-                                          const std::string& body);
+                                          const std::string& body, const std::function<bool()>& client_gone = {});
   // Sends the request to `instance`; false (res untouched) if it could not be reached at all.
-  // With `failover`, a streamed reply that breaks off is resumed elsewhere.
+  // With `failover`, a streamed reply that breaks off is resumed elsewhere. A client that goes
+  // while its instance computes a whole reply stops the upstream request (the instance then
+  // cancels it) and is answered nothing.
   bool forward(const http::Request& req, http::Response& res, const cluster::InstanceInfo& instance,
                const std::string& body, OnDone on_done, std::shared_ptr<Failover> failover = nullptr);
   // On a relay thread of its own: moves a streamed reply from its instance(s) to the client's

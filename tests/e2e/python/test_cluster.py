@@ -377,6 +377,23 @@ def test_failed_kv_pushes_are_reported_and_change_nothing(cluster):
     assert other.status_code == 200 and other.json()["chunks"] == 0
 
 
+def test_a_client_that_leaves_the_router_cancels_its_whole_request_on_the_instance(cluster):
+    """A non-streamed request relayed by the router: its client goes while the instance computes
+    the whole reply; the router stops its upstream request, and the instance cancels it."""
+    running = lambda: sum(read_metrics(i.url)["mnemo_running_sequences"] for i in cluster["instances"])  # noqa: E731
+    cancelled = lambda: sum(read_metrics(i.url)["mnemo_requests_cancelled_total"] for i in cluster["instances"])  # noqa: E731
+    before = cancelled()
+    host, port = cluster["router"].url.split("://", 1)[1].split(":")
+    body = json.dumps({"model": "m", "prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True}).encode()
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    wait_for(lambda: running() >= 1, 30, 0.05, "the request to run on an instance")
+    s.close()
+    wait_for(lambda: running() == 0, 5, 0.05, "the instance to cancel the request its client left")
+    assert cancelled() == before + 1
+
+
 def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
     router = cluster["router"]
     victim = cluster["instances"][1]
