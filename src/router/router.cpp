@@ -10,6 +10,7 @@
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "router/conversation_text.h"
+#include "server/caller.h"
 #include "router/router_http.h"
 #include "router/prompt_keys.h"
 #include "util/prometheus_text.h"
@@ -310,13 +311,8 @@ void Router::handle_generation(const http::Request& req, http::Response& res, Ap
                       "invalid_request_error", "");
   }
   // The router speaks to instances as a peer: a client's internal field would pass as its own.
-  if (body.is_object()) {
-    for (const auto& [key, value] : body.items()) {
-      if (key.rfind("mnemo_", 0) == 0) {
-        return send_error(res, 400, "'" + key + "' is an internal field of the cluster; clients may not send it",
-                          "invalid_request_error", "");
-      }
-    }
+  if (auto refused = server::refuse_internal_fields(body, server::Caller{})) {
+    return send_error(res, refused->status, refused->message, refused->type, refused->code);
   }
   auto view = view_request(api, body);
   if (!view.ok()) return send_error(res, 400, view.error().message(), "invalid_request_error", "");
