@@ -24,6 +24,20 @@ constexpr auto kClientCheckInterval = std::chrono::milliseconds(250);
 
 }  // namespace
 
+void Router::Upstream::stop_reading() {
+  {
+    std::lock_guard lock(mutex);
+    client_gone = true;
+    changed.notify_all();
+  }
+  client->stop();
+}
+
+void Router::Upstream::abandon() {
+  stop_reading();
+  if (thread.joinable()) thread.join();
+}
+
 std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& method, const std::string& path,
                                                         const std::string& authorization,
                                                         const cluster::InstanceInfo& instance, const std::string& body,
@@ -84,10 +98,8 @@ std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& metho
   // A whole reply's headers come with its end: the client may leave meanwhile.
   while (!up->changed.wait_for(lock, kClientCheckInterval, [&] { return up->headers_ready || up->finished; })) {
     if (client_gone && client_gone()) {
-      up->client_gone = true;
       lock.unlock();
-      up->client->stop();  // the instance sees its client go and cancels the request
-      up->thread.join();
+      up->abandon();
       return nullptr;
     }
   }
@@ -235,10 +247,8 @@ bool Router::forward(const http::Request& req, http::Response& res, const cluste
   if (!sse) {
     while (!up->changed.wait_for(lock, kClientCheckInterval, [&] { return up->finished; })) {
       if (req.client_gone && req.client_gone()) {
-        up->client_gone = true;
         lock.unlock();
-        up->client->stop();
-        up->thread.join();
+        up->abandon();
         on_done(499, "", false, instance.id, -1.0);
         return true;
       }
@@ -287,13 +297,7 @@ bool Router::forward(const http::Request& req, http::Response& res, const cluste
 void Router::relay_stream(const std::shared_ptr<Relay>& relay, const std::shared_ptr<RelayChannel>& channel,
                           const OnDone& on_done) {
   const auto client_left = [&](Upstream& u) {
-    {
-      std::lock_guard l(u.mutex);
-      u.client_gone = true;
-      u.changed.notify_all();  // a reader waiting for room stops
-    }
-    u.client->stop();  // the instance's side ends now, not at its next chunk
-    if (u.thread.joinable()) u.thread.join();
+    u.abandon();  // the instance's side ends now, not at its next chunk
     // A client that left before the end: the request no longer counts as in flight.
     if (!relay->reported.exchange(true)) on_done(499, "", true, relay->instance, -1.0);
   };
@@ -322,12 +326,7 @@ void Router::relay_stream(const std::shared_ptr<Relay>& relay, const std::shared
       // An instance whose lease expired mid-reply is hung or cut off, not slow: its connection
       // may never break, so stop reading it; the reply resumes elsewhere.
       if (silent && relay->failover && !relay->stitcher.done() && !is_member(relay->instance)) {
-        {
-          std::lock_guard stopping(u.mutex);
-          u.client_gone = true;
-          u.changed.notify_all();
-        }
-        u.client->stop();
+        u.stop_reading();
         std::lock_guard counters(mutex_);
         ++expired_upstreams_;
       }

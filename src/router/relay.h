@@ -44,6 +44,12 @@ struct Router::Upstream {
   std::atomic<bool> client_gone{false};
   std::unique_ptr<httplib::Client> client;  // stop() breaks a wait on the instance off
   std::thread thread;
+
+  // Stops reading the instance: its connection closes, so the instance cancels the request (a
+  // reader waiting for room stops too). Without `mutex` held.
+  void stop_reading();
+  // stop_reading, then waits for the reader thread to end.
+  void abandon();
 };
 
 // The client's side of a relayed stream: what the relay thread has read and stitched, waiting for
