@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api_error_check.h"
+
 #include "server/internal_requests.h"
 #include "server/responses_request.h"
 
@@ -22,16 +24,11 @@ namespace {
 
 using mnemo::server::ApiError;
 
-[[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "internal_request_fuzz: %s\n", what);
-  std::abort();
-}
+constexpr const char* kTarget = "internal_request_fuzz";
 
-void check(const ApiError& e) {
-  if (e.status < 400 || e.status > 599) fail("an error outside 4xx/5xx");
-  if (e.message.empty()) fail("an error without a message");
-  (void)e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+[[noreturn]] void fail(const char* what) { mnemo::fuzz::fail(kTarget, what); }
+
+void check(const ApiError& e) { mnemo::fuzz::check_api_error(kTarget, e); }
 
 }  // namespace
 

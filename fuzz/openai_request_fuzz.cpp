@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api_error_check.h"
+
 #include "server/openai_request.h"
 #include "util/bounded_json.h"
 
@@ -22,10 +24,9 @@ namespace {
 using mnemo::server::ApiError;
 using mnemo::server::ParsedRequest;
 
-[[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "openai_request_fuzz: %s\n", what);
-  std::abort();
-}
+constexpr const char* kTarget = "openai_request_fuzz";
+
+[[noreturn]] void fail(const char* what) { mnemo::fuzz::fail(kTarget, what); }
 
 // parse_request over the raw body. It has taken `const std::string&`, and takes a string_view
 // (beside a `const json&` overload, which a std::string argument would make ambiguous) since
@@ -69,12 +70,7 @@ void check(const ParsedRequest& r, bool chat) {
   }
 }
 
-void check(const ApiError& e) {
-  if (e.status < 400 || e.status > 599) fail("an error outside 4xx/5xx");
-  if (e.message.empty()) fail("an error without a message");
-  // What send_error writes: never throws, whatever the message quotes from the request.
-  (void)e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+void check(const ApiError& e) { mnemo::fuzz::check_api_error(kTarget, e); }
 
 }  // namespace
 

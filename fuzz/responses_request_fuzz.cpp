@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api_error_check.h"
+
 #include "server/responses_request.h"
 
 namespace {
@@ -22,10 +24,9 @@ namespace {
 using mnemo::server::ApiError;
 using mnemo::server::ResponsesRequest;
 
-[[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "responses_request_fuzz: %s\n", what);
-  std::abort();
-}
+constexpr const char* kTarget = "responses_request_fuzz";
+
+[[noreturn]] void fail(const char* what) { mnemo::fuzz::fail(kTarget, what); }
 
 void check(const ResponsesRequest& r) {
   for (const auto& m : r.turn) {
@@ -44,11 +45,7 @@ void check(const ResponsesRequest& r) {
   }
 }
 
-void check(const ApiError& e) {
-  if (e.status < 400 || e.status > 599) fail("an error outside 4xx/5xx");
-  if (e.message.empty()) fail("an error without a message");
-  (void)e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+void check(const ApiError& e) { mnemo::fuzz::check_api_error(kTarget, e); }
 
 }  // namespace
 
