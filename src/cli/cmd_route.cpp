@@ -48,11 +48,12 @@ int run_route(RouteArgs args) {
     return 1;
   }
   args.config.etcd_access = std::move(*etcd);
-  if (args.config.tls.cert_file.empty() != args.config.tls.key_file.empty()) {
-    std::fprintf(stderr, "error: --ssl-cert-file and --ssl-key-file go together\n");
+  if (const Status listener = args.edge.prepare_listener(); !listener.ok()) {
+    std::fprintf(stderr, "error: %s\n", listener.error().message().c_str());
     return 1;
   }
-  raise_open_file_limit(args.config.max_connections);
+  args.config.tls = args.edge.tls;
+  args.config.max_connections = args.edge.max_connections;
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -88,13 +89,6 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--cluster-name", args->config.cluster_name, "Cluster name (key prefix in etcd)")->capture_default_str();
   cmd->add_option("--host", args->config.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->config.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("--max-connections", args->config.max_connections,
-                  "Client connections open at once (none holds a thread while it waits; more get 503)")
-      ->capture_default_str()
-      ->check(CLI::Range(8, 1 << 20));
-  cmd->add_option("--ssl-cert-file", args->config.tls.cert_file, "PEM certificate (chain): serve HTTPS on the port")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--ssl-key-file", args->config.tls.key_file, "PEM private key of --ssl-cert-file")->check(CLI::ExistingFile);
   cmd->add_option("--policy", args->policy, "Where requests go: cache-aware (least predicted queue + compute given the "
                                             "cached prefix), session (a conversation stays on one instance), round-robin")
       ->capture_default_str()
@@ -127,6 +121,7 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--plan-overhead", args->plan.overhead, "The plan's m in [1, 2): the slowdown of streaming prompt KV")
       ->capture_default_str();
   args->edge.add_auth_to(cmd);
+  args->edge.add_listener_to(cmd);
   args->edge.add_etcd_to(cmd);
   cmd->add_option("--instance-api-key", args->config.instance_api_key,
                   "The API key of instances started with --api-key, for the router's own requests to them (its "

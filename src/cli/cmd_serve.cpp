@@ -189,12 +189,12 @@ int run_serve(ServeArgs args) {
   }
   args.server.auth = std::move(*edge);
   args.server.access_log = args.edge.access_log_format();
-  if (args.server.tls.cert_file.empty() != args.server.tls.key_file.empty()) {
-    std::fprintf(stderr, "error: --ssl-cert-file and --ssl-key-file go together\n");
+  if (const Status listener = args.edge.prepare_listener(); !listener.ok()) {
+    std::fprintf(stderr, "error: %s\n", listener.error().message().c_str());
     return 1;
   }
-  // Each connection is a descriptor: let thousands of clients in (up to the hard limit).
-  raise_open_file_limit(args.server.max_connections);
+  args.server.tls = args.edge.tls;
+  args.server.max_connections = args.edge.max_connections;
   auto reservation = PortReservation::take(args.server.host, args.server.port);
   if (!reservation.ok()) {
     std::fprintf(stderr, "error: %s\n", reservation.error().message().c_str());
@@ -339,6 +339,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--port", args->server.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   args->edge.add_auth_to(cmd);
   args->edge.add_server_to(cmd);
+  args->edge.add_listener_to(cmd);
   args->edge.add_etcd_to(cmd);
   cmd->add_option("--ui-dir", args->server.ui_dir, "Folder of the web chat page")->capture_default_str();
   cmd->add_option("-t,--threads", args->engine.threads, "Kernel worker threads (0: one per core)")->capture_default_str();
@@ -365,13 +366,6 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--max-in-flight", args->server.max_in_flight, "Requests generating at once; more get 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-connections", args->server.max_connections,
-                  "Client connections open at once (none holds a thread; more get 503)")
-      ->capture_default_str()
-      ->check(CLI::Range(8, 1 << 20));
-  cmd->add_option("--ssl-cert-file", args->server.tls.cert_file, "PEM certificate (chain): serve HTTPS on the port")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--ssl-key-file", args->server.tls.key_file, "PEM private key of --ssl-cert-file")->check(CLI::ExistingFile);
   cmd->add_option("--state-dir", args->state_dir, "Folder of durable state (the Responses API's conversations, the KV disk tier)")
       ->capture_default_str();
   cmd->add_option("--chunk-tokens", args->engine.block_size, "Tokens per KV block, the unit of caching and of every tier")

@@ -14,6 +14,23 @@
 #include "auth/cluster_secret.h"
 
 namespace mnemo::cli {
+namespace {
+
+// Raises the soft limit on open descriptors towards the hard one, enough for `connections`
+// clients and the server's own files; says so on stderr when the hard limit is lower.
+void raise_open_file_limit(int connections) {
+  constexpr rlim_t kOwnFiles = 1024;  // model, state, the cluster's sockets, logs
+  const rlim_t wanted = static_cast<rlim_t>(connections) + kOwnFiles;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = std::min(wanted, limit.rlim_max);
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur < wanted) {
+    std::fprintf(stderr, "mnemo: warning: at most %llu open files (ulimit -n): fewer than --max-connections %d can be open\n",
+                 static_cast<unsigned long long>(limit.rlim_cur), connections);
+  }
+}
+
+}  // namespace
 
 void EdgeFlags::add_auth_to(CLI::App* cmd) {
   cmd->add_option("--api-key", api_key, "Require 'Authorization: Bearer KEY' on /v1 (one key, its own tenant)");
@@ -29,6 +46,22 @@ void EdgeFlags::add_server_to(CLI::App* cmd) {
   cmd->add_option("--access-log", access_log, "A line per request on stderr")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json", "off"}));
+}
+
+void EdgeFlags::add_listener_to(CLI::App* cmd) {
+  cmd->add_option("--max-connections", max_connections,
+                  "Client connections open at once (none holds a thread while it waits; more get 503)")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 1 << 20));
+  cmd->add_option("--ssl-cert-file", tls.cert_file, "PEM certificate (chain): serve HTTPS on the port")->check(CLI::ExistingFile);
+  cmd->add_option("--ssl-key-file", tls.key_file, "PEM private key of --ssl-cert-file")->check(CLI::ExistingFile);
+}
+
+Status EdgeFlags::prepare_listener() const {
+  if (tls.cert_file.empty() != tls.key_file.empty()) return make_error("--ssl-cert-file and --ssl-key-file go together");
+  // Each connection is a descriptor: let thousands of clients in (up to the hard limit).
+  raise_open_file_limit(max_connections);
+  return ok_status();
 }
 
 void EdgeFlags::add_etcd_to(CLI::App* cmd) {
@@ -81,17 +114,6 @@ Result<server::CallerAuthConfig> EdgeFlags::resolve(const std::vector<std::strin
   return config;
 }
 
-void raise_open_file_limit(int connections) {
-  constexpr rlim_t kOwnFiles = 1024;  // model, state, the cluster's sockets, logs
-  const rlim_t wanted = static_cast<rlim_t>(connections) + kOwnFiles;
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
-  limit.rlim_cur = std::min(wanted, limit.rlim_max);
-  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur < wanted) {
-    std::fprintf(stderr, "mnemo: warning: at most %llu open files (ulimit -n): fewer than --max-connections %d can be open\n",
-                 static_cast<unsigned long long>(limit.rlim_cur), connections);
-  }
-}
 
 Result<PortReservation> PortReservation::take(const std::string& host, int port) {
   if (port == 0) return PortReservation(-1);  // any free port: nothing to reserve

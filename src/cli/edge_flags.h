@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cluster/etcd_client.h"
+#include "http/server.h"
 #include "server/access_log.h"
 #include "server/caller.h"
 #include "util/result.h"
@@ -22,12 +23,18 @@ struct EdgeFlags {
   std::string cluster_secret_file;
   std::string access_log = "text";
   cluster::EtcdEndpoint etcd;  // its url is the command's --cluster
+  http::TlsFiles tls;
+  int max_connections = 4096;
   std::string etcd_password_file;
 
   // --api-key, --api-key-file, --cluster-secret-file (serve and route).
   void add_auth_to(CLI::App* cmd);
   // --metrics-key, --access-log (serve).
   void add_server_to(CLI::App* cmd);
+  // --max-connections, --ssl-cert-file, --ssl-key-file (serve and route).
+  void add_listener_to(CLI::App* cmd);
+  // The TLS pair checked, and the open-file limit raised to let max_connections clients in.
+  Status prepare_listener() const;
   // --etcd-ca-file, --etcd-cert-file, --etcd-key-file, --etcd-user, --etcd-password-file (serve
   // and route): a secured etcd.
   void add_etcd_to(CLI::App* cmd);
@@ -43,10 +50,6 @@ struct EdgeFlags {
 
 // Binds `host`:`port` (no SO_REUSEPORT) and holds it, without accepting, until released: a
 // process that would start on a busy port learns it before spending time loading a model.
-// Raises the soft limit on open descriptors towards the hard one, enough for `connections`
-// clients and the server's own files; says so on stderr when the hard limit is lower.
-void raise_open_file_limit(int connections);
-
 class PortReservation {
  public:
   static Result<PortReservation> take(const std::string& host, int port);
