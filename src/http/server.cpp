@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -94,14 +93,8 @@ void Server::Core::on_accept(const boost::system::error_code& error, tcp::socket
   }
   if (connections_open.load() >= options.limits.max_connections) {
     ++connections_refused;
-    // Content-Length is computed from the body, not counted by hand (a hand-written 68 for these
-    // 71 bytes cut the JSON short for the client).
-    static constexpr std::string_view kBusyBody = "{\"error\":{\"message\":\"too many open connections\",\"type\":\"server_error\"}}";
-    static const std::string kBusy = fmt::format(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
-        kBusyBody.size(), kBusyBody);
     // Best effort: a fresh socket's send buffer takes it whole or the client learns from the close.
-    (void)::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)::send(socket.native_handle(), busy_reply.data(), busy_reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     boost::system::error_code ignored;
     socket.close(ignored);
     return accept();
@@ -157,6 +150,12 @@ Status Server::bind() {
     return make_error("cannot listen on {}:{}: {}", o.host, o.port, ec.message());
   }
   core.bound_port = acceptor.local_endpoint(ec).port();
+  // What a connection over max_connections gets, written once: the error body every other
+  // refusal of the layer has, in a whole response (its length computed, never counted by hand).
+  Response busy;
+  core.error_response(busy, 503, "too many open connections");
+  core.busy_reply = fmt::format("HTTP/1.1 503 Service Unavailable\r\nContent-Type: {}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+                                busy.content_type, busy.body.size(), busy.body);
   if (o.tls.enabled()) {
     core.tls.emplace(asio::ssl::context::tls_server);
     auto& tls = *core.tls;

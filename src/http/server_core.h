@@ -64,6 +64,7 @@ struct Server::Core {
   std::optional<boost::asio::ssl::context> tls;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
   int bound_port = 0;
+  std::string busy_reply;  // the raw 503 over max_connections (set by bind)
 
   std::atomic<bool> stopping{false};
   std::atomic<bool> destroying{false};
