@@ -158,7 +158,7 @@ std::string Completion::next_events(bool& done, std::chrono::milliseconds wait) 
     }
     out += sse(chunk(std::move(choices)));
   }
-  // Drain what is ready (at most a short wait, so a blocking caller can notice a closed connection).
+  // Drain what is ready.
   for (auto event = stream_->next(wait); event; event = stream_->next(std::chrono::milliseconds(0))) {
     if (observer_) observer_(*event);
     if (auto* delta = std::get_if<TokenDelta>(&*event)) {

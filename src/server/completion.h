@@ -37,7 +37,7 @@ class Completion {
   nlohmann::json whole_response() const;
   // Streaming: returns the next SSE payload(s) to write ("" while nothing is ready yet, after
   // waiting up to `wait` for an event), and sets `done` after the final "data: [DONE]".
-  std::string next_events(bool& done, std::chrono::milliseconds wait = std::chrono::milliseconds(100));
+  std::string next_events(bool& done, std::chrono::milliseconds wait);
 
   // Sees every event of the request as it is relayed (a KV replica follows the tokens).
   void set_observer(std::function<void(const StreamEvent&)> observer) { observer_ = std::move(observer); }
