@@ -30,7 +30,7 @@ if [ "${MNEMO_TEST_SKIP_TSAN:-0}" != 1 ]; then
   # the model stack would double CI's time.
   echo "== tsan: concurrent unit tests"
   cmake --preset tsan > /dev/null
-  cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test kv_replicator_test http_server_test
+  cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test kv_replicator_test http_server_test relay_test
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --preset tsan -L concurrent -j"$JOBS" --timeout 900
 fi
 if [ "${MNEMO_TEST_SKIP_FUZZ:-0}" != 1 ]; then

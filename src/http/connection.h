@@ -196,8 +196,12 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
         if (auto self = weak.lock()) self->pump();
       });
     });
-    if (!response_.chunked) return pump();
-    stream_head_.emplace(bhttp::status::ok, version_);
+    if (response_.late_head || !response_.chunked) return pump();
+    write_stream_head();
+  }
+
+  void write_stream_head() {
+    stream_head_.emplace(static_cast<bhttp::status>(response_.status), version_);
     stream_head_->set(bhttp::field::content_type, response_.content_type);
     for (const Header& h : response_.headers) stream_head_->set(h.name, h.value);
     stream_head_->chunked(true);
@@ -216,12 +220,22 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   // Takes what the source has ready and writes it (chunked), or keeps it for the whole body.
   void pump() {
     if (phase_ != Phase::kResponding || writing_ || source_complete_ || !response_.source) return;
+    if (response_.late_head && !head_known_) {
+      std::optional<ResponseHead> head = response_.source->head();
+      if (!head) return;
+      head_known_ = true;
+      response_.status = head->status;
+      response_.content_type = std::move(head->content_type);
+      for (Header& h : head->headers) response_.headers.push_back(std::move(h));
+      response_.chunked = head->chunked;
+      if (response_.chunked) return write_stream_head();
+    }
     std::string ready;
     source_complete_ = response_.source->pull(ready);
     if (!response_.chunked) {
       deferred_body_ += ready;
       if (!source_complete_) return;
-      response_.status = response_.source->status();
+      if (!response_.late_head) response_.status = response_.source->status();
       response_.body = std::move(deferred_body_);
       deferred_body_.clear();
       return write_whole();
@@ -365,6 +379,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     // Releases what the source holds (the request's slot among those in flight).
     response_.source.reset();
     source_complete_ = false;
+    head_known_ = false;
     chunk_.clear();
   }
 
@@ -424,6 +439,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   std::string chunk_;
   bool writing_ = false;
   bool source_complete_ = false;
+  bool head_known_ = false;  // of a late-head response
   uint64_t watch_generation_ = 0;
   bool watching_ = false;
   std::optional<boost::asio::steady_timer> watch_timer_;  // paces check_client while bytes wait unread

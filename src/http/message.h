@@ -42,6 +42,14 @@ struct Request {
   std::optional<std::string> query_param(std::string_view name) const;
 };
 
+// The head of a response whose source says it later (Response::answer_later).
+struct ResponseHead {
+  int status = 200;
+  std::string content_type;
+  std::vector<Header> headers;
+  bool chunked = false;  // streamed as it comes; else sent whole, with its length, once complete
+};
+
 class BodySource {
  public:
   virtual ~BodySource() = default;
@@ -55,6 +63,9 @@ class BodySource {
   virtual void cancel() = 0;
   // The status of a deferred (whole) body, asked once it is complete.
   virtual int status() const { return 200; }
+  // For a response answered later: its head, once known (nullopt until then; pull is not called
+  // before it is). A source that knows it wakes the connection as for more body.
+  virtual std::optional<ResponseHead> head() { return std::nullopt; }
   // Asked once it is complete: true if the body broke off (a relayed reply whose source died).
   // A chunked body then ends by closing the connection without its last chunk, so the client
   // sees a broken reply rather than a whole one.
@@ -71,6 +82,7 @@ struct Response {
   // cancels it.
   std::shared_ptr<BodySource> source;
   bool chunked = false;
+  bool late_head = false;  // the source says the status, headers and whether it is chunked (head())
   bool close = false;  // close the connection after this response
 
   void set_content(std::string content, std::string type) {
@@ -90,6 +102,12 @@ struct Response {
     content_type = std::move(type);
     source = std::move(body_source);
     chunked = false;
+  }
+  // Everything later: the head comes from the source (its headers after those set here), then
+  // the body as that head says. A proxy's response, whose instance has not answered yet.
+  void answer_later(std::shared_ptr<BodySource> body_source) {
+    source = std::move(body_source);
+    late_head = true;
   }
 };
 

@@ -47,6 +47,12 @@ class PromptKeys {
       : text_(text), tokens_(std::move(tokens)), ns_(ns) {}
 
   std::string_view text() const { return text_; }
+  // The same keys over `text`: a copy of this one's text that outlives it.
+  PromptKeys over(std::string_view text) const {
+    PromptKeys copy = *this;
+    copy.text_ = text;
+    return copy;
+  }
   bool tokenized() const { return !tokens_.empty(); }
   int64_t n_tokens() const { return static_cast<int64_t>(tokens_.size()); }
   // The key of each whole chunk of `chunk_tokens` tokens, in order (computed once per size).

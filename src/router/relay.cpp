@@ -1,17 +1,15 @@
-// Router, relaying replies: a request's reply read from its instance on a thread of its own and
-// written to the client as it comes; a streamed reply that breaks off (the instance died, or its
-// lease expired while it was silent) resumed on the best other instance and stitched into one
-// stream (SPEC D7).
+// The relay state machine of router/relay.h.
 #include "router/relay.h"
 
-#include <algorithm>
+#include <mutex>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include "cluster/membership.h"
 #include "router/conversation_text.h"
-#include "router/router_http.h"
+#include "router/sse_stitcher.h"
 
 namespace mnemo::router {
 namespace {
@@ -19,342 +17,398 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kMaxKeptReplyBytes = 4u << 20;  // of a reply, for the prompt tree
-// How often a handler waiting for an instance's whole reply looks whether its client is still there.
-constexpr auto kClientCheckInterval = std::chrono::milliseconds(250);
+
+bool is_event_stream(const http::ReplyHead& head) { return head.header("Content-Type").rfind("text/event-stream", 0) == 0; }
+
+void keep_bounded(std::string& kept, std::string_view more) {
+  if (kept.size() < kMaxKeptReplyBytes) kept.append(more.substr(0, kMaxKeptReplyBytes - kept.size()));
+}
+
+std::string error_body(const std::string& message, const std::string& code) {
+  return json{{"error", {{"message", message}, {"type", "server_error"}, {"param", nullptr}, {"code", code}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+}
+
+class Relay final : public std::enable_shared_from_this<Relay> {
+ public:
+  Relay(boost::asio::any_io_executor strand, RelayHost& host, RelaySettings settings, RelayPlan plan)
+      : strand_(std::move(strand)),
+        host_(host),
+        settings_(settings),
+        plan_(std::move(plan)),
+        silence_timer_(strand_),
+        resume_timer_(strand_) {}
+
+  void start() {
+    boost::asio::post(strand_, [self = shared_from_this()] { self->try_next_attempt(); });
+  }
+
+  // The client's side, from its connection's I/O thread.
+  bool pull(std::string& out) {
+    std::lock_guard lock(outbox_mutex_);
+    out += outbox_;
+    outbox_.clear();
+    if (reader_paused_) {
+      reader_paused_ = false;
+      boost::asio::post(strand_, [self = shared_from_this()] { self->resume_reading(); });
+    }
+    return complete_;
+  }
+
+  std::optional<http::ResponseHead> head() {
+    std::lock_guard lock(outbox_mutex_);
+    return head_;
+  }
+
+  void on_ready(std::function<void()> wake) {
+    std::lock_guard lock(outbox_mutex_);
+    wake_ = std::move(wake);
+    if (wake_ && (head_ || !outbox_.empty() || complete_)) wake_();
+  }
+
+  void cancel() {
+    {
+      std::lock_guard lock(outbox_mutex_);
+      if (client_gone_) return;
+      client_gone_ = true;
+      wake_ = nullptr;
+    }
+    boost::asio::post(strand_, [self = shared_from_this()] { self->client_left(); });
+  }
+
+  bool failed() {
+    std::lock_guard lock(outbox_mutex_);
+    return broke_;
+  }
+
+ private:
+  enum class State { kTrying, kWhole, kStreaming, kResuming, kDone };
+
+  // --- attempts: the instances to try, in the plan's order ---
+
+  void try_next_attempt() {
+    if (state_ == State::kDone) return;
+    attempt_ = plan_.next_attempt();
+    if (!attempt_) {
+      state_ = State::kDone;
+      const http::Response reply = plan_.exhausted();
+      return publish_whole({reply.status, reply.content_type, reply.headers, false}, reply.body);
+    }
+    state_ = State::kTrying;
+    instance_ = attempt_->instance.id;
+    state_id_ = attempt_->instance.state_id;
+    call(attempt_->instance, attempt_->body);
+  }
+
+  void call(const cluster::InstanceInfo& instance, const std::string& body) {
+    const uint64_t seq = ++call_seq_;
+    http::ClientRequest request;
+    request.method = plan_.method;
+    request.address = instance.address;
+    request.target = plan_.path;
+    request.headers = host_.upstream_headers(plan_.authorization, plan_.method, plan_.path, body);
+    request.body = body;
+    auto self = shared_from_this();
+    http::ClientEvents events;
+    events.on_head = [self, seq](const http::ReplyHead& head) {
+      if (seq == self->call_seq_) self->on_head(head);
+    };
+    events.on_data = [self, seq](std::string data) {
+      if (seq == self->call_seq_) self->on_data(std::move(data));
+    };
+    events.on_end = [self, seq](http::CallEnd end, const std::string& why) {
+      if (seq == self->call_seq_) self->on_end(end, why);
+    };
+    call_ = http::ClientCall::start(strand_, std::move(request), settings_.timeouts, std::move(events));
+  }
+
+  // --- the current call's events ---
+
+  void on_head(const http::ReplyHead& head) {
+    if (state_ == State::kResuming) return on_resume_head(head);
+    if (state_ != State::kTrying) return;
+    status_ = head.status;
+    reply_headers_ = attempt_->headers;
+    reply_headers_.push_back({"X-Mnemo-Instance", instance_});
+    if (const std::string retry = head.header("Retry-After"); !retry.empty()) reply_headers_.push_back({"Retry-After", retry});
+    content_type_ = head.header("Content-Type");
+    if (!is_event_stream(head)) {
+      state_ = State::kWhole;
+      return;
+    }
+    state_ = State::kStreaming;
+    if (head.status == 200) failover_ = attempt_->failover;
+    reply_headers_.push_back({"Cache-Control", "no-cache"});
+    {
+      std::lock_guard lock(outbox_mutex_);
+      head_ = http::ResponseHead{head.status, content_type_, reply_headers_, true};
+      if (wake_) wake_();
+    }
+    if (failover_) watch_silence();
+  }
+
+  void on_data(std::string data) {
+    if (state_ == State::kWhole) {
+      keep_bounded(kept_, data);
+      whole_body_ += data;
+      return;
+    }
+    if (state_ != State::kStreaming) return;  // a refused resume's body
+    heard_ = true;
+    if (failover_) data = stitcher_.feed(data);
+    keep_bounded(kept_, data);
+    if (first_text_at_ < 0 && carries_text(data)) first_text_at_ = seconds_now();
+    if (!data.empty()) send(std::move(data));
+  }
+
+  void on_end(http::CallEnd end, const std::string& why) {
+    switch (state_) {
+      case State::kTrying:  // no reply began: the next instance
+        plan_.unreached(*attempt_);
+        return try_next_attempt();
+      case State::kWhole:
+        state_ = State::kDone;
+        if (end != http::CallEnd::kComplete) {
+          return report(502, kept_, false, [self = shared_from_this(), why] {
+            self->publish_whole({502, "application/json", self->reply_headers_, false},
+                                error_body(fmt::format("instance {} broke off its reply ({})", self->instance_, why),
+                                           "upstream_failed"));
+          });
+        }
+        return report(status_, kept_, false, [self = shared_from_this()] {
+          self->publish_whole({self->status_, self->content_type_.empty() ? "application/json" : self->content_type_,
+                               self->reply_headers_, false},
+                              std::move(self->whole_body_));
+        });
+      case State::kStreaming:
+        return on_stream_end(end != http::CallEnd::kComplete);
+      case State::kResuming:  // the candidate did not take it
+        failed_.insert(candidate_);
+        return try_next_resume();
+      case State::kDone:
+        return;
+    }
+  }
+
+  void on_stream_end(bool broke) {
+    if (broke && failover_ && !stitcher_.done()) {
+      if (!stitcher_.finished()) return begin_resume();
+      send("data: [DONE]\n\n");  // only the end marker was lost: the reply itself is whole
+      broke = false;
+    }
+    end_stream(broke);
+  }
+
+  void end_stream(bool broke) {
+    state_ = State::kDone;
+    stop_timers();
+    // An instance gone mid-reply: the client's connection breaks rather than ending as if the
+    // reply were whole.
+    report(broke ? 502 : status_, kept_, true, [self = shared_from_this(), broke] {
+      std::lock_guard lock(self->outbox_mutex_);
+      self->complete_ = true;
+      self->broke_ = broke;
+      if (self->wake_) self->wake_();
+    });
+  }
+
+  // --- failover (SPEC D7) ---
+
+  void begin_resume() {
+    state_ = State::kResuming;
+    failed_.insert(instance_);
+    json body = failover_->request;
+    body["mnemo_resume_tokens"] = stitcher_.tokens();
+    body["mnemo_report_tokens"] = true;
+    body.erase("mnemo_replica");  // the resumed part is not replicated
+    // A Responses turn goes on as the response its client was getting (ids, text so far).
+    if (const json response = stitcher_.resume_response(); !response.is_null()) body["mnemo_resume_response"] = response;
+    resume_body_ = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    resume_deadline_ = std::chrono::steady_clock::now() + settings_.resume_wait;
+    resume_queue_ = host_.resume_candidates(*failover_, failed_, state_id_);
+    try_next_resume();
+  }
+
+  void try_next_resume() {
+    if (state_ != State::kResuming) return;
+    if (resume_queue_.empty()) {
+      if (std::chrono::steady_clock::now() >= resume_deadline_) {
+        host_.count(RelayEvent::kResumeFailed);
+        return end_stream(true);
+      }
+      // None now: one may be starting (a restart of the failed instance, on its state).
+      resume_timer_.expires_after(settings_.resume_retry);
+      resume_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+        if (ec || self->state_ != State::kResuming) return;
+        self->resume_queue_ = self->host_.resume_candidates(*self->failover_, self->failed_, self->state_id_);
+        self->try_next_resume();
+      });
+      return;
+    }
+    const cluster::InstanceInfo candidate = std::move(resume_queue_.front());
+    resume_queue_.erase(resume_queue_.begin());
+    candidate_ = candidate.id;
+    candidate_state_id_ = candidate.state_id;
+    call(candidate, resume_body_);
+  }
+
+  void on_resume_head(const http::ReplyHead& head) {
+    if (head.status != 200 || !is_event_stream(head)) return;  // refused: its end tries the next
+    const auto replicated = static_cast<uint64_t>(stitcher_.replicated_tokens());
+    stitcher_.begin_resumed();
+    instance_ = candidate_;
+    state_id_ = candidate_state_id_;
+    state_ = State::kStreaming;
+    host_.count(RelayEvent::kResumed, stitcher_.tokens().size(), replicated);
+  }
+
+  // An instance whose lease expired mid-reply is hung or cut off, not slow: its connection may
+  // never break, so the relay stops reading it and the reply resumes elsewhere.
+  void watch_silence() {
+    silence_timer_.expires_after(settings_.silence_check);
+    silence_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->state_ == State::kDone) return;
+      if (self->state_ == State::kStreaming && !self->heard_ && !self->stitcher_.done() &&
+          !self->host_.is_member(self->instance_)) {
+        self->host_.count(RelayEvent::kUpstreamExpired);
+        self->call_->stop();  // it ends broken: the stream resumes
+      }
+      self->heard_ = false;
+      self->watch_silence();
+    });
+  }
+
+  // --- the client's side ---
+
+  void send(std::string data) {
+    std::lock_guard lock(outbox_mutex_);
+    if (client_gone_) return;
+    outbox_ += data;
+    if (outbox_.size() > settings_.buffer_bytes && !reader_paused_) {
+      // A client slower than its instance: stop reading the instance (TCP then holds it back)
+      // rather than queue without bound. Paused under the lock: the resume that pull() posts
+      // comes after it.
+      reader_paused_ = true;
+      call_->pause();
+      host_.count(RelayEvent::kClientBehind);
+    }
+    if (wake_) wake_();
+  }
+
+  void resume_reading() {
+    if (state_ == State::kStreaming && call_) call_->resume();
+  }
+
+  void publish_whole(http::ResponseHead head, std::string body) {
+    std::lock_guard lock(outbox_mutex_);
+    head_ = std::move(head);
+    outbox_ = std::move(body);
+    complete_ = true;
+    if (wake_) wake_();
+  }
+
+  void client_left() {
+    if (state_ == State::kDone) return;
+    state_ = State::kDone;
+    stop_timers();
+    if (call_) call_->stop();  // the instance's side ends now, not at its next chunk
+    // A client that left before the end: the request no longer counts as in flight.
+    if (attempt_) report(499, "", failover_ != nullptr, [] {});
+  }
+
+  void stop_timers() {
+    silence_timer_.cancel();
+    resume_timer_.cancel();
+  }
+
+  // The reply's bookkeeping (once), then `then` back on the strand.
+  void report(int status, std::string body, bool sse, std::function<void()> then) {
+    if (reported_ || !attempt_) return then();
+    reported_ = true;
+    host_.run_blocking([on_done = attempt_->on_done, strand = strand_, status, body = std::move(body), sse,
+                        instance = instance_, first_text_at = first_text_at_, then = std::move(then)] {
+      on_done(status, body, sse, instance, first_text_at);
+      boost::asio::post(strand, then);
+    });
+  }
+
+  boost::asio::any_io_executor strand_;
+  RelayHost& host_;
+  const RelaySettings settings_;
+  const RelayPlan plan_;
+
+  // On the strand:
+  State state_ = State::kTrying;
+  std::optional<RelayAttempt> attempt_;
+  std::shared_ptr<http::ClientCall> call_;
+  uint64_t call_seq_ = 0;  // of call_: events of calls before it are ignored
+  std::string instance_, state_id_;  // of the instance the reply comes from now
+  int status_ = 0;
+  std::string content_type_;
+  std::vector<http::Header> reply_headers_;
+  std::string whole_body_;
+  std::string kept_;  // what the client got (bounded), for the prompt tree
+  std::shared_ptr<Failover> failover_;
+  SseStitcher stitcher_;
+  std::unordered_set<std::string> failed_;  // instances that broke off this reply, or refused it
+  double first_text_at_ = -1;
+  bool heard_ = false;  // the stream had data since the last silence check
+  bool reported_ = false;
+  std::string resume_body_;
+  std::vector<cluster::InstanceInfo> resume_queue_;
+  std::chrono::steady_clock::time_point resume_deadline_;
+  std::string candidate_, candidate_state_id_;  // the instance asked to resume
+  boost::asio::steady_timer silence_timer_;
+  boost::asio::steady_timer resume_timer_;
+
+  // Shared with the client's connection:
+  std::mutex outbox_mutex_;
+  std::optional<http::ResponseHead> head_;
+  std::string outbox_;  // body ready for the client
+  bool complete_ = false;
+  bool broke_ = false;
+  bool client_gone_ = false;
+  bool reader_paused_ = false;  // the instance is not read until the client takes the outbox
+  std::function<void()> wake_;
+};
+
+class RelayBody final : public http::BodySource {
+ public:
+  explicit RelayBody(std::shared_ptr<Relay> relay) : relay_(std::move(relay)) {}
+  ~RelayBody() override { relay_->cancel(); }
+  bool pull(std::string& out) override { return relay_->pull(out); }
+  void on_ready(std::function<void()> wake) override { relay_->on_ready(std::move(wake)); }
+  void cancel() override { relay_->cancel(); }
+  std::optional<http::ResponseHead> head() override { return relay_->head(); }
+  bool failed() const override { return relay_->failed(); }
+
+ private:
+  std::shared_ptr<Relay> relay_;
+};
 
 }  // namespace
 
-void Router::Upstream::stop_reading() {
-  {
-    std::lock_guard lock(mutex);
-    client_gone = true;
-    changed.notify_all();
-  }
-  client->stop();
-}
-
-void Router::Upstream::abandon() {
-  stop_reading();
-  if (thread.joinable()) thread.join();
-}
-
-std::shared_ptr<Router::Upstream> Router::open_upstream(const std::string& method, const std::string& path,
-                                                        const std::string& authorization,
-                                                        const cluster::InstanceInfo& instance, const std::string& body,
-                                                        const std::function<bool()>& client_gone) {
-  auto up = std::make_shared<Upstream>();
-  try {
-    up->client = std::make_unique<httplib::Client>(instance.address);
-  } catch (const std::exception&) {  // an address httplib cannot parse (it came from etcd)
-    return nullptr;
-  }
-  if (!up->client->is_valid()) return nullptr;
-  up->client->set_connection_timeout(std::chrono::seconds(2));
-  up->client->set_read_timeout(std::chrono::duration<double>(config_.upstream_timeout_seconds));
-  up->client->set_write_timeout(std::chrono::seconds(30));
-  up->thread = std::thread([this, up, method, path, body, auth = authorization] {
-    httplib::Request r;
-    r.method = method;
-    r.path = path;
-    for (auto& [name, value] : upstream_headers(auth, method, path, body)) r.set_header(name, value);
-    if (!body.empty()) {
-      r.set_header("Content-Type", "application/json");
-      r.body = body;
-    }
-    r.response_handler = [up](const httplib::Response& head) {
-      std::lock_guard lock(up->mutex);
-      up->status = head.status;
-      up->content_type = head.get_header_value("Content-Type");
-      up->retry_after = head.get_header_value("Retry-After");
-      up->headers_ready = true;
-      up->changed.notify_all();
-      return true;
-    };
-    r.content_receiver = [this, up](const char* data, size_t n, uint64_t, uint64_t) {
-      std::unique_lock lock(up->mutex);
-      // A stream whose client reads slower than the instance writes: stop reading the instance
-      // (TCP then holds it back) rather than queue without bound. A whole reply is read whole.
-      if (up->queued_bytes > config_.relay_buffer_bytes && up->content_type.rfind("text/event-stream", 0) == 0) {
-        relay_waits_.fetch_add(1, std::memory_order_relaxed);
-        while (up->queued_bytes > config_.relay_buffer_bytes && !up->client_gone.load()) {
-          up->changed.wait_for(lock, std::chrono::milliseconds(100));
-        }
-      }
-      up->chunks.emplace_back(data, n);
-      up->queued_bytes += n;
-      if (up->kept.size() < kMaxKeptReplyBytes) up->kept.append(data, std::min(n, kMaxKeptReplyBytes - up->kept.size()));
-      up->changed.notify_all();
-      return !up->client_gone.load();
-    };
-    httplib::Response response;
-    httplib::Error error = httplib::Error::Success;
-    const bool ok = up->client->send(r, response, error);
-    std::lock_guard lock(up->mutex);
-    up->broke = !ok;
-    up->finished = true;
-    up->changed.notify_all();
-  });
-  std::unique_lock lock(up->mutex);
-  // A whole reply's headers come with its end: the client may leave meanwhile.
-  while (!up->changed.wait_for(lock, kClientCheckInterval, [&] { return up->headers_ready || up->finished; })) {
-    if (client_gone && client_gone()) {
-      lock.unlock();
-      up->abandon();
-      return nullptr;
-    }
-  }
-  if (!up->headers_ready) {  // never answered
-    lock.unlock();
-    up->thread.join();
-    return nullptr;
-  }
-  return up;
-}
-
-
-std::vector<cluster::InstanceInfo> Router::resume_candidates(const Relay& relay) {
-  std::vector<cluster::InstanceInfo> live = live_members();
-  std::erase_if(live, [&](const auto& m) { return relay.failed.count(m.id) != 0; });
-  std::vector<cluster::InstanceInfo> order;
-  const auto take = [&](auto&& wanted) {
-    for (auto it = live.begin(); it != live.end();) {
-      if (wanted(*it)) {
-        order.push_back(std::move(*it));
-        it = live.erase(it);
-      } else {
-        ++it;
-      }
-    }
+RelayPlan plan_over(std::vector<cluster::InstanceInfo> instances, ReplyDone on_done,
+                    std::function<http::Response()> exhausted) {
+  RelayPlan plan;
+  auto next = std::make_shared<size_t>(0);
+  plan.next_attempt = [instances = std::move(instances), on_done = std::move(on_done), next]() -> std::optional<RelayAttempt> {
+    if (*next >= instances.size()) return std::nullopt;
+    RelayAttempt attempt;
+    attempt.instance = instances[(*next)++];
+    attempt.on_done = on_done;
+    return attempt;
   };
-  const auto& candidates = relay.failover->candidates;
-  const auto among = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end && i < candidates.size(); ++i) take([&](const auto& m) { return m.id == candidates[i].id; });
-  };
-  among(0, relay.failover->holders);
-  if (!relay.state_id.empty()) take([&](const auto& m) { return m.state_id == relay.state_id; });
-  among(relay.failover->holders, candidates.size());
-  take([](const auto&) { return true; });
-  return order;
+  plan.unreached = [](const RelayAttempt&) {};
+  plan.exhausted = std::move(exhausted);
+  return plan;
 }
 
-std::shared_ptr<Router::Upstream> Router::resume(Relay& relay) {
-  relay.failed.insert(relay.instance);
-  json body = relay.failover->request;
-  body["mnemo_resume_tokens"] = relay.stitcher.tokens();
-  body["mnemo_report_tokens"] = true;
-  body.erase("mnemo_replica");  // the resumed part is not replicated
-  // A Responses turn goes on as the response its client was getting (ids, text so far).
-  if (const json response = relay.stitcher.resume_response(); !response.is_null()) body["mnemo_resume_response"] = response;
-  const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.resume_wait_seconds);
-  for (;;) {
-    for (const auto& candidate : resume_candidates(relay)) {
-      std::shared_ptr<Upstream> up = open_upstream(relay.method, relay.path, relay.authorization, candidate, text);
-      if (!up) {
-        relay.failed.insert(candidate.id);
-        continue;
-      }
-      std::unique_lock lock(up->mutex);
-      if (up->status != 200 || up->content_type.rfind("text/event-stream", 0) != 0) {  // refused: try the next
-        up->changed.wait(lock, [&] { return up->finished; });
-        lock.unlock();
-        up->thread.join();
-        relay.failed.insert(candidate.id);
-        continue;
-      }
-      lock.unlock();
-      const auto replicated = static_cast<uint64_t>(relay.stitcher.replicated_tokens());
-      relay.stitcher.begin_resumed();
-      relay.instance = candidate.id;
-      relay.state_id = candidate.state_id;
-      std::lock_guard counters(mutex_);
-      ++resumed_streams_;
-      resumed_tokens_ += relay.stitcher.tokens().size();
-      resumed_replicated_tokens_ += replicated;
-      return up;
-    }
-    // None now: one may be starting (a restart of the failed instance, on its state).
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  std::lock_guard counters(mutex_);
-  ++failed_resumes_;
-  return nullptr;
-}
-
-bool RelayChannel::write(std::string chunk) {
-  std::unique_lock lock(mutex);
-  room.wait(lock, [&] { return queued <= limit || gone; });
-  if (gone) return false;
-  queued += chunk.size();
-  chunks.push_back(std::move(chunk));
-  if (wake) wake();
-  return true;
-}
-
-void RelayChannel::finish(bool broke_off) {
-  std::lock_guard lock(mutex);
-  complete = true;
-  broke = broke_off;
-  if (wake) wake();
-}
-
-bool RelayChannel::client_gone() {
-  std::lock_guard lock(mutex);
-  return gone;
-}
-
-bool RelayBody::pull(std::string& out) {
-  std::lock_guard lock(channel_->mutex);
-  for (std::string& chunk : channel_->chunks) out += chunk;
-  channel_->chunks.clear();
-  channel_->queued = 0;
-  channel_->room.notify_all();
-  return channel_->complete;
-}
-
-void RelayBody::on_ready(std::function<void()> wake) {
-  std::lock_guard lock(channel_->mutex);
-  channel_->wake = std::move(wake);
-  if (channel_->wake && (!channel_->chunks.empty() || channel_->complete)) channel_->wake();
-}
-
-void RelayBody::cancel() {
-  std::lock_guard lock(channel_->mutex);
-  channel_->gone = true;
-  channel_->wake = nullptr;
-  channel_->room.notify_all();
-}
-
-bool RelayBody::failed() const {
-  std::lock_guard lock(channel_->mutex);
-  return channel_->broke;
-}
-
-bool Router::forward(const http::Request& req, http::Response& res, const cluster::InstanceInfo& instance,
-                     const std::string& body, OnDone on_done, std::shared_ptr<Failover> failover) {
-  std::shared_ptr<Upstream> up = open_upstream(req.method, req.path, req.header("Authorization"), instance, body, req.client_gone);
-  if (!up && req.client_gone && req.client_gone()) {
-    // Nobody to answer: the request ends here, on no instance.
-    on_done(499, "", false, instance.id, -1.0);
-    return true;
-  }
-  if (!up) return false;  // the caller tries another instance
-  res.set_header("X-Mnemo-Instance", instance.id);
-  if (!up->retry_after.empty()) res.set_header("Retry-After", up->retry_after);
-  std::unique_lock lock(up->mutex);
-  const bool sse = up->content_type.rfind("text/event-stream", 0) == 0;
-  if (!sse) {
-    while (!up->changed.wait_for(lock, kClientCheckInterval, [&] { return up->finished; })) {
-      if (req.client_gone && req.client_gone()) {
-        lock.unlock();
-        up->abandon();
-        on_done(499, "", false, instance.id, -1.0);
-        return true;
-      }
-    }
-    lock.unlock();
-    up->thread.join();
-    if (up->broke) {
-      send_error(res, 502, fmt::format("instance {} broke off its reply", instance.id), "server_error", "upstream_failed");
-    } else {
-      res.status = up->status;
-      std::string whole;
-      for (const auto& c : up->chunks) whole += c;
-      res.set_content(whole, up->content_type.empty() ? "application/json" : up->content_type);
-    }
-    on_done(up->broke ? 502 : up->status, up->kept, false, instance.id, -1.0);
-    return true;
-  }
-  lock.unlock();
-  res.set_header("Cache-Control", "no-cache");
-  auto relay = std::make_shared<Relay>();
-  relay->method = req.method;
-  relay->path = req.path;
-  relay->authorization = req.header("Authorization");
-  relay->up = up;
-  relay->instance = instance.id;
-  relay->state_id = instance.state_id;
-  if (up->status == 200) relay->failover = std::move(failover);
-  auto channel = std::make_shared<RelayChannel>(config_.relay_buffer_bytes);
-  // http::Server streams chunked bodies with status 200; an instance's refusal as SSE is not a
-  // case its API has, so its status is passed on in the events only.
-  res.stream(up->content_type, std::make_shared<RelayBody>(channel));
-  {
-    std::lock_guard running(relays_mutex_);
-    ++relays_running_;
-  }
-  std::thread([this, relay, channel, on_done] {
-    relay_stream(relay, channel, on_done);
-    // Last: the router may be destroyed once no relay runs.
-    std::lock_guard running(relays_mutex_);
-    --relays_running_;
-    relays_done_.notify_all();
-  }).detach();
-  return true;
-}
-
-void Router::relay_stream(const std::shared_ptr<Relay>& relay, const std::shared_ptr<RelayChannel>& channel,
-                          const OnDone& on_done) {
-  const auto client_left = [&](Upstream& u) {
-    u.abandon();  // the instance's side ends now, not at its next chunk
-    // A client that left before the end: the request no longer counts as in flight.
-    if (!relay->reported.exchange(true)) on_done(499, "", true, relay->instance, -1.0);
-  };
-  for (;;) {
-    const std::shared_ptr<Upstream> current = relay->up;  // only this thread replaces it
-    Upstream& u = *current;
-    std::unique_lock l(u.mutex);
-    const bool silent = !u.changed.wait_for(l, std::chrono::milliseconds(500), [&] { return !u.chunks.empty() || u.finished; });
-    while (!u.chunks.empty()) {
-      std::string chunk = std::move(u.chunks.front());
-      u.chunks.pop_front();
-      u.queued_bytes -= chunk.size();
-      u.changed.notify_all();  // a reader waiting for room
-      l.unlock();
-      if (relay->failover) {
-        chunk = relay->stitcher.feed(chunk);
-        if (relay->kept.size() < kMaxKeptReplyBytes) relay->kept += chunk.substr(0, kMaxKeptReplyBytes - relay->kept.size());
-      }
-      if (relay->first_text_at < 0 && carries_text(chunk)) relay->first_text_at = seconds_now();
-      if (!chunk.empty() && !channel->write(std::move(chunk))) return client_left(u);
-      l.lock();
-    }
-    if (!u.finished) {
-      l.unlock();
-      if (channel->client_gone()) return client_left(u);
-      // An instance whose lease expired mid-reply is hung or cut off, not slow: its connection
-      // may never break, so stop reading it; the reply resumes elsewhere.
-      if (silent && relay->failover && !relay->stitcher.done() && !is_member(relay->instance)) {
-        u.stop_reading();
-        std::lock_guard counters(mutex_);
-        ++expired_upstreams_;
-      }
-      continue;  // a stopped upstream ends broken: the next turn of the loop resumes it
-    }
-    bool broke = u.broke;
-    const int status = u.status;
-    l.unlock();
-    if (u.thread.joinable()) u.thread.join();
-    if (broke && relay->failover && !relay->stitcher.done()) {
-      if (relay->stitcher.finished()) {
-        // Only the end marker was lost: the reply itself is whole.
-        if (!channel->write("data: [DONE]\n\n")) return client_left(u);
-        broke = false;
-      } else if (std::shared_ptr<Upstream> next = resume(*relay)) {
-        relay->up = std::move(next);
-        continue;
-      }
-    }
-    const std::string kept = relay->failover ? relay->kept : u.kept;
-    // Before the end reaches the client: a next turn sent at once must find what this one left
-    // (its Responses owner, its prompt-tree entries).
-    if (!relay->reported.exchange(true)) on_done(broke ? 502 : status, kept, true, relay->instance, relay->first_text_at);
-    // An instance gone mid-reply: the client's connection breaks rather than ending as if the
-    // reply were whole.
-    channel->finish(broke);
-    return;
-  }
+std::shared_ptr<http::BodySource> start_relay(boost::asio::any_io_executor executor, RelayHost& host,
+                                              RelaySettings settings, RelayPlan plan) {
+  auto relay = std::make_shared<Relay>(boost::asio::make_strand(executor), host, settings, std::move(plan));
+  relay->start();
+  return std::make_shared<RelayBody>(relay);
 }
 
 }  // namespace mnemo::router

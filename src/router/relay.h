@@ -1,106 +1,123 @@
-// Router internals shared by router.cpp and relay.cpp (not for other includers): the relay of
-// one request's reply from an instance to its client, and the state of a streamed reply that
-// may fail over to another instance.
+// The relay of one client request's reply from the instances that answer it (router internals):
+// a state machine driven by its upstream call's events (http/client.h) and by its client's
+// connection, on a strand of the router's upstream I/O threads. No thread waits on an instance
+// or a client: thousands of streams cost sockets and buffers only.
+//
+//   trying (attempt k) --no answer--> trying (attempt k+1) ... --none left--> the plan's "exhausted" reply
+//        |--head: SSE--> streaming --end--> done
+//        |                   |--breaks off (or its instance's lease expires while silent), with a
+//        |                   |   failover--> resuming (candidate 1, 2, ... for up to resume_wait)
+//        |                   |                 |--an SSE 200--> streaming (stitched: SPEC D7)
+//        |                   |                 '--none--> done, broken
+//        '--head: anything else--> whole --end--> done (a whole reply, or 502 if it broke off)
+//   any state --client gone--> done: the upstream call stops (the instance cancels the request)
+//
+// A reply's bookkeeping (ReplyDone: prompt trees, stored-turn copies, etcd) runs on a thread that
+// may block, and before the reply's end reaches the client: a next turn sent at once finds it.
 #pragma once
 
-#include <httplib.h>
-
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
+#include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 #include <unordered_set>
+#include <vector>
 
+#include <boost/asio/any_io_executor.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cluster/membership.h"
+#include "http/client.h"
 #include "http/message.h"
-#include "router/router.h"
-#include "router/sse_stitcher.h"
 
 namespace mnemo::router {
 
-// The clock of Relay::first_text_at and of Router::OnDone's first_text_at.
+// The clock of ReplyDone's first_text_at.
 inline double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One request's relay from an instance to the client: a thread reads the instance's reply into
-// chunks that the client's handler writes out as they come.
-struct Router::Upstream {
-  std::mutex mutex;
-  std::condition_variable changed;
-  bool headers_ready = false;
-  bool finished = false;
-  bool broke = false;  // the exchange failed (before or after the headers)
-  int status = 0;
-  std::string content_type;
-  std::string retry_after;  // an instance's 429/503 hint, passed on
-  std::deque<std::string> chunks;
-  size_t queued_bytes = 0;  // in `chunks`: a stream's reader waits while its client is this far behind
-  std::string kept;  // the reply so far (bounded), for the prompt tree
-  std::atomic<bool> client_gone{false};
-  std::unique_ptr<httplib::Client> client;  // stop() breaks a wait on the instance off
-  std::thread thread;
+// Called once a request's reply is over: its status (499: the client left first), the reply
+// (bounded; SSE events when streamed), the instance that finished it (another one after a
+// failover) and when its first generated text reached the client (seconds_now(); negative:
+// unstreamed, or none).
+using ReplyDone = std::function<void(int status, const std::string& body, bool sse, const std::string& instance,
+                                     double first_text_at)>;
 
-  // Stops reading the instance: its connection closes, so the instance cancels the request (a
-  // reader waiting for room stops too). Without `mutex` held.
-  void stop_reading();
-  // stop_reading, then waits for the reader thread to end.
-  void abandon();
+// Where a streamed reply goes on if its instance fails: the request as sent, and the instances to
+// try in order.
+struct Failover {
+  nlohmann::json request;
+  std::vector<cluster::InstanceInfo> candidates;  // at routing time, its KV replica holders first
+  size_t holders = 0;                             // how many of them hold a replica
 };
 
-// The client's side of a relayed stream: what the relay thread has read and stitched, waiting for
-// the client's connection to pull it (on an I/O thread, woken by `wake`). The relay thread waits
-// while the client is `limit` bytes behind, so a slow client holds the instance back (TCP) rather
-// than the router queueing without bound.
-struct RelayChannel {
-  explicit RelayChannel(size_t limit_bytes) : limit(limit_bytes) {}
-  // Relay thread: false once the client has gone (nothing more is taken).
-  bool write(std::string chunk);
-  // Relay thread: the reply is over; `broke`: it broke off (the client's connection is cut).
-  void finish(bool broke);
-  bool client_gone();
-
-  const size_t limit;
-  std::mutex mutex;
-  std::condition_variable room;
-  std::deque<std::string> chunks;  // guarded by mutex
-  size_t queued = 0;               // guarded by mutex
-  bool complete = false;           // guarded by mutex
-  bool broke = false;              // guarded by mutex
-  bool gone = false;               // guarded by mutex
-  std::function<void()> wake;      // guarded by mutex; called under it
+// One instance to send the request to, and what to send.
+struct RelayAttempt {
+  cluster::InstanceInfo instance;
+  std::string body;  // "" : none (a GET)
+  ReplyDone on_done;
+  std::shared_ptr<Failover> failover;  // a resumable stream's (null: not resumable)
+  std::vector<http::Header> headers;   // for the client, with the reply's head
 };
 
-class RelayBody final : public http::BodySource {
- public:
-  explicit RelayBody(std::shared_ptr<RelayChannel> channel) : channel_(std::move(channel)) {}
-  ~RelayBody() override { cancel(); }
-  bool pull(std::string& out) override;
-  void on_ready(std::function<void()> wake) override;
-  void cancel() override;
-  bool failed() const override;
-
- private:
-  std::shared_ptr<RelayChannel> channel_;
-};
-
-// A streamed reply on its way to the client: the upstream it comes from now, and, with a
-// failover, the stitcher joining its upstreams into one stream.
-struct Router::Relay {
+// What the handler decided: the request and the instances to try, in order.
+struct RelayPlan {
   std::string method, path, authorization;  // of the client's request
-  std::shared_ptr<Upstream> up;
-  std::string instance;  // of `up`
-  std::string state_id;  // of `instance`
-  std::shared_ptr<Failover> failover;
-  SseStitcher stitcher;
-  std::unordered_set<std::string> failed;  // instances that broke off this reply
-  std::string kept;                        // what the client got (bounded), for the prompt tree
-  std::atomic<bool> reported{false};       // on_done ran (once, whether the stream ended or the client left)
-  double first_text_at = -1;               // the relay thread's: when the first generated text went out
+  // The next attempt (nullopt: none left). Called on the relay's strand; must not block.
+  std::function<std::optional<RelayAttempt>()> next_attempt;
+  // An attempt whose instance did not answer at all (before the next one is asked for).
+  std::function<void(const RelayAttempt&)> unreached;
+  // The reply when no attempt reached an instance.
+  std::function<http::Response()> exhausted;
 };
+
+enum class RelayEvent {
+  kClientBehind,     // a stream stopped reading its instance: its client was behind
+  kResumed,          // a broken stream continued on another instance
+  kResumeFailed,     // ... or on none
+  kUpstreamExpired,  // a stream cut off: its instance lost its lease while silent
+};
+
+// What a relay asks of the router.
+class RelayHost {
+ public:
+  virtual ~RelayHost() = default;
+  // Where a failed stream may resume, best first, none of `failed`.
+  virtual std::vector<cluster::InstanceInfo> resume_candidates(const Failover& failover,
+                                                               const std::unordered_set<std::string>& failed,
+                                                               const std::string& failed_state_id) = 0;
+  // Whether the instance still holds its lease.
+  virtual bool is_member(const std::string& id) = 0;
+  // kResumed: `tokens` the client had, `replicated` of them held by the KV replica.
+  virtual void count(RelayEvent event, uint64_t tokens = 0, uint64_t replicated = 0) = 0;
+  // Runs `work` on a thread that may block.
+  virtual void run_blocking(std::function<void()> work) = 0;
+  // The headers of a request to an instance on behalf of the client (its tenant, signed).
+  virtual std::vector<http::Header> upstream_headers(const std::string& authorization, const std::string& method,
+                                                     const std::string& path, const std::string& body) = 0;
+};
+
+struct RelaySettings {
+  http::ClientTimeouts timeouts;
+  // Bytes of a stream read from its instance and not yet taken by its client, at most (then the
+  // instance is not read until the client catches up).
+  size_t buffer_bytes = size_t{1} << 20;
+  std::chrono::milliseconds resume_wait{10'000};  // for an instance to resume on, when none answers
+  std::chrono::milliseconds resume_retry{200};    // between rounds of the candidates meanwhile
+  std::chrono::milliseconds silence_check{500};   // how often a silent stream's instance is looked up
+};
+
+// A plan that tries `instances` in order with the same request (the client's, without a body),
+// answering `exhausted()` if none answers.
+RelayPlan plan_over(std::vector<cluster::InstanceInfo> instances, ReplyDone on_done,
+                    std::function<http::Response()> exhausted);
+
+// Starts relaying `plan` on `executor` (a strand of it is the relay's); returns the body to answer
+// the client with (http::Response::answer_later). The relay holds `host` until it is done.
+std::shared_ptr<http::BodySource> start_relay(boost::asio::any_io_executor executor, RelayHost& host,
+                                              RelaySettings settings, RelayPlan plan);
 
 }  // namespace mnemo::router

@@ -1,4 +1,5 @@
 #include "router/relay.h"
+#include "router/upstream_io.h"
 
 #include <chrono>
 #include <map>
@@ -47,16 +48,16 @@ Router::Router(RouterConfig config)
       http_(std::make_unique<http::Server>(http_options(config_))),
       tree_(64, config_.prompt_ttl_seconds),
       routing_(config_.policy, config_.cost) {
+  upstream_io_ = std::make_unique<UpstreamIo>(std::max(1, config_.upstream_threads));
   install_routes();
 }
 
 Router::~Router() {
   stop();
-  // Connections first (their relayed bodies tell relay threads the client is gone), then the
-  // relay threads, which use everything else here.
+  // Connections first (their relays' clients are then gone, so every relay ends), then the
+  // relays' threads, which use everything else here.
   http_.reset();
-  std::unique_lock lock(relays_mutex_);
-  relays_done_.wait(lock, [&] { return relays_running_ == 0; });
+  upstream_io_.reset();
 }
 
 Status Router::start() {
@@ -304,6 +305,28 @@ std::shared_ptr<const CostModel> Router::profile_of(const cluster::InstanceInfo&
   return model;
 }
 
+// One generation request as routed: what each of its attempts (router/relay.h) is built from.
+struct Router::Generation {
+  Api api = Api::kChat;
+  json body;
+  std::string raw_body;
+  std::string authorization;
+  std::vector<cluster::InstanceInfo> members;
+  std::vector<size_t> order;  // of members: the instances to try
+  size_t next = 0;            // of order: the next attempt's
+  std::string prompt_text;
+  std::optional<PromptKeys> prompt;  // over prompt_text
+  int64_t prompt_tokens = 0;
+  double arrived = 0;  // seconds_now()
+  std::optional<cluster::InstanceInfo> prefill;
+  bool prefilled = false;
+  int64_t prefill_known_tokens = 0;
+  int64_t rendered_prompt_tokens = -1;
+  bool one_choice = true;
+  bool resumable = false;
+  bool replicable = false;
+};
+
 void Router::handle_generation(const http::Request& req, http::Response& res, Api api) {
   const json body = parse_bounded_json_or_discarded(req.body, JsonLimits{.max_bytes = size_t{64} << 20, .max_depth = 32});
   if (body.is_discarded()) {
@@ -456,123 +479,155 @@ void Router::handle_generation(const http::Request& req, http::Response& res, Ap
   // A request of one choice can keep KV replicas on other instances while it runs (--replicas N:
   // the next best instances with a transport); streamed, it can be resumed elsewhere if its
   // instance fails (SPEC D7), its events naming their tokens.
+  auto g = std::make_shared<Generation>();
+  g->api = api;
+  g->body = body;
+  g->raw_body = req.body;
+  g->authorization = req.header("Authorization");
+  g->members = std::move(members);
+  g->order = std::move(order);
+  g->prompt_text = view->prompt_text;
+  g->prompt.emplace(prompt.over(g->prompt_text));
+  g->prompt_tokens = prompt_tokens;
+  g->arrived = now;
+  g->prefill = prefill;
+  g->prefilled = prefilled;
+  g->prefill_known_tokens = prefill_known_tokens;
+  g->rendered_prompt_tokens = rendered_prompt_tokens;
   const bool streamed = body.value("stream", false) == true;
-  const bool one_choice = !body.contains("n") || body["n"] == 1;
-  const bool resumable = config_.failover && streamed && one_choice;
+  g->one_choice = !body.contains("n") || body["n"] == 1;
+  g->resumable = config_.failover && streamed && g->one_choice;
   // A stored Responses turn (store defaults to true) keeps copies too: its KV, once it ends, and
   // the stored turn itself, so the conversation outlives its instance.
   const bool stored_turn = api == Api::kResponses && body.value("store", true) != false;
-  const bool replicable = config_.replicas > 0 && one_choice && (api != Api::kResponses || stored_turn);
-  for (size_t k = 0; k < order.size(); ++k) {
-    const cluster::InstanceInfo& m = members[order[k]];
-    std::vector<cluster::InstanceInfo> others;  // the order to fail over in
-    for (size_t j = k + 1; j < order.size(); ++j) others.push_back(members[order[j]]);
-    for (size_t j = 0; j < k; ++j) others.push_back(members[order[j]]);  // they did not answer before; may now
-    std::vector<std::string> replicas;  // instances holding the request's KV replicas
-    std::vector<cluster::InstanceInfo> turn_holders;  // of them, those to store a Responses turn on
-    json sent_body;
-    json endpoints = json::array();
-    json known = json::array();   // per replica, the leading tokens it holds already
-    json at_end = json::array();  // per replica, whether it gets the KV only once the request ends
-    size_t failover_holders = 0;  // the first of `others`, holding replicas
-    if (prefill && config_.caching3 && k == 0 && !m.transfer_endpoint.empty() && one_choice) {
-      endpoints.push_back(prefill->transfer_endpoint);
-      // After a prefill there, the prompt (all of it, if tokenized; else a conservative estimate).
-      const int64_t prompt_known = rendered_prompt_tokens >= 0 ? rendered_prompt_tokens
-                                   : prompt.tokenized()      ? prompt_tokens
-                                                             : static_cast<int64_t>(view->prompt_text.size() / kBytesPerKnownToken);
-      known.push_back(prefilled ? prompt_known : prefill_known_tokens);
-      at_end.push_back(config_.caching3_at_end);  // for the next turn's prefill: no failover copy
-      replicas.push_back(prefill->id);
-    }
-    if (replicable && !m.transfer_endpoint.empty()) {
-      // The holders go first among the instances to fail over to, in their order.
-      auto holders_end = std::stable_partition(others.begin(), others.end(),
-                                               [](const auto& c) { return !c.transfer_endpoint.empty(); });
-      const size_t limit = endpoints.size() + static_cast<size_t>(config_.replicas);
-      for (auto it = others.begin(); it != holders_end && endpoints.size() < limit; ++it) {
-        endpoints.push_back(it->transfer_endpoint);
-        known.push_back(0);
-        // A failover copy follows the request as it runs; a stored turn's that cannot be resumed
-        // is for the next turn only.
-        at_end.push_back(api == Api::kResponses && !resumable);
-        replicas.push_back(it->id);
-        ++failover_holders;
-        if (api == Api::kResponses) turn_holders.push_back(*it);
-      }
-    }
-    if (!replicas.empty()) {
-      sent_body = body;
-      sent_body["mnemo_replica"] = std::move(endpoints);
-      sent_body["mnemo_replica_known_tokens"] = std::move(known);
-      sent_body["mnemo_replica_at_end"] = std::move(at_end);
-    }
-    std::shared_ptr<Failover> failover;
-    if (resumable) {
-      if (sent_body.is_null()) sent_body = body;
-      sent_body["mnemo_report_tokens"] = true;
-      if (config_.disk_replica) sent_body["mnemo_persist_running"] = true;
-      failover = std::make_shared<Failover>();
-      failover->request = sent_body;
-      failover->candidates = std::move(others);
-      failover->holders = failover_holders;
-    }
-    const std::string sent = sent_body.is_null() ? req.body : sent_body.dump(-1, ' ', false, json::error_handler_t::replace);
+  g->replicable = config_.replicas > 0 && g->one_choice && (api != Api::kResponses || stored_turn);
+
+  RelayPlan plan;
+  plan.next_attempt = [this, g] { return next_generation_attempt(g); };
+  plan.unreached = [this](const RelayAttempt& attempt) {
+    std::lock_guard lock(mutex_);
+    --in_flight_[attempt.instance.id];
+    --routed_[attempt.instance.id];
+    ++retries_;
+  };
+  plan.exhausted = [this] {
     {
       std::lock_guard lock(mutex_);
-      ++in_flight_[m.id];
-      ++routed_[m.id];
-      record_prompt(m.id, prompt, now);  // its prefill caches the prompt there
+      ++unroutable_;
     }
-    auto on_done = [this, api, id = m.id, replicas, turn_holders, prompt = view->prompt_text, arrived = now,
-                    authorization = req.header("Authorization"), request_body = body](
-                       int status, const std::string& reply_body, bool sse, const std::string& finished_on,
-                       double first_text_at) {
-      // The next turn's prompt starts with this one's and its reply: cached there now (and on
-      // the replica holder). Read outside the lock: a reply can be megabytes of events.
-      const ReplyDigest reply = status == 200 ? read_reply(api, reply_body, sse) : ReplyDigest{};
-      const std::string next_prefix = status == 200 ? with_reply(api, prompt, reply.text) : "";
-      if (status == 200) {
-        plan_meter_.record(first_text_at >= 0 ? first_text_at - arrived : -1.0, seconds_now() - arrived,
-                           reply.generated_tokens);
-      }
-      {
-        std::lock_guard lock(mutex_);
-        --in_flight_[id];
-        if (status != 200) return;
-        const double t = seconds_now();
-        tree_.record(finished_on, next_prefix, t);
-        for (const std::string& holder : replicas) {
-          if (holder != finished_on) tree_.record(holder, next_prefix, t);
-        }
-      }
-      if (api == Api::kResponses) {
-        const std::string& rid = reply.response_id;
-        if (!rid.empty()) {
-          std::vector<cluster::InstanceInfo> copies_to = turn_holders;
-          std::erase_if(copies_to, [&](const auto& h) { return h.id == finished_on; });
-          std::string holders = finished_on;
-          if (!copies_to.empty()) {
-            for (const std::string& h : copy_stored_turn(authorization, request_body, reply.final_response, copies_to)) {
-              holders += "," + h;
-            }
-          }
-          remember_owner(rid, holders);
-        }
-      }
-    };
-    if (!replicas.empty()) res.set_header("X-Mnemo-Replica", fmt::format("{}", fmt::join(replicas, ",")));
-    if (forward(req, res, m, sent, on_done, failover)) return;
-    res.remove_header("X-Mnemo-Replica");
-    std::lock_guard lock(mutex_);
-    --in_flight_[m.id];
-    --routed_[m.id];
-    ++retries_;
+    http::Response reply;
+    reply.set_header("Retry-After", "1");
+    send_error(reply, 503, "no instance could be reached", "server_error", "no_instance");
+    return reply;
+  };
+  relay(req, res, std::move(plan));
+}
+
+std::optional<RelayAttempt> Router::next_generation_attempt(const std::shared_ptr<Generation>& generation) {
+  Generation& g = *generation;
+  if (g.next >= g.order.size()) return std::nullopt;
+  const size_t k = g.next++;
+  const cluster::InstanceInfo& m = g.members[g.order[k]];
+  std::vector<cluster::InstanceInfo> others;  // the order to fail over in
+  for (size_t j = k + 1; j < g.order.size(); ++j) others.push_back(g.members[g.order[j]]);
+  for (size_t j = 0; j < k; ++j) others.push_back(g.members[g.order[j]]);  // they did not answer before; may now
+  std::vector<std::string> replicas;                // instances holding the request's KV replicas
+  std::vector<cluster::InstanceInfo> turn_holders;  // of them, those to store a Responses turn on
+  json endpoints = json::array();
+  json known = json::array();   // per replica, the leading tokens it holds already
+  json at_end = json::array();  // per replica, whether it gets the KV only once the request ends
+  size_t failover_holders = 0;  // the first of `others`, holding replicas
+  if (g.prefill && config_.caching3 && k == 0 && !m.transfer_endpoint.empty() && g.one_choice) {
+    endpoints.push_back(g.prefill->transfer_endpoint);
+    // After a prefill there, the prompt (all of it, if tokenized; else a conservative estimate).
+    const int64_t prompt_known = g.rendered_prompt_tokens >= 0 ? g.rendered_prompt_tokens
+                                 : g.prompt->tokenized()        ? g.prompt_tokens
+                                                               : static_cast<int64_t>(g.prompt_text.size() / kBytesPerKnownToken);
+    known.push_back(g.prefilled ? prompt_known : g.prefill_known_tokens);
+    at_end.push_back(config_.caching3_at_end);  // for the next turn's prefill: no failover copy
+    replicas.push_back(g.prefill->id);
   }
-  std::lock_guard lock(mutex_);
-  ++unroutable_;
-  res.set_header("Retry-After", "1");
-  send_error(res, 503, "no instance could be reached", "server_error", "no_instance");
+  if (g.replicable && !m.transfer_endpoint.empty()) {
+    // The holders go first among the instances to fail over to, in their order.
+    auto holders_end =
+        std::stable_partition(others.begin(), others.end(), [](const auto& c) { return !c.transfer_endpoint.empty(); });
+    const size_t limit = endpoints.size() + static_cast<size_t>(config_.replicas);
+    for (auto it = others.begin(); it != holders_end && endpoints.size() < limit; ++it) {
+      endpoints.push_back(it->transfer_endpoint);
+      known.push_back(0);
+      // A failover copy follows the request as it runs; a stored turn's that cannot be resumed
+      // is for the next turn only.
+      at_end.push_back(g.api == Api::kResponses && !g.resumable);
+      replicas.push_back(it->id);
+      ++failover_holders;
+      if (g.api == Api::kResponses) turn_holders.push_back(*it);
+    }
+  }
+  json sent_body;
+  if (!replicas.empty()) {
+    sent_body = g.body;
+    sent_body["mnemo_replica"] = std::move(endpoints);
+    sent_body["mnemo_replica_known_tokens"] = std::move(known);
+    sent_body["mnemo_replica_at_end"] = std::move(at_end);
+  }
+  RelayAttempt attempt;
+  if (g.resumable) {
+    if (sent_body.is_null()) sent_body = g.body;
+    sent_body["mnemo_report_tokens"] = true;
+    if (config_.disk_replica) sent_body["mnemo_persist_running"] = true;
+    attempt.failover = std::make_shared<Failover>();
+    attempt.failover->request = sent_body;
+    attempt.failover->candidates = std::move(others);
+    attempt.failover->holders = failover_holders;
+  }
+  attempt.instance = m;
+  attempt.body = sent_body.is_null() ? g.raw_body : sent_body.dump(-1, ' ', false, json::error_handler_t::replace);
+  {
+    std::lock_guard lock(mutex_);
+    ++in_flight_[m.id];
+    ++routed_[m.id];
+    record_prompt(m.id, *g.prompt, g.arrived);  // its prefill caches the prompt there
+  }
+  if (!replicas.empty()) attempt.headers.push_back({"X-Mnemo-Replica", fmt::format("{}", fmt::join(replicas, ","))});
+  attempt.on_done = [this, generation, id = m.id, replicas, turn_holders](int status, const std::string& reply_body, bool sse,
+                                                                      const std::string& finished_on, double first_text_at) {
+    generation_done(*generation, id, replicas, turn_holders, status, reply_body, sse, finished_on, first_text_at);
+  };
+  return attempt;
+}
+
+void Router::generation_done(const Generation& g, const std::string& routed_to, const std::vector<std::string>& replicas,
+                             const std::vector<cluster::InstanceInfo>& turn_holders, int status,
+                             const std::string& reply_body, bool sse, const std::string& finished_on,
+                             double first_text_at) {
+  // The next turn's prompt starts with this one's and its reply: cached there now (and on the
+  // replica holder). Read outside the lock: a reply can be megabytes of events.
+  const ReplyDigest reply = status == 200 ? read_reply(g.api, reply_body, sse) : ReplyDigest{};
+  const std::string next_prefix = status == 200 ? with_reply(g.api, g.prompt_text, reply.text) : "";
+  if (status == 200) {
+    plan_meter_.record(first_text_at >= 0 ? first_text_at - g.arrived : -1.0, seconds_now() - g.arrived,
+                       reply.generated_tokens);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    --in_flight_[routed_to];
+    if (status != 200) return;
+    const double t = seconds_now();
+    tree_.record(finished_on, next_prefix, t);
+    for (const std::string& holder : replicas) {
+      if (holder != finished_on) tree_.record(holder, next_prefix, t);
+    }
+  }
+  if (g.api != Api::kResponses || reply.response_id.empty()) return;
+  std::vector<cluster::InstanceInfo> copies_to = turn_holders;
+  std::erase_if(copies_to, [&](const auto& h) { return h.id == finished_on; });
+  std::string holders = finished_on;
+  if (!copies_to.empty()) {
+    for (const std::string& h : copy_stored_turn(g.authorization, g.body, reply.final_response, copies_to)) {
+      holders += "," + h;
+    }
+  }
+  remember_owner(reply.response_id, holders);
 }
 
 bool Router::push_kv(const http::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
@@ -597,10 +652,11 @@ bool Router::push_kv(const http::Request& req, const cluster::InstanceInfo& from
 }
 
 void Router::handle_models(const http::Request& req, http::Response& res) {
-  for (const auto& m : live_members()) {
-    if (forward(req, res, m, "", [](int, const std::string&, bool, const std::string&, double) {})) return;
-  }
-  send_error(res, 503, "no instance is serving", "server_error", "no_instance");
+  relay(req, res, plan_over(live_members(), [](int, const std::string&, bool, const std::string&, double) {}, [] {
+          http::Response reply;
+          send_error(reply, 503, "no instance is serving", "server_error", "no_instance");
+          return reply;
+        }));
 }
 
 void Router::handle_metrics(const http::Request&, http::Response& res) {

@@ -23,7 +23,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -41,6 +40,7 @@
 #include "router/plan_meter.h"
 #include "router/planner.h"
 #include "router/prompt_tree.h"
+#include "router/relay.h"
 #include "router/routing_policy.h"
 #include "router/sse_stitcher.h"
 #include "util/result.h"
@@ -56,7 +56,6 @@ namespace mnemo::router {
 enum class Api;
 class PromptKeys;
 class PromptTokenizer;  // router/conversation_text.h
-struct RelayChannel;    // router/relay.h
 
 struct RouterConfig {
   std::string host = "127.0.0.1";
@@ -68,7 +67,8 @@ struct RouterConfig {
   CostParams cost;
   double prompt_ttl_seconds = 600;
   double upstream_timeout_seconds = 600;
-  int http_threads = 32;  // handler threads (a whole reply holds one while its instance computes it)
+  int http_threads = 32;  // handler threads (routing; a prefill or KV push holds one while it runs)
+  int upstream_threads = 2;  // I/O threads of the relays from instances to clients
   int max_connections = 4096;
   http::TlsFiles tls;
   bool failover = true;  // resume streamed replies whose instance fails (SPEC D7)
@@ -97,7 +97,7 @@ struct RouterConfig {
   std::optional<PlanInputs> plan;
 };
 
-class Router {
+class Router final : private RelayHost {
  public:
   explicit Router(RouterConfig config);
   ~Router();
@@ -109,20 +109,8 @@ class Router {
   void stop();
 
  private:
-  struct Upstream;
-  struct Relay;
-  // Called once a request's reply is over: its status, the reply (bounded; SSE events when
-  // streamed), the instance that finished it (another one after a failover) and when its first
-  // generated text reached the client (seconds_now(); negative: unstreamed, or none).
-  using OnDone = std::function<void(int status, const std::string& body, bool sse, const std::string& instance,
-                                    double first_text_at)>;
-  // Where a streamed reply goes on if its instance fails: the request as sent, and the
-  // instances to try in order.
-  struct Failover {
-    nlohmann::json request;
-    std::vector<cluster::InstanceInfo> candidates;  // at routing time, its KV replica holders first
-    size_t holders = 0;                             // how many of them hold a replica
-  };
+  struct Generation;  // router.cpp: one generation request as routed, shared by its attempts
+  struct UpstreamIo;  // router.cpp: the threads that relays and their bookkeeping run on
   void install_routes();
   void handle_generation(const http::Request& req, http::Response& res, Api api);
   void handle_stored_response(const http::Request& req, http::Response& res);
@@ -131,11 +119,17 @@ class Router {
   // Instances with a live lease: those that generate (colocated and decode), or the prefill ones
   // (by their published roles, or by the plan's split).
   std::vector<cluster::InstanceInfo> live_members(bool prefill = false);
-  // Whether the instance still holds its lease (in the view, whatever its role).
-  bool is_member(const std::string& id);
-  // Where a failed stream may resume, best first: live replica holders, a restart of the failed
-  // instance (its state and disk), the other instances it was routed past, any other live one.
-  std::vector<cluster::InstanceInfo> resume_candidates(const Relay& relay);
+  // RelayHost: where a failed stream may resume, best first: live replica holders, a restart of
+  // the failed instance (its state and disk), the other instances it was routed past, any other
+  // live one.
+  std::vector<cluster::InstanceInfo> resume_candidates(const Failover& failover,
+                                                       const std::unordered_set<std::string>& failed,
+                                                       const std::string& failed_state_id) override;
+  bool is_member(const std::string& id) override;
+  void count(RelayEvent event, uint64_t tokens, uint64_t replicated) override;
+  void run_blocking(std::function<void()> work) override;
+  std::vector<http::Header> upstream_headers(const std::string& authorization, const std::string& method,
+                                             const std::string& path, const std::string& body) override;
   // Every instance with a live lease, whatever its role (a stored response's owner).
   std::vector<cluster::InstanceInfo> all_members();
   // The live instances among a stored response's holders (its owner record: the instance that
@@ -177,31 +171,19 @@ class Router {
   // Asks `from` to send its KV for the request's prompt to the transport at `to_endpoint`.
   bool push_kv(const http::Request& req, const cluster::InstanceInfo& from, const std::string& to_endpoint, Api api,
                const nlohmann::json& request);
-  // Starts the request on `instance`; nullptr if it could not be reached (no reply began).
-  // `client_gone` (optional): asked while the instance has not answered; once it says so, the
-  // upstream is stopped and nullptr returned.
-  std::shared_ptr<Upstream> open_upstream(const std::string& method, const std::string& path,
-                                          const std::string& authorization, const cluster::InstanceInfo& instance,
-                                          const std::string& body, const std::function<bool()>& client_gone = {});
-  // Sends the request to `instance`; false (res untouched) if it could not be reached at all.
-  // With `failover`, a streamed reply that breaks off is resumed elsewhere. A client that goes
-  // while its instance computes a whole reply stops the upstream request (the instance then
-  // cancels it) and is answered nothing.
-  bool forward(const http::Request& req, http::Response& res, const cluster::InstanceInfo& instance,
-               const std::string& body, OnDone on_done, std::shared_ptr<Failover> failover = nullptr);
-  // On a relay thread of its own: moves a streamed reply from its instance(s) to the client's
-  // channel, resuming it elsewhere if it breaks off, until it ends or the client goes.
-  void relay_stream(const std::shared_ptr<Relay>& relay, const std::shared_ptr<RelayChannel>& channel, const OnDone& on_done);
-  // The relay's request again, after the tokens its client has, on the next candidate that
-  // answers; nullptr if none does.
-  std::shared_ptr<Upstream> resume(Relay& relay);
+  // The next instance of a routed generation to try, and what to send it (nullopt: none left).
+  std::optional<RelayAttempt> next_generation_attempt(const std::shared_ptr<Generation>& generation);
+  // A generation's reply is over (RelayAttempt::on_done): prompt trees, the plan meter, a stored
+  // turn's copies and owner.
+  void generation_done(const Generation& g, const std::string& routed_to, const std::vector<std::string>& replicas,
+                       const std::vector<cluster::InstanceInfo>& turn_holders, int status, const std::string& reply_body,
+                       bool sse, const std::string& finished_on, double first_text_at);
+  // Answers the client later, from the plan's attempts (router/relay.h).
+  void relay(const http::Request& req, http::Response& res, RelayPlan plan);
 
   RouterConfig config_;
   std::unique_ptr<http::Server> http_;
-  // Relay threads still running (each joins nothing; the router waits for them to end).
-  std::mutex relays_mutex_;
-  std::condition_variable relays_done_;
-  int relays_running_ = 0;  // guarded by relays_mutex_
+  std::unique_ptr<UpstreamIo> upstream_io_;
   std::unique_ptr<cluster::MemberWatcher> members_;
   std::unique_ptr<cluster::EtcdClient> etcd_;
   int bound_port_ = 0;

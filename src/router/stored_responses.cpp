@@ -120,16 +120,20 @@ void Router::handle_stored_response(const http::Request& req, http::Response& re
       (void)delete_for(req.header("Authorization"), holders[i].address, req.path);
     }
   }
-  const auto it = holders.begin();
-  const bool reached = forward(req, res, *it, "", [this, id, deleting](int status, const std::string&, bool, const std::string&, double) {
+  auto on_done = [this, id, deleting](int status, const std::string&, bool, const std::string&, double) {
     if (!deleting || status != 200) return;
     {
       std::lock_guard lock(mutex_);
       owners_.erase(id);
     }
     (void)etcd_->delete_key(owner_key(id));
-  });
-  if (!reached) send_error(res, 503, fmt::format("the instance holding response '{}' is unavailable", id), "server_error", "instance_unavailable");
+  };
+  relay(req, res, plan_over({holders.front()}, std::move(on_done), [id] {
+          http::Response reply;
+          send_error(reply, 503, fmt::format("the instance holding response '{}' is unavailable", id), "server_error",
+                     "instance_unavailable");
+          return reply;
+        }));
 }
 
 }  // namespace mnemo::router
