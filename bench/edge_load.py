@@ -11,9 +11,14 @@
      host tiers of 8,192 tokens) that fill within the first two minutes: what grows after that
      is the edge's.
 
+With --through-router the streams go through `mnemo route` (a real etcd from Debian's
+etcd-server, the instance registered with --cluster): the router relays every stream from its
+upstream I/O threads, and its thread count is sampled while they are all open (it must not grow
+with the streams).
+
 Raw asyncio sockets (HTTP/1.1 by hand), so thousands of clients cost this process little.
 
-  .venv/bin/python bench/edge_load.py [--streams 2000] [--soak-seconds 600] [--clients 32]
+  .venv/bin/python bench/edge_load.py [--streams 2000] [--soak-seconds 600] [--clients 32] [--through-router]
 """
 from __future__ import annotations
 
@@ -38,9 +43,48 @@ def raise_nofile(n: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-def start_server(binary: str, max_in_flight: int, kv_tokens: int) -> tuple[subprocess.Popen, int]:
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_etcd() -> tuple[subprocess.Popen, str]:
+    data = tempfile.mkdtemp(prefix="mnemo-edge-etcd-")
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    proc = subprocess.Popen(
+        ["/usr/bin/etcd", "--name", "bench", "--data-dir", data, "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"bench=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2)
+    return proc, url
+
+
+def start_router(binary: str, etcd: str, max_connections: int) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([binary, "route", "--cluster", etcd, "--cluster-name", "edge", "--host", "127.0.0.1", "--port", "0",
+                             "--max-connections", str(max_connections)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in proc.stdout:
+        match = re.search(r" at https?://127\.0\.0\.1:(\d+)/", line)
+        if match:
+            return proc, int(match.group(1))
+    raise SystemExit("mnemo route did not start")
+
+
+def threads_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+def start_server(binary: str, max_in_flight: int, kv_tokens: int, *extra: str) -> tuple[subprocess.Popen, int]:
     state = tempfile.mkdtemp(prefix="mnemo-edge-load-")
-    proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir", state,
+    proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir", state, *extra,
                              "--max-in-flight", str(max_in_flight), "--max-connections", str(max_in_flight + 256),
                              "--kv-tokens", str(kv_tokens), "--host-swap-tokens", str(kv_tokens),
                              "--host-compact-tokens", str(kv_tokens), "--disk-cache-bytes", str(256 << 20),
@@ -79,13 +123,27 @@ async def request(port: int, method: str, path: str, body: dict | bytes | None =
         writer.close()
 
 
-async def held_streams(port: int, n: int) -> dict:
+async def held_streams(port: int, n: int, watch_pid: int = 0) -> dict:
     started = time.monotonic()
     body = {"prompt": "Count: 1, 2, 3,", "max_tokens": 4, "stream": True, "temperature": 0}
+    most_threads = 0
+
+    async def watch() -> None:  # the relaying process's threads while the streams are open
+        nonlocal most_threads
+        while True:
+            most_threads = max(most_threads, threads_of(watch_pid))
+            await asyncio.sleep(0.2)
+
+    watcher = asyncio.create_task(watch()) if watch_pid else None
     results = await asyncio.gather(*(request(port, "POST", "/v1/completions", body) for _ in range(n)), return_exceptions=True)
+    if watcher:
+        watcher.cancel()
     errors = [r for r in results if isinstance(r, BaseException) or r[0] != 200 or b"data: [DONE]" not in r[1]]
-    return {"streams": n, "errors": len(errors), "seconds": round(time.monotonic() - started, 1),
-            "first_error": repr(errors[0])[:200] if errors else None}
+    report = {"streams": n, "errors": len(errors), "seconds": round(time.monotonic() - started, 1),
+              "first_error": repr(errors[0])[:200] if errors else None}
+    if watch_pid:
+        report["router_threads_at_most"] = most_threads
+    return report
 
 
 async def soak_client(port: int, until: float, counts: dict, rng: random.Random) -> None:
@@ -147,8 +205,11 @@ def main() -> int:
     parser.add_argument("--soak-seconds", type=float, default=600)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--kv-tokens", type=int, default=8192, help="device pool and each host tier, in tokens")
+    parser.add_argument("--through-router", action="store_true", help="the streams through `mnemo route` (no soak)")
     args = parser.parse_args()
     raise_nofile(args.streams * 2 + 1024)
+    if args.through_router:
+        return through_router(args)
     proc, port = start_server(args.mnemo, args.streams, args.kv_tokens)
     try:
         report = {"held_streams": asyncio.run(held_streams(port, args.streams)), "rss_mib_after_streams": rss_mib(proc.pid)}
@@ -162,6 +223,27 @@ def main() -> int:
     if "soak" in report:
         ok = ok and report["soak"]["errors"] == 0 and (report["soak"]["rss_growth"] or 0) <= 0.10
     return 0 if ok else 1
+
+
+def through_router(args: argparse.Namespace) -> int:
+    etcd, etcd_url = start_etcd()
+    processes = [etcd]
+    try:
+        server, _ = start_server(args.mnemo, args.streams, args.kv_tokens, "--cluster", etcd_url, "--cluster-name", "edge")
+        processes.append(server)
+        router, port = start_router(args.mnemo, etcd_url, args.streams + 256)
+        processes.append(router)
+        time.sleep(2)  # the router sees the instance's lease
+        idle_threads = threads_of(router.pid)
+        report = {"router_threads_idle": idle_threads,
+                  "held_streams": asyncio.run(held_streams(port, args.streams, watch_pid=router.pid)),
+                  "router_rss_mib_after_streams": rss_mib(router.pid)}
+    finally:
+        for proc in reversed(processes):
+            proc.terminate()
+            proc.wait(timeout=60)
+    print(json.dumps(report, indent=1))
+    return 0 if report["held_streams"]["errors"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -13,12 +13,19 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "router/router.h"
+#include "util/thread_name.h"
 
 namespace mnemo::router {
 
 struct Router::UpstreamIo {
   explicit UpstreamIo(int io_threads) : blocking(4) {
-    for (int i = 0; i < io_threads; ++i) threads.emplace_back([this] { io.run(); });
+    for (int i = 0; i < io_threads; ++i) {
+      threads.emplace_back([this] {
+        name_this_thread("mnemo-relay-io");
+        io.run();
+      });
+    }
+    for (int i = 0; i < 4; ++i) boost::asio::post(blocking, [] { name_this_thread("mnemo-relay-done"); });
   }
   ~UpstreamIo() { shut_down(); }
 
