@@ -150,7 +150,7 @@ Result<std::string> EtcdClient::post_once(const std::string& path, const std::st
   };
   const httplib::Result sent = client->send(request);
 
-  if (status == 0) return error_for(what, make_error("no reply: {}", httplib::to_string(sent.error())));
+  if (status == 0) return error_for(what, make_error(ErrorCode::kUnavailable, "no reply: {}", httplib::to_string(sent.error())));
   if (status != 200) {
     // The gateway ends an error reply with an HTTP trailer ("Grpc-Trailer-Content-Type") that
     // this httplib version rejects as a read error; the body has arrived by then, so the status
@@ -159,7 +159,7 @@ Result<std::string> EtcdClient::post_once(const std::string& path, const std::st
     std::optional<std::string> message = parsed.ok() ? wire::error_message(*parsed) : std::nullopt;
     return error_for(what, make_error("HTTP {}: {}", status, message ? *message : wire::printable(reply.substr(0, 200))));
   }
-  if (!sent) return error_for(what, make_error("reply cut short: {}", httplib::to_string(sent.error())));
+  if (!sent) return error_for(what, make_error(ErrorCode::kUnavailable, "reply cut short: {}", httplib::to_string(sent.error())));
   return reply;
 }
 
@@ -192,7 +192,7 @@ Status EtcdClient::keep_alive(int64_t lease) const {
   if (result == parsed->end() || !result->is_object()) return error_for(what, make_error("reply has no result"));
   auto ttl = wire::int64_field(*result, "TTL");
   if (!ttl.ok()) return error_for(what, ttl.error());
-  if (*ttl <= 0) return error_for(what, make_error("lease not found (expired or revoked)"));
+  if (*ttl <= 0) return error_for(what, make_error(ErrorCode::kNotFound, "lease not found (expired or revoked)"));
   return ok_status();
 }
 

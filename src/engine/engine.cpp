@@ -189,7 +189,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request,
   auto submitted = state->stream;
   {
     std::lock_guard lock(inbox_mutex_);
-    if (stopping_) return make_error("the engine is shutting down");
+    if (stopping_) return make_error(ErrorCode::kUnavailable, "the engine is shutting down");
     inbox_.push_back(std::move(state));
   }
   inbox_ready_.notify_one();
@@ -240,7 +240,7 @@ void Engine::loop() {
 void Engine::post(std::function<void()> task) {
   {
     std::lock_guard lock(inbox_mutex_);
-    if (stopping_) return;  // the task is dropped: its promise breaks (std::future_error)
+    if (stopping_) return;  // the task is dropped: what it holds answers its caller (on_engine_thread)
     tasks_.push_back(std::move(task));
   }
   inbox_ready_.notify_one();
@@ -250,7 +250,7 @@ void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t kee
   post([this, ns, tokens = std::move(tokens), keep_tokens] { kv_.forget(ns, tokens, keep_tokens / kv_.block_size()); });
 }
 
-std::future<KvManager::ExportedPrefix> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk,
+std::future<Result<KvManager::ExportedPrefix>> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk,
                                                              std::vector<uint8_t> staging) {
   return on_engine_thread([this, ns, tokens = std::move(tokens), first_chunk, staging = std::move(staging)]() mutable {
     return kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size(), first_chunk,
@@ -272,7 +272,7 @@ void Engine::import_prefix_then(uint64_t ns, std::vector<TokenId> tokens, std::v
   struct Answer {
     std::function<void(Result<int32_t>)> done;
     ~Answer() {
-      if (done) done(make_error("the engine shut down before importing the KV"));
+      if (done) done(make_error(ErrorCode::kUnavailable, "the engine shut down before importing the KV"));
     }
   };
   auto answer = std::make_shared<Answer>();  // built in place: a copy's destructor would answer too
@@ -283,9 +283,10 @@ void Engine::import_prefix_then(uint64_t ns, std::vector<TokenId> tokens, std::v
   });
 }
 
-std::future<KvManager::ExportedPrefix> Engine::export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
+std::future<Result<KvManager::ExportedPrefix>> Engine::export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
                                                               std::vector<uint8_t> staging) {
-  return on_engine_thread([this, stream = std::move(stream), first_chunk, staging = std::move(staging)]() mutable {
+  return on_engine_thread([this, stream = std::move(stream), first_chunk,
+                           staging = std::move(staging)]() mutable -> KvManager::ExportedPrefix {
     for (const auto& seq : running_) {
       if (seq->request->stream != stream || seq->choice != 0 || seq->state != SequenceState::kRunning) continue;
       int32_t end = seq->n_valid() / config_.block_size;

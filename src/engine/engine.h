@@ -74,9 +74,10 @@ class Engine {
   // Thread-safe.
   void forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens);
   // KV transfer between instances (KvManager::export_prefix / import_prefix) on the engine
-  // thread, between steps. Thread-safe; the futures are ready within a step. Exports gather into
+  // thread, between steps. Thread-safe; the futures are ready within a step, with an
+  // ErrorCode::kUnavailable Error if the engine shuts down first. Exports gather into
   // `staging`'s storage when it is large enough (a sender's reused buffer).
-  std::future<KvManager::ExportedPrefix> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0,
+  std::future<Result<KvManager::ExportedPrefix>> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0,
                                                        std::vector<uint8_t> staging = {});
   // What the cache holds, as events for a router's prompt trees (thread-safe).
   CacheEventLog& cache_events() const { return kv_.cache_events(); }
@@ -91,7 +92,7 @@ class Engine {
   // while it runs (its choice 0), for a replica (SPEC D7). None once it is no longer running on
   // the device (finished: its chunks are in the cache, export_prefix finds them; swapped out or
   // waiting: later). Chunks whose blocks hold only some layers end the export.
-  std::future<KvManager::ExportedPrefix> export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
+  std::future<Result<KvManager::ExportedPrefix>> export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
                                                         std::vector<uint8_t> staging = {});
 
   // Stops the engine thread: running requests are cancelled (finish reason "cancelled").
@@ -173,12 +174,34 @@ class Engine {
   std::deque<std::shared_ptr<RequestState>> inbox_;  // guarded by inbox_mutex_
   // Work on the KV pool from other threads, run by the engine thread between steps.
   void post(std::function<void()> task);
-  // post() with a result: the future is ready once the task ran (broken if the engine stopped first).
+  // post() with a result: the future is ready once the task ran, or with an Error once the
+  // engine has dropped it (stopped first). A task's Result is passed on as it is.
+  template <class T>
+  struct AsResult {
+    using type = Result<T>;
+  };
+  template <class T>
+  struct AsResult<Result<T>> {
+    using type = Result<T>;
+  };
   template <class Task>
-  auto on_engine_thread(Task task) -> std::future<std::invoke_result_t<Task&>> {
-    auto done = std::make_shared<std::promise<std::invoke_result_t<Task&>>>();
-    auto result = done->get_future();
-    post([done, task = std::move(task)]() mutable { done->set_value(task()); });
+  auto on_engine_thread(Task task) -> std::future<typename AsResult<std::invoke_result_t<Task&>>::type> {
+    using Value = typename AsResult<std::invoke_result_t<Task&>>::type;
+    // Answers exactly once: with the task's value, or, when the engine drops the task unrun (it
+    // is shutting down), with an Error as the task goes.
+    struct Answer {
+      std::promise<Value> promise;
+      bool answered = false;
+      ~Answer() {
+        if (!answered) promise.set_value(make_error(ErrorCode::kUnavailable, "the engine is shutting down"));
+      }
+    };
+    auto answer = std::make_shared<Answer>();
+    auto result = answer->promise.get_future();
+    post([answer, task = std::move(task)]() mutable {
+      answer->promise.set_value(Value(task()));
+      answer->answered = true;
+    });
     return result;
   }
   std::deque<std::function<void()>> tasks_;  // guarded by inbox_mutex_

@@ -681,7 +681,7 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
     return nodes;
   };
   std::optional<PrefixIndex::NodeId> parent = find_parent();
-  if (!parent) return make_error("KV import: the chunk before position {} is not cached here", first_position);
+  if (!parent) return make_error(ErrorCode::kNotFound, "KV import: the chunk before position {} is not cached here", first_position);
   // Room first, for the chunks that lack a copy now. Making room may evict any cached chunk, this
   // path's too, so the path is walked only afterwards, rebuilt where eviction removed it; a chunk
   // found without a copy then takes one of the blocks, and the import stops where they run out
@@ -698,13 +698,13 @@ Result<int32_t> KvManager::import_prefix(uint64_t ns, std::span<const TokenId> t
   if (wanted > 0) {
     std::optional<std::vector<BlockId>> got;
     if (to_host ? make_host_room(wanted) : make_room(wanted)) got = pool.allocate(wanted);
-    if (!got) return make_error("KV import: no room for {} chunks in the {} tier", wanted, to_host ? "host" : "device");
+    if (!got) return make_error(ErrorCode::kResourceExhausted, "KV import: no room for {} chunks in the {} tier", wanted, to_host ? "host" : "device");
     blocks = std::move(*got);
   }
   parent = find_parent();
   if (!parent) {  // making room dropped the parent's last trace
     for (BlockId b : blocks) pool.release(b);
-    return make_error("KV import: the chunk before position {} left the cache", first_position);
+    return make_error(ErrorCode::kNotFound, "KV import: the chunk before position {} left the cache", first_position);
   }
   const double t = now();
   std::vector<PrefixIndex::NodeId> path;

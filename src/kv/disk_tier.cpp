@@ -101,10 +101,10 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& dir, uint64_
                                                  int64_t capacity_bytes, size_t compact_payload_bytes) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return make_error("KV disk tier {}: cannot create the directory: {}", dir, ec.message());
+  if (ec) return make_error(ErrorCode::kIoError, "KV disk tier {}: cannot create the directory: {}", dir, ec.message());
   const std::string probe = dir + "/.probe";
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return make_error("KV disk tier {}: not writable: {}", dir, std::strerror(errno));
+  if (fd < 0) return make_error(ErrorCode::kIoError, "KV disk tier {}: not writable: {}", dir, std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());
   if (capacity_bytes <= 0) return make_error("KV disk tier {}: capacity must be > 0 bytes", dir);
@@ -293,7 +293,7 @@ Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (defect != nullptr) *defect = Defect::kMalformed;
-    return make_error("{}: cannot open: {}", path, std::strerror(errno));
+    return make_error(ErrorCode::kIoError, "{}: cannot open: {}", path, std::strerror(errno));
   }
   Result<ExtentHeader> result = read_header(fd, path, file_size, defect);
   ::close(fd);
@@ -302,25 +302,25 @@ Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_
 
 Result<ExtentHeader> DiskTier::read_header(int fd, const std::string& path, size_t file_size, Defect* defect) const {
   HeaderPrefix prefix{};
-  Result<ExtentHeader> result = make_error("{}: unreadable", path);
+  Result<ExtentHeader> result = make_error(ErrorCode::kIoError, "{}: unreadable", path);
   Defect found = Defect::kMalformed;
   if (!read_all(fd, reinterpret_cast<uint8_t*>(&prefix), sizeof(prefix), 0)) {
-    result = make_error("{}: truncated header", path);
+    result = make_error(ErrorCode::kCorruption, "{}: truncated header", path);
   } else if (std::memcmp(prefix.magic, kMagic, sizeof(kMagic)) != 0) {
-    result = make_error("{}: not a Mnemo KV extent", path);
+    result = make_error(ErrorCode::kCorruption, "{}: not a Mnemo KV extent", path);
   } else if (prefix.n_tokens < 0 || static_cast<size_t>(prefix.n_tokens) > kMaxTokens) {
-    result = make_error("{}: bad token count {}", path, prefix.n_tokens);
+    result = make_error(ErrorCode::kCorruption, "{}: bad token count {}", path, prefix.n_tokens);
   } else {
     const size_t head = header_bytes(static_cast<size_t>(prefix.n_tokens));
     std::vector<uint8_t> bytes(head);
     HeaderTrailer trailer{};
     if (!read_all(fd, bytes.data(), head, 0)) {
-      result = make_error("{}: truncated header", path);
+      result = make_error(ErrorCode::kCorruption, "{}: truncated header", path);
     } else {
       std::memcpy(&trailer, bytes.data() + head - sizeof(trailer), sizeof(trailer));
       // The checksum first: a damaged fingerprint must not pass for another model's extent.
       if (XXH3_64bits(bytes.data(), head - sizeof(trailer)) != trailer.header_hash) {
-        result = make_error("{}: header checksum mismatch", path);
+        result = make_error(ErrorCode::kCorruption, "{}: header checksum mismatch", path);
         found = Defect::kCorrupt;
       } else if (prefix.fingerprint != fingerprint_) {
         result = make_error("{}: written for another model or KV layout", path);
@@ -329,7 +329,7 @@ Result<ExtentHeader> DiskTier::read_header(int fd, const std::string& path, size
         result = make_error("{}: holds {} payload bytes, this tier's extents hold {} (compact: {})", path,
                             trailer.payload_bytes, payload_bytes_, compact_payload_bytes_);
       } else if (file_size != head + trailer.payload_bytes) {
-        result = make_error("{}: size {} does not match the extent's {} bytes", path, file_size, head + trailer.payload_bytes);
+        result = make_error(ErrorCode::kCorruption, "{}: size {} does not match the extent's {} bytes", path, file_size, head + trailer.payload_bytes);
       } else {
         ExtentHeader h;
         h.ns = prefix.ns;
@@ -369,7 +369,7 @@ std::vector<ExtentHeader> DiskTier::scan() {
     auto header = read_header(path, size, &defect);
     // Compare names, not paths: a `dir_` ending in '/' spells the same file differently.
     if (header.ok() && entry.path().filename() != std::filesystem::path(path_of(header->key)).filename()) {
-      header = make_error("{}: holds key {:016x}", path, header->key);
+      header = make_error(ErrorCode::kCorruption, "{}: holds key {:016x}", path, header->key);
     }
     if (header.ok()) {
       intact.push_back(Found{std::move(*header), static_cast<int64_t>(size)});
@@ -454,21 +454,21 @@ Status DiskTier::read(uint64_t key, std::span<uint8_t> out) const {
   if (!valid_payload_size(out.size())) return make_error("{}: read of {} bytes, extents hold {}", path, out.size(), payload_bytes_);
   // One open: the header, then the payload, of the same file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error("{}: missing: {}", path, std::strerror(errno));
+  if (fd < 0) return make_error(ErrorCode::kNotFound, "{}: missing: {}", path, std::strerror(errno));
   struct stat st {};
   Result<ExtentHeader> header = ::fstat(fd, &st) == 0 ? read_header(fd, path, static_cast<size_t>(st.st_size))
-                                                      : Result<ExtentHeader>(make_error("{}: cannot stat", path));
+                                                      : Result<ExtentHeader>(make_error(ErrorCode::kIoError, "{}: cannot stat", path));
   Status status = ok_status();
   if (!header.ok()) {
     status = header.error();
   } else if (header->key != key) {
-    status = make_error("{}: holds key {:016x}", path, header->key);
+    status = make_error(ErrorCode::kCorruption, "{}: holds key {:016x}", path, header->key);
   } else if (const size_t stored = header->compact ? compact_payload_bytes_ : payload_bytes_; out.size() != stored) {
     status = make_error("{}: holds {} payload bytes, {} asked for", path, stored, out.size());
   } else if (!read_all(fd, out.data(), out.size(), static_cast<off_t>(header_bytes(header->tokens.size())))) {
-    status = make_error("{}: truncated payload", path);
+    status = make_error(ErrorCode::kCorruption, "{}: truncated payload", path);
   } else if (XXH3_64bits(out.data(), out.size()) != header->payload_hash) {
-    status = make_error("{}: payload checksum mismatch", path);
+    status = make_error(ErrorCode::kCorruption, "{}: payload checksum mismatch", path);
   }
   ::close(fd);
   return status;

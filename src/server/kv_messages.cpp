@@ -87,12 +87,11 @@ Status insert_kv_message(Engine& engine, uint64_t layout_fingerprint, transfer::
   std::future<Status> result = inserted->get_future();
   insert_kv_message_then(engine, layout_fingerprint, std::move(message),
                          [inserted](Status status) { inserted->set_value(std::move(status)); });
-  if (result.wait_for(kEngineWait) != std::future_status::ready) return make_error("the engine did not take the KV in time");
-  try {
-    return result.get();
-  } catch (const std::future_error&) {  // the engine shut down with the import queued
-    return make_error("the engine is shutting down");
+  if (result.wait_for(kEngineWait) != std::future_status::ready) {
+    return make_error(ErrorCode::kUnavailable, "the engine did not take the KV in time");
   }
+  // import_prefix_then answers exactly once, shut down or not: the promise is never broken.
+  return result.get();
 }
 
 }  // namespace mnemo::server

@@ -74,14 +74,11 @@ void Server::handle_kv_push(const http::Request& req, http::Response& res) {
   const auto started = std::chrono::steady_clock::now();
   auto exported_future = engine_.export_prefix(ns, std::move(std::get<std::vector<TokenId>>(prompt)));
   if (exported_future.wait_for(kEngineWait) != std::future_status::ready) {
-    return send_error(res, ApiError{503, "the engine did not export the KV in time", "server_error", "", ""});
+    return send_error(res, api_error_of(make_error(ErrorCode::kUnavailable, "the engine did not export the KV in time")));
   }
-  KvManager::ExportedPrefix exported;
-  try {
-    exported = exported_future.get();
-  } catch (const std::future_error&) {
-    return send_error(res, ApiError{503, "the engine is shutting down", "server_error", "", ""});
-  }
+  Result<KvManager::ExportedPrefix> exported_or_error = exported_future.get();
+  if (!exported_or_error.ok()) return send_error(res, api_error_of(exported_or_error.error()));
+  KvManager::ExportedPrefix exported = std::move(*exported_or_error);
   if (exported.chunks == 0) return send_result(res, {{"chunks", 0}, {"tokens", 0}, {"bytes", 0}, {"seconds", 0.0}});
 
   const int32_t chunks = exported.chunks;

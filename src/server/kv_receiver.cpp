@@ -18,7 +18,7 @@ void KvReceiver::receive(transfer::KvMessage&& message, transfer::Acknowledge ac
     std::lock_guard lock(mutex_);
     layout = layout_fingerprint_;
   }
-  if (layout == 0) return acknowledge(make_error("this instance does not take KV yet (starting)"));
+  if (layout == 0) return acknowledge(make_error(ErrorCode::kUnavailable, "this instance does not take KV yet (starting)"));
   if (message.whole()) return insert_kv_message_then(engine_, layout, std::move(message), std::move(acknowledge));
   auto taken = take_slice(std::move(message), layout);
   if (!taken.ok()) return acknowledge(Status(taken.error()));

@@ -124,7 +124,7 @@ void KvReplicator::replicate(Replica& r) {
   }
   // A request still running: from its blocks. One that ended: from the cache, which took its
   // blocks (the chunks filled after the last increment).
-  std::future<KvManager::ExportedPrefix> future =
+  std::future<Result<KvManager::ExportedPrefix>> future =
       finished ? engine_.export_prefix(r.ns_, std::vector<TokenId>(tokens.begin(), tokens.end() - 1), first,
                                        std::move(staging_))
                : engine_.export_running(r.stream_, first, std::move(staging_));
@@ -132,11 +132,9 @@ void KvReplicator::replicate(Replica& r) {
   KvManager::ExportedPrefix exported;
   bool exported_ok = future.wait_for(kEngineWait) == std::future_status::ready;
   if (exported_ok) {
-    try {
-      exported = future.get();
-    } catch (const std::future_error&) {  // the engine is shutting down
-      exported_ok = false;
-    }
+    Result<KvManager::ExportedPrefix> got = future.get();
+    exported_ok = got.ok();  // not: the engine is shutting down
+    if (exported_ok) exported = std::move(*got);
   }
   if (!exported_ok || exported.chunks == 0) {
     // Nothing to send now (the request waits, was swapped out, or its chunks left the cache):

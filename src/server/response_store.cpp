@@ -37,7 +37,7 @@ class Statement {
   int status_ = SQLITE_ERROR;
 };
 
-Error sqlite_error(sqlite3* db, const char* what) { return make_error("response store: {}: {}", what, sqlite3_errmsg(db)); }
+Error sqlite_error(sqlite3* db, const char* what) { return make_error(ErrorCode::kIoError, "response store: {}: {}", what, sqlite3_errmsg(db)); }
 
 }  // namespace
 
@@ -52,11 +52,11 @@ Result<std::unique_ptr<ResponseStore>> ResponseStore::open(const std::string& pa
       std::error_code ec;
       std::filesystem::copy_file(path + "-wal", path + "-wal.damaged", std::filesystem::copy_options::overwrite_existing, ec);
     }
-    if (!health.header_ok) return make_error("response store {}: damaged: {}", path, health.problem);
+    if (!health.header_ok) return make_error(ErrorCode::kCorruption, "response store {}: damaged: {}", path, health.problem);
   }
   sqlite3* db = nullptr;
   if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
-    Error error = make_error("response store {}: cannot open: {}", path, db != nullptr ? sqlite3_errmsg(db) : "out of memory");
+    Error error = make_error(ErrorCode::kIoError, "response store {}: cannot open: {}", path, db != nullptr ? sqlite3_errmsg(db) : "out of memory");
     sqlite3_close(db);
     return error;
   }
@@ -65,7 +65,7 @@ Result<std::unique_ptr<ResponseStore>> ResponseStore::open(const std::string& pa
   // A damaged file is found here, at start, not by the first turn that reads it.
   {
     MNEMO_ASSIGN_OR_RETURN(const std::string verdict, quick_check(db));
-    if (verdict != "ok") return make_error("response store {}: damaged: {}", path, verdict);
+    if (verdict != "ok") return make_error(ErrorCode::kCorruption, "response store {}: damaged: {}", path, verdict);
   }
   MNEMO_RETURN_IF_ERROR(store->exec("PRAGMA journal_mode=WAL"));
   MNEMO_RETURN_IF_ERROR(store->exec("PRAGMA synchronous=FULL"));
@@ -97,7 +97,7 @@ ResponseStore::~ResponseStore() { sqlite3_close(db_); }
 Status ResponseStore::exec(const char* sql) {
   char* message = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    Error error = make_error("response store: {}: {}", sql, message != nullptr ? message : "error");
+    Error error = make_error(ErrorCode::kIoError, "response store: {}: {}", sql, message != nullptr ? message : "error");
     sqlite3_free(message);
     return error;
   }
@@ -140,7 +140,7 @@ Result<std::optional<StoredResponse>> ResponseStore::get(const std::string& id, 
   record.response = parse_bounded_json_or_discarded(stmt.column(2));
   record.cache_namespace = static_cast<uint64_t>(stmt.column_int64(3));
   if (record.input_messages.is_discarded() || record.response.is_discarded()) {
-    return make_error("response store: record '{}' is corrupt", id);
+    return make_error(ErrorCode::kCorruption, "response store: record '{}' is corrupt", id);
   }
   return std::optional<StoredResponse>(std::move(record));
 }

@@ -222,9 +222,8 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   auto stream = std::make_shared<RequestStream>();
   std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = open_replicas(request, stream);
   auto submitted = engine_.submit(g, stream);
-  // A request the engine cannot run as asked (a resume that leaves nothing to generate). Errors
-  // do not yet carry a code that would tell this from a shutdown (503): issue 23's Error codes.
-  if (!submitted.ok()) return bad_request(submitted.error().message());
+  // A request the engine cannot run as asked (400), or an engine shutting down (503).
+  if (!submitted.ok()) return api_error_of(submitted.error());
   return PreparedRun{std::move(stream), std::move(guard), std::move(replicas)};
 }
 

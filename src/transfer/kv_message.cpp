@@ -224,7 +224,7 @@ Status check_header_integrity(std::span<const uint8_t> bytes) {
     return make_error("kv message: version {}, this build reads version {}", version, kKvMessageVersion);
   }
   if (XXH3_64bits(bytes.data(), kHeaderChecksumAt) != get<uint64_t>(bytes.data() + kHeaderChecksumAt)) {
-    return make_error("kv message: header checksum mismatch (damaged in transit)");
+    return make_error(ErrorCode::kCorruption, "kv message: header checksum mismatch (damaged in transit)");
   }
   return ok_status();
 }
@@ -271,13 +271,13 @@ Status authenticate_header(std::span<const uint8_t> header, std::string_view sec
   const auto header_tag = header.subspan(kHeaderMacAt, kKvMacBytes);
   if (secret.empty()) {
     if (!all_zero(header_tag) || !all_zero(header.subspan(kMessageMacAt, kKvMacBytes))) {
-      return make_error("kv message: signed, but this receiver has no cluster secret to check it (configure the "
+      return make_error(ErrorCode::kPermissionDenied, "kv message: signed, but this receiver has no cluster secret to check it (configure the "
                         "same secret on every instance)");
     }
     return ok_status();
   }
   if (!matches(header_tag, header_mac(header, secret))) {
-    return make_error("kv message: header MAC does not match (unsigned, or signed under another cluster secret)");
+    return make_error(ErrorCode::kPermissionDenied, "kv message: header MAC does not match (unsigned, or signed under another cluster secret)");
   }
   return ok_status();
 }
@@ -308,7 +308,7 @@ Status check_body(const KvHeader& h, std::span<const uint8_t> body) {
                       h.record_bytes, h.payload_bytes);
   }
   if (XXH3_64bits(body.data(), body.size()) != h.body_checksum) {
-    return make_error("kv message: checksum mismatch (damaged in transit)");
+    return make_error(ErrorCode::kCorruption, "kv message: checksum mismatch (damaged in transit)");
   }
   return ok_status();
 }
@@ -318,7 +318,7 @@ Status authenticate_body(std::span<const uint8_t> header, std::span<const uint8_
   if (header.size() < kKvMessageHeaderBytes) return make_error("kv message: no header to authenticate");
   const KvBodyDigest digest = auth::sha256(chars(body));
   if (!matches(header.subspan(kMessageMacAt, kKvMacBytes), message_mac(header, digest, secret))) {
-    return make_error("kv message: message MAC does not match (the records or the payload were changed)");
+    return make_error(ErrorCode::kPermissionDenied, "kv message: message MAC does not match (the records or the payload were changed)");
   }
   return ok_status();
 }

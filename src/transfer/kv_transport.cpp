@@ -282,7 +282,7 @@ Status KvTransport::Impl::send(const std::string& endpoint, const KvMessage& mes
   Status status = result.wait_for(std::chrono::duration<double>(timeout_seconds + kCallerGraceSeconds)) ==
                           std::future_status::ready
                       ? result.get()
-                      : Status(make_error("timed out after {} s waiting for the acknowledgement", timeout_seconds));
+                      : Status(make_error(ErrorCode::kUnavailable, "timed out after {} s waiting for the acknowledgement", timeout_seconds));
   if (!status.ok()) {
     failed_sends.fetch_add(1, std::memory_order_relaxed);
     return status.error().with_context(where());

@@ -106,7 +106,7 @@ Result<KvTransport::Impl::Peer*> KvTransport::Impl::connect(SendOp& op) {
   params.err_handler.cb = &Impl::on_peer_error;
   params.err_handler.arg = peer.get();
   const ucs_status_t status = ucp_ep_create(worker, &params, &peer->ep);
-  if (status != UCS_OK) return make_error("connection to {} failed: {}", op.endpoint, status_text(status));
+  if (status != UCS_OK) return make_error(ErrorCode::kUnavailable, "connection to {} failed: {}", op.endpoint, status_text(status));
   Peer* raw = peer.get();
   peers.emplace(op.endpoint, std::move(peer));
   return raw;
@@ -150,12 +150,12 @@ void KvTransport::Impl::send_finished(SendOp& op, ucs_status_t status) {
 Error KvTransport::Impl::connection_error(const SendOp& op, ucs_status_t status) const {
   // Whether this connection ever worked tells "nobody there" from "went away".
   const bool worked = op.send_status == UCS_OK || (op.peer != nullptr && (op.peer->answered || op.peer->delivered));
-  if (worked) return make_error("peer {} gone mid-transfer: {}", op.endpoint, status_text(status));
+  if (worked) return make_error(ErrorCode::kUnavailable, "peer {} gone mid-transfer: {}", op.endpoint, status_text(status));
   if (status == UCS_ERR_NOT_CONNECTED || status == UCS_ERR_UNREACHABLE) {
-    return make_error("connection to {} failed (is a transport listening there?): {}", op.endpoint,
+    return make_error(ErrorCode::kUnavailable, "connection to {} failed (is a transport listening there?): {}", op.endpoint,
                       status_text(status));
   }
-  return make_error("connection to {} failed: {}", op.endpoint, status_text(status));
+  return make_error(ErrorCode::kUnavailable, "connection to {} failed: {}", op.endpoint, status_text(status));
 }
 
 void KvTransport::Impl::resolve(SendOp& op, Status status) {
@@ -281,9 +281,9 @@ bool KvTransport::Impl::handle_incoming() {
       if (!on_message) throw std::runtime_error("no handler");
       on_message(std::move(*decoded), acknowledge);
     } catch (const std::exception& e) {
-      acknowledge(make_error("handler threw: {}", e.what()));
+      acknowledge(make_error(ErrorCode::kInternal, "handler threw: {}", e.what()));
     } catch (...) {
-      acknowledge(make_error("handler threw"));
+      acknowledge(make_error(ErrorCode::kInternal, "handler threw"));
     }
   }
   return any;
@@ -333,7 +333,7 @@ void KvTransport::Impl::acknowledge(const Incoming& in, AckCode code, std::strin
 void KvTransport::Impl::expire(Clock::time_point now) {
   for (auto& [seq, op] : ops) {
     if (op->resolved || now < op->deadline) continue;
-    resolve(*op, make_error("timed out after {} s waiting for the acknowledgement", op->timeout_seconds));
+    resolve(*op, make_error(ErrorCode::kUnavailable, "timed out after {} s waiting for the acknowledgement", op->timeout_seconds));
   }
 }
 
@@ -361,10 +361,10 @@ bool KvTransport::Impl::reap() {
 }
 
 void KvTransport::Impl::shutdown() {
-  for (auto& [seq, op] : ops) resolve(*op, make_error("the transport is shutting down"));
+  for (auto& [seq, op] : ops) resolve(*op, make_error(ErrorCode::kUnavailable, "the transport is shutting down"));
   {
     std::lock_guard lock(mutex);
-    for (auto& op : submitted) op->result.set_value(make_error("the transport is shutting down"));
+    for (auto& op : submitted) op->result.set_value(make_error(ErrorCode::kUnavailable, "the transport is shutting down"));
     submitted.clear();
   }
   for (const ucp_conn_request_h request : connection_requests) ucp_listener_reject(listener, request);

@@ -28,12 +28,12 @@ Status SenderSequences::accept(uint64_t sender, uint64_t sequence) {
   } else {
     const uint64_t behind = entry.highest - sequence;
     if (behind >= window_) {
-      return make_error("sequence {} from sender {:016x}, {} below the highest accepted ({}), beyond the replay "
+      return make_error(ErrorCode::kPermissionDenied, "sequence {} from sender {:016x}, {} below the highest accepted ({}), beyond the replay "
                         "window of {} (a replay)",
                         sequence, sender, behind, entry.highest, window_);
     }
     if (entry.seen.test(behind)) {
-      return make_error("sequence {} from sender {:016x} was accepted before (a replay)", sequence, sender);
+      return make_error(ErrorCode::kPermissionDenied, "sequence {} from sender {:016x} was accepted before (a replay)", sequence, sender);
     }
     entry.seen.set(behind);
   }

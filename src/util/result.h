@@ -1,10 +1,13 @@
 // The one error idiom of the project: functions that can fail return Result<T> (Status for
-// void). An Error carries a human-readable message that names what failed and why; callers add
-// context as the error travels up ("model.gguf: tensor 'blk.0.attn_q.weight': offset out of
-// range"). Cheap when OK: no allocation unless there is an error.
+// void). An Error carries a code (what kind of failure: callers decide on it, never on the
+// text) and a human-readable message that names what failed and why; callers add context as the
+// error travels up ("model.gguf: tensor 'blk.0.attn_q.weight': offset out of range"). Cheap when
+// OK: no allocation unless there is an error. The HTTP status of each code is decided in one
+// place (server/api_error.h).
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,24 +17,61 @@
 
 namespace mnemo {
 
+// What kind of failure an Error is (LevelDB's Status codes, with the kinds a server needs).
+enum class ErrorCode : uint8_t {
+  kInvalidArgument,    // what was given (a request, a file, a flag) is not acceptable: the default
+  kNotFound,           // what was asked for does not exist (or is not the caller's to see)
+  kUnavailable,        // not now: shutting down, not ready, a peer unreachable or late; retry later
+  kResourceExhausted,  // no room: a pool, a disk, a queue is full
+  kCorruption,         // stored or received data failed its checks
+  kIoError,            // the system refused a read, a write or a call
+  kPermissionDenied,   // not authenticated, or not allowed
+  kInternal,           // a broken invariant: a bug
+};
+
+// The code's name ("not_found"), for logs and error bodies.
+constexpr std::string_view error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return "invalid_argument";
+    case ErrorCode::kNotFound: return "not_found";
+    case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kResourceExhausted: return "resource_exhausted";
+    case ErrorCode::kCorruption: return "corruption";
+    case ErrorCode::kIoError: return "io_error";
+    case ErrorCode::kPermissionDenied: return "permission_denied";
+    case ErrorCode::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
 class Error {
  public:
-  explicit Error(std::string message) : message_(std::move(message)) {}
+  explicit Error(std::string message, ErrorCode code = ErrorCode::kInvalidArgument)
+      : message_(std::move(message)), code_(code) {}
 
   const std::string& message() const { return message_; }
+  ErrorCode code() const { return code_; }
 
-  // Prefixes the message with where it happened: "ctx: message".
+  // Prefixes the message with where it happened: "ctx: message". The code stays.
   [[nodiscard]] Error with_context(std::string_view context) const {
-    return Error(fmt::format("{}: {}", context, message_));
+    return Error(fmt::format("{}: {}", context, message_), code_);
   }
 
  private:
   std::string message_;
+  ErrorCode code_;
 };
 
+// An Error of the default code (kInvalidArgument).
 template <class... Args>
 [[nodiscard]] Error make_error(fmt::format_string<Args...> format, Args&&... args) {
   return Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// An Error of `code`.
+template <class... Args>
+[[nodiscard]] Error make_error(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
+  return Error(fmt::format(format, std::forward<Args>(args)...), code);
 }
 
 template <class T>

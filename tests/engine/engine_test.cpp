@@ -257,6 +257,34 @@ TEST_F(EngineTest, InvalidRequestsAreRefused) {
   auto no_room = tiny_pool.submit(make_request(1, 40, 10, 0.0f));
   ASSERT_FALSE(no_room.ok());
   EXPECT_NE(no_room.error().message().find("KV blocks"), std::string::npos);
+  for (const auto* refusal : {&refused, &no_room}) EXPECT_EQ(refusal->error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, AfterShutdownEveryCallAnswersUnavailableAndNothingThrows) {
+  Engine engine(*model_, *tokenizer_, roomy());
+  engine.shutdown();
+  auto submitted = engine.submit(make_request(1, 8, 4, 0.0f));
+  ASSERT_FALSE(submitted.ok());
+  EXPECT_EQ(submitted.error().code(), ErrorCode::kUnavailable);  // a 503 at the edge, not a 400
+  auto exported = engine.export_prefix(0, {1, 2, 3, 4}).get();  // ready, not a broken promise
+  ASSERT_FALSE(exported.ok());
+  EXPECT_EQ(exported.error().code(), ErrorCode::kUnavailable);
+  auto running = engine.export_running(std::make_shared<RequestStream>(), 0).get();
+  ASSERT_FALSE(running.ok());
+  EXPECT_EQ(running.error().code(), ErrorCode::kUnavailable);
+  auto imported = engine.import_prefix(0, {1, 2, 3, 4}, std::vector<uint8_t>(16)).get();
+  ASSERT_FALSE(imported.ok());
+  EXPECT_EQ(imported.error().code(), ErrorCode::kUnavailable);
+}
+
+TEST_F(EngineTest, ExportsOnTheEngineThreadAnswerWithTheirValue) {
+  Engine engine(*model_, *tokenizer_, roomy());
+  auto exported = engine.export_prefix(0, {1, 2, 3, 4}).get();  // nothing cached: none, but an answer
+  ASSERT_TRUE(exported.ok()) << exported.error().message();
+  EXPECT_EQ(exported->chunks, 0);
+  auto odd = engine.import_prefix(0, {1, 2, 3}, std::vector<uint8_t>(8)).get();  // not whole chunks
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.error().code(), ErrorCode::kInvalidArgument);  // the import's own error, passed on as it is
 }
 
 TEST_F(EngineTest, SecondTurnReusesTheFirstTurnsKvIncludingTheReply) {

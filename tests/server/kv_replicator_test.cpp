@@ -302,7 +302,7 @@ TEST_F(KvReplicatorTest, ChunksTheReceiverIsKnownToHoldAreNotSentAndAWrongGuessC
 }
 
 std::vector<uint8_t> cached_payload(Engine& engine, uint64_t ns, const std::vector<TokenId>& tokens) {
-  auto exported = engine.export_prefix(ns, tokens, 0).get();
+  auto exported = *engine.export_prefix(ns, tokens, 0).get();
   return exported.payload;
 }
 
@@ -383,7 +383,7 @@ TEST_F(KvReplicatorTest, TheReceiverCachesChunksOnlyWhenEveryLayerIsIn) {
     relay(**stream, nullptr);
   }
   const std::vector<TokenId> prompt = request.prompt;
-  auto exported = source_->export_prefix(request.cache_namespace, prompt, 0).get();
+  auto exported = *source_->export_prefix(request.cache_namespace, prompt, 0).get();
   ASSERT_EQ(exported.chunks, 8);
   transfer::KvMessage whole = kv_message_of(request.cache_namespace, kFingerprint, 4, std::move(exported));
   const auto n_layers = static_cast<uint32_t>(source_model_->config().n_layers);
@@ -407,7 +407,7 @@ TEST_F(KvReplicatorTest, TheReceiverCachesChunksOnlyWhenEveryLayerIsIn) {
     receiver.receive(std::move(m), [&](Status s) { acked.set_value(std::move(s)); });
     return acked.get_future().get();
   };
-  const auto cached = [&] { return replica_engine_->export_prefix(request.cache_namespace, prompt, 0).get().chunks; };
+  const auto cached = [&] { return replica_engine_->export_prefix(request.cache_namespace, prompt, 0).get()->chunks; };
   for (uint32_t layer = n_layers; layer-- > 1;) ASSERT_TRUE(deliver(slice_of(layer)).ok()) << layer;
   ASSERT_TRUE(deliver(slice_of(1)).ok());  // again: no harm
   EXPECT_EQ(cached(), 0);
@@ -422,7 +422,7 @@ TEST_F(KvReplicatorTest, TheReceiverCachesChunksOnlyWhenEveryLayerIsIn) {
   EXPECT_EQ(cached(), 8);
   EXPECT_EQ(receiver.stats().assembled, 1u);
   EXPECT_EQ(receiver.stats().pending, 0u);
-  EXPECT_TRUE(replica_engine_->export_prefix(request.cache_namespace, prompt, 0).get().payload == whole.payload);
+  EXPECT_TRUE(replica_engine_->export_prefix(request.cache_namespace, prompt, 0).get()->payload == whole.payload);
   // Another layout is refused before anything is kept.
   transfer::KvMessage foreign = slice_of(0);
   foreign.layout_fingerprint = kFingerprint + 1;

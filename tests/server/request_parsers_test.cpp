@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/api_error.h"
 #include "server/internal_requests.h"
 #include "server/responses_request.h"
 
@@ -124,6 +125,23 @@ TEST(ParseImportBody, RefusesAResponseThatIsNotOne) {
             "response");
   EXPECT_EQ(refused(parse_import_body({{"request", json::object()}, {"response", {{"id", 2}, {"output", json::array()}}}})).param,
             "response");
+}
+
+TEST(ApiErrorOf, MapsEveryCodeToItsStatusInOnePlace) {
+  const auto of = [](ErrorCode code) { return api_error_of(Error("m", code)); };
+  EXPECT_EQ(of(ErrorCode::kInvalidArgument).status, 400);
+  EXPECT_EQ(of(ErrorCode::kInvalidArgument).type, "invalid_request_error");
+  EXPECT_EQ(of(ErrorCode::kInvalidArgument).code, "");
+  EXPECT_EQ(of(ErrorCode::kNotFound).status, 404);
+  EXPECT_EQ(of(ErrorCode::kPermissionDenied).status, 403);
+  EXPECT_EQ(of(ErrorCode::kUnavailable).status, 503);
+  EXPECT_EQ(of(ErrorCode::kUnavailable).type, "server_error");
+  EXPECT_EQ(of(ErrorCode::kUnavailable).code, "unavailable");
+  EXPECT_EQ(of(ErrorCode::kResourceExhausted).status, 507);
+  for (ErrorCode code : {ErrorCode::kCorruption, ErrorCode::kIoError, ErrorCode::kInternal}) EXPECT_EQ(of(code).status, 500);
+  const ApiError named = api_error_of(Error("bad", ErrorCode::kInvalidArgument), "messages");
+  EXPECT_EQ(named.param, "messages");
+  EXPECT_EQ(named.message, "bad");
 }
 
 }  // namespace

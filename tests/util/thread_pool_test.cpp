@@ -126,6 +126,22 @@ TEST(Result, CarriesValuesAndErrorsWithContext) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().message(), "negative value -2");
   EXPECT_EQ(failed.error().with_context("input.txt").message(), "input.txt: negative value -2");
+  EXPECT_EQ(failed.error().code(), ErrorCode::kInvalidArgument);  // the default
+}
+
+TEST(Result, ErrorsKeepTheirCodeAsContextIsAdded) {
+  const auto open_store = []() -> Status { return make_error(ErrorCode::kCorruption, "page {} fails its checksum", 7); };
+  const auto serve = [&]() -> Status {
+    MNEMO_RETURN_IF_ERROR(open_store());
+    return ok_status();
+  };
+  const Status failed = serve();
+  ASSERT_FALSE(failed.ok());
+  const Error with_context = failed.error().with_context("responses.db");
+  EXPECT_EQ(with_context.code(), ErrorCode::kCorruption);
+  EXPECT_EQ(with_context.message(), "responses.db: page 7 fails its checksum");
+  EXPECT_EQ(error_code_name(with_context.code()), "corruption");
+  EXPECT_EQ(error_code_name(ErrorCode::kUnavailable), "unavailable");
 }
 
 }  // namespace
