@@ -328,7 +328,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mnemo-bin", default=str(ROOT / "build/release/bin/mnemo"))
     ap.add_argument("--out", default=str(ROOT / f"bench/results/failover-{time.strftime('%Y%m%d-%H%M%S')}"))
-    ap.add_argument("--data", default=str(ROOT.parent / "shared/data/sharegpt_en.jsonl"))
+    ap.add_argument("--data", default=str(ROOT / "data/sharegpt_en.jsonl"))
     ap.add_argument("--instances", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="per instance")
     ap.add_argument("--requests", type=int, default=8)

@@ -20,7 +20,7 @@
 # THREADS, SLO_TTFT, SLO_TPOT, STOP_AFTER, SYSTEMS, SEED, NICE, MODEL, MNEMO_BIN, LLAMA_SERVER,
 # FIRST_POINT (to rerun the later rates of an earlier sweep on the same conversations).
 # Needs a release build (scripts/setup.sh), llama.cpp (bench/build_llama_cpp.sh), the project
-# venv with matplotlib (requirements.txt) and the data set in ../shared/data. Not part of CI.
+# venv with matplotlib (requirements.txt) and the data set in data/. Not part of CI.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$ROOT/bench/results/multiturn-$(date +%Y%m%d-%H%M%S)}

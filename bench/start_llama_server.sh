@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts llama.cpp's llama-server configured at its best for multi-turn chat on a small CPU
-# machine (../shared/notes/llama-server-peer.md), as the peer of bench/run_multiturn.sh:
+# machine, as the peer of bench/run_multiturn.sh:
 #   - prompt cache on (--cache-prompt; each slot keeps its last conversation's KV), and a
 #     host-RAM prompt cache (--cache-ram) where conversations of idle slots are parked;
 #   - --swa-full: Gemma 3's sliding-window layers keep full-length KV, so a new turn can resume

@@ -55,7 +55,7 @@ struct KvPoolConfig {
   // Host chunks a match brings back are copied layer by layer beside the forward pass (the engine
   // sets this); otherwise at once, inside match_prefix.
   bool layerwise_swap_in = false;
-  std::shared_ptr<DiskTier> disk;      // optional; chunks are written through to it when cached
+  std::shared_ptr<DiskTier> disk;      // optional; chunks computed here are written through to it when cached
   std::function<double()> clock;       // seconds; default: a steady clock
   // Sliding-window models (SPEC item: SWA): a chunk a window or more before the end of its
   // conversation keeps only its global layers, a fraction of the bytes. When the device needs
@@ -150,7 +150,8 @@ class KvManager {
   ExportedPrefix export_blocks(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> table,
                                int32_t first_chunk, int32_t end_chunk, std::vector<uint8_t> staging = {});
   // Inserts another instance's chunks into the host tier (the device if there is no host
-  // tier), written through to disk, so the next request with this prefix finds them. `tokens`
+  // tier), so the next request with this prefix finds them (not written through to disk: the
+  // sender keeps the durable copy; they reach the disk when the host tier evicts them). `tokens`
   // are whole chunks, the first at position `first_position` below the indexed chunk keyed
   // `parent_key` (0 and 0: from the root); KV in `payload` as exported. Chunks already cached
   // are kept as they are. Returns the chunks inserted, or an Error (bad sizes, an unknown

@@ -10,7 +10,7 @@
 namespace mnemo::loadgen {
 
 std::string default_dataset_path() {
-  return (std::filesystem::path(MNEMO_SOURCE_DIR) / "../shared/data/sharegpt_en.jsonl").lexically_normal().string();
+  return (std::filesystem::path(MNEMO_SOURCE_DIR) / "data/sharegpt_en.jsonl").lexically_normal().string();
 }
 
 Result<Loadgen> Loadgen::prepare(LoadgenOptions options) {

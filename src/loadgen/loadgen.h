@@ -41,7 +41,7 @@ struct LoadgenOptions {
   std::string label;  // the system's name in results ("mnemo", "llama-server", ...)
 };
 
-// Where the data set lives by default: ../shared/data/sharegpt_en.jsonl beside the repository.
+// Where the data set lives by default: data/sharegpt_en.jsonl in the repository.
 std::string default_dataset_path();
 
 struct RunOutcome {

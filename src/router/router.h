@@ -111,11 +111,29 @@ class Router final : private RelayHost {
  private:
   struct Generation;  // router.cpp: one generation request as routed, shared by its attempts
   struct UpstreamIo;  // router.cpp: the threads that relays and their bookkeeping run on
+  // Prompt-tree bytes to the tokens an instance surely holds, for the chunks a KV replica need
+  // not send: conservative (English text runs at about 4 bytes per token), since a guess past
+  // what the receiver holds costs a refused increment and a resend from the first chunk.
+  static constexpr size_t kBytesPerKnownToken = 6;
+
   void install_routes();
+  // A chat, completion or Responses request (router/router_generation.cpp), in its steps:
   void handle_generation(const http::Request& req, http::Response& res, Api api);
+  // Parses the request and finds the members that may take it; false once `res` holds the error.
+  bool admit_generation(const http::Request& req, http::Response& res, Generation& g);
+  bool find_generation_members(http::Response& res, Generation& g);
+  // Orders the members to try (plan_route) and moves the prompt's KV to the first when that
+  // beats recomputing it.
+  void route_generation(const http::Request& req, Generation& g);
+  // When the first member decodes only: the prompt computed on a prefill instance first.
+  void prefill_generation(const http::Request& req, Generation& g);
+  RelayPlan generation_plan(const std::shared_ptr<Generation>& g);
+  // The routing figures of `m` for `prompt`. Caller holds mutex_.
+  Candidate candidate_of(const cluster::InstanceInfo& m, const PromptKeys& prompt, double now);
   void handle_stored_response(const http::Request& req, http::Response& res);
   void handle_models(const http::Request& req, http::Response& res);
   void handle_metrics(const http::Request& req, http::Response& res);
+  void append_counters(std::string& out);  // of handle_metrics; caller holds mutex_
   // Instances with a live lease: those that generate (colocated and decode), or the prefill ones
   // (by their published roles, or by the plan's split).
   std::vector<cluster::InstanceInfo> live_members(bool prefill = false);

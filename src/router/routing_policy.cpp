@@ -110,4 +110,32 @@ std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& cand
   return d;
 }
 
+RoutePlan plan_route(RoutingPolicy& policy, const std::vector<Candidate>& candidates, int64_t prompt_tokens,
+                     std::string_view session_key, bool may_push) {
+  RoutePlan plan;
+  const std::optional<Decision> decision = policy.choose(candidates, prompt_tokens, session_key);
+  if (!decision) return plan;
+  plan.order.push_back(decision->index);
+  plan.predicted_cached_tokens = decision->predicted_cached_tokens;
+  if (may_push) plan.push_from = policy.transfer_source(candidates, decision->index);
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (i != decision->index) rest.push_back(i);
+  }
+  std::stable_sort(rest.begin(), rest.end(), [&](size_t a, size_t b) {
+    return policy.predicted_seconds(candidates[a], prompt_tokens) < policy.predicted_seconds(candidates[b], prompt_tokens);
+  });
+  plan.order.insert(plan.order.end(), rest.begin(), rest.end());
+  return plan;
+}
+
+std::optional<size_t> choose_prefill(const std::vector<Candidate>& prefills) {
+  if (prefills.empty()) return std::nullopt;
+  const auto best = std::min_element(prefills.begin(), prefills.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.matched_tokens != b.matched_tokens) return a.matched_tokens > b.matched_tokens;
+    return a.in_flight < b.in_flight;
+  });
+  return static_cast<size_t>(best - prefills.begin());
+}
+
 }  // namespace mnemo::router

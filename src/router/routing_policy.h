@@ -85,4 +85,20 @@ class RoutingPolicy {
   uint64_t next_ = 0;  // round-robin position
 };
 
+// Where one request goes, decided from the candidates' figures alone (SPEC M7): the policy's
+// choice first, then the rest by predicted seconds (the order to try them in when one does not
+// answer); with `may_push`, cache-aware, a candidate to move the prompt's KV from to the chosen
+// one first (transfer_source).
+struct RoutePlan {
+  std::vector<size_t> order;        // into the candidates; empty when there are none
+  std::optional<size_t> push_from;  // into the candidates
+  int64_t predicted_cached_tokens = 0;
+};
+RoutePlan plan_route(RoutingPolicy& policy, const std::vector<Candidate>& candidates, int64_t prompt_tokens,
+                     std::string_view session_key, bool may_push);
+
+// Of prefill instances, the one to compute a decode instance's prompt (SPEC D4): the one holding
+// most of it (matched_tokens), then the least busy (in_flight), then the first.
+std::optional<size_t> choose_prefill(const std::vector<Candidate>& prefills);
+
 }  // namespace mnemo::router

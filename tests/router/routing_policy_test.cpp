@@ -206,5 +206,52 @@ TEST(RoutingPolicy, PolicyNamesRoundTripAndUnknownOnesAreRefused) {
   EXPECT_NE(bad.error().message().find("random"), std::string::npos);
 }
 
+TEST(PlanRoute, ThePoliciesChoiceFirstThenTheRestByPredictedTime) {
+  CostParams cost;
+  cost.prefill_tokens_per_second = 100;
+  cost.request_seconds = 1;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  auto c = three();
+  c[0].in_flight = 3;         // 3 s queued + 10 s of prompt
+  c[1].matched_tokens = 900;  // 1 s of prompt: the choice
+  c[2].in_flight = 1;         // 1 s queued + 10 s
+  const RoutePlan plan = plan_route(p, c, 1000, "", /*may_push=*/true);
+  EXPECT_EQ(plan.order, (std::vector<size_t>{1, 2, 0}));
+  EXPECT_EQ(plan.predicted_cached_tokens, 900);
+  EXPECT_EQ(plan.push_from, std::nullopt);  // no transports
+  EXPECT_TRUE(plan_route(p, {}, 1000, "", true).order.empty());
+}
+
+TEST(PlanRoute, PushesTheKvOfTheHolderOnlyWhenAllowedAndCheaper) {
+  CostParams cost;
+  cost.prefill_tokens_per_second = 100;
+  cost.request_seconds = 20;  // the holder is busy: the work goes elsewhere
+  cost.transfer_bytes_per_second = 1e6;
+  cost.transfer_overhead_seconds = 0.5;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  auto c = three_with_transports();
+  c[1].matched_tokens = 1000;
+  c[1].in_flight = 2;  // 40 s queued: worse than computing the prompt anywhere else
+  const RoutePlan plan = plan_route(p, c, 1000, "", /*may_push=*/true);
+  ASSERT_FALSE(plan.order.empty());
+  EXPECT_NE(plan.order.front(), 1u);
+  EXPECT_EQ(plan.push_from, std::optional<size_t>(1));  // its KV moves to the chosen one (1.5 s < 10 s)
+  EXPECT_EQ(plan_route(p, c, 1000, "", /*may_push=*/false).push_from, std::nullopt);  // a Responses turn
+  EXPECT_EQ(plan.order.size(), 3u);
+}
+
+TEST(ChoosePrefill, MostOfThePromptHeldThenTheLeastBusy) {
+  auto c = three();
+  EXPECT_EQ(choose_prefill({}), std::nullopt);
+  c[0].in_flight = 2;
+  c[1].in_flight = 1;
+  c[2].in_flight = 1;
+  EXPECT_EQ(choose_prefill(c), std::optional<size_t>(1));  // none holds any: the least busy, first of equals
+  c[2].matched_tokens = 64;
+  EXPECT_EQ(choose_prefill(c), std::optional<size_t>(2));  // holds most of the prompt
+  c[0].matched_tokens = 64;
+  EXPECT_EQ(choose_prefill(c), std::optional<size_t>(2));  // as much, less busy
+}
+
 }  // namespace
 }  // namespace mnemo::router

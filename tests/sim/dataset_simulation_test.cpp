@@ -1,4 +1,4 @@
-// The simulator on the real English ShareGPT set (../shared/data, token counts estimated as
+// The simulator on the real English ShareGPT set (data/, token counts estimated as
 // chars/4 so no model is needed): the same traffic for every policy, every reusable token either
 // hit or recomputed, a cache under pressure recomputes something, the oracle recomputes the
 // least, and a seed replays exactly.
@@ -13,7 +13,7 @@ namespace {
 
 SimulationOptions small_run() {
   SimulationOptions o;
-  o.data_path = (std::filesystem::path(MNEMO_SOURCE_DIR) / "../shared/data/sharegpt_en.jsonl").lexically_normal().string();
+  o.data_path = (std::filesystem::path(MNEMO_SOURCE_DIR) / "data/sharegpt_en.jsonl").lexically_normal().string();
   o.estimate_tokens = true;
   o.conversations = 120;
   o.rate = 0.2;
