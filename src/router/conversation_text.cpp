@@ -137,8 +137,12 @@ std::string text_of(Api api, const json& j, bool sse) {
     return text;
   }
   const auto choices = j.find("choices");
-  if (choices == j.end() || !choices->is_array() || choices->empty() || !(*choices)[0].is_object()) return text;
-  const json& c = (*choices)[0];
+  if (choices == j.end() || !choices->is_array()) return text;
+  // Through the array itself: GCC's -Wnull-dereference (under TSan's flags) reads json's own
+  // operator[] as possibly null.
+  const json::array_t& list = choices->get_ref<const json::array_t&>();
+  if (list.empty() || !list.front().is_object()) return text;
+  const json& c = list.front();
   if (api == Api::kCompletions) {
     if (c.contains("text") && c["text"].is_string()) text = c["text"].get<std::string>();
   } else if (sse) {

@@ -25,15 +25,16 @@ json token_bytes(const std::string& piece) {
 
 }  // namespace
 
-Completion::Completion(Endpoint endpoint, std::string model_id, ParsedRequest request,
-                       std::shared_ptr<RequestStream> stream, const Tokenizer& tokenizer)
+Completion::Completion(Endpoint endpoint, std::string model_id, ParsedRequest request, const Tokenizer& tokenizer)
     : endpoint_(endpoint),
       model_id_(std::move(model_id)),
       id_(random_id(endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
       request_(std::move(request)),
-      stream_(std::move(stream)),
-      tokenizer_(tokenizer) {}
+      tokenizer_(tokenizer),
+      texts_(static_cast<size_t>(request_.generation.n)),
+      reasons_(static_cast<size_t>(request_.generation.n), "stop"),
+      logprobs_(static_cast<size_t>(request_.generation.n), json::array()) {}
 
 json cached_tokens_details(const RequestUsage& usage) {
   json details = {{"cached_tokens", usage.cached_tokens},
@@ -79,35 +80,22 @@ json Completion::chunk(json choices) const {
           {"choices", std::move(choices)}};
 }
 
-json Completion::run_to_completion() {
-  while (!collect(std::chrono::milliseconds(1000))) {
-  }
-  return whole_response();
-}
-
-bool Completion::collect(std::chrono::milliseconds wait) {
-  const auto n = static_cast<size_t>(request_.generation.n);
-  if (texts_.size() != n) {
-    texts_.assign(n, "");
-    reasons_.assign(n, "stop");
-    logprobs_.assign(n, json::array());
-  }
-  if (finished_) return true;
-  for (auto event = stream_->next(wait); event; event = stream_->next(std::chrono::milliseconds(0))) {
-    if (observer_) observer_(*event);
-    if (auto* delta = std::get_if<TokenDelta>(&*event)) {
-      texts_[static_cast<size_t>(delta->choice)] += delta->text;
-      if (delta->logprobs) logprobs_[static_cast<size_t>(delta->choice)].push_back(logprobs_json(*delta));
-    } else if (auto* finished = std::get_if<ChoiceFinished>(&*event)) {
-      reasons_[static_cast<size_t>(finished->choice)] = finish_reason_name(finished->reason);
-    } else if (auto* done = std::get_if<RequestDone>(&*event)) {
-      usage_ = done->usage;
-      error_ = done->error;
-      finished_ = true;
-      return true;
-    }
+bool Completion::gather(const StreamEvent& event) {
+  if (auto* delta = std::get_if<TokenDelta>(&event)) {
+    texts_.at(static_cast<size_t>(delta->choice)) += delta->text;
+    if (delta->logprobs) logprobs_.at(static_cast<size_t>(delta->choice)).push_back(logprobs_json(*delta));
+  } else if (auto* finished = std::get_if<ChoiceFinished>(&event)) {
+    reasons_.at(static_cast<size_t>(finished->choice)) = finish_reason_name(finished->reason);
+  } else if (auto* done = std::get_if<RequestDone>(&event)) {
+    usage_ = done->usage;
+    error_ = done->error;
+    return true;
   }
   return false;
+}
+
+ReplyShaper::Whole Completion::whole() {
+  return {200, whole_response().dump(-1, ' ', false, json::error_handler_t::replace)};
 }
 
 json Completion::whole_response() const {
@@ -147,69 +135,64 @@ json Completion::whole_response() const {
   return response;
 }
 
-std::string Completion::next_events(bool& done, std::chrono::milliseconds wait) {
-  done = false;
-  std::string out;
-  if (endpoint_ == Endpoint::kChat && !role_sent_) {
-    role_sent_ = true;
-    json choices = json::array();
-    for (int32_t i = 0; i < request_.generation.n; ++i) {
-      choices.push_back({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
-    }
-    out += sse(chunk(std::move(choices)));
+std::string Completion::open_stream() {
+  if (endpoint_ != Endpoint::kChat) return "";
+  json choices = json::array();
+  for (int32_t i = 0; i < request_.generation.n; ++i) {
+    choices.push_back({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
   }
-  // Drain what is ready.
-  for (auto event = stream_->next(wait); event; event = stream_->next(std::chrono::milliseconds(0))) {
-    if (observer_) observer_(*event);
-    if (auto* delta = std::get_if<TokenDelta>(&*event)) {
-      // A token whose text is held back: the engine reports it for a replica, the client asked
-      // for nothing.
-      if (delta->text.empty() && !delta->logprobs && !request_.report_tokens) continue;
-      json lp = nullptr;
-      if (delta->logprobs) {
-        json entry = logprobs_json(*delta);
-        if (endpoint_ == Endpoint::kChat) {
-          lp = {{"content", json::array({entry})}};
-        } else {
-          lp = {{"tokens", {entry["token"]}}, {"token_logprobs", {entry["logprob"]}}, {"top_logprobs", {entry["top"]}}};
-        }
-      }
-      json choice = {{"index", delta->choice}, {"logprobs", lp}, {"finish_reason", nullptr}};
+  return sse(chunk(std::move(choices)));
+}
+
+bool Completion::stream(const StreamEvent& event, std::string& out) {
+  if (auto* delta = std::get_if<TokenDelta>(&event)) {
+    // A token whose text is held back: the engine reports it for a replica, the client asked
+    // for nothing.
+    if (delta->text.empty() && !delta->logprobs && !request_.report_tokens) return false;
+    json lp = nullptr;
+    if (delta->logprobs) {
+      json entry = logprobs_json(*delta);
       if (endpoint_ == Endpoint::kChat) {
-        choice["delta"] = {{"content", delta->text}};
+        lp = {{"content", json::array({entry})}};
       } else {
-        choice["text"] = delta->text;
+        lp = {{"tokens", {entry["token"]}}, {"token_logprobs", {entry["logprob"]}}, {"top_logprobs", {entry["top"]}}};
       }
-      if (request_.report_tokens && delta->token >= 0) choice["mnemo_token"] = delta->token;
-      if (request_.report_tokens && replica_progress_) {
-        if (const int32_t replicated = replica_progress_(); replicated != replicated_reported_) {
-          choice["mnemo_replicated"] = replicated_reported_ = replicated;
-        }
-      }
-      out += sse(chunk(json::array({choice})));
-    } else if (auto* finished = std::get_if<ChoiceFinished>(&*event)) {
-      json choice = {{"index", finished->choice}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(finished->reason)}};
-      if (endpoint_ == Endpoint::kChat) {
-        choice["delta"] = json::object();
-      } else {
-        choice["text"] = "";
-      }
-      out += sse(chunk(json::array({choice})));
-    } else if (auto* end = std::get_if<RequestDone>(&*event)) {
-      usage_ = end->usage;
-      if (!end->error.empty()) out += sse({{"error", {{"message", end->error}, {"type", "server_error"}}}});
-      if (request_.include_usage) {
-        json last = chunk(json::array());
-        last["usage"] = usage_json();
-        out += sse(last);
-      }
-      out += "data: [DONE]\n\n";
-      done = true;
-      finished_ = true;
-      break;
     }
+    json choice = {{"index", delta->choice}, {"logprobs", lp}, {"finish_reason", nullptr}};
+    if (endpoint_ == Endpoint::kChat) {
+      choice["delta"] = {{"content", delta->text}};
+    } else {
+      choice["text"] = delta->text;
+    }
+    if (request_.report_tokens && delta->token >= 0) choice["mnemo_token"] = delta->token;
+    if (request_.report_tokens && replica_progress_) {
+      if (const int32_t replicated = replica_progress_(); replicated != replicated_reported_) {
+        choice["mnemo_replicated"] = replicated_reported_ = replicated;
+      }
+    }
+    out += sse(chunk(json::array({choice})));
+    return false;
   }
-  return out;
+  if (auto* finished = std::get_if<ChoiceFinished>(&event)) {
+    json choice = {{"index", finished->choice}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(finished->reason)}};
+    if (endpoint_ == Endpoint::kChat) {
+      choice["delta"] = json::object();
+    } else {
+      choice["text"] = "";
+    }
+    out += sse(chunk(json::array({choice})));
+    return false;
+  }
+  const auto& end = std::get<RequestDone>(event);
+  usage_ = end.usage;
+  if (!end.error.empty()) out += sse({{"error", {{"message", end.error}, {"type", "server_error"}}}});
+  if (request_.include_usage) {
+    json last = chunk(json::array());
+    last["usage"] = usage_json();
+    out += sse(last);
+  }
+  out += "data: [DONE]\n\n";
+  return true;
 }
 
 }  // namespace mnemo::server

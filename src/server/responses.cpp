@@ -13,6 +13,7 @@
 #include "server/engine_body.h"
 #include "server/internal_requests.h"
 #include "server/responses_request.h"
+#include "server/responses_shaper.h"
 #include "server/server.h"
 
 namespace mnemo::server {
@@ -175,10 +176,6 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   ResponsesTurn& t = std::get<ResponsesTurn>(read);
   ParsedRequest& request = t.request;
-  const std::vector<ChatMessage>& turn = t.turn;
-  const std::string previous_id = t.previous_id;
-  const bool stream = t.stream;
-  const bool store = t.store;
 
   // A resumed turn answers as the response its client was getting; a stored one must not replace
   // a turn kept here.
@@ -195,57 +192,27 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
   auto prepared = prepare(caller, request, Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   auto run = std::move(std::get<PreparedRun>(prepared));
-  const uint64_t cache_namespace = request.generation.cache_namespace;
-  // A router's Caching-3 copy back to a prefill instance (SPEC M4), or a failover copy.
-  const auto replicas = run.replicas;
 
-  const std::string id = resumed.id.empty() ? new_id("resp") : resumed.id;
-  const std::string message_id = resumed.message_id.empty() ? new_id("msg") : resumed.message_id;
-  const int64_t created = resumed.created_at >= 0 ? resumed.created_at
-                          : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const bool report_tokens = request.report_tokens;
-  const std::string resumed_text = resumed.text;
-  const int32_t max_output_tokens = request.generation.max_tokens;
-  const json turn_inputs = stored_inputs(turn);
-  // The response object in a given state.
-  auto make_response = [=, this, body = body](const std::string& status, const std::string& text, const RequestUsage* usage,
-                                              bool length_stop) {
-    json output = json::array();
-    if (status != "in_progress") {
-      json content = json::array();
-      if (!text.empty()) content.push_back({{"type", "output_text"}, {"text", text}, {"annotations", json::array()}});
-      output.push_back({{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", content}});
-    }
-    json r = {{"id", id},
-              {"object", "response"},
-              {"created_at", created},
-              {"model", config_.model_id},
-              {"status", status},
-              {"incomplete_details", length_stop ? json{{"reason", "max_output_tokens"}} : json(nullptr)},
-              {"instructions", body.contains("instructions") ? body["instructions"] : json(nullptr)},
-              {"max_output_tokens", max_output_tokens},
-              {"previous_response_id", previous_id.empty() ? json(nullptr) : json(previous_id)},
-              {"temperature", request.generation.sampling.temperature},
-              {"top_p", request.generation.sampling.top_p},
-              {"store", store},
-              {"output", output},
-              {"error", nullptr}};
-    if (usage != nullptr) {
-      r["usage"] = {{"input_tokens", usage->prompt_tokens},
-                    {"input_tokens_details", cached_tokens_details(*usage)},
-                    {"output_tokens", usage->completion_tokens},
-                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                    {"total_tokens", usage->prompt_tokens + usage->completion_tokens}};
-    } else {
-      r["usage"] = nullptr;
-    }
-    return r;
-  };
+  ResponseIdentity identity;
+  identity.id = resumed.id.empty() ? new_id("resp") : resumed.id;
+  identity.message_id = resumed.message_id.empty() ? new_id("msg") : resumed.message_id;
+  identity.created_at = resumed.created_at >= 0
+                            ? resumed.created_at
+                            : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  identity.model = config_.model_id;
+  identity.previous_id = t.previous_id;
+  identity.instructions = body.contains("instructions") ? body["instructions"] : json(nullptr);
+  identity.max_output_tokens = request.generation.max_tokens;
+  identity.temperature = request.generation.sampling.temperature;
+  identity.top_p = request.generation.sampling.top_p;
+  identity.store = t.store;
   // Stores the finished turn: the client is told it is done only once it is stored (an error
   // it gets instead says why it is not).
-  auto finish = [=, this](const json& response) -> std::optional<ApiError> {
+  auto store_turn = [this, id = identity.id, store = t.store, tenant = caller.tenant, previous_id = t.previous_id,
+                     inputs = stored_inputs(t.turn), ns = request.generation.cache_namespace](const json& response)
+      -> std::optional<ApiError> {
     if (!store) return std::nullopt;
-    auto inserted = store_->insert({id, caller.tenant, previous_id, turn_inputs, response, cache_namespace});
+    auto inserted = store_->insert({id, tenant, previous_id, inputs, response, ns});
     std::optional<ApiError> error;
     if (!inserted.ok()) {
       error = store_failure(inserted.error());
@@ -257,110 +224,18 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
     if (error) std::fprintf(stderr, "mnemo: response %s not stored: %s\n", id.c_str(), error->message.c_str());
     return error;
   };
-
-  const auto record = access_record_of(req);
-  constexpr auto kNoWait = std::chrono::milliseconds(0);
-  if (!stream) {
-    struct Whole {
-      std::string text;
-      bool length_stop = false;
-    };
-    auto whole = std::make_shared<Whole>();
-    whole->text = resumed_text;
-    auto stream_handle = run.stream;
-    res.defer("application/json", std::make_shared<EngineBody>(run.stream, run.in_flight_guard, [=](std::string& out, int& status) {
-      for (auto event = stream_handle->next(kNoWait); event; event = stream_handle->next(kNoWait)) {
-        if (record) record->observe(*event);
-        feed_replicas(replicas, *event);
-        if (auto* d = std::get_if<TokenDelta>(&*event)) whole->text += d->text;
-        if (auto* f = std::get_if<ChoiceFinished>(&*event)) whole->length_stop = f->reason == FinishReason::kLength;
-        if (auto* done = std::get_if<RequestDone>(&*event)) {
-          const json response = make_response(whole->length_stop ? "incomplete" : "completed", whole->text, &done->usage,
-                                              whole->length_stop);
-          if (auto error = finish(response)) {
-            status = error->status;
-            out = error->to_json().dump(-1, ' ', false, json::error_handler_t::replace);
-          } else {
-            out = response.dump(-1, ' ', false, json::error_handler_t::replace);
-          }
-          return true;
-        }
-      }
-      return false;
-    }));
-    return;
-  }
-
-  // Streaming: OpenAI's event sequence, each with a rising sequence_number; no [DONE].
-  struct StreamState {
-    int64_t sequence = 0;
-    bool started = false;
-    std::string text;
-    bool length_stop = false;
-    int32_t replicated_reported = 0;
+  auto shaper = std::make_shared<ResponsesShaper>(std::move(identity), resumed.text, request.report_tokens, std::move(store_turn));
+  // A router's Caching-3 copy back to a prefill instance (SPEC M4), or a failover copy.
+  const auto replicas = run.replicas;
+  if (!replicas.empty()) shaper->set_replica_progress([this, replicas] { return replicated_tokens(replicas); });
+  EventObserver observe = [replicas, record = access_record_of(req)](const StreamEvent& event) {
+    if (record) record->observe(event);
+    feed_replicas(replicas, event);
   };
-  auto state = std::make_shared<StreamState>();
-  state->text = resumed_text;
-  auto event = [state](const std::string& type, json payload) {
-    payload["type"] = type;
-    payload["sequence_number"] = state->sequence++;
-    return "event: " + type + "\ndata: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-  };
-  auto stream_handle = run.stream;
+  auto reply = shaped_body(run.stream, run.in_flight_guard, std::move(shaper), t.stream, std::move(observe));
+  if (!t.stream) return res.defer("application/json", std::move(reply));
   res.set_header("Cache-Control", "no-cache");
-  res.stream("text/event-stream", std::make_shared<EngineBody>(run.stream, run.in_flight_guard, [=, this](std::string& out, int&) {
-    if (!state->started) {
-      state->started = true;
-      const json initial = make_response("in_progress", "", nullptr, false);
-      out += event("response.created", {{"response", initial}});
-      out += event("response.in_progress", {{"response", initial}});
-      out += event("response.output_item.added",
-                   {{"output_index", 0},
-                    {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "in_progress"}, {"content", json::array()}}}});
-      out += event("response.content_part.added",
-                   {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0},
-                    {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
-    }
-    for (auto e = stream_handle->next(kNoWait); e; e = stream_handle->next(kNoWait)) {
-      if (record) record->observe(*e);
-      feed_replicas(replicas, *e);
-      if (auto* d = std::get_if<TokenDelta>(&*e)) {
-        // A router that may resume the stream elsewhere learns every token, even one whose
-        // text is held back, and how far the replica got.
-        if (d->text.empty() && !report_tokens) continue;
-        state->text += d->text;
-        json delta = {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"delta", d->text}, {"logprobs", json::array()}};
-        if (report_tokens && d->token >= 0) delta["mnemo_token"] = d->token;
-        if (report_tokens && !replicas.empty()) {
-          if (const int32_t replicated = replicated_tokens(replicas); replicated != state->replicated_reported) {
-            delta["mnemo_replicated"] = state->replicated_reported = replicated;
-          }
-        }
-        out += event("response.output_text.delta", std::move(delta));
-      } else if (auto* f = std::get_if<ChoiceFinished>(&*e)) {
-        state->length_stop = f->reason == FinishReason::kLength;
-      } else if (auto* end = std::get_if<RequestDone>(&*e)) {
-        const json part = {{"type", "output_text"}, {"text", state->text}, {"annotations", json::array()}};
-        out += event("response.output_text.done", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"text", state->text}});
-        out += event("response.content_part.done", {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
-        out += event("response.output_item.done",
-                     {{"output_index", 0},
-                      {"item", {{"type", "message"}, {"id", message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", json::array({part})}}}});
-        json response = make_response(state->length_stop ? "incomplete" : "completed", state->text, &end->usage, state->length_stop);
-        if (auto error = finish(response)) {
-          // Not stored: the turn cannot be continued, so it is not reported completed.
-          response["status"] = "failed";
-          response["error"] = {{"code", error->code}, {"message", error->message}};
-          out += event("error", {{"code", error->code}, {"message", error->message}, {"param", nullptr}});
-          out += event("response.failed", {{"response", response}});
-        } else {
-          out += event(state->length_stop ? "response.incomplete" : "response.completed", {{"response", response}});
-        }
-        return true;
-      }
-    }
-    return false;
-  }));
+  res.stream("text/event-stream", std::move(reply));
 }
 
 std::vector<TokenId> Server::conversation_tokens(const json& last_response, const std::vector<ChatMessage>& history) const {

@@ -17,9 +17,6 @@ using nlohmann::json;
 
 namespace {
 
-// An EngineBody pulls what is ready and is woken for more; it never waits.
-constexpr std::chrono::milliseconds kNoWait{0};
-
 http::ServerOptions http_options(const ServerConfig& config) {
   http::ServerOptions options;
   options.host = config.host;
@@ -287,12 +284,12 @@ void Server::handle_generation(const http::Request& req, http::Response& res, En
   PreparedRun run = std::move(std::get<PreparedRun>(prepared));
   const std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = run.replicas;
   const bool replica_wait = request.replica_wait;
-  auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), run.stream, tokenizer_);
+  auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), tokenizer_);
   // Runs where the stream is pulled: an I/O thread, or this handler thread for a replica wait.
-  completion->set_observer([replicas, record = access_record_of(req)](const StreamEvent& event) {
+  EventObserver observe = [replicas, record = access_record_of(req)](const StreamEvent& event) {
     if (record) record->observe(event);
     feed_replicas(replicas, event);
-  });
+  };
   if (!replicas.empty()) {
     // How far a failover can go without recompute: the replica that got furthest.
     completion->set_replica_progress([this, replicas] { return replicated_tokens(replicas); });
@@ -300,26 +297,17 @@ void Server::handle_generation(const http::Request& req, http::Response& res, En
   if (replica_wait) {
     // A prefill for a decode instance (a router's internal request): answered once the decode
     // side holds the prompt's KV, so this handler thread waits.
-    const json reply = completion->run_to_completion();
+    const ReplyShaper::Whole reply = gather_all(*run.stream, *completion, observe);
     constexpr auto kSettleWait = std::chrono::seconds(30);
     for (const auto& replica : replicas) (void)replica->wait_settled(kSettleWait);
-    res.set_content(reply.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    res.set_content(reply.body, "application/json");
     return;
   }
-  if (!completion->streaming()) {
-    res.defer("application/json", std::make_shared<EngineBody>(run.stream, run.in_flight_guard, [completion](std::string& out, int&) {
-      if (!completion->collect(kNoWait)) return false;
-      out = completion->whole_response().dump(-1, ' ', false, json::error_handler_t::replace);
-      return true;
-    }));
-    return;
-  }
+  const bool streamed = completion->streaming();
+  auto reply = shaped_body(run.stream, run.in_flight_guard, std::move(completion), streamed, std::move(observe));
+  if (!streamed) return res.defer("application/json", std::move(reply));
   res.set_header("Cache-Control", "no-cache");
-  res.stream("text/event-stream", std::make_shared<EngineBody>(run.stream, run.in_flight_guard, [completion](std::string& out, int&) {
-    bool done = false;
-    out += completion->next_events(done, kNoWait);
-    return done;
-  }));
+  res.stream("text/event-stream", std::move(reply));
 }
 
 }  // namespace mnemo::server

@@ -1,0 +1,70 @@
+// The Responses API's reply (a ReplyShaper): the response object when whole, or OpenAI's typed
+// event stream (response.created, response.in_progress, the output item and content part opened,
+// text deltas, then their ends and response.completed / response.incomplete), each event with a
+// rising sequence_number and no [DONE]. A stored turn is acknowledged only once stored: if
+// storing fails, a whole reply is that error, a stream ends with "error" and response.failed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "server/api_error.h"
+#include "server/reply_shaper.h"
+
+namespace mnemo::server {
+
+// What a response says of itself whatever its state.
+struct ResponseIdentity {
+  std::string id;
+  std::string message_id;
+  int64_t created_at = 0;
+  std::string model;
+  std::string previous_id;                    // "" : none
+  nlohmann::json instructions = nullptr;      // as the request gave them
+  int32_t max_output_tokens = 0;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  bool store = true;
+};
+
+class ResponsesShaper final : public ReplyShaper {
+ public:
+  // Stores the finished response (when it is to be stored); the error, if it could not be.
+  using StoreTurn = std::function<std::optional<ApiError>(const nlohmann::json& response)>;
+
+  // `resumed_text`: what a failed instance had already answered (a resumed turn goes on from it).
+  // `report_tokens`: each delta names its token (a router that may resume the stream).
+  ResponsesShaper(ResponseIdentity identity, std::string resumed_text, bool report_tokens, StoreTurn store_turn);
+
+  // Tokens of the turn whose KV its replica holds, reported with the deltas ("mnemo_replicated").
+  void set_replica_progress(std::function<int32_t()> progress) { replica_progress_ = std::move(progress); }
+
+  std::string open_stream() override;
+  bool stream(const StreamEvent& event, std::string& out) override;
+  bool gather(const StreamEvent& event) override;
+  Whole whole() override;
+
+  // The response object: "in_progress" (no output yet), "completed" or "incomplete".
+  nlohmann::json response(const std::string& status, const RequestUsage* usage) const;
+
+ private:
+  std::string event(const std::string& type, nlohmann::json payload);
+  std::string end_of_stream(const RequestUsage& usage);
+
+  ResponseIdentity identity_;
+  bool report_tokens_;
+  StoreTurn store_turn_;
+  std::function<int32_t()> replica_progress_;
+  std::string text_;
+  bool length_stop_ = false;
+  int64_t sequence_ = 0;
+  int32_t replicated_reported_ = 0;
+  Whole whole_;
+};
+
+}  // namespace mnemo::server
