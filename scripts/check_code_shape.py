@@ -18,8 +18,17 @@ SOURCES = (".cpp", ".h", ".cu", ".cuh")
 
 # Known offenders, with the most lines each may still have (to be brought within the limits).
 FUNCTIONS_OVER: dict[str, int] = {
+    # The KV cache's move to src/kv (issue 23) reshapes these.
+    "src/engine/kv_cache.cpp:mnemo::KvManager::match_prefix": 86,
+    "src/engine/kv_cache.cpp:mnemo::KvManager::import_prefix": 97,
 }
 FILES_OVER: dict[str, int] = {
+    # The KV cache's move to src/kv (issue 23) splits these.
+    "src/engine/engine.cpp": 707,
+    "src/engine/kv_cache.cpp": 757,
+    "tests/engine/kv_manager_test.cpp": 647,
+    "tests/kv/disk_tier_test.cpp": 621,
+    "tests/transfer/kv_transport_test.cpp": 801,
 }
 
 

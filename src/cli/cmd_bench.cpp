@@ -23,6 +23,8 @@
 #include <sstream>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "engine/sampler.h"
@@ -147,67 +149,48 @@ std::vector<TokenId> random_tokens(int32_t n, int32_t vocab, uint32_t seed) {
   return out;
 }
 
-int run_bench(const BenchArgs& args) {
-  auto loaded = Model::load(args.model_path, args.model_flags.load_options());
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "error: %s\n", loaded.error().message().c_str());
-    return 1;
-  }
-  Model& model = **loaded;
-  ThreadPool pool(args.threads);
-  const DType kv_dtype = args.kv_type == "f32" ? DType::F32 : DType::F16;
-  constexpr int32_t kBlock = 16;
-  std::printf("model %s, %d threads, isa %s, kv %s, %zu matrices prepacked (%.1f MiB beyond the file)\n",
-              args.model_path.c_str(), pool.size(), std::string(kernels::isa_name(kernels::detected_isa())).c_str(),
-              args.kv_type.c_str(), model.weights().packed_tiles.size(),
-              static_cast<double>(model.weights().prepacked_extra_bytes) / (1 << 20));
+constexpr int32_t kBenchBlock = 16;
 
+// One decode run per batch size in each round, so that every batch size meets the shared
+// machine in the same states and the ratios between them can be taken round by round.
+struct DecodeRun {
+  int32_t batch_size;
+  std::unique_ptr<KvStorage> kv;
+  Batch batch;
+  std::vector<double> rates;  // tokens/s, one per round
+};
+
+// What the probes measured beside the runs, one figure per round.
+struct ProbeFigures {
+  std::vector<double> bandwidths, roofline_fractions;  // batch 1
+  std::vector<double> peaks, compute_fractions;        // the largest batch
+};
+
+Status bench_prefill(Model& model, ThreadPool& pool, const BenchArgs& args, DType kv_dtype) {
+  KvStorage kv(model.kv_layout(kBenchBlock, kv_dtype), (args.prompt + kBenchBlock - 1) / kBenchBlock);
+  SequenceInput seq;
+  seq.tokens = random_tokens(args.prompt, model.n_vocab(), 1);
+  seq.ranges = {{0, args.prompt}};
+  seq.block_table.resize(static_cast<size_t>(kv.n_blocks()));
+  std::iota(seq.block_table.begin(), seq.block_table.end(), 0);
+  Batch batch;
+  batch.sequences.push_back(seq);
   ForwardOutput out;
-  {  // Prefill.
-    KvStorage kv(model.kv_layout(kBlock, kv_dtype), (args.prompt + kBlock - 1) / kBlock);
-    SequenceInput seq;
-    seq.tokens = random_tokens(args.prompt, model.n_vocab(), 1);
-    seq.ranges = {{0, args.prompt}};
-    seq.block_table.resize(static_cast<size_t>(kv.n_blocks()));
-    std::iota(seq.block_table.begin(), seq.block_table.end(), 0);
-    Batch batch;
-    batch.sequences.push_back(seq);
-    std::vector<double> rates;
-    for (int32_t r = 0; r < args.repeats; ++r) {
-      const auto start = std::chrono::steady_clock::now();
-      const Status s = model.forward(batch, kv, pool, out);
-      if (!s.ok()) {
-        std::fprintf(stderr, "error: %s\n", s.error().message().c_str());
-        return 1;
-      }
-      rates.push_back(args.prompt / seconds_since(start));
-    }
-    std::printf("prefill  pp%-4d            %8.1f tokens/s\n", args.prompt, median(rates));
+  std::vector<double> rates;
+  for (int32_t r = 0; r < args.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    MNEMO_RETURN_IF_ERROR(model.forward(batch, kv, pool, out));
+    rates.push_back(args.prompt / seconds_since(start));
   }
+  std::printf("prefill  pp%-4d            %8.1f tokens/s\n", args.prompt, median(rates));
+  return ok_status();
+}
 
-  std::vector<Sampler> samplers(static_cast<size_t>(pool.size()));
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  std::vector<double> bandwidths, roofline_fractions;
-  const double weight_bytes = decode_weight_bytes(model);
-  const double weight_macs = decode_weight_macs(model);
-  // The compute side, for the largest batch above 1 (when the ISA has an int8 vector probe).
-  const kernels::Int8Peak* int8_peak = kernels::int8_peak(kernels::detected_isa());
-  const int32_t compute_batch = *std::max_element(args.batches.begin(), args.batches.end());
-  std::vector<double> peaks, compute_fractions;
-
-  // One decode run per batch size in each round, so that every batch size meets the shared
-  // machine in the same states and the ratios between them can be taken round by round.
-  struct DecodeRun {
-    int32_t batch_size;
-    std::unique_ptr<KvStorage> kv;
-    Batch batch;
-    std::vector<double> rates;
-  };
+std::vector<DecodeRun> decode_runs(const Model& model, const BenchArgs& args, DType kv_dtype) {
   std::vector<DecodeRun> runs;
-  const int32_t per_seq_blocks = (args.context + args.steps + kBlock - 1) / kBlock;
+  const int32_t per_seq_blocks = (args.context + args.steps + kBenchBlock - 1) / kBenchBlock;
   for (const int32_t batch_size : args.batches) {
-    DecodeRun run{batch_size, std::make_unique<KvStorage>(model.kv_layout(kBlock, kv_dtype), per_seq_blocks * batch_size), {}, {}};
+    DecodeRun run{batch_size, std::make_unique<KvStorage>(model.kv_layout(kBenchBlock, kv_dtype), per_seq_blocks * batch_size), {}, {}};
     for (int32_t s = 0; s < batch_size; ++s) {
       SequenceInput seq;
       seq.tokens = random_tokens(args.context, model.n_vocab(), static_cast<uint32_t>(s + 2));
@@ -217,99 +200,142 @@ int run_bench(const BenchArgs& args) {
     }
     runs.push_back(std::move(run));
   }
+  return runs;
+}
+
+// Fills the run's contexts (not timed), then times its decode steps: tokens/s.
+Result<double> time_decode(Model& model, ThreadPool& pool, const BenchArgs& args, DecodeRun& run, std::vector<Sampler>& samplers) {
+  ForwardOutput out;
+  Batch prefill = run.batch;
+  for (SequenceInput& seq : prefill.sequences) seq.tokens.resize(static_cast<size_t>(args.context));
+  MNEMO_RETURN_IF_ERROR(model.forward(prefill, *run.kv, pool, out));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  Batch step = run.batch;
+  // Greedy decoding as the engine runs it: the model finds each token (LogitsFor::kArgmax),
+  // or with --full-logits every logit is computed and a sampler takes the largest.
+  for (SequenceInput& seq : step.sequences) seq.logits = args.full_logits ? LogitsFor::kLast : LogitsFor::kArgmax;
+  const auto start = std::chrono::steady_clock::now();
+  for (int32_t i = 0; i < args.steps; ++i) {
+    // The sequences are sampled in parallel, as an engine would (one sampler per thread).
+    pool.parallel_for(static_cast<int64_t>(step.sequences.size()), [&](int64_t begin, int64_t end, int t) {
+      for (int64_t s = begin; s < end; ++s) {
+        const auto at = static_cast<size_t>(s);
+        const TokenId next = out.argmax[at] >= 0 ? out.argmax[at]
+                                                 : samplers[static_cast<size_t>(t)].sample(
+                                                       greedy, {out.last_row(at), static_cast<size_t>(out.n_vocab)}, {},
+                                                       static_cast<uint64_t>(i));
+        step.sequences[at].tokens = {next};
+        step.sequences[at].ranges = {{args.context + i, 1}};
+      }
+    });
+    MNEMO_RETURN_IF_ERROR(model.forward(step, *run.kv, pool, out));
+  }
+  return static_cast<double>(run.batch_size) * args.steps / seconds_since(start);
+}
+
+// Each batch size's median rate, and its rounds' ratios to batch 1.
+void report_decode(const std::vector<DecodeRun>& runs, const BenchArgs& args) {
+  const DecodeRun* batch1_run = nullptr;
+  for (const DecodeRun& run : runs) {
+    std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", run.batch_size, args.context, median(run.rates));
+    if (run.batch_size == 1) batch1_run = &run;
+  }
+  if (batch1_run == nullptr) return;
+  for (const DecodeRun& run : runs) {
+    if (run.batch_size == 1) continue;
+    std::vector<double> ratios;
+    std::string listed;
+    for (size_t i = 0; i < run.rates.size(); ++i) {
+      ratios.push_back(run.rates[i] / batch1_run->rates[i]);
+      listed += fmt::format("{}{:.2f}", i == 0 ? "" : " ", ratios.back());
+    }
+    std::printf("scaling  batch %-3d / batch 1  %8.2fx (median of the rounds' ratios: %s)\n", run.batch_size,
+                median(ratios), listed.c_str());
+  }
+}
+
+void report_probes(const Model& model, const ThreadPool& pool, const ProbeFigures& probes, double batch1_rate,
+                   int32_t compute_batch, double compute_batch_rate) {
+  const double weight_bytes = decode_weight_bytes(model);
+  if (batch1_rate > 0.0) {
+    std::printf("memory   read bandwidth      %8.1f GB/s (%d threads; median of %d passes over %zu MiB next to each "
+                "batch-1 repeat)\n",
+                median(probes.bandwidths) / 1e9, pool.size(), BandwidthProbe::kPasses, BandwidthProbe::kBytes >> 20);
+    std::printf("roofline batch 1: %.1f MB of weights per step, %.1f GB/s = %.0f%% of measured bandwidth "
+                "(median over repeats)\n",
+                weight_bytes / 1e6, weight_bytes * batch1_rate / 1e9, 100.0 * median(probes.roofline_fractions));
+  }
+  if (compute_batch_rate <= 0.0) return;
+  const double step_macs = decode_weight_macs(model) * compute_batch;
+  const double peak = median(probes.peaks);
+  std::printf("compute  int8 peak           %8.1f GMAC/s (%d threads, %s; median of %d passes next to each batch-%d "
+              "repeat)\n",
+              peak / 1e9, pool.size(), std::string(kernels::isa_name(kernels::detected_isa())).c_str(), ComputeProbe::kPasses,
+              compute_batch);
+  std::printf("compute  batch %d: %.2f GMAC of weight products per step, %.1f GMAC/s = %.0f%% of the int8 peak "
+              "(median over repeats)\n",
+              compute_batch, step_macs / 1e9, step_macs * compute_batch_rate / compute_batch / 1e9,
+              100.0 * median(probes.compute_fractions));
+  const double ceiling_rate = compute_batch * peak / step_macs;
+  std::printf("ceiling  batch %d if its weight products ran at the int8 peak and nothing else did: %.1f tokens/s",
+              compute_batch, ceiling_rate);
+  if (batch1_rate > 0.0) std::printf(" = %.1fx batch 1 (measured: %.1fx)", ceiling_rate / batch1_rate, compute_batch_rate / batch1_rate);
+  std::printf("\n");
+}
+
+int run_bench(const BenchArgs& args) {
+  auto loaded = Model::load(args.model_path, args.model_flags.load_options());
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "error: %s\n", loaded.error().message().c_str());
+    return 1;
+  }
+  Model& model = **loaded;
+  ThreadPool pool(args.threads);
+  const DType kv_dtype = args.kv_type == "f32" ? DType::F32 : DType::F16;
+  std::printf("model %s, %d threads, isa %s, kv %s, %zu matrices prepacked (%.1f MiB beyond the file)\n",
+              args.model_path.c_str(), pool.size(), std::string(kernels::isa_name(kernels::detected_isa())).c_str(),
+              args.kv_type.c_str(), model.weights().packed_tiles.size(),
+              static_cast<double>(model.weights().prepacked_extra_bytes) / (1 << 20));
+  if (const Status prefilled = bench_prefill(model, pool, args, kv_dtype); !prefilled.ok()) {
+    std::fprintf(stderr, "error: %s\n", prefilled.error().message().c_str());
+    return 1;
+  }
+
+  std::vector<Sampler> samplers(static_cast<size_t>(pool.size()));
+  // The compute side, for the largest batch above 1 (when the ISA has an int8 vector probe).
+  const kernels::Int8Peak* int8_peak = kernels::int8_peak(kernels::detected_isa());
+  const int32_t compute_batch = *std::max_element(args.batches.begin(), args.batches.end());
+  std::vector<DecodeRun> runs = decode_runs(model, args, kv_dtype);
   std::unique_ptr<BandwidthProbe> probe;
   if (std::find(args.batches.begin(), args.batches.end(), 1) != args.batches.end()) probe = std::make_unique<BandwidthProbe>();
   std::unique_ptr<ComputeProbe> compute_probe;
   if (int8_peak != nullptr && compute_batch > 1) compute_probe = std::make_unique<ComputeProbe>(*int8_peak);
-
+  ProbeFigures probes;
   for (int32_t r = 0; r < args.repeats; ++r) {
     for (DecodeRun& run : runs) {
-      // Fill every context (not timed), then time the decode steps.
-      Batch prefill = run.batch;
-      for (SequenceInput& seq : prefill.sequences) seq.tokens.resize(static_cast<size_t>(args.context));
-      if (!model.forward(prefill, *run.kv, pool, out).ok()) return 1;
       const bool probes_bandwidth = probe != nullptr && run.batch_size == 1;
       const bool probes_compute = compute_probe != nullptr && run.batch_size == compute_batch;
-      if (probes_bandwidth) bandwidths.push_back(probe->measure(pool));
-      if (probes_compute) peaks.push_back(compute_probe->measure(pool));
-      Batch step = run.batch;
-      // Greedy decoding as the engine runs it: the model finds each token (LogitsFor::kArgmax),
-      // or with --full-logits every logit is computed and a sampler takes the largest.
-      for (SequenceInput& seq : step.sequences) seq.logits = args.full_logits ? LogitsFor::kLast : LogitsFor::kArgmax;
-      const auto start = std::chrono::steady_clock::now();
-      for (int32_t i = 0; i < args.steps; ++i) {
-        // The sequences are sampled in parallel, as an engine would (one sampler per thread).
-        pool.parallel_for(static_cast<int64_t>(step.sequences.size()), [&](int64_t begin, int64_t end, int t) {
-          for (int64_t s = begin; s < end; ++s) {
-            const TokenId next =
-                out.argmax[static_cast<size_t>(s)] >= 0
-                    ? out.argmax[static_cast<size_t>(s)]
-                    : samplers[static_cast<size_t>(t)].sample(greedy, {out.last_row(static_cast<size_t>(s)), static_cast<size_t>(out.n_vocab)},
-                                                              {}, static_cast<uint64_t>(i));
-            step.sequences[static_cast<size_t>(s)].tokens = {next};
-            step.sequences[static_cast<size_t>(s)].ranges = {{args.context + i, 1}};
-          }
-        });
-        if (!model.forward(step, *run.kv, pool, out).ok()) return 1;
+      if (probes_bandwidth) probes.bandwidths.push_back(probe->measure(pool));
+      if (probes_compute) probes.peaks.push_back(compute_probe->measure(pool));
+      const Result<double> rate = time_decode(model, pool, args, run, samplers);
+      if (!rate.ok()) {
+        std::fprintf(stderr, "error: %s\n", rate.error().message().c_str());
+        return 1;
       }
-      run.rates.push_back(static_cast<double>(run.batch_size) * args.steps / seconds_since(start));
-      if (probes_bandwidth) roofline_fractions.push_back(weight_bytes * run.rates.back() / bandwidths.back());
+      run.rates.push_back(*rate);
+      if (probes_bandwidth) probes.roofline_fractions.push_back(decode_weight_bytes(model) * *rate / probes.bandwidths.back());
       // rates are tokens/s: one token per sequence per step, so MACs/s = per-token MACs x rate.
-      if (probes_compute) compute_fractions.push_back(weight_macs * run.rates.back() / peaks.back());
+      if (probes_compute) probes.compute_fractions.push_back(decode_weight_macs(model) * *rate / probes.peaks.back());
     }
   }
-  double batch1_rate = 0.0;
-  double compute_batch_rate = 0.0;
-  const DecodeRun* batch1_run = nullptr;
+  report_decode(runs, args);
+  double batch1_rate = 0.0, compute_batch_rate = 0.0;
   for (const DecodeRun& run : runs) {
-    std::printf("decode   batch %-3d ctx %-4d %8.1f tokens/s\n", run.batch_size, args.context, median(run.rates));
-    if (run.batch_size == 1) {
-      batch1_rate = median(run.rates);
-      batch1_run = &run;
-    }
+    if (run.batch_size == 1) batch1_rate = median(run.rates);
     if (compute_probe && run.batch_size == compute_batch) compute_batch_rate = median(run.rates);
   }
-  if (batch1_run != nullptr) {
-    for (const DecodeRun& run : runs) {
-      if (run.batch_size == 1) continue;
-      std::vector<double> ratios;
-      std::string listed;
-      for (size_t i = 0; i < run.rates.size(); ++i) {
-        ratios.push_back(run.rates[i] / batch1_run->rates[i]);
-        char item[16];
-        std::snprintf(item, sizeof(item), "%s%.2f", i == 0 ? "" : " ", ratios.back());
-        listed += item;
-      }
-      std::printf("scaling  batch %-3d / batch 1  %8.2fx (median of the rounds' ratios: %s)\n", run.batch_size,
-                  median(ratios), listed.c_str());
-    }
-  }
-
-  if (batch1_rate > 0.0) {
-    std::printf("memory   read bandwidth      %8.1f GB/s (%d threads; median of %d passes over %zu MiB next to each "
-                "batch-1 repeat)\n",
-                median(bandwidths) / 1e9, pool.size(), BandwidthProbe::kPasses, BandwidthProbe::kBytes >> 20);
-    std::printf("roofline batch 1: %.1f MB of weights per step, %.1f GB/s = %.0f%% of measured bandwidth "
-                "(median over repeats)\n",
-                weight_bytes / 1e6, weight_bytes * batch1_rate / 1e9, 100.0 * median(roofline_fractions));
-  }
-  if (compute_batch_rate > 0.0) {
-    const double step_macs = weight_macs * compute_batch;
-    const double peak = median(peaks);
-    std::printf("compute  int8 peak           %8.1f GMAC/s (%d threads, %s; median of %d passes next to each batch-%d "
-                "repeat)\n",
-                peak / 1e9, pool.size(), std::string(kernels::isa_name(kernels::detected_isa())).c_str(),
-                ComputeProbe::kPasses, compute_batch);
-    std::printf("compute  batch %d: %.2f GMAC of weight products per step, %.1f GMAC/s = %.0f%% of the int8 peak "
-                "(median over repeats)\n",
-                compute_batch, step_macs / 1e9, step_macs * compute_batch_rate / compute_batch / 1e9,
-                100.0 * median(compute_fractions));
-    const double ceiling_rate = compute_batch * peak / step_macs;
-    std::printf("ceiling  batch %d if its weight products ran at the int8 peak and nothing else did: %.1f tokens/s",
-                compute_batch, ceiling_rate);
-    if (batch1_rate > 0.0) std::printf(" = %.1fx batch 1 (measured: %.1fx)", ceiling_rate / batch1_rate, compute_batch_rate / batch1_rate);
-    std::printf("\n");
-  }
+  report_probes(model, pool, probes, batch1_rate, compute_batch, compute_batch_rate);
   return 0;
 }
 

@@ -165,57 +165,23 @@ Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const Mo
   return std::shared_ptr<DiskTier>(std::move(disk));
 }
 
-int run_serve(ServeArgs args) {
-  // Signals are taken by one thread with sigwait, never by whichever thread happens to run.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGUSR1);  // main -> the signal waiter: exit
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-
-  // The edge's configuration and the port first: a mistake there is reported before the model
-  // has spent seconds loading.
+// The edge's configuration and the port, before the model loads: a mistake there is reported
+// before seconds are spent loading.
+Result<PortReservation> prepare_edge(ServeArgs& args) {
   std::vector<std::string> cluster_addresses;
   if (!args.cluster_url.empty()) {
     cluster_addresses = {args.cluster_url, args.server.host};
     if (!args.advertise.empty()) cluster_addresses.push_back(args.advertise);
   }
-  auto edge = args.edge.resolve(cluster_addresses);
-  if (!edge.ok()) {
-    std::fprintf(stderr, "error: %s\n", edge.error().message().c_str());
-    return 1;
-  }
-  args.server.auth = std::move(*edge);
+  MNEMO_ASSIGN_OR_RETURN(args.server.auth, args.edge.resolve(cluster_addresses));
   args.server.access_log = args.edge.access_log_format();
-  if (const Status listener = args.edge.prepare_listener(); !listener.ok()) {
-    std::fprintf(stderr, "error: %s\n", listener.error().message().c_str());
-    return 1;
-  }
+  MNEMO_RETURN_IF_ERROR(args.edge.prepare_listener());
   args.server.tls = args.edge.tls;
   args.server.max_connections = args.edge.max_connections;
-  auto reservation = PortReservation::take(args.server.host, args.server.port);
-  if (!reservation.ok()) {
-    std::fprintf(stderr, "error: %s\n", reservation.error().message().c_str());
-    return 1;
-  }
+  return PortReservation::take(args.server.host, args.server.port);
+}
 
-  auto model = Model::load(args.model_path, args.model_flags.load_options());
-  if (!model.ok()) {
-    std::fprintf(stderr, "error: %s\n", model.error().message().c_str());
-    return 1;
-  }
-  auto tokenizer = Tokenizer::from_gguf((*model)->file());
-  if (!tokenizer.ok()) {
-    std::fprintf(stderr, "error: %s\n", tokenizer.error().message().c_str());
-    return 1;
-  }
-  auto chat_template = ChatTemplate::for_model((*model)->file());
-  if (!chat_template.ok()) {
-    std::fprintf(stderr, "error: %s\n", chat_template.error().message().c_str());
-    return 1;
-  }
+Result<EngineConfig> engine_config_for(const ServeArgs& args, const Model& model) {
   EngineConfig engine_config = args.engine;
   engine_config.kv_dtype = args.kv_type == "f32" ? DType::F32 : DType::F16;
   engine_config.kv_blocks = std::max(1, args.kv_tokens / engine_config.block_size);
@@ -224,78 +190,49 @@ int run_serve(ServeArgs args) {
   engine_config.cache_policy = args.cache_policy == "lru"        ? RetentionPolicy::kLru
                                : args.cache_policy == "pensieve" ? RetentionPolicy::kPensieve
                                                                  : RetentionPolicy::kMnemo;
-  auto cost = cost_model_for(args);
-  if (!cost.ok()) {
-    std::fprintf(stderr, "error: %s\n", cost.error().message().c_str());
-    return 1;
-  }
-  engine_config.cost = *cost;
-  auto disk = open_disk_tier(args, **model, engine_config);
-  if (!disk.ok()) {
-    std::fprintf(stderr, "error: %s\n", disk.error().message().c_str());
-    return 1;
-  }
-  engine_config.disk = *disk;
-  Engine engine(**model, **tokenizer, engine_config);
-  if (engine_config.disk) {
-    std::printf("mnemo: KV disk tier %s (%.1f GiB); %lld cached chunks restored; cost model: %s\n",
-                engine_config.disk->dir().c_str(), static_cast<double>(args.disk_cache_bytes) / (1 << 30),
-                static_cast<long long>(engine.metrics().disk_chunks_cached), engine_config.cost.source.c_str());
-  }
+  MNEMO_ASSIGN_OR_RETURN(engine_config.cost, cost_model_for(args));
+  MNEMO_ASSIGN_OR_RETURN(engine_config.disk, open_disk_tier(args, model, engine_config));
+  return engine_config;
+}
 
-  server::ServerConfig config = args.server;
-  std::error_code ec;
-  std::filesystem::create_directories(args.state_dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "error: cannot create state folder %s: %s\n", args.state_dir.c_str(), ec.message().c_str());
-    return 1;
-  }
-  config.response_store = args.state_dir + "/responses.sqlite";
-  config.model_id = args.model_name.empty() ? std::filesystem::path(args.model_path).stem().string() : args.model_name;
-  const std::string prompt_fingerprint = fmt::format("{:016x}", server::prompt_fingerprint(**tokenizer, *chat_template));
-  server::Server server(engine, **tokenizer, std::move(*chat_template), config);
-  reservation->release();
-  if (const Status bound = server.bind(); !bound.ok()) {
-    std::fprintf(stderr, "error: %s\n", bound.error().message().c_str());
-    return 1;
-  }
-  // In a cluster, other instances send KV here (and this one to them) over UCX.
+// In a cluster: the KV transport other instances send KV to over UCX (and this one to them),
+// then the membership that publishes this instance in etcd.
+struct ClusterPresence {
   std::unique_ptr<transfer::KvTransport> transport;
   std::unique_ptr<ClusterMembership> membership;
-  if (!args.cluster_url.empty()) {
-    // Peers must reach the published endpoint: a wildcard listen address is not one.
-    const std::string transfer_host = args.server.host == "0.0.0.0" || args.server.host.empty() ? "127.0.0.1" : args.server.host;
-    // Messages signed under the cluster secret; sizes bounded by this instance's own layout (a
-    // push of a whole pool's KV at most).
-    transfer::KvTransportOptions transfer_options;
-    transfer_options.cluster_secret = args.server.auth.cluster_secret;
-    const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
-    transfer_options.limits.block_bytes = static_cast<uint32_t>(layout.block_bytes());
-    transfer_options.limits.max_payload_bytes = std::max<uint64_t>(
-        transfer_options.limits.max_payload_bytes, static_cast<uint64_t>(engine.config().kv_blocks) * layout.block_bytes());
-    auto listening = transfer::KvTransport::listen(
-        transfer_host, args.transfer_port,
-        [&server](transfer::KvMessage&& m, transfer::Acknowledge acknowledge) { server.receive_kv(std::move(m), std::move(acknowledge)); },
-        std::move(transfer_options));
-    if (!listening.ok()) {
-      std::fprintf(stderr, "error: KV transport: %s\n", listening.error().message().c_str());
-      return 1;
-    }
-    transport = std::move(*listening);
-    server.attach_kv_transport(transport.get(), layout_fingerprint(args, **model, engine_config));
-    auto joined = ClusterMembership::join(args, engine, server.port(), transport->endpoint(), prompt_fingerprint);
-    if (!joined.ok()) {
-      std::fprintf(stderr, "error: %s\n", joined.error().message().c_str());
-      return 1;
-    }
-    membership = std::move(*joined);
-  }
-  std::printf("mnemo: serving %s as '%s' at %s://%s:%d/ (OpenAI API under /v1)\n", args.model_path.c_str(),
-              config.model_id.c_str(), config.tls.enabled() ? "https" : "http", config.host.c_str(), server.port());
-  std::fflush(stdout);
+};
 
-  // The signal waiter stops the server; it is joined before anything it uses is destroyed. Once
-  // the server has stopped (requests in flight done), main ends its grace period early.
+Result<ClusterPresence> join_cluster(const ServeArgs& args, Engine& engine, server::Server& server, const Model& model,
+                                     const std::string& prompt_fingerprint) {
+  ClusterPresence presence;
+  if (args.cluster_url.empty()) return presence;
+  // Peers must reach the published endpoint: a wildcard listen address is not one.
+  const std::string transfer_host = args.server.host == "0.0.0.0" || args.server.host.empty() ? "127.0.0.1" : args.server.host;
+  // Messages signed under the cluster secret; sizes bounded by this instance's own layout (a
+  // push of a whole pool's KV at most).
+  transfer::KvTransportOptions transfer_options;
+  transfer_options.cluster_secret = args.server.auth.cluster_secret;
+  const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
+  transfer_options.limits.block_bytes = static_cast<uint32_t>(layout.block_bytes());
+  transfer_options.limits.max_payload_bytes = std::max<uint64_t>(
+      transfer_options.limits.max_payload_bytes, static_cast<uint64_t>(engine.config().kv_blocks) * layout.block_bytes());
+  auto listening = transfer::KvTransport::listen(
+      transfer_host, args.transfer_port,
+      [&server](transfer::KvMessage&& m, transfer::Acknowledge acknowledge) { server.receive_kv(std::move(m), std::move(acknowledge)); },
+      std::move(transfer_options));
+  if (!listening.ok()) return listening.error().with_context("KV transport");
+  presence.transport = std::move(*listening);
+  server.attach_kv_transport(presence.transport.get(), layout_fingerprint(args, model, engine.config()));
+  MNEMO_ASSIGN_OR_RETURN(presence.membership, ClusterMembership::join(args, engine, server.port(),
+                                                                      presence.transport->endpoint(), prompt_fingerprint));
+  return presence;
+}
+
+// Serves until a signal (SIGTERM, SIGINT) or the server stops on its own. The signal waiter
+// stops the server; it is joined before anything it uses is destroyed. Once the server has
+// stopped (requests in flight done), main ends its grace period early.
+void serve_until_signalled(const sigset_t& signals, int grace_seconds, Engine& engine, server::Server& server,
+                           ClusterPresence& cluster) {
   std::mutex exit_mutex;
   std::condition_variable exit_wake;
   bool exiting = false;
@@ -304,11 +241,11 @@ int run_serve(ServeArgs args) {
     sigwait(&signals, &received);
     if (received == SIGUSR1) return;  // main is done without a signal (the server stopped on its own)
     std::fprintf(stderr, "mnemo: signal %d: no new connections; finishing requests in flight\n", received);
-    membership.reset();  // leave the cluster first: the router stops sending requests here
+    cluster.membership.reset();  // leave the cluster first: the router stops sending requests here
     server.stop();
     // Requests still running after the grace period are cancelled.
     std::unique_lock lock(exit_mutex);
-    if (!exit_wake.wait_for(lock, std::chrono::seconds(args.grace_seconds), [&] { return exiting; })) engine.shutdown();
+    if (!exit_wake.wait_for(lock, std::chrono::seconds(grace_seconds), [&] { return exiting; })) engine.shutdown();
   });
   server.serve();
   engine.shutdown();
@@ -320,6 +257,56 @@ int run_serve(ServeArgs args) {
   exit_wake.notify_all();
   pthread_kill(signal_waiter.native_handle(), SIGUSR1);  // if it still waits for a signal (ignored otherwise: blocked)
   signal_waiter.join();
+}
+
+int fail(const Error& error) {
+  std::fprintf(stderr, "error: %s\n", error.message().c_str());
+  return 1;
+}
+
+int run_serve(ServeArgs args) {
+  // Signals are taken by one thread with sigwait, never by whichever thread happens to run.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);  // main -> the signal waiter: exit
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto reservation = prepare_edge(args);
+  if (!reservation.ok()) return fail(reservation.error());
+  auto model = Model::load(args.model_path, args.model_flags.load_options());
+  if (!model.ok()) return fail(model.error());
+  auto tokenizer = Tokenizer::from_gguf((*model)->file());
+  if (!tokenizer.ok()) return fail(tokenizer.error());
+  auto chat_template = ChatTemplate::for_model((*model)->file());
+  if (!chat_template.ok()) return fail(chat_template.error());
+  auto engine_config = engine_config_for(args, **model);
+  if (!engine_config.ok()) return fail(engine_config.error());
+  Engine engine(**model, **tokenizer, *engine_config);
+  if (engine_config->disk) {
+    std::printf("mnemo: KV disk tier %s (%.1f GiB); %lld cached chunks restored; cost model: %s\n",
+                engine_config->disk->dir().c_str(), static_cast<double>(args.disk_cache_bytes) / (1 << 30),
+                static_cast<long long>(engine.metrics().disk_chunks_cached), engine_config->cost.source.c_str());
+  }
+
+  server::ServerConfig config = args.server;
+  std::error_code ec;
+  std::filesystem::create_directories(args.state_dir, ec);
+  if (ec) return fail(make_error(ErrorCode::kIoError, "cannot create state folder {}: {}", args.state_dir, ec.message()));
+  config.response_store = args.state_dir + "/responses.sqlite";
+  config.model_id = args.model_name.empty() ? std::filesystem::path(args.model_path).stem().string() : args.model_name;
+  const std::string prompt_fingerprint = fmt::format("{:016x}", server::prompt_fingerprint(**tokenizer, *chat_template));
+  server::Server server(engine, **tokenizer, std::move(*chat_template), config);
+  reservation->release();
+  if (const Status bound = server.bind(); !bound.ok()) return fail(bound.error());
+  auto cluster = join_cluster(args, engine, server, **model, prompt_fingerprint);
+  if (!cluster.ok()) return fail(cluster.error());
+  std::printf("mnemo: serving %s as '%s' at %s://%s:%d/ (OpenAI API under /v1)\n", args.model_path.c_str(),
+              config.model_id.c_str(), config.tls.enabled() ? "https" : "http", config.host.c_str(), server.port());
+  std::fflush(stdout);
+  serve_until_signalled(signals, args.grace_seconds, engine, server, *cluster);
   std::fprintf(stderr, "mnemo: stopped\n");
   return 0;
 }

@@ -166,11 +166,103 @@ std::variant<ParsedRequest, ApiError> parse_request(std::string_view body, bool 
   return parse_request(std::get<json>(parsed), chat);
 }
 
+namespace {
+
+void read_sampling(FieldReader& r, ParsedRequest& out) {
+  GenerationRequest& g = out.generation;
+  constexpr int32_t kMaxTokens = 1 << 20;
+  out.max_tokens_given = r.integer("max_tokens", g.max_tokens, 1, kMaxTokens);
+  out.max_tokens_given = r.integer("max_completion_tokens", g.max_tokens, 1, kMaxTokens) || out.max_tokens_given;
+  g.sampling.temperature = 1.0f;
+  r.number("temperature", g.sampling.temperature, 0.0, 2.0);
+  r.number("top_p", g.sampling.top_p, 0.0, 1.0);
+  r.integer("top_k", g.sampling.top_k, 0, 1 << 20);
+  r.number("min_p", g.sampling.min_p, 0.0, 1.0);
+  r.number("presence_penalty", g.sampling.presence_penalty, -2.0, 2.0);
+  r.number("frequency_penalty", g.sampling.frequency_penalty, -2.0, 2.0);
+  r.number("repetition_penalty", g.sampling.repetition_penalty, 0.0, 10.0);
+  r.integer("n", g.n, 1, 128);
+  r.boolean("ignore_eos", g.ignore_eos);
+  if (const json* seed = r.find("seed")) {
+    if (!seed->is_number_integer()) return r.fail("'seed' must be an integer", "seed");
+    g.sampling.seed = static_cast<uint64_t>(seed->get<int64_t>());
+  } else {
+    g.sampling.seed = 0x5eed5eed5eedull;  // reproducible by default, like llama.cpp's fixed default
+  }
+  read_stop(r, g.stop);
+}
+
+// A router's fields (see ParsedRequest); who may send them is the caller's check (caller.h).
+void read_replica_fields(FieldReader& r, ParsedRequest& out) {
+  constexpr size_t kMaxReplicas = 8;
+  if (const json* known = r.find("mnemo_replica_known_tokens")) {
+    const auto is_count = [](const json& n) { return n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() < (1 << 30); };
+    if (!known->is_array() || known->size() > kMaxReplicas || !std::all_of(known->begin(), known->end(), is_count)) {
+      return r.fail("'mnemo_replica_known_tokens' must be an array of token counts", "mnemo_replica_known_tokens");
+    }
+    for (const json& n : *known) out.replica_known_tokens.push_back(static_cast<int32_t>(n.get<int64_t>()));
+  }
+  if (const json* at_end = r.find("mnemo_replica_at_end")) {
+    if (!at_end->is_array() || at_end->size() > kMaxReplicas ||
+        !std::all_of(at_end->begin(), at_end->end(), [](const json& b) { return b.is_boolean(); })) {
+      return r.fail("'mnemo_replica_at_end' must be an array of booleans, one per replica", "mnemo_replica_at_end");
+    }
+    for (const json& b : *at_end) out.replica_at_end.push_back(b.get<bool>());
+  }
+  if (const json* replica = r.find("mnemo_replica")) {
+    const auto is_endpoint = [](const json& e) { return e.is_string() && !e.get<std::string>().empty(); };
+    if (is_endpoint(*replica)) {
+      out.replica_endpoints.push_back(replica->get<std::string>());
+    } else if (replica->is_array() && replica->size() <= kMaxReplicas && std::all_of(replica->begin(), replica->end(), is_endpoint)) {
+      for (const json& e : *replica) out.replica_endpoints.push_back(e.get<std::string>());
+    } else {
+      return r.fail("'mnemo_replica' must be a KV transport endpoint or an array of at most 8", "mnemo_replica");
+    }
+  }
+}
+
+void read_internal_fields(FieldReader& r, ParsedRequest& out) {
+  r.boolean("mnemo_report_tokens", out.report_tokens);
+  r.boolean("mnemo_persist_running", out.generation.persist_running);
+  r.boolean("mnemo_replica_wait", out.replica_wait);
+  read_replica_fields(r, out);
+  if (const json* resume = r.find("mnemo_resume_tokens")) {
+    if (!resume->is_array() || !std::all_of(resume->begin(), resume->end(), [](const json& t) { return t.is_number_integer(); })) {
+      return r.fail("'mnemo_resume_tokens' must be an array of token ids", "mnemo_resume_tokens");
+    }
+    for (const json& t : *resume) {
+      const auto id = t.get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<TokenId>::max()) {
+        return r.fail("'mnemo_resume_tokens' holds a token id out of range", "mnemo_resume_tokens");
+      }
+      out.generation.resume_tokens.push_back(static_cast<TokenId>(id));
+    }
+  }
+}
+
+// Chat: logprobs (boolean) and top_logprobs; completions: logprobs (how many alternatives).
+void read_logprobs(FieldReader& r, ParsedRequest& out, bool chat) {
+  int32_t top = 0;
+  if (chat) {
+    r.boolean("logprobs", out.logprobs);
+    const bool has_top = r.integer("top_logprobs", top, 0, 20);
+    if (has_top && !out.logprobs) r.fail("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+  } else if (const json* lp = r.find("logprobs")) {
+    if (lp->is_boolean()) {
+      out.logprobs = lp->get<bool>();
+    } else if (r.integer("logprobs", top, 0, 5)) {
+      out.logprobs = true;
+    }
+  }
+  if (out.logprobs) out.generation.top_logprobs = top;
+}
+
+}  // namespace
+
 std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool chat) {
   if (!parsed.is_object()) return bad_request("the request body must be a JSON object");
   FieldReader r(parsed);
   ParsedRequest out;
-  GenerationRequest& g = out.generation;
   if (const json* model = r.find("model")) {
     if (!model->is_string()) return bad_request("'model' must be a string", "model");
     out.model = model->get<std::string>();
@@ -187,83 +279,13 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
     o.boolean("include_usage", out.include_usage);
     if (o.failed()) return o.error();
   }
-  constexpr int32_t kMaxTokens = 1 << 20;
-  out.max_tokens_given = r.integer("max_tokens", g.max_tokens, 1, kMaxTokens);
-  out.max_tokens_given = r.integer("max_completion_tokens", g.max_tokens, 1, kMaxTokens) || out.max_tokens_given;
-  g.sampling.temperature = 1.0f;
-  r.number("temperature", g.sampling.temperature, 0.0, 2.0);
-  r.number("top_p", g.sampling.top_p, 0.0, 1.0);
-  r.integer("top_k", g.sampling.top_k, 0, 1 << 20);
-  r.number("min_p", g.sampling.min_p, 0.0, 1.0);
-  r.number("presence_penalty", g.sampling.presence_penalty, -2.0, 2.0);
-  r.number("frequency_penalty", g.sampling.frequency_penalty, -2.0, 2.0);
-  r.number("repetition_penalty", g.sampling.repetition_penalty, 0.0, 10.0);
-  r.integer("n", g.n, 1, 128);
-  r.boolean("ignore_eos", g.ignore_eos);
-  if (const json* seed = r.find("seed")) {
-    if (!seed->is_number_integer()) return bad_request("'seed' must be an integer", "seed");
-    g.sampling.seed = static_cast<uint64_t>(seed->get<int64_t>());
-  } else {
-    g.sampling.seed = 0x5eed5eed5eedull;  // reproducible by default, like llama.cpp's fixed default
-  }
-  read_stop(r, g.stop);
+  read_sampling(r, out);
   if (const json* salt = r.find("cache_salt")) {
     if (!salt->is_string()) return bad_request("'cache_salt' must be a string", "cache_salt");
     out.cache_salt = salt->get<std::string>();
   }
-  r.boolean("mnemo_report_tokens", out.report_tokens);
-  r.boolean("mnemo_persist_running", g.persist_running);
-  r.boolean("mnemo_replica_wait", out.replica_wait);
-  if (const json* known = r.find("mnemo_replica_known_tokens")) {
-    const auto is_count = [](const json& n) { return n.is_number_integer() && n.get<int64_t>() >= 0 && n.get<int64_t>() < (1 << 30); };
-    if (!known->is_array() || known->size() > 8 || !std::all_of(known->begin(), known->end(), is_count)) {
-      return bad_request("'mnemo_replica_known_tokens' must be an array of token counts", "mnemo_replica_known_tokens");
-    }
-    for (const json& n : *known) out.replica_known_tokens.push_back(static_cast<int32_t>(n.get<int64_t>()));
-  }
-  if (const json* at_end = r.find("mnemo_replica_at_end")) {
-    if (!at_end->is_array() || at_end->size() > 8 ||
-        !std::all_of(at_end->begin(), at_end->end(), [](const json& b) { return b.is_boolean(); })) {
-      return bad_request("'mnemo_replica_at_end' must be an array of booleans, one per replica", "mnemo_replica_at_end");
-    }
-    for (const json& b : *at_end) out.replica_at_end.push_back(b.get<bool>());
-  }
-  if (const json* replica = r.find("mnemo_replica")) {
-    constexpr size_t kMaxReplicas = 8;
-    const auto is_endpoint = [](const json& e) { return e.is_string() && !e.get<std::string>().empty(); };
-    if (is_endpoint(*replica)) {
-      out.replica_endpoints.push_back(replica->get<std::string>());
-    } else if (replica->is_array() && replica->size() <= kMaxReplicas && std::all_of(replica->begin(), replica->end(), is_endpoint)) {
-      for (const json& e : *replica) out.replica_endpoints.push_back(e.get<std::string>());
-    } else {
-      return bad_request("'mnemo_replica' must be a KV transport endpoint or an array of at most 8", "mnemo_replica");
-    }
-  }
-  if (const json* resume = r.find("mnemo_resume_tokens")) {
-    if (!resume->is_array() || !std::all_of(resume->begin(), resume->end(), [](const json& t) { return t.is_number_integer(); })) {
-      return bad_request("'mnemo_resume_tokens' must be an array of token ids", "mnemo_resume_tokens");
-    }
-    for (const json& t : *resume) {
-      const auto id = t.get<int64_t>();
-      if (id < 0 || id > std::numeric_limits<TokenId>::max()) return bad_request("'mnemo_resume_tokens' holds a token id out of range", "mnemo_resume_tokens");
-      g.resume_tokens.push_back(static_cast<TokenId>(id));
-    }
-  }
-  if (chat) {
-    r.boolean("logprobs", out.logprobs);
-    int32_t top = 0;
-    const bool has_top = r.integer("top_logprobs", top, 0, 20);
-    if (has_top && !out.logprobs) r.fail("'top_logprobs' requires 'logprobs': true", "top_logprobs");
-    if (out.logprobs) g.top_logprobs = top;
-  } else if (const json* lp = r.find("logprobs")) {
-    int32_t top = 0;
-    if (lp->is_boolean()) {
-      out.logprobs = lp->get<bool>();
-    } else if (r.integer("logprobs", top, 0, 5)) {
-      out.logprobs = true;
-    }
-    if (out.logprobs) g.top_logprobs = top;
-  }
+  read_internal_fields(r, out);
+  read_logprobs(r, out, chat);
   if (r.failed()) return r.error();
   return out;
 }
