@@ -12,6 +12,7 @@
 
 #include "../http/http_test_support.h"
 #include "router/relay.h"
+#include "support/ucx_under_tsan.h"  // mnemo_router links the KV transport (UCX)
 
 namespace mnemo::router {
 namespace {
