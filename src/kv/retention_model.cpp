@@ -160,97 +160,126 @@ void RetentionModel::refresh(double now) {
   refreshed_ = true;
 }
 
+// The EM fit's working figures, per class and idle bin (index class x bins + bin).
+struct RetentionModel::FitState {
+  const std::vector<double>& censored;
+  const std::vector<double>& censored_in_bin;
+  std::vector<double> returned, total, alive;  // per class
+  std::vector<double> events;                  // returns per bin
+  std::vector<double> ended_in, exposure;      // per bin, of conversations that come back (expected)
+  std::vector<double> back;  // P(back by its censoring time | comes back), per cell
+  double alive_total = 0;
+  double seen_total = 0;
+};
+
 void RetentionModel::fit(const std::vector<double>& censored, const std::vector<double>& censored_in_bin) {
   const auto bins = static_cast<size_t>(o_.idle_bins);
   const auto classes = static_cast<size_t>(o_.classes);
-  const double prior_hazard = 1.0 / o_.prior_think_s;
-  std::vector<double> returned(classes, 0), total(classes, 0), alive(classes, 0), events(bins, 0);
+  FitState f{censored, censored_in_bin, std::vector<double>(classes, 0), std::vector<double>(classes, 0),
+             std::vector<double>(classes, 0), std::vector<double>(bins, 0), std::vector<double>(bins),
+             std::vector<double>(bins), std::vector<double>(classes * bins, 0)};
   for (size_t c = 0; c < classes; ++c) {
     for (size_t b = 0; b < bins; ++b) {
-      returned[c] += returns_[c * bins + b];
-      total[c] += returns_[c * bins + b] + censored[c * bins + b];
-      events[b] += returns_[c * bins + b];
+      f.returned[c] += returns_[c * bins + b];
+      f.total[c] += returns_[c * bins + b] + censored[c * bins + b];
+      f.events[b] += returns_[c * bins + b];
     }
   }
-  std::vector<double> ended_in(bins), exposure(bins);  // of conversations that come back (expected)
-  std::vector<double> back(classes * bins, 0);  // P(back by its censoring time | comes back), per cell
-  std::vector<Censored> group;
-  const auto survival_starts = [&] {
-    double log_s = 0;
-    for (size_t b = 0; b < bins; ++b) {
-      log_s_start_[b] = log_s;
-      log_s -= hazard_[b] * widths_[b];
-    }
-  };
   for (int32_t step = 0; step < o_.em_steps; ++step) {
     survival_starts();
-    // E: the probability that a censored observation is of a conversation that comes back,
-    // at the mean censoring time of its cell.
-    std::fill(ended_in.begin(), ended_in.end(), 0);
-    std::fill(exposure.begin(), exposure.end(), 0);
-    double alive_total = 0;
-    double seen_total = 0;
-    for (size_t c = 0; c < classes; ++c) {
-      alive[c] = returned[c];
-      for (size_t b = 0; b < bins; ++b) {
-        const size_t i = c * bins + b;
-        double alive_censored = 0;
-        double alive_in_bin = 0;
-        if (censored[i] > 0) {
-          const double mean_in_bin = censored_in_bin[i] / censored[i];
-          const double log_s = log_s_start_[b] - hazard_[b] * mean_in_bin;
-          back[i] = -std::expm1(log_s);
-          const double w = std::exp(log_alive(p_[c], log_s));
-          alive_censored = w * censored[i];
-          alive_in_bin = w * censored_in_bin[i];
-        }
-        alive[c] += alive_censored;
-        ended_in[b] += returns_[i] + alive_censored;
-        exposure[b] += returns_in_bin_[i] + alive_in_bin;
-      }
-      alive_total += alive[c];
-      seen_total += total[c];
-    }
-    // M: each bin's hazard among conversations that come back (those that ended in a later bin
-    // spent the whole of this one), and the return probabilities.
-    double later = 0;
-    for (size_t b = bins; b-- > 0;) {
-      exposure[b] += later * widths_[b];
-      later += ended_in[b];
-      const double prior_exposure = o_.prior_hazard_conversations * widths_[b];
-      hazard_[b] = (events[b] + prior_exposure * prior_hazard) / (exposure[b] + prior_exposure);
-    }
-    p_pooled_ = (alive_total + o_.prior_conversations * o_.prior_return_probability) / (seen_total + o_.prior_conversations);
-    for (size_t c = 0; c < classes; ++c) {
-      double a = alive[c];
-      double n = total[c];
-      double r = returned[c];
-      group.clear();
-      const auto gather = [&](size_t d, double weight) {
-        for (size_t b = 0; b < bins; ++b) {
-          if (censored[d * bins + b] > 0) group.push_back({weight * censored[d * bins + b], back[d * bins + b]});
-        }
-      };
-      gather(c, 1);
-      for (const size_t d : {c - 1, c + 1}) {  // c - 1 wraps past the end for c = 0
-        if (d < classes) {
-          a += o_.neighbour_weight * alive[d];
-          n += o_.neighbour_weight * total[d];
-          r += o_.neighbour_weight * returned[d];
-          gather(d, o_.neighbour_weight);
-        }
-      }
-      // A class parts from the pooled p only on overwhelming evidence that it comes back
-      // differently; otherwise every class has the pooled p and the order is exactly LRU's.
-      // Shrinkage alone let a few dozen conversations move p_c by chance, and acting on a small
-      // difference cost more than it saved. Hence a likelihood-ratio test, and a strict one
-      // (see class_split_statistic). It tests the data the estimate uses, so a class that passes
-      // keeps the estimate it would have had without the gate.
-      const bool differs = n > 0 && split_statistic(p_pooled_, r, group) > o_.class_split_statistic;
-      p_[c] = differs ? (a + o_.class_prior_conversations * p_pooled_) / (n + o_.class_prior_conversations) : p_pooled_;
-    }
+    expect_returns(f);
+    fit_hazards(f);
+    fit_return_probabilities(f);
   }
   survival_starts();
+}
+
+void RetentionModel::survival_starts() {
+  double log_s = 0;
+  for (size_t b = 0; b < static_cast<size_t>(o_.idle_bins); ++b) {
+    log_s_start_[b] = log_s;
+    log_s -= hazard_[b] * widths_[b];
+  }
+}
+
+// E: the probability that a censored observation is of a conversation that comes back, at the
+// mean censoring time of its cell.
+void RetentionModel::expect_returns(FitState& f) const {
+  const auto bins = static_cast<size_t>(o_.idle_bins);
+  std::fill(f.ended_in.begin(), f.ended_in.end(), 0);
+  std::fill(f.exposure.begin(), f.exposure.end(), 0);
+  f.alive_total = 0;
+  f.seen_total = 0;
+  for (size_t c = 0; c < static_cast<size_t>(o_.classes); ++c) {
+    f.alive[c] = f.returned[c];
+    for (size_t b = 0; b < bins; ++b) {
+      const size_t i = c * bins + b;
+      double alive_censored = 0;
+      double alive_in_bin = 0;
+      if (f.censored[i] > 0) {
+        const double mean_in_bin = f.censored_in_bin[i] / f.censored[i];
+        const double log_s = log_s_start_[b] - hazard_[b] * mean_in_bin;
+        f.back[i] = -std::expm1(log_s);
+        const double w = std::exp(log_alive(p_[c], log_s));
+        alive_censored = w * f.censored[i];
+        alive_in_bin = w * f.censored_in_bin[i];
+      }
+      f.alive[c] += alive_censored;
+      f.ended_in[b] += returns_[i] + alive_censored;
+      f.exposure[b] += returns_in_bin_[i] + alive_in_bin;
+    }
+    f.alive_total += f.alive[c];
+    f.seen_total += f.total[c];
+  }
+}
+
+// M, hazards: each bin's hazard among conversations that come back (those that ended in a later
+// bin spent the whole of this one).
+void RetentionModel::fit_hazards(FitState& f) {
+  const double prior_hazard = 1.0 / o_.prior_think_s;
+  double later = 0;
+  for (size_t b = static_cast<size_t>(o_.idle_bins); b-- > 0;) {
+    f.exposure[b] += later * widths_[b];
+    later += f.ended_in[b];
+    const double prior_exposure = o_.prior_hazard_conversations * widths_[b];
+    hazard_[b] = (f.events[b] + prior_exposure * prior_hazard) / (f.exposure[b] + prior_exposure);
+  }
+}
+
+// M, return probabilities: pooled, and per class where the evidence says it differs.
+void RetentionModel::fit_return_probabilities(const FitState& f) {
+  const auto bins = static_cast<size_t>(o_.idle_bins);
+  const auto classes = static_cast<size_t>(o_.classes);
+  p_pooled_ = (f.alive_total + o_.prior_conversations * o_.prior_return_probability) / (f.seen_total + o_.prior_conversations);
+  std::vector<Censored> group;
+  for (size_t c = 0; c < classes; ++c) {
+    double a = f.alive[c];
+    double n = f.total[c];
+    double r = f.returned[c];
+    group.clear();
+    const auto gather = [&](size_t d, double weight) {
+      for (size_t b = 0; b < bins; ++b) {
+        if (f.censored[d * bins + b] > 0) group.push_back({weight * f.censored[d * bins + b], f.back[d * bins + b]});
+      }
+    };
+    gather(c, 1);
+    for (const size_t d : {c - 1, c + 1}) {  // c - 1 wraps past the end for c = 0
+      if (d < classes) {
+        a += o_.neighbour_weight * f.alive[d];
+        n += o_.neighbour_weight * f.total[d];
+        r += o_.neighbour_weight * f.returned[d];
+        gather(d, o_.neighbour_weight);
+      }
+    }
+    // A class parts from the pooled p only on overwhelming evidence that it comes back
+    // differently; otherwise every class has the pooled p and the order is exactly LRU's.
+    // Shrinkage alone let a few dozen conversations move p_c by chance, and acting on a small
+    // difference cost more than it saved. Hence a likelihood-ratio test, and a strict one
+    // (see class_split_statistic). It tests the data the estimate uses, so a class that passes
+    // keeps the estimate it would have had without the gate.
+    const bool differs = n > 0 && split_statistic(p_pooled_, r, group) > o_.class_split_statistic;
+    p_[c] = differs ? (a + o_.class_prior_conversations * p_pooled_) / (n + o_.class_prior_conversations) : p_pooled_;
+  }
 }
 
 void RetentionModel::build_index_tables() {

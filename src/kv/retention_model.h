@@ -181,7 +181,13 @@ class RetentionModel {
   void add(std::vector<double>& count, std::vector<double>& in_bin, int32_t cls, double idle, double w) const;
   void resolve(const ChunkFacts& c, double now, int32_t chunks, bool returned);
   void maybe_refresh(double now);
+  // The EM fit of the hazards and return probabilities, in its steps (retention_model.cpp).
+  struct FitState;
   void fit(const std::vector<double>& censored, const std::vector<double>& censored_in_bin);
+  void survival_starts();  // log_s_start_ from hazard_
+  void expect_returns(FitState& f) const;
+  void fit_hazards(FitState& f);
+  void fit_return_probabilities(const FitState& f);
   void build_index_tables();
 
   RetentionOptions o_;

@@ -103,7 +103,18 @@ Result<std::pair<std::string, int>> split_endpoint(const std::string& endpoint) 
 Status KvTransport::Impl::start(const std::string& listen_host, int port) {
   host = listen_host;
   MNEMO_ASSIGN_OR_RETURN(SocketAddress address, resolve_address(listen_host, port, true));
+  MNEMO_RETURN_IF_ERROR(init_context());
+  MNEMO_RETURN_IF_ERROR(create_worker());
+  MNEMO_RETURN_IF_ERROR(create_listener(address, listen_host, port));
+  {
+    std::lock_guard lock(answers->mutex);
+    answers->worker = worker;
+  }
+  thread = std::thread([this] { run(); });
+  return ok_status();
+}
 
+Status KvTransport::Impl::init_context() {
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -131,11 +142,14 @@ Status KvTransport::Impl::start(const std::string& listen_host, int port) {
     context = nullptr;
     return make_error("ucp_init: {}", status_text(status));
   }
+  return ok_status();
+}
 
+Status KvTransport::Impl::create_worker() {
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread uses it
-  status = ucp_worker_create(context, &worker_params, &worker);
+  ucs_status_t status = ucp_worker_create(context, &worker_params, &worker);
   if (status != UCS_OK) {
     worker = nullptr;
     return make_error("ucp_worker_create: {}", status_text(status));
@@ -151,7 +165,6 @@ Status KvTransport::Impl::start(const std::string& listen_host, int port) {
   }
   status = ucp_worker_get_efd(worker, &event_fd);
   if (status != UCS_OK) return make_error("ucp_worker_get_efd: {}", status_text(status));
-
   for (const auto& [id, callback] : {std::pair{kMessageAm, &Impl::on_message_am}, std::pair{kAckAm, &Impl::on_ack_am}}) {
     ucp_am_handler_param_t handler{};
     handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -161,14 +174,17 @@ Status KvTransport::Impl::start(const std::string& listen_host, int port) {
     status = ucp_worker_set_am_recv_handler(worker, &handler);
     if (status != UCS_OK) return make_error("ucp_worker_set_am_recv_handler: {}", status_text(status));
   }
+  return ok_status();
+}
 
+Status KvTransport::Impl::create_listener(const SocketAddress& address, const std::string& listen_host, int port) {
   ucp_listener_params_t listener_params{};
   listener_params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
   listener_params.sockaddr.addr = address.get();
   listener_params.sockaddr.addrlen = address.length;
   listener_params.conn_handler.cb = &Impl::on_connection_request;
   listener_params.conn_handler.arg = this;
-  status = ucp_listener_create(worker, &listener_params, &listener);
+  ucs_status_t status = ucp_listener_create(worker, &listener_params, &listener);
   if (status != UCS_OK) {
     listener = nullptr;
     return make_error("cannot listen on {}:{}: {}", listen_host, port, status_text(status));
@@ -177,15 +193,8 @@ Status KvTransport::Impl::start(const std::string& listen_host, int port) {
   attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
   status = ucp_listener_query(listener, &attr);
   if (status != UCS_OK) return make_error("ucp_listener_query: {}", status_text(status));
-  const int bound_port = port_of(attr.sockaddr);
-  endpoint_text = fmt::format("{}:{}", listen_host, bound_port);
+  endpoint_text = fmt::format("{}:{}", listen_host, port_of(attr.sockaddr));
   gate.set_name(endpoint_text);
-
-  {
-    std::lock_guard lock(answers->mutex);
-    answers->worker = worker;
-  }
-  thread = std::thread([this] { run(); });
   return ok_status();
 }
 

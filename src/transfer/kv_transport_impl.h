@@ -212,6 +212,11 @@ struct KvTransport::Impl {
         gate(secret, options.limits, options.max_senders, options.replay_window) {}
 
   Status start(const std::string& host, int port);
+  // start()'s steps: the UCP context (UCX_* from the environment), the worker and its
+  // active-message handlers, the listener.
+  Status init_context();
+  Status create_worker();
+  Status create_listener(const kv_ucx::SocketAddress& address, const std::string& listen_host, int port);
   void stop_and_join();
   void destroy_ucp();
   Status send(const std::string& endpoint, const KvMessage& message, double timeout_seconds);
