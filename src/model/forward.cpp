@@ -55,48 +55,107 @@ void add_bias(float* x, const std::vector<float>& bias, int64_t rows) {
 
 }  // namespace
 
+// One forward pass's batch, flattened to one row per token, and the pool and buffers it uses.
+struct Model::Pass {
+  const Batch& batch;
+  KvStorage& kv;
+  ThreadPool& pool;
+  std::vector<TokenPlace> places;  // per row: its sequence and position
+  std::vector<TokenId> tokens;     // per row
+  int64_t T = 0;                   // rows
+  int64_t q_dim = 0, k_dim = 0, v_dim = 0, o_dim = 0;
+  std::vector<kernels::AttentionQuery> queries;  // per row
+};
+
 Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, ForwardOutput& out) {
   MNEMO_RETURN_IF_ERROR(validate(batch, kv));
   const ModelConfig& c = config_;
-  const int32_t block_size = kv.layout().block_size;
-
+  Pass p{batch, kv, pool, {}, {}, 0, 0, 0, 0, 0, {}};
   // Flatten the batch: one row per token, remembering its sequence and position.
-  std::vector<TokenPlace> places;
-  std::vector<TokenId> tokens;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceInput& seq = batch.sequences[s];
-    tokens.insert(tokens.end(), seq.tokens.begin(), seq.tokens.end());
+    p.tokens.insert(p.tokens.end(), seq.tokens.begin(), seq.tokens.end());
     for (const QueryRange& r : seq.ranges) {
-      for (int32_t p = r.start; p < r.end(); ++p) places.push_back({static_cast<int32_t>(s), p});
+      for (int32_t pos = r.start; pos < r.end(); ++pos) p.places.push_back({static_cast<int32_t>(s), pos});
     }
   }
-  const int64_t T = static_cast<int64_t>(tokens.size());
+  p.T = static_cast<int64_t>(p.tokens.size());
+  p.q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_k;
+  p.k_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_k;
+  p.v_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_v;
+  p.o_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_v;
+  embed(p);
+  if (c.n_layers > 0) rms_norm_rows(scratch_.x.data(), weights_.layers[0].attn_norm, scratch_.h.data(), p.T, c.n_embd, c.rms_eps, pool);
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    attention_block(p, il);
+    ffn_block(p, il);
+  }
+  compute_logits(p, out);
+  return ok_status();
+}
+
+void Model::embed(Pass& p) {
+  const ModelConfig& c = config_;
   const int64_t n_embd = c.n_embd;
-  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_k;
-  const int64_t k_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_k;
-  const int64_t v_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_v;
-  const int64_t o_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_v;
+  const int64_t T = p.T;
   Scratch& b = scratch_;
   resize(b.x, T * n_embd);
   resize(b.h, T * n_embd);
-  resize(b.q, T * q_dim);
-  resize(b.k, T * k_dim);
-  resize(b.v, T * v_dim);
-  resize(b.attn, T * o_dim);
+  resize(b.q, T * p.q_dim);
+  resize(b.k, T * p.k_dim);
+  resize(b.v, T * p.v_dim);
+  resize(b.attn, T * p.o_dim);
   resize(b.gate, T * c.n_ff);
   resize(b.up, T * c.n_ff);
   resize(b.ffn, T * c.n_ff);
-
   for (int64_t t = 0; t < T; ++t) {
     float* row = b.x.data() + t * n_embd;
-    kernels::dequantize_row(weights_.token_embedding, tokens[static_cast<size_t>(t)], row);
+    kernels::dequantize_row(weights_.token_embedding, p.tokens[static_cast<size_t>(t)], row);
     if (c.embedding_scale != 1.0f) {
       for (int64_t i = 0; i < n_embd; ++i) row[i] *= c.embedding_scale;
     }
   }
+  p.queries.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    const TokenPlace& place = p.places[static_cast<size_t>(t)];
+    p.queries[static_cast<size_t>(t)] = {b.q.data() + t * p.q_dim, b.attn.data() + t * p.o_dim, place.position,
+                                          p.batch.sequences[static_cast<size_t>(place.sequence)].block_table};
+  }
+}
 
+// h holds attn_norm(x) (from the step before); leaves x += attention, h = ffn_norm(x).
+void Model::attention_block(Pass& p, int32_t il) {
+  const ModelConfig& c = config_;
+  Scratch& b = scratch_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
+  const bool local = c.is_local(il);
+  const int64_t T = p.T;
+  // Q, K and V share h's quantised rows.
+  const kernels::MatmulTask qkv[] = {{&w.wq, b.q.data()}, {&w.wk, b.k.data()}, {&w.wv, b.v.data()}};
+  kernels::matmul_many(qkv, b.h.data(), T, p.pool, b.matmul);
+  add_bias(b.q.data(), w.bq, T);
+  add_bias(b.k.data(), w.bk, T);
+  add_bias(b.v.data(), w.bv, T);
+  position_and_store(p, il);
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim_k, c.head_dim_v, c.attention_scale,
+                                      local ? c.sliding_window : 0, 0.0f};
+  if (p.batch.before_attention) p.batch.before_attention(il);
+  kernels::paged_attention(p.queries, p.kv, il, shape, p.pool);
+  kernels::matmul(w.wo, b.attn.data(), T, b.h.data(), p.pool, b.matmul);
+  residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_attn_norm : nullptr, &w.ffn_norm, T, c.n_embd,
+                c.rms_eps, p.pool);
+}
+
+// QK-norm and RoPE of each row's Q and K at its position, then its K and V into its slot of the
+// paged pool.
+void Model::position_and_store(Pass& p, int32_t il) {
+  const ModelConfig& c = config_;
+  Scratch& b = scratch_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
+  const bool local = c.is_local(il);
+  const int32_t block_size = p.kv.layout().block_size;
   const kernels::F16Ops& f16 = kernels::f16_ops();
-  const bool f32_pool = kv.layout().dtype == DType::F32;
+  const bool f32_pool = p.kv.layout().dtype == DType::F32;
   // Writes one head's row into slot `slot` of a [slot][dim] plane of the pool.
   const auto store_kv = [&](const float* src, void* plane, int32_t slot, int32_t dim) {
     if (f32_pool) {
@@ -105,89 +164,71 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
       f16.to_f16(src, static_cast<uint16_t*>(plane) + static_cast<int64_t>(slot) * dim, dim);
     }
   };
-  std::vector<kernels::AttentionQuery> queries(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    const TokenPlace& place = places[static_cast<size_t>(t)];
-    queries[static_cast<size_t>(t)] = {b.q.data() + t * q_dim, b.attn.data() + t * o_dim, place.position,
-                                        batch.sequences[static_cast<size_t>(place.sequence)].block_table};
-  }
-
-  if (c.n_layers > 0) rms_norm_rows(b.x.data(), weights_.layers[0].attn_norm, b.h.data(), T, n_embd, c.rms_eps, pool);
-  for (int32_t il = 0; il < c.n_layers; ++il) {
-    const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
-    const bool local = c.is_local(il);
-
-    // h holds attn_norm(x) (from the step before). Q, K and V share its quantised rows.
-    const kernels::MatmulTask qkv[] = {{&w.wq, b.q.data()}, {&w.wk, b.k.data()}, {&w.wv, b.v.data()}};
-    kernels::matmul_many(qkv, b.h.data(), T, pool, b.matmul);
-    add_bias(b.q.data(), w.bq, T);
-    add_bias(b.k.data(), w.bk, T);
-    add_bias(b.v.data(), w.bv, T);
-
-    const kernels::RopeParams rope{
-        c.rope_style == RopeStyle::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal,
-        c.head_dim_k,
-        c.rope_dims,
-        local ? c.rope_base_local : c.rope_base,
-        local ? c.rope_freq_scale_local : c.rope_freq_scale,
-        weights_.rope_freq_factors.empty() ? nullptr : weights_.rope_freq_factors.data()};
-    pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t) {
-        float* q = b.q.data() + t * q_dim;
-        float* k = b.k.data() + t * k_dim;
-        if (c.has_qk_norm) {
-          for (int32_t h = 0; h < c.n_heads; ++h) kernels::rms_norm(q + h * c.head_dim_k, w.q_norm, q + h * c.head_dim_k, c.head_dim_k, c.rms_eps);
-          for (int32_t h = 0; h < c.n_kv_heads; ++h) kernels::rms_norm(k + h * c.head_dim_k, w.k_norm, k + h * c.head_dim_k, c.head_dim_k, c.rms_eps);
-        }
-        const int32_t position = places[static_cast<size_t>(t)].position;
-        kernels::RopeAngles angles;  // once for Q and K
-        kernels::rope_angles(position, rope, angles);
-        kernels::rope_apply(q, c.n_heads, angles, rope);
-        kernels::rope_apply(k, c.n_kv_heads, angles, rope);
-        // Store this token's K and V in its slot of the paged pool.
-        const TokenPlace& place = places[static_cast<size_t>(t)];
-        const auto& table = batch.sequences[static_cast<size_t>(place.sequence)].block_table;
-        const BlockId block = table[static_cast<size_t>(place.position / block_size)];
-        const int32_t slot = place.position % block_size;
-        for (int32_t h = 0; h < c.n_kv_heads; ++h) {
-          store_kv(k + h * c.head_dim_k, kv.keys(block, il, h), slot, c.head_dim_k);
-          store_kv(b.v.data() + t * v_dim + h * c.head_dim_v, kv.values(block, il, h), slot, c.head_dim_v);
-        }
+  const kernels::RopeParams rope{
+      c.rope_style == RopeStyle::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal,
+      c.head_dim_k,
+      c.rope_dims,
+      local ? c.rope_base_local : c.rope_base,
+      local ? c.rope_freq_scale_local : c.rope_freq_scale,
+      weights_.rope_freq_factors.empty() ? nullptr : weights_.rope_freq_factors.data()};
+  p.pool.parallel_for(p.T, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* q = b.q.data() + t * p.q_dim;
+      float* k = b.k.data() + t * p.k_dim;
+      if (c.has_qk_norm) {
+        for (int32_t h = 0; h < c.n_heads; ++h) kernels::rms_norm(q + h * c.head_dim_k, w.q_norm, q + h * c.head_dim_k, c.head_dim_k, c.rms_eps);
+        for (int32_t h = 0; h < c.n_kv_heads; ++h) kernels::rms_norm(k + h * c.head_dim_k, w.k_norm, k + h * c.head_dim_k, c.head_dim_k, c.rms_eps);
       }
-    });
-
-    const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim_k, c.head_dim_v, c.attention_scale,
-                                        local ? c.sliding_window : 0, 0.0f};
-    if (batch.before_attention) batch.before_attention(il);
-    kernels::paged_attention(queries, kv, il, shape, pool);
-
-    kernels::matmul(w.wo, b.attn.data(), T, b.h.data(), pool, b.matmul);
-    residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_attn_norm : nullptr, &w.ffn_norm, T, n_embd,
-                  c.rms_eps, pool);
-
-    const kernels::MatmulTask gate_up[] = {{&w.w_gate, b.gate.data()}, {&w.w_up, b.up.data()}};
-    kernels::matmul_many(gate_up, b.h.data(), T, pool, b.matmul);
-    const int64_t n_ff = c.n_ff;
-    pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t) {
-        const float* gate = b.gate.data() + t * n_ff;
-        const float* up = b.up.data() + t * n_ff;
-        float* act = b.ffn.data() + t * n_ff;
-        if (c.activation == FfnActivation::kGeluTanh) {
-          kernels::geglu(gate, up, act, n_ff);
-        } else {
-          kernels::swiglu(gate, up, act, n_ff);
-        }
+      const TokenPlace& place = p.places[static_cast<size_t>(t)];
+      kernels::RopeAngles angles;  // once for Q and K
+      kernels::rope_angles(place.position, rope, angles);
+      kernels::rope_apply(q, c.n_heads, angles, rope);
+      kernels::rope_apply(k, c.n_kv_heads, angles, rope);
+      const auto& table = p.batch.sequences[static_cast<size_t>(place.sequence)].block_table;
+      const BlockId block = table[static_cast<size_t>(place.position / block_size)];
+      const int32_t slot = place.position % block_size;
+      for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+        store_kv(k + h * c.head_dim_k, p.kv.keys(block, il, h), slot, c.head_dim_k);
+        store_kv(b.v.data() + t * p.v_dim + h * c.head_dim_v, p.kv.values(block, il, h), slot, c.head_dim_v);
       }
-    });
-    kernels::matmul(w.w_down, b.ffn.data(), T, b.h.data(), pool, b.matmul);
-    // x += post_ffn_norm(h), and the next layer's attn_norm(x) into h.
-    const std::vector<float>* next_norm = il + 1 < c.n_layers ? &weights_.layers[static_cast<size_t>(il) + 1].attn_norm : nullptr;
-    residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_ffn_norm : nullptr, next_norm, T, n_embd,
-                  c.rms_eps, pool);
-  }
+    }
+  });
+}
 
-  // Logits only for the rows that want them.
+// h holds ffn_norm(x); leaves x += ffn, h = the next layer's attn_norm(x).
+void Model::ffn_block(Pass& p, int32_t il) {
+  const ModelConfig& c = config_;
+  Scratch& b = scratch_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
+  const int64_t T = p.T;
+  const kernels::MatmulTask gate_up[] = {{&w.w_gate, b.gate.data()}, {&w.w_up, b.up.data()}};
+  kernels::matmul_many(gate_up, b.h.data(), T, p.pool, b.matmul);
+  const int64_t n_ff = c.n_ff;
+  p.pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* gate = b.gate.data() + t * n_ff;
+      const float* up = b.up.data() + t * n_ff;
+      float* act = b.ffn.data() + t * n_ff;
+      if (c.activation == FfnActivation::kGeluTanh) {
+        kernels::geglu(gate, up, act, n_ff);
+      } else {
+        kernels::swiglu(gate, up, act, n_ff);
+      }
+    }
+  });
+  kernels::matmul(w.w_down, b.ffn.data(), T, b.h.data(), p.pool, b.matmul);
+  // x += post_ffn_norm(h), and the next layer's attn_norm(x) into h.
+  const std::vector<float>* next_norm = il + 1 < c.n_layers ? &weights_.layers[static_cast<size_t>(il) + 1].attn_norm : nullptr;
+  residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_ffn_norm : nullptr, next_norm, T, c.n_embd, c.rms_eps,
+                p.pool);
+}
+
+// Logits only for the rows that want them.
+void Model::compute_logits(Pass& p, ForwardOutput& out) {
+  const ModelConfig& c = config_;
+  const Batch& batch = p.batch;
+  Scratch& b = scratch_;
+  const int64_t n_embd = c.n_embd;
   std::vector<int64_t> wanted;
   std::vector<uint8_t>& argmax_only = b.argmax_only;
   argmax_only.clear();
@@ -216,7 +257,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
   }
   out.n_vocab = n_vocab();
   out.logits.resize(static_cast<size_t>(n_out) * static_cast<size_t>(out.n_vocab));
-  if (n_out == 0) return ok_status();
+  if (n_out == 0) return;
   // The product folds the argmax-only rows itself unless a softcap comes between (it is
   // monotonic, but rounding can make two logits equal after it).
   const bool any_argmax = std::find(argmax_only.begin(), argmax_only.end(), 1) != argmax_only.end();
@@ -224,9 +265,9 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
   argmax.folded = false;
   if (any_argmax && c.final_logit_softcap <= 0.0f) {
     argmax.wanted = argmax_only;
-    kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), pool, b.matmul, argmax);
+    kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), p.pool, b.matmul, argmax);
   } else {
-    kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), pool, b.matmul);
+    kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), p.pool, b.matmul);
   }
   if (c.final_logit_softcap > 0.0f) {
     kernels::softcap(out.logits.data(), static_cast<int64_t>(out.logits.size()), c.final_logit_softcap);
@@ -236,7 +277,6 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
     const int64_t row = out.first_row[s];
     out.argmax[s] = argmax.folded ? kernels::argmax_of_lanes(argmax, row, n_out) : kernels::argmax(out.row(s), out.n_vocab);
   }
-  return ok_status();
 }
 
 }  // namespace mnemo

@@ -41,6 +41,13 @@ class Model {
  private:
   Model(gguf::File file, ModelConfig config, ModelWeights weights);
   Status validate(const Batch& batch, const KvStorage& kv) const;
+  // forward()'s steps (model/forward.cpp).
+  struct Pass;
+  void embed(Pass& p);
+  void attention_block(Pass& p, int32_t il);
+  void position_and_store(Pass& p, int32_t il);
+  void ffn_block(Pass& p, int32_t il);
+  void compute_logits(Pass& p, ForwardOutput& out);
 
   gguf::File file_;
   ModelConfig config_;
