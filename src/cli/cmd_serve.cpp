@@ -74,7 +74,7 @@ class ClusterMembership {
     info.transfer_endpoint = transfer_endpoint;
     info.id = instance_id(port);
     info.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, port) : args.advertise;
-    info.role = args.role;
+    info.role = cluster::role_named(args.role).value_or(cluster::Role::kColocated);  // the flag allows only the three
     info.capacity_tokens = static_cast<int64_t>(engine.config().kv_blocks) * engine.config().block_size;
     const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
     info.kv_bytes_per_token = static_cast<int64_t>(layout.block_bytes() / static_cast<size_t>(layout.block_size));
@@ -91,7 +91,7 @@ class ClusterMembership {
     if (!registration.ok()) return registration.error().with_context("joining the cluster");
     auto self = std::unique_ptr<ClusterMembership>(new ClusterMembership(std::move(*registration), engine));
     std::printf("mnemo: instance %s joined cluster '%s' at %s as %s (KV transport %s)\n", info.id.c_str(),
-                args.cluster_name.c_str(), args.cluster_url.c_str(), info.role.c_str(), info.transfer_endpoint.c_str());
+                args.cluster_name.c_str(), args.cluster_url.c_str(), args.role.c_str(), info.transfer_endpoint.c_str());
     return self;
   }
   ~ClusterMembership() {

@@ -11,7 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-bool is_known_role(std::string_view role) { return role == "colocated" || role == "prefill" || role == "decode"; }
 
 Status read_string(const json& object, const char* name, std::string& out) {
   auto field = object.find(name);
@@ -39,10 +38,26 @@ Status read_count(const json& object, const char* name, int64_t& out) {
 
 }  // namespace
 
+std::string_view role_name(Role role) {
+  switch (role) {
+    case Role::kColocated: return "colocated";
+    case Role::kPrefill: return "prefill";
+    case Role::kDecode: return "decode";
+  }
+  return "colocated";
+}
+
+std::optional<Role> role_named(std::string_view name) {
+  for (Role role : {Role::kColocated, Role::kPrefill, Role::kDecode}) {
+    if (role_name(role) == name) return role;
+  }
+  return std::nullopt;
+}
+
 std::string InstanceInfo::to_json() const {
   json out = {{"id", id},
                     {"address", address},
-                    {"role", role},
+                    {"role", role_name(role)},
                     {"transfer_endpoint", transfer_endpoint},
                     {"capacity_tokens", capacity_tokens},
                     {"queued_requests", queued_requests},
@@ -63,10 +78,11 @@ Result<InstanceInfo> InstanceInfo::from_json(std::string_view text) {
   if (parsed.is_discarded()) return make_error("instance info is not JSON");
   if (!parsed.is_object()) return make_error("instance info is not a JSON object");
   InstanceInfo info;
+  std::string role = std::string(role_name(info.role));
   auto fields = [&]() -> Status {
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "id", info.id));
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "address", info.address));
-    MNEMO_RETURN_IF_ERROR(read_string(parsed, "role", info.role));
+    MNEMO_RETURN_IF_ERROR(read_string(parsed, "role", role));
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "transfer_endpoint", info.transfer_endpoint));
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "prompt_fingerprint", info.prompt_fingerprint));
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "state_id", info.state_id));
@@ -80,7 +96,9 @@ Result<InstanceInfo> InstanceInfo::from_json(std::string_view text) {
     }
     if (info.id.empty()) return make_error("id: missing or empty");
     if (info.address.empty()) return make_error("address: missing or empty");
-    if (!is_known_role(info.role)) return make_error("role: \"{}\" is not colocated, prefill or decode", info.role);
+    const std::optional<Role> known = role_named(role);
+    if (!known) return make_error("role: \"{}\" is not colocated, prefill or decode", role);
+    info.role = *known;
     return ok_status();
   }();
   if (!fields.ok()) return fields.error().with_context(info.id.empty() ? "instance info" : "instance " + info.id);

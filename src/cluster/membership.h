@@ -32,10 +32,18 @@
 
 namespace mnemo::cluster {
 
+// What an instance does in a disaggregated cluster (SPEC D4): everything (colocated), only
+// prompts (prefill: their KV goes to a decode instance), or only the tokens after them (decode).
+enum class Role { kColocated, kPrefill, kDecode };
+// "colocated", "prefill", "decode": the name in member records and on the command line.
+std::string_view role_name(Role role);
+// The role of that name, nullopt if it is none.
+std::optional<Role> role_named(std::string_view name);
+
 struct InstanceInfo {
   std::string id;                   // unique per process start
   std::string address;              // "http://host:port" of its OpenAI API
-  std::string role = "colocated";   // colocated | prefill | decode
+  Role role = Role::kColocated;
   std::string transfer_endpoint;    // "" until KV transfer exists
   int64_t capacity_tokens = 0;      // device KV pool, tokens
   int64_t queued_requests = 0;      // waiting + running

@@ -132,7 +132,7 @@ std::vector<cluster::InstanceInfo> Router::with_planned_roles(std::vector<cluste
   // Only instances that can send and receive KV can be split; the others stay colocated.
   std::vector<cluster::InstanceInfo*> splittable;
   for (auto& m : members) {
-    m.role = "colocated";
+    m.role = cluster::Role::kColocated;
     if (!m.transfer_endpoint.empty()) splittable.push_back(&m);
   }
   PlanInputs in = *config_.plan;
@@ -140,7 +140,7 @@ std::vector<cluster::InstanceInfo> Router::with_planned_roles(std::vector<cluste
   const Result<Plan> plan = in.machines >= 1 ? plan_cluster(in) : Result<Plan>(make_error("no instance"));
   const int32_t prefills = plan.ok() && plan->disaggregate ? plan->prompt_instances : 0;
   for (size_t i = 0; i < splittable.size() && prefills > 0; ++i) {
-    splittable[i]->role = i < static_cast<size_t>(prefills) ? "prefill" : "decode";
+    splittable[i]->role = i < static_cast<size_t>(prefills) ? cluster::Role::kPrefill : cluster::Role::kDecode;
   }
   if (planned_prefills_.exchange(prefills) != prefills && plan.ok()) {
     std::fprintf(stderr, "mnemo route: plan for %d instances: %s\n", in.machines, plan->explanation.c_str());
@@ -164,7 +164,7 @@ std::vector<cluster::InstanceInfo> Router::live_members(bool prefill) {
   std::vector<cluster::InstanceInfo> out;
   if (!members_) return out;
   for (auto& m : with_planned_roles(members_->members())) {
-    if ((m.role == "prefill") == prefill) out.push_back(std::move(m));
+    if ((m.role == cluster::Role::kPrefill) == prefill) out.push_back(std::move(m));
   }
   return out;
 }

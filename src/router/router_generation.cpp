@@ -115,7 +115,7 @@ bool Router::find_generation_members(http::Response& res, Generation& g) {
     // turn whole.
     g.members = live_holders(*found);
     for (auto& m : g.members) {
-      if (m.role != "decode") m.role = "colocated";
+      if (m.role != cluster::Role::kDecode) m.role = cluster::Role::kColocated;
     }
     if (g.members.empty()) {
       res.set_header("Retry-After", "1");
@@ -184,7 +184,7 @@ void Router::prefill_generation(const http::Request& req, Generation& g) {
   // --caching3, the decode instance sends the request's KV back as it runs (SPEC M4), so the next
   // turn's prefill finds it.
   const cluster::InstanceInfo& decode = g.members[g.order.front()];
-  if (decode.role != "decode" || decode.transfer_endpoint.empty()) return;
+  if (decode.role != cluster::Role::kDecode || decode.transfer_endpoint.empty()) return;
   std::vector<cluster::InstanceInfo> prefills = live_members(/*prefill=*/true);
   std::erase_if(prefills, [](const auto& p) { return p.transfer_endpoint.empty(); });
   {

@@ -190,7 +190,7 @@ TEST(InstanceInfo, RoundTripsThroughJson) {
   InstanceInfo info;
   info.id = "i-1";
   info.address = "http://10.0.0.1:8080";
-  info.role = "decode";
+  info.role = Role::kDecode;
   info.transfer_endpoint = "ucx://10.0.0.1:13337";
   info.capacity_tokens = 1 << 20;
   info.queued_requests = 3;
@@ -213,7 +213,7 @@ TEST(InstanceInfo, RoundTripsThroughJson) {
   // Fields from a newer version are ignored; missing ones take their defaults.
   auto minimal = InstanceInfo::from_json(R"({"id":"x","address":"http://h:1","future_field":[1,2]})");
   ASSERT_TRUE(minimal.ok()) << minimal.error().message();
-  EXPECT_EQ(minimal->role, "colocated");
+  EXPECT_EQ(minimal->role, Role::kColocated);
   EXPECT_EQ(minimal->queued_tokens, 0);
 }
 
@@ -281,6 +281,13 @@ TEST(ClusterParsingFuzz, MutatedInputsNeverCrash) {
     (void)splitter.feed(input, objects);
   }
   EXPECT_GT(accepted, 0) << "the mutations should leave some inputs valid";
+}
+
+TEST(InstanceRole, NamesRoundTripAndOthersAreRefused) {
+  for (Role role : {Role::kColocated, Role::kPrefill, Role::kDecode}) EXPECT_EQ(role_named(role_name(role)), role);
+  EXPECT_EQ(role_name(Role::kDecode), "decode");
+  EXPECT_EQ(role_named("leader"), std::nullopt);
+  EXPECT_EQ(role_named("Decode"), std::nullopt);  // names are exact
 }
 
 }  // namespace
