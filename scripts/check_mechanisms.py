@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Every mechanism id a comment cites ("SPEC D7", "SPEC P5/D7", "SPEC M1, M2") has a row in
-docs/mechanisms.md, and every file that table names exists; and nothing in the repository's
-code, docs, benchmarks, scripts or tests points outside it (../shared). Exits 1 with the
-offending places listed."""
+docs/mechanisms.md; every file the docs and the README name (src/..., tests/..., docs/...)
+exists, so docs/overview.md's walk can be followed; and nothing in the repository's code, docs,
+benchmarks, scripts or tests points outside it (../shared). Exits 1 with the offending places
+listed."""
 from __future__ import annotations
 
 import os
@@ -15,6 +16,7 @@ CITATION = re.compile(r"SPEC ((?:[VPDM]\d+)(?:\s*(?:/|,|and)\s*[VPDM]\d+)*)")
 ID = re.compile(r"[VPDM]\d+")
 ROW = re.compile(r"^\| ([VPDM]\d+) \|(.*)$")
 PATH = re.compile(r"`((?:src|tests|bench|scripts|docs)/[^`\s]+)`")
+NAMED_FILE = re.compile(r"(?<![\w/.])((?:src|tests|bench|scripts|docs|fuzz|ui|data)/[\w/.\-]+\.(?:h|cpp|md|py|sh|jsonl|html|js))")
 OUTSIDE = re.compile(r"\.\./shared|shared/(?:data|notes|seeds)/|shared/(?:SPEC|ARCHITECTURE|STYLE)\.md")
 SCANNED = ("src", "docs", "bench", "scripts", "tests", "README.md", ".ci")
 TEXT = (".cpp", ".h", ".cu", ".cuh", ".py", ".sh", ".md", ".txt", ".cmake", ".json", ".toml", ".ini", "")
@@ -44,6 +46,15 @@ def main() -> int:
         for path in PATH.findall(rest):
             if not os.path.exists(os.path.join(ROOT, path)):
                 problems.append(f"docs/mechanisms.md: {mechanism} names {path}, which does not exist")
+    for doc in sorted(os.listdir(os.path.join(ROOT, "docs"))) + ["../README.md"]:
+        if not doc.endswith(".md"):
+            continue
+        relative = os.path.normpath(os.path.join("docs", doc))
+        with open(os.path.join(ROOT, relative), encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                for path in NAMED_FILE.findall(line):
+                    if not os.path.exists(os.path.join(ROOT, path)):
+                        problems.append(f"{relative}:{number}: names {path}, which does not exist")
     cited = 0
     for top in SCANNED:
         for path in files(top):
