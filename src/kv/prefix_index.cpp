@@ -108,7 +108,7 @@ std::vector<PrefixIndex::NodeId> PrefixIndex::descendants(NodeId node) const {
   // Nodes know their parent only: one pass gathers the children lists (a rare operation).
   std::unordered_multimap<NodeId, NodeId> children;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].live && nodes_[i].parent != kRoot) children.emplace(nodes_[i].parent, static_cast<NodeId>(i));
+    if (nodes_[i].live && nodes_[i].parent != kRoot) children.emplace(nodes_[i].parent, id_of(i));
   }
   std::vector<NodeId> out;
   // Depth first; a node is emitted once all its children are.
@@ -129,16 +129,19 @@ std::vector<PrefixIndex::NodeId> PrefixIndex::descendants(NodeId node) const {
 
 PrefixIndex::NodeId PrefixIndex::add_node(NodeId parent, uint64_t ns, uint64_t key, std::span<const TokenId> chunk,
                                           int32_t position, double now) {
-  NodeId id;
-  if (free_nodes_.empty()) {
-    id = static_cast<NodeId>(nodes_.size());
+  size_t slot;
+  if (free_slots_.empty()) {
+    slot = nodes_.size();
     nodes_.emplace_back();
   } else {
-    id = free_nodes_.back();
-    free_nodes_.pop_back();
+    slot = free_slots_.back();
+    free_slots_.pop_back();
   }
+  const uint32_t generation = nodes_[slot].generation;
+  nodes_[slot] = Node{};
+  nodes_[slot].generation = generation;
+  const NodeId id = id_of(slot);
   Node& n = at(id);
-  n = Node{};
   n.parent = parent;
   n.ns = ns;
   n.key = key;
@@ -279,7 +282,8 @@ void PrefixIndex::forget_if_empty(NodeId node) {
     tally(n, -1);
     n.live = false;
     n.tokens.clear();
-    free_nodes_.push_back(node);
+    n.generation = (n.generation + 1) & 0x7fffffffu;  // ids of this node are stale from now on
+    free_slots_.push_back(slot_of(node));
     --live_nodes_;
     node = parent;  // a dropped parent left without children has nothing below it to serve
   }
@@ -291,20 +295,22 @@ PrefixIndex::Chunk PrefixIndex::chunk(NodeId node) const {
 }
 
 bool PrefixIndex::live(NodeId node) const {
-  return node >= 0 && static_cast<size_t>(node) < nodes_.size() && at(node).live;
+  if (node < 0 || slot_of(node) >= nodes_.size()) return false;
+  const Node& n = nodes_[slot_of(node)];
+  return n.generation == generation_of(node) && n.live;
 }
 
 void PrefixIndex::for_each_in(Tier tier, const std::function<void(const Chunk&)>& visit) const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (!nodes_[i].live) continue;
-    const Chunk c = to_chunk(static_cast<NodeId>(i));
+    const Chunk c = to_chunk(id_of(i));
     if (c.has(tier)) visit(c);
   }
 }
 
 void PrefixIndex::for_each_device_slot(const std::function<void(const Chunk&)>& visit) const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].live && nodes_[i].device_slot != kNoBlock) visit(to_chunk(static_cast<NodeId>(i)));
+    if (nodes_[i].live && nodes_[i].device_slot != kNoBlock) visit(to_chunk(id_of(i)));
   }
 }
 

@@ -22,8 +22,10 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "util/check.h"
 #include "kv/chunk_reuse.h"
 #include "kv/compact_slabs.h"
 #include "kv/kv_layout.h"
@@ -39,7 +41,11 @@ enum class DiskCopy : uint8_t { kNone, kWriting, kPresent };
 
 class PrefixIndex {
  public:
-  using NodeId = int32_t;
+  // A node's id: its slot in the node table (low 32 bits) and the slot's generation (high bits),
+  // bumped whenever the slot's node is freed. A slot is reused, an id never: a stale id held
+  // across an eviction is detected (live() is false; any other use fails MNEMO_CHECK) rather
+  // than silently naming whatever chunk took its slot.
+  using NodeId = int64_t;
 
   struct Chunk {
     NodeId node = -1;
@@ -168,6 +174,7 @@ class PrefixIndex {
     int32_t children = 0;
     double last_use = 0;
     bool live = false;
+    uint32_t generation = 0;  // of its slot: bumped when the node is freed (max 2^31, then wraps)
   };
 
   NodeId find_child(NodeId parent, uint64_t key, std::span<const TokenId> chunk) const;
@@ -194,12 +201,23 @@ class PrefixIndex {
     const ChunkHold now = hold_of(n);
     if (now != before) observer_(n.key, now);
   }
-  Node& at(NodeId id) { return nodes_[static_cast<size_t>(id)]; }
-  const Node& at(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
+  static size_t slot_of(NodeId id) { return static_cast<size_t>(static_cast<uint64_t>(id) & 0xffffffffu); }
+  static uint32_t generation_of(NodeId id) { return static_cast<uint32_t>(static_cast<uint64_t>(id) >> 32); }
+  NodeId id_of(size_t slot) const {
+    return static_cast<NodeId>((static_cast<uint64_t>(nodes_[slot].generation) << 32) | slot);
+  }
+  Node& at(NodeId id) { return const_cast<Node&>(std::as_const(*this).at(id)); }
+  const Node& at(NodeId id) const {
+    MNEMO_CHECK(id >= 0 && slot_of(id) < nodes_.size(), "node id {} out of range", id);
+    const Node& n = nodes_[slot_of(id)];
+    MNEMO_CHECK(n.generation == generation_of(id), "stale node id {} (slot {} is at generation {})", id, slot_of(id),
+                n.generation);
+    return n;
+  }
 
   int32_t chunk_tokens_;
   std::vector<Node> nodes_;
-  std::vector<NodeId> free_nodes_;
+  std::vector<size_t> free_slots_;
   std::unordered_multimap<uint64_t, NodeId> by_key_;
   std::unordered_map<int64_t, NodeId> by_location_;
   size_t live_nodes_ = 0;

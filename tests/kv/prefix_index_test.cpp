@@ -110,6 +110,25 @@ TEST(PrefixIndex, ChunksKeepCopiesInSeveralTiersAndAreForgottenWithTheLast) {
   EXPECT_FALSE(index.live(again[2].node));
 }
 
+TEST(PrefixIndex, AFreedNodesIdStaysStaleWhenItsSlotIsReused) {
+  PrefixIndex index(2);
+  index.insert(0, seq(1, 4), std::vector<BlockId>{10, 11}, 1);
+  const auto chain = index.match(0, seq(1, 4), 10, 2);
+  ASSERT_EQ(chain.size(), 2u);
+  const PrefixIndex::NodeId freed = chain[1].node;
+  index.set_device(freed, kNoBlock);  // its last copy: the node is freed
+  EXPECT_FALSE(index.live(freed));
+  index.insert(0, seq(50, 4), std::vector<BlockId>{20, 21}, 2);  // new nodes take the freed slot
+  const auto other = index.match(0, seq(50, 4), 10, 3);
+  ASSERT_EQ(other.size(), 2u);
+  bool slot_reused = false;
+  for (const auto& c : other) slot_reused = slot_reused || (c.node & 0xffffffff) == (freed & 0xffffffff);
+  EXPECT_TRUE(slot_reused);  // the same slot, under another id
+  EXPECT_FALSE(index.live(freed));  // the old id does not name the new chunk
+  EXPECT_TRUE(index.live(other[0].node) && index.live(other[1].node));
+  EXPECT_DEATH((void)index.chunk(freed), "stale node id");
+}
+
 TEST(PrefixIndex, ACompactCopyOnTheDeviceIsACopyOfItsOwn) {
   PrefixIndex index(2);
   std::vector<std::pair<uint64_t, ChunkHold>> events;
