@@ -6,7 +6,7 @@
 //            KV. A least-squares line a + b * position gives per_token_seconds (the layer
 //            matrices) and per_context_token_seconds (attention over the earlier positions).
 //   copy:    single-threaded memcpy of whole KV blocks between two separate pools, as the
-//            engine's tier moves do (src/engine/kv_manager.cpp).
+//            engine's tier moves do (src/kv/kv_cache.cpp).
 //   disk:    reads of a temporary file in the profile's directory, block by block, after
 //            dropping it from the page cache (posix_fadvise DONTNEED after fsync; mincore tells
 //            whether that worked, and the profile records it).

@@ -93,55 +93,6 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::publish_cache_metrics() {
-  metrics_.update([&](MetricsSnapshot& m) {
-    m.running = static_cast<int64_t>(running_.size());
-    m.waiting = static_cast<int64_t>(waiting_.size());
-    m.kv_blocks_used = kv_.n_blocks() - kv_.n_available();
-    m.kv_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDevice));
-    m.host_blocks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kHost));
-    m.disk_chunks_cached = static_cast<int64_t>(kv_.n_cached_blocks(Tier::kDisk));
-    m.host_compact_blocks_cached = kv_.n_host_compact_used();
-    m.device_compact_chunks_cached = kv_.n_device_slots_used();
-    m.device_compact_blocks = kv_.n_device_slabs();
-    m.chunks_dropped_indexed = static_cast<int64_t>(kv_.n_dropped_chunks());
-    if (const DiskTier* disk = kv_.disk()) {
-      m.disk_bytes_used = disk->used_bytes();
-      m.disk_bytes_total = disk->capacity_bytes();
-      m.disk_writes_queued = static_cast<int64_t>(disk->queued());
-    }
-    const KvManager::Counters& c = kv_.counters();
-    const auto tokens = [&](int64_t chunks) { return static_cast<uint64_t>(chunks * config_.block_size); };
-    m.cache_device_hit_tokens = tokens(c.device_hit_chunks);
-    m.cache_host_hit_tokens = tokens(c.host_hit_chunks);
-    m.cache_disk_hit_tokens = tokens(c.disk_hit_chunks);
-    m.cache_recomputed_tokens = tokens(c.recomputed_chunks);
-    m.cache_demoted_blocks = static_cast<uint64_t>(c.demoted_chunks);
-    m.cache_device_compacted_chunks = static_cast<uint64_t>(c.device_compacted_chunks);
-    m.cache_ahead_copied_blocks = static_cast<uint64_t>(c.ahead_copied_chunks);
-    m.cache_evicted_copies = static_cast<uint64_t>(c.evicted_chunks);
-    m.cache_dropped_blocks = static_cast<uint64_t>(c.dropped_chunks);
-    m.cache_forgotten_chunks = static_cast<uint64_t>(c.forgotten_chunks);
-    m.cache_exported_chunks = static_cast<uint64_t>(c.exported_chunks);
-    m.cache_imported_chunks = static_cast<uint64_t>(c.imported_chunks);
-    m.cache_disk_written_chunks = static_cast<uint64_t>(c.disk_written_chunks);
-    m.cache_disk_corrupt_chunks = static_cast<uint64_t>(c.disk_corrupt_chunks);
-    m.bytes_device_to_host = static_cast<uint64_t>(c.bytes_device_to_host);
-    m.bytes_host_to_device = static_cast<uint64_t>(c.bytes_host_to_device);
-    m.bytes_to_disk = static_cast<uint64_t>(c.bytes_to_disk);
-    m.bytes_disk_to_device = static_cast<uint64_t>(c.bytes_disk_to_device);
-  });
-}
-
-MetricsSnapshot Engine::metrics() const {
-  MetricsSnapshot m = metrics_.snapshot();
-  if (config_.disk) {
-    m.disk_bytes_used = config_.disk->used_bytes();
-    m.disk_writes_queued = static_cast<int64_t>(config_.disk->queued());
-  }
-  return m;
-}
-
 double Engine::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -235,67 +186,6 @@ void Engine::loop() {
     }
     list->clear();
   }
-}
-
-void Engine::post(std::function<void()> task) {
-  {
-    std::lock_guard lock(inbox_mutex_);
-    if (stopping_) return;  // the task is dropped: what it holds answers its caller (on_engine_thread)
-    tasks_.push_back(std::move(task));
-  }
-  inbox_ready_.notify_one();
-}
-
-void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens) {
-  post([this, ns, tokens = std::move(tokens), keep_tokens] { kv_.forget(ns, tokens, keep_tokens / kv_.block_size()); });
-}
-
-std::future<Result<KvManager::ExportedPrefix>> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk,
-                                                             std::vector<uint8_t> staging) {
-  return on_engine_thread([this, ns, tokens = std::move(tokens), first_chunk, staging = std::move(staging)]() mutable {
-    return kv_.export_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv_.block_size(), first_chunk,
-                             std::move(staging));
-  });
-}
-
-std::future<Result<int32_t>> Engine::import_prefix(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload,
-                                                   uint64_t parent_key, int32_t first_position) {
-  return on_engine_thread([this, ns, tokens = std::move(tokens), payload = std::move(payload), parent_key, first_position] {
-    return kv_.import_prefix(ns, tokens, payload, parent_key, first_position);
-  });
-}
-
-void Engine::import_prefix_then(uint64_t ns, std::vector<TokenId> tokens, std::vector<uint8_t> payload, uint64_t parent_key,
-                                int32_t first_position, std::function<void(Result<int32_t>)> done) {
-  // Answers exactly once: with the import's outcome, or, if the engine drops the task unrun (it
-  // is shutting down), with an error when the task goes, so the sender need not wait it out.
-  struct Answer {
-    std::function<void(Result<int32_t>)> done;
-    ~Answer() {
-      if (done) done(make_error(ErrorCode::kUnavailable, "the engine shut down before importing the KV"));
-    }
-  };
-  auto answer = std::make_shared<Answer>();  // built in place: a copy's destructor would answer too
-  answer->done = std::move(done);
-  post([this, ns, tokens = std::move(tokens), payload = std::move(payload), parent_key, first_position, answer] {
-    auto reply = std::exchange(answer->done, nullptr);
-    reply(kv_.import_prefix(ns, tokens, payload, parent_key, first_position));
-  });
-}
-
-std::future<Result<KvManager::ExportedPrefix>> Engine::export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
-                                                              std::vector<uint8_t> staging) {
-  return on_engine_thread([this, stream = std::move(stream), first_chunk,
-                           staging = std::move(staging)]() mutable -> KvManager::ExportedPrefix {
-    for (const auto& seq : running_) {
-      if (seq->request->stream != stream || seq->choice != 0 || seq->state != SequenceState::kRunning) continue;
-      int32_t end = seq->n_valid() / config_.block_size;
-      for (int32_t partial : seq->partial_chunks) end = std::min(end, partial);
-      return kv_.export_blocks(seq->request->request.cache_namespace, seq->tokens, seq->blocks, first_chunk, end,
-                               std::move(staging));
-    }
-    return KvManager::ExportedPrefix{};
-  });
 }
 
 void Engine::admit_new_requests() {
@@ -512,7 +402,7 @@ void Engine::run_step(Step& step) {
       if (loads) kv_.wait_for_layer(layer);
       // The layer's KV of this step's tokens is in the pool now: it can leave while the rest runs.
       for (const TappedChunks& t : taps) t.tap->on_layer(t.first_chunk, t.chunks, layer, kv_.device().layout().n_layers,
-                                                         layer_slices(*t.blocks, t.first_chunk, t.chunks, layer));
+                                                         kv_.layer_slices(*t.blocks, t.first_chunk, t.chunks, layer));
     };
   }
   const Status status = model_.forward(batch, kv_.device(), pool_, output_);
@@ -608,20 +498,6 @@ std::vector<Engine::TappedChunks> Engine::prompt_taps(const Step& step) const {
     if (end > first && !partial) taps.push_back({tap, &seq.blocks, first, end - first});
   }
   return taps;
-}
-
-std::vector<uint8_t> Engine::layer_slices(const std::vector<BlockId>& blocks, int32_t first_chunk, int32_t chunks,
-                                          int32_t layer) const {
-  const KvStorage& device = kv_.device();
-  const KvLayout& layout = device.layout();
-  const size_t layer_bytes = layout.layer_elems() * layout.element_bytes();
-  std::vector<uint8_t> slices(static_cast<size_t>(chunks) * layer_bytes);
-  for (int32_t i = 0; i < chunks; ++i) {
-    const BlockId block = blocks[static_cast<size_t>(first_chunk + i)];
-    std::memcpy(slices.data() + static_cast<size_t>(i) * layer_bytes,
-                device.block(block) + static_cast<size_t>(layer) * layer_bytes, layer_bytes);
-  }
-  return slices;
 }
 
 void Engine::fork_choices(Sequence& parent) {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "engine/engine_metrics.h"
-#include "engine/kv_manager.h"
+#include "kv/kv_cache.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
@@ -69,15 +69,15 @@ class Engine {
   // may hand it to others first); none: a new one.
   Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request, std::shared_ptr<RequestStream> stream = nullptr);
 
-  // Deletes a finished conversation's cached KV from every tier (KvManager::forget), on the
+  // Deletes a finished conversation's cached KV from every tier (KvCache::forget), on the
   // engine thread, soon after; `keep_tokens` leading tokens stay (an earlier turn still stored).
   // Thread-safe.
   void forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens);
-  // KV transfer between instances (KvManager::export_prefix / import_prefix) on the engine
+  // KV transfer between instances (KvCache::export_prefix / import_prefix) on the engine
   // thread, between steps. Thread-safe; the futures are ready within a step, with an
   // ErrorCode::kUnavailable Error if the engine shuts down first. Exports gather into
   // `staging`'s storage when it is large enough (a sender's reused buffer).
-  std::future<Result<KvManager::ExportedPrefix>> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0,
+  std::future<Result<KvCache::ExportedPrefix>> export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk = 0,
                                                        std::vector<uint8_t> staging = {});
   // What the cache holds, as events for a router's prompt trees (thread-safe).
   CacheEventLog& cache_events() const { return kv_.cache_events(); }
@@ -92,7 +92,7 @@ class Engine {
   // while it runs (its choice 0), for a replica (SPEC D7). None once it is no longer running on
   // the device (finished: its chunks are in the cache, export_prefix finds them; swapped out or
   // waiting: later). Chunks whose blocks hold only some layers end the export.
-  std::future<Result<KvManager::ExportedPrefix>> export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
+  std::future<Result<KvCache::ExportedPrefix>> export_running(std::shared_ptr<RequestStream> stream, int32_t first_chunk,
                                                         std::vector<uint8_t> staging = {});
 
   // Stops the engine thread: running requests are cancelled (finish reason "cancelled").
@@ -126,8 +126,6 @@ class Engine {
     int32_t chunks = 0;
   };
   std::vector<TappedChunks> prompt_taps(const Step& step) const;
-  std::vector<uint8_t> layer_slices(const std::vector<BlockId>& blocks, int32_t first_chunk, int32_t chunks,
-                                    int32_t layer) const;
   void fork_choices(Sequence& parent);
   void reuse_cached_prefix(Sequence& seq);
   void cache_blocks(Sequence& seq);
@@ -149,7 +147,7 @@ class Engine {
   const Tokenizer& tokenizer_;
   EngineConfig config_;
   ThreadPool pool_;
-  KvManager kv_;
+  KvCache kv_;
   Sampler sampler_;                // the engine thread's (logprobs)
   std::vector<Sampler> samplers_;  // one per pool thread (sample_draws)
   // One token to sample: the sequence, its logits row (null when the model found the token:

@@ -1,5 +1,5 @@
 // How much of a matched chain of chunks a request reuses, from what copies each chunk has: the
-// cache decides it when it matches a prompt (KvManager::match_prefix), and a router predicts it
+// cache decides it when it matches a prompt (KvCache::match_prefix), and a router predicts it
 // from the cache's events (router/cache_follower) with the same rules, so that the prediction
 // is the instance's own accounting.
 //

@@ -15,7 +15,7 @@ constexpr auto kEngineWait = std::chrono::seconds(20);  // a step of the engine,
 }  // namespace
 
 transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
-                                  KvManager::ExportedPrefix&& exported, uint32_t n_layers, uint32_t layer_begin,
+                                  KvCache::ExportedPrefix&& exported, uint32_t n_layers, uint32_t layer_begin,
                                   uint32_t layer_end) {
   transfer::KvMessage message;
   static thread_local std::mt19937_64 rng(std::random_device{}());

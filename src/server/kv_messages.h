@@ -17,7 +17,7 @@ namespace mnemo::server {
 // `exported`'s payload may hold only layers [layer_begin, layer_end) of n_layers of each chunk
 // (a prompt's KV streamed layer by layer, SPEC D3); by default it holds them all.
 transfer::KvMessage kv_message_of(uint64_t ns, uint64_t layout_fingerprint, int32_t block_size,
-                                  KvManager::ExportedPrefix&& exported, uint32_t n_layers = 1, uint32_t layer_begin = 0,
+                                  KvCache::ExportedPrefix&& exported, uint32_t n_layers = 1, uint32_t layer_begin = 0,
                                   uint32_t layer_end = 1);
 
 // Inserts the message's chunks into the engine's cache (on its thread; waits for it); an Error

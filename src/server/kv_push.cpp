@@ -76,9 +76,9 @@ void Server::handle_kv_push(const http::Request& req, http::Response& res) {
   if (exported_future.wait_for(kEngineWait) != std::future_status::ready) {
     return send_error(res, api_error_of(make_error(ErrorCode::kUnavailable, "the engine did not export the KV in time")));
   }
-  Result<KvManager::ExportedPrefix> exported_or_error = exported_future.get();
+  Result<KvCache::ExportedPrefix> exported_or_error = exported_future.get();
   if (!exported_or_error.ok()) return send_error(res, api_error_of(exported_or_error.error()));
-  KvManager::ExportedPrefix exported = std::move(*exported_or_error);
+  KvCache::ExportedPrefix exported = std::move(*exported_or_error);
   if (exported.chunks == 0) return send_result(res, {{"chunks", 0}, {"tokens", 0}, {"bytes", 0}, {"seconds", 0.0}});
 
   const int32_t chunks = exported.chunks;

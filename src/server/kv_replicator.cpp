@@ -124,15 +124,15 @@ void KvReplicator::replicate(Replica& r) {
   }
   // A request still running: from its blocks. One that ended: from the cache, which took its
   // blocks (the chunks filled after the last increment).
-  std::future<Result<KvManager::ExportedPrefix>> future =
+  std::future<Result<KvCache::ExportedPrefix>> future =
       finished ? engine_.export_prefix(r.ns_, std::vector<TokenId>(tokens.begin(), tokens.end() - 1), first,
                                        std::move(staging_))
                : engine_.export_running(r.stream_, first, std::move(staging_));
   staging_ = {};
-  KvManager::ExportedPrefix exported;
+  KvCache::ExportedPrefix exported;
   bool exported_ok = future.wait_for(kEngineWait) == std::future_status::ready;
   if (exported_ok) {
-    Result<KvManager::ExportedPrefix> got = future.get();
+    Result<KvCache::ExportedPrefix> got = future.get();
     exported_ok = got.ok();  // not: the engine is shutting down
     if (exported_ok) exported = std::move(*got);
   }
@@ -194,7 +194,7 @@ bool KvReplicator::send_layer_slices(Replica& r) {
   const auto bs = static_cast<size_t>(engine_.config().block_size);
   for (;;) {
     Replica::LayerSlice slice;
-    KvManager::ExportedPrefix part;
+    KvCache::ExportedPrefix part;
     {
       std::lock_guard lock(r.mutex_);
       if (r.slices_.empty() || r.abandoned_) return true;

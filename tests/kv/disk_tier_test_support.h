@@ -104,4 +104,29 @@ inline std::string name_of(uint64_t key) {
   return name;
 }
 
+// The fixture of the DiskTier tests: a temporary directory and a tier opened in it.
+class DiskTierTest : public ::testing::Test {
+ protected:
+  TempDir dir_;
+
+  std::unique_ptr<DiskTier> open(uint64_t fingerprint = kFingerprint, size_t payload = kPayload,
+                                 int64_t capacity = int64_t{1} << 20) {
+    auto tier = DiskTier::open(dir_.path, fingerprint, payload, capacity);
+    EXPECT_TRUE(tier.ok()) << tier.error().message();
+    return tier.ok() ? std::move(*tier) : nullptr;
+  }
+
+  // Writes one extent and waits for it: it must be reported durable.
+  static void write_durably(DiskTier& tier, const ExtentHeader& h, const std::vector<uint8_t>& payload) {
+    ASSERT_TRUE(tier.write(h, payload));
+    tier.flush();
+    const auto done = tier.take_completed();
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].first, h.key);
+    EXPECT_TRUE(done[0].second);
+  }
+
+  std::string path(uint64_t key) const { return dir_.path + "/" + name_of(key); }
+};
+
 }  // namespace mnemo::disk_tier_testing

@@ -1,6 +1,7 @@
-// KvManager: block tables (growth, copy-on-write, sharing, swapping) and the background copier.
-// The cache side (match, retention, tiers) is in kv_cache.cpp.
-#include "engine/kv_manager.h"
+// KvCache: block tables (growth, copy-on-write, sharing, swapping) and the background copier.
+// The cache side: kv_cache_match.cpp (prefixes), kv_cache_policy.cpp (retention and eviction),
+// kv_cache_disk.cpp, kv_cache_transfer.cpp.
+#include "kv/kv_cache.h"
 #include "util/thread_name.h"
 
 #include <chrono>
@@ -13,7 +14,7 @@ namespace mnemo {
 
 // One persistent thread that runs block copies while the engine thread runs the forward pass
 // (on a GPU machine: a copy stream). Started once; no thread per step.
-class KvManager::BackgroundCopier {
+class KvCache::BackgroundCopier {
  public:
   BackgroundCopier() : thread_([this] { run(); }) {}
   ~BackgroundCopier() {
@@ -84,7 +85,7 @@ KvPoolConfig two_tier(int32_t device_blocks, int32_t host_blocks) {
 
 }  // namespace
 
-KvManager::KvManager(const KvLayout& layout, KvPoolConfig config)
+KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
     : config_(std::move(config)),
       device_(layout, config_.device_blocks),
       device_alloc_(config_.device_blocks),
@@ -105,18 +106,18 @@ KvManager::KvManager(const KvLayout& layout, KvPoolConfig config)
   }
 }
 
-KvManager::KvManager(const KvLayout& layout, int32_t device_blocks, int32_t host_blocks)
-    : KvManager(layout, two_tier(device_blocks, host_blocks)) {}
+KvCache::KvCache(const KvLayout& layout, int32_t device_blocks, int32_t host_blocks)
+    : KvCache(layout, two_tier(device_blocks, host_blocks)) {}
 
-KvManager::~KvManager() {
+KvCache::~KvCache() {
   finish_loads();
   end_background_work();
   if (config_.disk) config_.disk->flush();
 }
 
-double KvManager::now() const { return config_.clock(); }
+double KvCache::now() const { return config_.clock(); }
 
-int32_t KvManager::blocks_needed(const std::vector<BlockId>& table, int32_t begin, int32_t end) const {
+int32_t KvCache::blocks_needed(const std::vector<BlockId>& table, int32_t begin, int32_t end) const {
   if (end <= begin) return 0;
   const int32_t bs = block_size();
   int32_t needed = 0;
@@ -126,7 +127,7 @@ int32_t KvManager::blocks_needed(const std::vector<BlockId>& table, int32_t begi
   return needed;
 }
 
-bool KvManager::prepare_write(std::vector<BlockId>& table, int32_t begin, int32_t end) {
+bool KvCache::prepare_write(std::vector<BlockId>& table, int32_t begin, int32_t end) {
   const int32_t needed = blocks_needed(table, begin, end);
   if (!make_room(needed)) return false;
   auto fresh = device_alloc_.allocate(needed);
@@ -148,22 +149,22 @@ bool KvManager::prepare_write(std::vector<BlockId>& table, int32_t begin, int32_
   return true;
 }
 
-std::vector<BlockId> KvManager::share(const std::vector<BlockId>& table) {
+std::vector<BlockId> KvCache::share(const std::vector<BlockId>& table) {
   for (BlockId id : table) device_alloc_.add_ref(id);
   return table;
 }
 
-void KvManager::release(std::vector<BlockId>& table) {
+void KvCache::release(std::vector<BlockId>& table) {
   for (BlockId id : table) device_alloc_.release(id);
   table.clear();
 }
 
-void KvManager::release_host(std::vector<BlockId>& host_table) {
+void KvCache::release_host(std::vector<BlockId>& host_table) {
   for (BlockId id : host_table) host_alloc_.release(id);
   host_table.clear();
 }
 
-bool KvManager::swap_out(std::vector<BlockId>& device_table, std::vector<BlockId>& host_table) {
+bool KvCache::swap_out(std::vector<BlockId>& device_table, std::vector<BlockId>& host_table) {
   const auto n = static_cast<int32_t>(device_table.size());
   if (!make_host_room(n)) return false;
   auto host = host_alloc_.allocate(n);
@@ -178,7 +179,7 @@ bool KvManager::swap_out(std::vector<BlockId>& device_table, std::vector<BlockId
   return true;
 }
 
-bool KvManager::swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& device_table) {
+bool KvCache::swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& device_table) {
   const auto n = static_cast<int32_t>(host_table.size());
   if (!make_room(n)) return false;
   auto device = device_alloc_.allocate(n);
@@ -192,7 +193,7 @@ bool KvManager::swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& 
   return true;
 }
 
-void KvManager::begin_background_work() {
+void KvCache::begin_background_work() {
   take_disk_completions();
   plan_ahead_copies();
   if (pending_loads_.empty() && pending_copies_.empty()) return;
@@ -218,7 +219,7 @@ void KvManager::begin_background_work() {
   loads_started_ = true;
 }
 
-void KvManager::wait_for_layer(int32_t layer) {
+void KvCache::wait_for_layer(int32_t layer) {
   if (!loads_started_ || pending_loads_.empty()) return;
   int32_t loaded = layers_loaded_.load(std::memory_order_acquire);
   while (loaded <= layer) {
@@ -227,13 +228,13 @@ void KvManager::wait_for_layer(int32_t layer) {
   }
 }
 
-void KvManager::finish_loads() {
+void KvCache::finish_loads() {
   if (pending_loads_.empty()) return;
   if (!loads_started_) begin_background_work();
   end_background_work();
 }
 
-void KvManager::plan_ahead_copies() {
+void KvCache::plan_ahead_copies() {
   if (config_.swap_out_threshold <= 0 || config_.host_blocks == 0) return;
   const auto target = static_cast<int32_t>(config_.swap_out_threshold * static_cast<float>(n_blocks()));
   // Every step: free blocks alone usually suffice, and then the index is not scanned.
@@ -267,7 +268,7 @@ void KvManager::plan_ahead_copies() {
   }
 }
 
-void KvManager::end_background_work() {
+void KvCache::end_background_work() {
   if (!loads_started_) return;
   copier_->wait();
   loads_started_ = false;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kv/block_allocator.h"
+#include "kv/chunk_reuse.h"
 #include "kv/cache_events.h"
 #include "kv/compact_slabs.h"
 #include "kv/cost_model.h"
@@ -79,12 +80,12 @@ struct PrefixMatch {
   int32_t disk_chunks = 0;
 };
 
-class KvManager {
+class KvCache {
  public:
-  KvManager(const KvLayout& layout, KvPoolConfig config);
+  KvCache(const KvLayout& layout, KvPoolConfig config);
   // Convenience for the common two-tier pool.
-  KvManager(const KvLayout& layout, int32_t device_blocks, int32_t host_blocks);
-  ~KvManager();
+  KvCache(const KvLayout& layout, int32_t device_blocks, int32_t host_blocks);
+  ~KvCache();
 
   const KvLayout& layout() const { return device_.layout(); }
   KvStorage& device() { return device_; }
@@ -159,6 +160,10 @@ class KvManager {
   Result<int32_t> import_prefix(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload,
                                 uint64_t parent_key = 0, int32_t first_position = 0);
   size_t chunk_bytes_of_transfer() const { return chunk_bytes(); }
+  // Layer `layer` of the device blocks `blocks[first_chunk, first_chunk + chunks)`, one slice
+  // after another: a prompt's KV streamed out layer by layer as it is computed (SPEC D3).
+  std::vector<uint8_t> layer_slices(std::span<const BlockId> blocks, int32_t first_chunk, int32_t chunks,
+                                    int32_t layer) const;
 
   // Free blocks plus blocks only the index holds (what an allocation could get).
   int32_t n_available() const;
@@ -269,6 +274,17 @@ class KvManager {
   // Brings a chunk to the device into `block`: all of its layers, only the global ones, or none.
   enum class Loaded { kFull, kCompact, kNothing };
   Loaded load_chunk(const PrefixIndex::Chunk& c, BlockId block, bool allow_compact, Tier& from);
+  // match_prefix's steps: the chain's chunks brought to device blocks (appended to `table`) until
+  // the pool has no room; returns how many. Then the hits and recomputes counted.
+  size_t bring_to_device(const std::vector<PrefixIndex::Chunk>& chain, std::vector<ChunkUse>& use, std::vector<Tier>& from,
+                         std::vector<BlockId>& table);
+  void account_match(const std::vector<ChunkUse>& use, const std::vector<Tier>& from, PrefixMatch& result);
+  // import_prefix's steps: the node the chunks hang below, the part of their path indexed now,
+  // and their insertion into the blocks made room for. Returns the chunks inserted.
+  std::optional<PrefixIndex::NodeId> import_parent(uint64_t ns, uint64_t parent_key, int32_t first_position) const;
+  std::vector<PrefixIndex::NodeId> indexed_path(PrefixIndex::NodeId parent, uint64_t ns, std::span<const TokenId> tokens) const;
+  int32_t insert_imported(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload,
+                          PrefixIndex::NodeId parent, int32_t first_position, const std::vector<BlockId>& blocks);
 
   KvPoolConfig config_;
   KvStorage device_;

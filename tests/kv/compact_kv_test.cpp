@@ -1,4 +1,4 @@
-// KvManager for a sliding-window model, without a model: exact states of compact history (a
+// KvCache for a sliding-window model, without a model: exact states of compact history (a
 // chunk a window before its conversation's end keeps its global layers only) on the host, on the
 // device in slots of shared blocks, on disk across a restart; which chunks a match may reuse;
 // the eviction order that keeps compact history usable; and random turns through every tier.
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/kv_manager.h"
+#include "kv/kv_cache.h"
 #include "kv_test_support.h"
 
 namespace mnemo {
@@ -41,12 +41,12 @@ class CompactKvTest : public ::testing::Test {
     return c;
   }
   static size_t layer_floats() { return layout().layer_elems(); }
-  static void fill(KvManager& kv, BlockId block, TokenId first) {
+  static void fill(KvCache& kv, BlockId block, TokenId first) {
     auto* f = reinterpret_cast<float*>(kv.device().block(block));
     for (size_t i = 0; i < layout().block_elems(); ++i) f[i] = static_cast<float>(first) + 0.001f * static_cast<float>(i);
   }
   // Whole (all layers) or global layer only, with the local layers zero.
-  static bool holds(KvManager& kv, BlockId block, TokenId first, bool whole) {
+  static bool holds(KvCache& kv, BlockId block, TokenId first, bool whole) {
     const auto* f = reinterpret_cast<const float*>(kv.device().block(block));
     for (size_t i = 0; i < layout().block_elems(); ++i) {
       const bool global = i >= 2 * layer_floats();
@@ -55,7 +55,7 @@ class CompactKvTest : public ::testing::Test {
     }
     return true;
   }
-  static void run_and_cache(KvManager& kv, const std::vector<TokenId>& tokens) {
+  static void run_and_cache(KvCache& kv, const std::vector<TokenId>& tokens) {
     std::vector<BlockId> table;
     ASSERT_TRUE(kv.prepare_write(table, 0, static_cast<int32_t>(tokens.size())));
     for (size_t b = 0; b < table.size(); ++b) fill(kv, table[b], tokens[b * 2]);
@@ -67,7 +67,7 @@ class CompactKvTest : public ::testing::Test {
     conversation.push_back(7);
     return conversation;
   }
-  static void flush_disk(KvManager& kv, DiskTier& disk) {
+  static void flush_disk(KvCache& kv, DiskTier& disk) {
     disk.flush();
     kv.begin_background_work();
     kv.end_background_work();
@@ -76,7 +76,7 @@ class CompactKvTest : public ::testing::Test {
 };
 
 TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndKeepsOnlyItsGlobalLayersOnTheHost) {
-  KvManager kv(layout(), config(8, 2, 16));
+  KvCache kv(layout(), config(8, 2, 16));
   const auto conversation = tokens_from(100, 16);  // 8 chunks
   run_and_cache(kv, conversation);
   clock_ += 10;
@@ -103,7 +103,7 @@ TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndKeepsOnlyItsGlobalLayersOnTheHos
 }
 
 TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndShrinksOnTheDeviceFirst) {
-  KvManager kv(layout(), config(10, 0, 0, /*on_device=*/true));
+  KvCache kv(layout(), config(10, 0, 0, /*on_device=*/true));
   const auto conversation = tokens_from(100, 16);  // 8 chunks in blocks 0..7
   run_and_cache(kv, conversation);
   EXPECT_EQ(kv.n_free(), 2);
@@ -141,7 +141,7 @@ TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndShrinksOnTheDeviceFirst) {
 TEST_F(CompactKvTest, DeviceSlotsLeaveForTheHostAndASlabDrainsIntoAnother) {
   KvPoolConfig c = config(10, 2, 16, /*on_device=*/true);
   c.policy = RetentionPolicy::kLru;
-  KvManager kv(layout(), std::move(c));
+  KvCache kv(layout(), std::move(c));
   const auto conversation = tokens_from(100, 14);  // 7 chunks; 0..4 compactable
   run_and_cache(kv, conversation);
   clock_ += 10;
@@ -173,7 +173,7 @@ TEST_F(CompactKvTest, DeviceSlotsLeaveForTheHostAndASlabDrainsIntoAnother) {
 // window's whole blocks (three times a slot's bytes here) would go before the compact history,
 // and recomputing them would need the local layers of all that history (nothing reusable).
 TEST_F(CompactKvTest, AConversationLosesItsLeadingChunksFirstNotItsLastWindow) {
-  KvManager kv(layout(), config(10, 0, 0, /*on_device=*/true));  // the mnemo policy
+  KvCache kv(layout(), config(10, 0, 0, /*on_device=*/true));  // the mnemo policy
   const auto conversation = tokens_from(100, 16);
   run_and_cache(kv, conversation);
   clock_ += 10;
@@ -198,7 +198,7 @@ TEST_F(CompactKvTest, RandomTurnsKeepEveryCopyIntactAndEveryBlockAccountedFor) {
   for (const RetentionPolicy policy : {RetentionPolicy::kLru, RetentionPolicy::kMnemo}) {
     KvPoolConfig c = config(24, 6, 10, /*on_device=*/true);
     c.policy = policy;
-    KvManager kv(layout(), std::move(c));
+    KvCache kv(layout(), std::move(c));
     std::mt19937 rng(7);
     std::vector<int32_t> length(6, 0);  // tokens of each conversation so far
     int64_t reused = 0;
@@ -250,7 +250,7 @@ TEST_F(CompactKvTest, RandomTurnsKeepEveryCopyIntactAndEveryBlockAccountedFor) {
 }
 
 TEST_F(CompactKvTest, AMatchEndingWithinAWindowOfCompactHistoryRecomputesIt) {
-  KvManager kv(layout(), config(8, 2, 16));
+  KvCache kv(layout(), config(8, 2, 16));
   run_and_cache(kv, tokens_from(100, 16));
   std::vector<BlockId> other;
   ASSERT_TRUE(kv.prepare_write(other, 0, 16));
@@ -280,7 +280,7 @@ TEST_F(CompactKvTest, CompactExtentsOnDiskSurviveARestart) {
     KvPoolConfig c = config(8, 0, 0);
     auto disk = open();
     c.disk = disk;
-    KvManager kv(layout(), std::move(c));
+    KvCache kv(layout(), std::move(c));
     run_and_cache(kv, conversation);  // written through: chunks 0..5 compact, 6..7 whole
     flush_disk(kv, *disk);
     EXPECT_EQ(kv.counters().bytes_to_disk,
@@ -288,7 +288,7 @@ TEST_F(CompactKvTest, CompactExtentsOnDiskSurviveARestart) {
   }
   KvPoolConfig c = config(8, 0, 0);
   c.disk = open();
-  KvManager kv(layout(), std::move(c));
+  KvCache kv(layout(), std::move(c));
   EXPECT_EQ(kv.restore_from_disk(), 8u);
   const auto next = next_turn(conversation);
   const PrefixMatch m = kv.match_prefix(0, next, 8);

@@ -1,0 +1,297 @@
+// KvCache, retention: the value of each cached chunk (kv_cache.h says the policies), the next
+// chunk to leave each tier, and how it leaves: demoted a tier, shrunk to its global layers, or
+// dropped.
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "kv/kv_cache.h"
+#include "kv/chunk_reuse.h"
+
+namespace mnemo {
+
+ChunkFacts KvCache::facts_of(const PrefixIndex::Chunk& c) const {
+  ChunkFacts f;
+  f.last_use = c.last_use;
+  f.chunk_tokens = block_size();
+  f.end_chunks = std::max(1, c.end_chunks);
+  f.bytes = static_cast<int64_t>(conversation_bytes_per_chunk(f.end_chunks));
+  return f;
+}
+
+double KvCache::conversation_bytes_per_chunk(int32_t end_chunks) const {
+  const int32_t global = compact_.layout().n_layers;
+  const int32_t window = global == 0 ? 0 : config_.sliding_window;
+  const double layer_bytes = static_cast<double>(chunk_bytes()) / layout().n_layers;
+  return layer_bytes * layers_per_chunk(end_chunks, block_size(), window, layout().n_layers, global);
+}
+
+double KvCache::score(const PrefixIndex::Chunk& c, double t) const {
+  switch (config_.policy) {
+    case RetentionPolicy::kLru:
+      return c.last_use;
+    case RetentionPolicy::kMnemo:
+      return retention_.log_value(facts_of(c), t);
+    case RetentionPolicy::kPensieve:
+      break;
+  }
+  const int64_t begin = static_cast<int64_t>(c.position) * block_size();
+  return config_.cost.retention_value(begin, begin + block_size(), t - c.last_use);
+}
+
+void KvCache::note_dropped(const PrefixIndex::Chunk& c) {
+  ++counters_.dropped_chunks;
+  if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c), now());
+}
+
+void KvCache::note_returns(const std::vector<PrefixIndex::Chunk>& chain, double t) {
+  if (config_.policy != RetentionPolicy::kMnemo) return;
+  // Chunks cached together share their facts: one event per run of them. Dropped chunks were
+  // reported when they dropped.
+  size_t i = 0;
+  while (i < chain.size()) {
+    if (chain[i].dropped()) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < chain.size() && !chain[j].dropped() && chain[j].last_use == chain[i].last_use &&
+           chain[j].end_chunks == chain[i].end_chunks) {
+      ++j;
+    }
+    retention_.observe_return(facts_of(chain[i]), t, static_cast<int32_t>(j - i));
+    i = j;
+  }
+}
+
+std::optional<PrefixIndex::Chunk> KvCache::lowest_value(
+    Tier tier, const std::function<bool(const PrefixIndex::Chunk&)>& eligible) const {
+  // A linear scan: exact, and cheap next to a forward pass at the pool sizes a CPU serves.
+  const double t = now();
+  std::optional<PrefixIndex::Chunk> best;
+  double best_score = 0;
+  index_.for_each_in(tier, [&](const PrefixIndex::Chunk& c) {
+    if (!eligible(c)) return;
+    const double s = score(c, t);
+    if (!best || leaves_before(s, c, best_score, *best)) {
+      best = c;
+      best_score = s;
+    }
+  });
+  return best;
+}
+
+bool KvCache::leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other) {
+  // Ties (values in one flat stretch, or one conversation's chunks): the older, then the leading
+  // chunk first.
+  if (s != other_score) return s < other_score;
+  return c.last_use != other.last_use ? c.last_use < other.last_use : c.position < other.position;
+}
+
+bool KvCache::index_only_device(const PrefixIndex::Chunk& c) const {
+  return c.device != kNoBlock && device_alloc_.ref_count(c.device) == 1;
+}
+
+bool KvCache::leaves_device_cheaply(const PrefixIndex::Chunk& c) const {
+  return c.has(Tier::kHost) || c.has(Tier::kDisk) || c.device_slot != kNoBlock || (compacts_on_device() && compactable(c));
+}
+
+std::optional<KvCache::DeviceVictim> KvCache::next_device_victim() const {
+  // Blocks that leave cheaply go first, whatever their value: no copy, or a slot's worth.
+  const auto cheap = lowest_value(Tier::kDevice, [&](const auto& c) { return index_only_device(c) && leaves_device_cheaply(c); });
+  if (cheap) return DeviceVictim{*cheap, false};
+  std::optional<DeviceVictim> best;
+  const auto block = lowest_value(Tier::kDevice, [&](const auto& c) { return index_only_device(c); });
+  if (block) best = DeviceVictim{*block, false};
+  if (slabs_.n_used() == 0) return best;  // no compact copy on the device: no second scan
+  // Compact copies compete by value: a conversation's leading chunks leave first, compact or not.
+  const double t = now();
+  double best_score = block ? score(*block, t) : 0;
+  index_.for_each_device_slot([&](const PrefixIndex::Chunk& c) {
+    const double s = score(c, t);
+    if (!best || leaves_before(s, c, best_score, best->chunk)) {
+      best = DeviceVictim{c, true};
+      best_score = s;
+    }
+  });
+  return best;
+}
+
+bool KvCache::make_room(int32_t n) {
+  while (device_alloc_.n_free() < n) {
+    const auto victim = next_device_victim();
+    if (!victim) return false;
+    if (victim->slot) {
+      evict_device_slot(victim->chunk);
+    } else {
+      evict_device_copy(victim->chunk);
+    }
+  }
+  return true;
+}
+
+void KvCache::compact_on_device(const PrefixIndex::Chunk& c) {
+  ++counters_.device_compacted_chunks;
+  if (const auto slot = slabs_.allocate()) {
+    pack_global_layers(device_.block(c.device), slot_bytes(*slot));
+    index_.set_device_slot(c.node, *slot);
+    index_.set_device(c.node, kNoBlock);
+    device_alloc_.release(c.device);
+    return;
+  }
+  // The block becomes a slab with the chunk in its first slot; the index's reference to the
+  // block is now the slab's.
+  pack_global_layers(device_.block(c.device), compact_buffer_.data());
+  const SlotId slot = slabs_.add_slab(c.device);
+  std::memcpy(slot_bytes(slot), compact_buffer_.data(), compact_bytes());
+  index_.set_device_slot(c.node, slot);
+  index_.set_device(c.node, kNoBlock);
+}
+
+void KvCache::free_device_slot(SlotId slot) {
+  const BlockId slab = slabs_.slab_of(slot);
+  if (const auto emptied = slabs_.release(slot)) {
+    device_alloc_.release(*emptied);
+    return;
+  }
+  // A slab can empty into the others exactly when they have a slab's worth of free slots between
+  // them; draining whenever that happens keeps the copies in as few blocks as they fit.
+  drain_slab(slab);
+}
+
+void KvCache::drain_slab(BlockId slab) {
+  const std::vector<SlotId> used = slabs_.used_slots(slab);
+  const auto n_used = static_cast<int32_t>(used.size());
+  const int32_t free_elsewhere = slabs_.n_free_slots() - (slabs_.slots_per_slab() - n_used);
+  if (n_used == 0 || n_used > free_elsewhere) return;
+  for (const SlotId from : used) {
+    const auto node = index_.node_at_device_slot(from);
+    const auto to = slabs_.allocate(/*except=*/slab);
+    if (!node || !to) return;  // cannot happen: every used slot is indexed, and the room was counted
+    std::memcpy(slot_bytes(*to), slot_bytes(from), compact_bytes());
+    index_.set_device_slot(*node, *to);
+    if (const auto emptied = slabs_.release(from)) device_alloc_.release(*emptied);
+  }
+}
+
+void KvCache::evict_device_slot(const PrefixIndex::Chunk& c) {
+  const bool only_copy = c.device == kNoBlock && c.host == kNoBlock && c.disk == DiskCopy::kNone;
+  if (only_copy) {
+    if (make_compact_room(1)) {
+      demote_compact(c, slot_bytes(c.device_slot));
+    } else if (config_.disk) {
+      write_to_disk(c, slot_bytes(c.device_slot), /*compact=*/true);
+    }
+  }
+  const PrefixIndex::Chunk now_c = index_.chunk(c.node);
+  const bool last_copy = now_c.device == kNoBlock && now_c.host == kNoBlock && now_c.disk == DiskCopy::kNone;
+  index_.set_device_slot(c.node, kNoBlock);  // may forget the node
+  free_device_slot(c.device_slot);
+  ++counters_.evicted_chunks;
+  if (last_copy) note_dropped(c);
+}
+
+bool KvCache::compactable(const PrefixIndex::Chunk& c) const {
+  return compact_.layout().n_layers != 0 && mnemo::compactable(c.position, c.end_chunks, block_size(), config_.sliding_window);
+}
+
+void KvCache::pack_global_layers(const uint8_t* block, uint8_t* compact) const {
+  const size_t layer_bytes = layout().layer_elems() * layout().element_bytes();
+  for (size_t i = 0; i < config_.global_layers.size(); ++i) {
+    std::memcpy(compact + i * layer_bytes, block + static_cast<size_t>(config_.global_layers[i]) * layer_bytes, layer_bytes);
+  }
+}
+
+void KvCache::unpack_global_layers(const uint8_t* compact, uint8_t* block) const {
+  // Local layers are zeros: never read (out of every query's window), and harmless if a masked
+  // kernel loads them.
+  std::memset(block, 0, chunk_bytes());
+  const size_t layer_bytes = layout().layer_elems() * layout().element_bytes();
+  for (size_t i = 0; i < config_.global_layers.size(); ++i) {
+    std::memcpy(block + static_cast<size_t>(config_.global_layers[i]) * layer_bytes, compact + i * layer_bytes, layer_bytes);
+  }
+}
+
+void KvCache::demote_compact(const PrefixIndex::Chunk& c, const uint8_t* compact) {
+  const BlockId host = (*compact_alloc_.allocate(1))[0];
+  std::memcpy(compact_.block(host), compact, compact_bytes());
+  index_.set_host(c.node, host, /*compact=*/true);
+  ++counters_.demoted_chunks;
+  counters_.bytes_device_to_host += static_cast<int64_t>(compact_bytes());
+}
+
+void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
+  if (c.device_slot == kNoBlock && compacts_on_device() && compactable(c)) {
+    compact_on_device(c);
+    return;
+  }
+  if (!c.has(Tier::kHost) && !c.has(Tier::kDisk) && c.disk != DiskCopy::kWriting && c.device_slot == kNoBlock) {
+    if (compactable(c) && make_compact_room(1)) {
+      pack_global_layers(device_.block(c.device), compact_buffer_.data());
+      demote_compact(c, compact_buffer_.data());
+    } else if (make_host_room(1)) {
+      const BlockId host = (*host_alloc_.allocate(1))[0];
+      std::memcpy(host_.block(host), device_.block(c.device), chunk_bytes());
+      index_.set_host(c.node, host);
+      ++counters_.demoted_chunks;
+      counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes());
+    } else if (config_.disk) {
+      write_to_disk(c, device_.block(c.device), /*compact=*/false);
+    }
+  }
+  const PrefixIndex::Chunk now_c = index_.chunk(c.node);
+  const bool last_copy = now_c.host == kNoBlock && now_c.disk == DiskCopy::kNone && now_c.device_slot == kNoBlock;
+  index_.set_device(c.node, kNoBlock);  // may forget the node
+  device_alloc_.release(c.device);
+  ++counters_.evicted_chunks;
+  if (last_copy) note_dropped(c);
+}
+
+bool KvCache::make_host_room(int32_t n) {
+  if (n > host_alloc_.n_blocks()) return false;
+  while (host_alloc_.n_free() < n) {
+    const auto free_copy = [&](const PrefixIndex::Chunk& c) {
+      return !c.host_compact && host_alloc_.ref_count(c.host) == 1 && (c.device != kNoBlock || c.has(Tier::kDisk));
+    };
+    auto victim = lowest_value(Tier::kHost, free_copy);
+    if (!victim) {
+      victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) {
+        return !c.host_compact && host_alloc_.ref_count(c.host) == 1;
+      });
+    }
+    if (!victim) return false;
+    evict_host_copy(*victim);
+  }
+  return true;
+}
+
+bool KvCache::make_compact_room(int32_t n) {
+  if (n > compact_alloc_.n_blocks()) return false;
+  while (compact_alloc_.n_free() < n) {
+    const auto victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) { return c.host_compact; });
+    if (!victim) return false;
+    evict_host_copy(*victim);
+  }
+  return true;
+}
+
+void KvCache::evict_host_copy(const PrefixIndex::Chunk& c) {
+  if (c.device == kNoBlock && c.device_slot == kNoBlock && c.disk == DiskCopy::kNone && config_.disk) {
+    if (c.host_compact) {
+      write_to_disk(c, compact_.block(c.host), /*compact=*/true);
+    } else if (compactable(c)) {
+      pack_global_layers(host_.block(c.host), compact_buffer_.data());
+      write_to_disk(c, compact_buffer_.data(), /*compact=*/true);
+    } else {
+      write_to_disk(c, host_.block(c.host), /*compact=*/false);
+    }
+  }
+  const PrefixIndex::Chunk now_c = index_.chunk(c.node);
+  const bool last_copy = now_c.device == kNoBlock && now_c.device_slot == kNoBlock && now_c.disk == DiskCopy::kNone;
+  index_.set_host(c.node, kNoBlock);
+  (c.host_compact ? compact_alloc_ : host_alloc_).release(c.host);
+  ++counters_.evicted_chunks;
+  if (last_copy) note_dropped(c);
+}
+
+}  // namespace mnemo
