@@ -47,11 +47,11 @@ struct MetricsSnapshot {
   uint64_t cache_host_hit_tokens = 0;
   uint64_t cache_disk_hit_tokens = 0;
   uint64_t cache_recomputed_tokens = 0;
-  uint64_t cache_demoted_blocks = 0;
+  uint64_t cache_demoted_chunks = 0;
   uint64_t cache_device_compacted_chunks = 0;
-  uint64_t cache_ahead_copied_blocks = 0;
+  uint64_t cache_ahead_copied_chunks = 0;
   uint64_t cache_evicted_copies = 0;
-  uint64_t cache_dropped_blocks = 0;
+  uint64_t cache_dropped_chunks = 0;
   uint64_t cache_forgotten_chunks = 0;
   uint64_t cache_exported_chunks = 0;  // sent to other instances
   uint64_t cache_imported_chunks = 0;  // received from other instances

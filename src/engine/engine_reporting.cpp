@@ -27,11 +27,11 @@ void Engine::publish_cache_metrics() {
     m.cache_host_hit_tokens = tokens(c.host_hit_chunks);
     m.cache_disk_hit_tokens = tokens(c.disk_hit_chunks);
     m.cache_recomputed_tokens = tokens(c.recomputed_chunks);
-    m.cache_demoted_blocks = static_cast<uint64_t>(c.demoted_chunks);
+    m.cache_demoted_chunks = static_cast<uint64_t>(c.demoted_chunks);
     m.cache_device_compacted_chunks = static_cast<uint64_t>(c.device_compacted_chunks);
-    m.cache_ahead_copied_blocks = static_cast<uint64_t>(c.ahead_copied_chunks);
+    m.cache_ahead_copied_chunks = static_cast<uint64_t>(c.ahead_copied_chunks);
     m.cache_evicted_copies = static_cast<uint64_t>(c.evicted_chunks);
-    m.cache_dropped_blocks = static_cast<uint64_t>(c.dropped_chunks);
+    m.cache_dropped_chunks = static_cast<uint64_t>(c.dropped_chunks);
     m.cache_forgotten_chunks = static_cast<uint64_t>(c.forgotten_chunks);
     m.cache_exported_chunks = static_cast<uint64_t>(c.exported_chunks);
     m.cache_imported_chunks = static_cast<uint64_t>(c.imported_chunks);

@@ -84,12 +84,16 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "cache_host_hit_tokens_total", "Reused prompt tokens brought back from host memory.", m.cache_host_hit_tokens);
   counter(out, "cache_disk_hit_tokens_total", "Reused prompt tokens read back from the disk tier.", m.cache_disk_hit_tokens);
   counter(out, "cache_recomputed_tokens_total", "Cached prompt tokens whose KV had been dropped, computed again.", m.cache_recomputed_tokens);
-  counter(out, "cache_demoted_blocks_total", "Cached blocks copied from device to host when the device needed room.", m.cache_demoted_blocks);
+  counter(out, "cache_demoted_chunks_total", "Cached chunks copied from device to host when the device needed room.", m.cache_demoted_chunks);
   counter(out, "cache_device_compacted_chunks_total", "Cached chunks shrunk on the device to their global layers when it needed room.",
           m.cache_device_compacted_chunks);
-  counter(out, "cache_ahead_copied_blocks_total", "Cached blocks copied from device to host ahead of need.", m.cache_ahead_copied_blocks);
+  counter(out, "cache_ahead_copied_chunks_total", "Cached chunks copied from device to host ahead of need.", m.cache_ahead_copied_chunks);
   counter(out, "cache_evicted_copies_total", "Copies of cached chunks that left a tier.", m.cache_evicted_copies);
-  counter(out, "cache_dropped_blocks_total", "Cached chunks whose last copy was discarded.", m.cache_dropped_blocks);
+  counter(out, "cache_dropped_chunks_total", "Cached chunks whose last copy was discarded.", m.cache_dropped_chunks);
+  // The names of release 1 (they counted chunks as "blocks"), kept for one more release.
+  counter(out, "cache_demoted_blocks_total", "Deprecated: cache_demoted_chunks_total.", m.cache_demoted_chunks);
+  counter(out, "cache_ahead_copied_blocks_total", "Deprecated: cache_ahead_copied_chunks_total.", m.cache_ahead_copied_chunks);
+  counter(out, "cache_dropped_blocks_total", "Deprecated: cache_dropped_chunks_total.", m.cache_dropped_chunks);
   counter(out, "cache_exported_chunks_total", "Cached chunks sent to another instance.", m.cache_exported_chunks);
   counter(out, "cache_imported_chunks_total", "Chunks received from another instance and cached.", m.cache_imported_chunks);
   counter(out, "cache_forgotten_chunks_total", "Cached chunks deleted with their conversation (DELETE /v1/responses).",

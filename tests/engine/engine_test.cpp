@@ -348,7 +348,7 @@ TEST_F(EngineTest, CachedChunksMoveToHostAndComeBackWithIdenticalOutput) {
   const Outcome a1 = collect(**engine.submit(a));
   // Other traffic pushes a's cached chunks out of the device pool, to the host.
   for (uint32_t i = 0; i < 3; ++i) collect(**engine.submit(make_request(40 + i, 60, 8, 0.0f)));
-  EXPECT_GT(engine.metrics().cache_demoted_blocks, 0u);
+  EXPECT_GT(engine.metrics().cache_demoted_chunks, 0u);
   EXPECT_GT(engine.metrics().host_blocks_cached, 0);
   // a's next turn finds its history on the host.
   GenerationRequest a2 = a;
@@ -373,7 +373,7 @@ TEST_F(EngineTest, DroppedLeadingChunksAreRecomputedWithIdenticalOutput) {
   // Other traffic needs room: a's idle chunks leave, the leading ones first (the cheapest to
   // recompute), while its later chunks stay.
   collect(**engine.submit(make_request(62, 60, 8, 0.0f)));
-  EXPECT_GT(engine.metrics().cache_dropped_blocks, 0u);
+  EXPECT_GT(engine.metrics().cache_dropped_chunks, 0u);
   GenerationRequest a2 = a;
   a2.prompt.insert(a2.prompt.end(), a1.tokens[0].begin(), a1.tokens[0].end());
   a2.prompt.push_back(50);

@@ -208,7 +208,7 @@ TEST_P(StatefulDefaultModelTest, SlidingWindowHistoryKeptCompactIsIdentical) {
       const MetricsSnapshot m = engine.metrics();
       EXPECT_EQ(m.device_compact_chunks_cached, 5);
       EXPECT_EQ(m.device_compact_blocks, 1);
-      EXPECT_EQ(m.cache_demoted_blocks, 0u);
+      EXPECT_EQ(m.cache_demoted_chunks, 0u);
     } else {
       other_traffic(engine, 1136);  // 1136 + 64 tokens: 38 of the 40 device blocks
       EXPECT_GT(engine.metrics().host_compact_blocks_cached, 0);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
+#include "server/metrics_text.h"
 #include "server/internal_requests.h"
 #include "server/responses_request.h"
 
@@ -142,6 +143,20 @@ TEST(ApiErrorOf, MapsEveryCodeToItsStatusInOnePlace) {
   const ApiError named = api_error_of(Error("bad", ErrorCode::kInvalidArgument), "messages");
   EXPECT_EQ(named.param, "messages");
   EXPECT_EQ(named.message, "bad");
+}
+
+TEST(MetricsText, ChunkCountersUseTheWordChunkAndKeepTheirOldNamesOneRelease) {
+  MetricsSnapshot m;
+  m.cache_demoted_chunks = 3;
+  m.cache_ahead_copied_chunks = 5;
+  m.cache_dropped_chunks = 7;
+  const std::string text = render_metrics(m);
+  for (const auto& [name, value] : std::vector<std::pair<std::string, int>>{{"cache_demoted", 3}, {"cache_ahead_copied", 5},
+                                                                            {"cache_dropped", 7}}) {
+    EXPECT_NE(text.find("mnemo_" + name + "_chunks_total " + std::to_string(value) + "\n"), std::string::npos) << name;
+    EXPECT_NE(text.find("mnemo_" + name + "_blocks_total " + std::to_string(value) + "\n"), std::string::npos) << name;
+    EXPECT_NE(text.find("# HELP mnemo_" + name + "_blocks_total Deprecated"), std::string::npos) << name;
+  }
 }
 
 }  // namespace
