@@ -1,10 +1,14 @@
 #include "server/reply_shaper.h"
 
 namespace mnemo::server {
+namespace {
+
+constexpr std::chrono::milliseconds kNoWait{0};  // a pump never waits: it is woken for more
+
+}  // namespace
 
 std::shared_ptr<EngineBody> shaped_body(std::shared_ptr<RequestStream> stream, std::shared_ptr<void> in_flight_guard,
                                         std::shared_ptr<ReplyShaper> shaper, bool streamed, EventObserver observe) {
-  constexpr auto kNoWait = std::chrono::milliseconds(0);
   auto opened = std::make_shared<bool>(false);
   // The pump runs on the connection's strand only: its state needs no lock.
   auto pump = [stream, shaper, streamed, observe = std::move(observe), opened](std::string& out, int& status) {
