@@ -1,0 +1,149 @@
+// The chat-completions and completions parser (server/openai_request.h) on exact inputs: what it
+// reads into the generation request, and what it refuses, with the param at fault.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_request.h"
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+ParsedRequest accepted(const json& body, bool chat) {
+  auto result = parse_request(body, chat);
+  if (const auto* error = std::get_if<ApiError>(&result)) {
+    ADD_FAILURE() << "refused: " << error->message;
+    return {};
+  }
+  return std::move(std::get<ParsedRequest>(result));
+}
+
+ApiError refused(const json& body, bool chat) {
+  auto result = parse_request(body, chat);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(result)) << "accepted: " << body.dump();
+  return std::holds_alternative<ApiError>(result) ? std::get<ApiError>(result) : ApiError{};
+}
+
+TEST(ParseRequest, ReadsAChatRequestsMessagesAndSampling) {
+  const json body = {{"model", "m"},
+                     {"messages", {{{"role", "developer"}, {"content", "rules"}}, {{"role", "user"}, {"content", "hi"}}}},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}},
+                     {"max_completion_tokens", 7},
+                     {"temperature", 0.25},
+                     {"top_p", 0.5},
+                     {"top_k", 40},
+                     {"n", 3},
+                     {"seed", 11},
+                     {"stop", "END"},
+                     {"logprobs", true},
+                     {"top_logprobs", 2},
+                     {"cache_salt", "s"}};
+  const ParsedRequest r = accepted(body, /*chat=*/true);
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0].role, "system");  // developer is the system role
+  EXPECT_EQ(r.messages[1].content, "hi");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.generation.max_tokens, 7);
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_FLOAT_EQ(r.generation.sampling.temperature, 0.25f);
+  EXPECT_FLOAT_EQ(r.generation.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.generation.sampling.top_k, 40);
+  EXPECT_EQ(r.generation.n, 3);
+  EXPECT_EQ(r.generation.sampling.seed, 11u);
+  EXPECT_EQ(r.generation.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.generation.top_logprobs, 2);
+  EXPECT_EQ(r.cache_salt, "s");
+  EXPECT_TRUE(r.replica_endpoints.empty());
+  EXPECT_FALSE(r.report_tokens);
+}
+
+TEST(ParseRequest, DefaultsAreReproducibleAndTemperatureOne) {
+  const ParsedRequest r = accepted({{"prompt", "Once"}}, /*chat=*/false);
+  EXPECT_EQ(r.prompt_text, "Once");
+  EXPECT_FLOAT_EQ(r.generation.sampling.temperature, 1.0f);
+  EXPECT_EQ(r.generation.sampling.seed, 0x5eed5eed5eedull);  // a fixed seed unless one is given
+  EXPECT_FALSE(r.max_tokens_given);
+  EXPECT_EQ(r.generation.n, 1);
+  EXPECT_FALSE(r.stream);
+}
+
+TEST(ParseRequest, ACompletionsPromptIsTextOrTokenIdsAndLogprobsACount) {
+  const ParsedRequest ids = accepted({{"prompt", {1, 2, 3}}, {"logprobs", 3}}, /*chat=*/false);
+  EXPECT_EQ(ids.prompt_tokens, (std::vector<TokenId>{1, 2, 3}));
+  EXPECT_TRUE(ids.logprobs);
+  EXPECT_EQ(ids.generation.top_logprobs, 3);
+  const ParsedRequest one = accepted({{"prompt", {"only one"}}}, /*chat=*/false);
+  EXPECT_EQ(one.prompt_text, "only one");
+  EXPECT_EQ(refused({{"prompt", {-1}}}, false).param, "prompt");
+  EXPECT_EQ(refused({{"prompt", {"a", "b"}}}, false).param, "prompt");  // one prompt per request
+  EXPECT_EQ(refused({{"max_tokens", 4}}, false).param, "prompt");       // required
+  EXPECT_EQ(refused({{"prompt", "x"}, {"logprobs", 6}}, false).param, "logprobs");
+}
+
+TEST(ParseRequest, RefusesEachBadFieldNamingIt) {
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  const auto with = [&](const char* field, json value) {
+    json body = chat;
+    body[field] = std::move(value);
+    return body;
+  };
+  for (const auto& [field, value] : std::vector<std::pair<const char*, json>>{
+           {"model", 3},
+           {"temperature", 2.5},
+           {"top_p", "high"},
+           {"n", 0},
+           {"max_tokens", 0},
+           {"seed", 1.5},
+           {"stop", json::array({1})},
+           {"stream", "yes"},
+           {"cache_salt", 5},
+           {"top_logprobs", 3},  // without logprobs
+           {"mnemo_resume_tokens", json::array({-3})},
+           {"mnemo_replica", json::array({""})}}) {
+    const ApiError error = refused(with(field, value), /*chat=*/true);
+    EXPECT_EQ(error.status, 400) << field;
+    EXPECT_EQ(error.param, field) << field;
+    EXPECT_NE(error.message.find(field), std::string::npos) << field << ": " << error.message;
+  }
+  EXPECT_EQ(refused({{"messages", json::array()}}, true).param, "messages");
+  EXPECT_EQ(refused({{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}, true).param, "messages[0].role");
+  EXPECT_EQ(refused(json::array({1}), true).status, 400);  // not an object
+}
+
+TEST(ParseRequest, AStopListIsBoundedInCountAndLength) {
+  json body = {{"prompt", "x"}, {"stop", json::array()}};
+  for (size_t i = 0; i < kMaxStopStrings; ++i) body["stop"].push_back(std::string(i + 1, 'x'));
+  EXPECT_EQ(accepted(body, false).generation.stop.size(), kMaxStopStrings);
+  body["stop"].push_back(std::string(kMaxStopStrings + 1, 'x'));
+  EXPECT_EQ(refused(body, false).param, "stop");
+  body["stop"] = std::string(kMaxStopBytes, 'x');
+  EXPECT_EQ(accepted(body, false).generation.stop.size(), 1u);
+  body["stop"] = std::string(kMaxStopBytes + 1, 'x');
+  EXPECT_EQ(refused(body, false).param, "stop");
+}
+
+TEST(ParseRequest, ARoutersFieldsAreRead) {
+  const json body = {{"prompt", "x"},
+                     {"mnemo_report_tokens", true},
+                     {"mnemo_resume_tokens", {5, 6}},
+                     {"mnemo_replica", {"127.0.0.1:7000", "127.0.0.1:7001"}},
+                     {"mnemo_replica_known_tokens", {32, 0}},
+                     {"mnemo_replica_at_end", {true, false}},
+                     {"mnemo_replica_wait", true}};
+  const ParsedRequest r = accepted(body, false);
+  EXPECT_TRUE(r.report_tokens);
+  EXPECT_EQ(r.generation.resume_tokens, (std::vector<TokenId>{5, 6}));
+  EXPECT_EQ(r.replica_endpoints, (std::vector<std::string>{"127.0.0.1:7000", "127.0.0.1:7001"}));
+  EXPECT_EQ(r.replica_known_tokens, (std::vector<int32_t>{32, 0}));
+  EXPECT_EQ(r.replica_at_end, (std::vector<bool>{true, false}));
+  EXPECT_TRUE(r.replica_wait);
+}
+
+}  // namespace
+}  // namespace mnemo::server
