@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "router/conversation_text.h"
+#include "router/router_http.h"
 #include "router/sse_stitcher.h"
 
 namespace mnemo::router {
@@ -22,11 +23,6 @@ bool is_event_stream(const http::ReplyHead& head) { return head.header("Content-
 
 void keep_bounded(std::string& kept, std::string_view more) {
   if (kept.size() < kMaxKeptReplyBytes) kept.append(more.substr(0, kMaxKeptReplyBytes - kept.size()));
-}
-
-std::string error_body(const std::string& message, const std::string& code) {
-  return json{{"error", {{"message", message}, {"type", "server_error"}, {"param", nullptr}, {"code", code}}}}.dump(
-      -1, ' ', false, json::error_handler_t::replace);
 }
 
 class Relay final : public std::enable_shared_from_this<Relay> {
@@ -100,8 +96,9 @@ class Relay final : public std::enable_shared_from_this<Relay> {
     call(attempt_->instance, attempt_->body);
   }
 
+  // A new call starts only once the previous one has ended (its on_end is its last event), so
+  // every event that arrives is the current call's.
   void call(const cluster::InstanceInfo& instance, const std::string& body) {
-    const uint64_t seq = ++call_seq_;
     http::ClientRequest request;
     request.method = plan_.method;
     request.address = instance.address;
@@ -110,15 +107,9 @@ class Relay final : public std::enable_shared_from_this<Relay> {
     request.body = body;
     auto self = shared_from_this();
     http::ClientEvents events;
-    events.on_head = [self, seq](const http::ReplyHead& head) {
-      if (seq == self->call_seq_) self->on_head(head);
-    };
-    events.on_data = [self, seq](std::string data) {
-      if (seq == self->call_seq_) self->on_data(std::move(data));
-    };
-    events.on_end = [self, seq](http::CallEnd end, const std::string& why) {
-      if (seq == self->call_seq_) self->on_end(end, why);
-    };
+    events.on_head = [self](const http::ReplyHead& head) { self->on_head(head); };
+    events.on_data = [self](std::string data) { self->on_data(std::move(data)); };
+    events.on_end = [self](http::CallEnd end, const std::string& why) { self->on_end(end, why); };
     call_ = http::ClientCall::start(strand_, std::move(request), settings_.timeouts, std::move(events));
   }
 
@@ -170,9 +161,10 @@ class Relay final : public std::enable_shared_from_this<Relay> {
         state_ = State::kDone;
         if (end != http::CallEnd::kComplete) {
           return report(502, kept_, false, [self = shared_from_this(), why] {
-            self->publish_whole({502, "application/json", self->reply_headers_, false},
-                                error_body(fmt::format("instance {} broke off its reply ({})", self->instance_, why),
-                                           "upstream_failed"));
+            http::Response reply;
+            send_error(reply, 502, fmt::format("instance {} broke off its reply ({})", self->instance_, why), "server_error",
+                       "upstream_failed");
+            self->publish_whole({reply.status, reply.content_type, self->reply_headers_, false}, std::move(reply.body));
           });
         }
         return report(status_, kept_, false, [self = shared_from_this()] {
@@ -341,7 +333,6 @@ class Relay final : public std::enable_shared_from_this<Relay> {
   State state_ = State::kTrying;
   std::optional<RelayAttempt> attempt_;
   std::shared_ptr<http::ClientCall> call_;
-  uint64_t call_seq_ = 0;  // of call_: events of calls before it are ignored
   std::string instance_, state_id_;  // of the instance the reply comes from now
   int status_ = 0;
   std::string content_type_;
