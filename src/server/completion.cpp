@@ -165,10 +165,8 @@ bool Completion::stream(const StreamEvent& event, std::string& out) {
       choice["text"] = delta->text;
     }
     if (request_.report_tokens && delta->token >= 0) choice["mnemo_token"] = delta->token;
-    if (request_.report_tokens && replica_progress_) {
-      if (const int32_t replicated = replica_progress_(); replicated != replicated_reported_) {
-        choice["mnemo_replicated"] = replicated_reported_ = replicated;
-      }
+    if (request_.report_tokens) {
+      if (const auto replicated = replica_progress_change()) choice["mnemo_replicated"] = *replicated;
     }
     out += sse(chunk(json::array({choice})));
     return false;

@@ -36,9 +36,6 @@ class Completion final : public ReplyShaper {
   bool gather(const StreamEvent& event) override;
   Whole whole() override;
 
-  // Tokens of the request whose KV its replica holds; reported in the stream ("mnemo_replicated")
-  // when the client asked for its tokens, so the router knows how far a failover can go.
-  void set_replica_progress(std::function<int32_t()> progress) { replica_progress_ = std::move(progress); }
   bool streaming() const { return request_.stream; }
 
  private:
@@ -54,8 +51,6 @@ class Completion final : public ReplyShaper {
   ParsedRequest request_;
   const Tokenizer& tokenizer_;
   RequestUsage usage_;
-  std::function<int32_t()> replica_progress_;
-  int32_t replicated_reported_ = 0;
   // What gather() has gathered, per choice.
   std::vector<std::string> texts_;
   std::vector<std::string> reasons_;

@@ -32,6 +32,14 @@ std::shared_ptr<EngineBody> shaped_body(std::shared_ptr<RequestStream> stream, s
   return std::make_shared<EngineBody>(std::move(stream), std::move(in_flight_guard), std::move(pump));
 }
 
+void answer_with(http::Response& res, std::shared_ptr<RequestStream> stream, std::shared_ptr<void> in_flight_guard,
+                 std::shared_ptr<ReplyShaper> shaper, bool streamed, EventObserver observe) {
+  auto body = shaped_body(std::move(stream), std::move(in_flight_guard), std::move(shaper), streamed, std::move(observe));
+  if (!streamed) return res.defer("application/json", std::move(body));
+  res.set_header("Cache-Control", "no-cache");
+  res.stream("text/event-stream", std::move(body));
+}
+
 ReplyShaper::Whole gather_all(RequestStream& stream, ReplyShaper& shaper, const EventObserver& observe) {
   for (;;) {
     const auto event = stream.next(std::chrono::milliseconds(1000));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/request.h"
@@ -28,6 +29,24 @@ class ReplyShaper {
     std::string body;  // JSON
   };
   virtual Whole whole() = 0;
+
+  // Tokens of the request whose KV its replicas hold (the furthest of them), reported in the
+  // stream ("mnemo_replicated") when the client asked for its tokens, so a router knows how far a
+  // failover can go without recompute.
+  void set_replica_progress(std::function<int32_t()> progress) { replica_progress_ = std::move(progress); }
+
+ protected:
+  // The replicas' progress when it changed since the last report (nullopt: unchanged, or none).
+  std::optional<int32_t> replica_progress_change() {
+    if (!replica_progress_) return std::nullopt;
+    const int32_t now = replica_progress_();
+    if (now == replicated_reported_) return std::nullopt;
+    return replicated_reported_ = now;
+  }
+
+ private:
+  std::function<int32_t()> replica_progress_;
+  int32_t replicated_reported_ = 0;
 };
 
 // Sees each event as it goes to the shaper (the access log, KV replicas).
@@ -38,6 +57,11 @@ using EventObserver = std::function<void(const StreamEvent&)>;
 // `in_flight_guard` until the connection lets the body go.
 std::shared_ptr<EngineBody> shaped_body(std::shared_ptr<RequestStream> stream, std::shared_ptr<void> in_flight_guard,
                                         std::shared_ptr<ReplyShaper> shaper, bool streamed, EventObserver observe);
+
+// Answers `res` with `stream`'s events through `shaper`: an SSE stream when `streamed`, else a
+// whole JSON body once the request is done (see shaped_body).
+void answer_with(http::Response& res, std::shared_ptr<RequestStream> stream, std::shared_ptr<void> in_flight_guard,
+                 std::shared_ptr<ReplyShaper> shaper, bool streamed, EventObserver observe);
 
 // The whole answer on the calling thread (a handler that must wait: a prefill for a decode
 // instance), each event seen first by `observe`.

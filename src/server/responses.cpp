@@ -37,6 +37,18 @@ ApiError no_space() {
   return ApiError{507, "the response could not be stored: the server's disk is full", "server_error", "", "insufficient_storage"};
 }
 
+// Why a stored turn was not stored (nullopt: it was). `param`: the request field naming the id.
+std::optional<ApiError> insert_failure(const Result<ResponseStore::Inserted>& inserted, const std::string& id,
+                                       const char* param) {
+  if (!inserted.ok()) return store_failure(inserted.error());
+  if (*inserted == ResponseStore::Inserted::kNoSpace) return no_space();
+  if (*inserted == ResponseStore::Inserted::kExists) {
+    return ApiError{409, "Response '" + id + "' exists already; a stored response is never replaced.",
+                    "invalid_request_error", param, "response_exists"};
+  }
+  return std::nullopt;
+}
+
 ApiError not_found(const std::string& id, const char* param) {
   return ApiError{404, "Response with id '" + id + "' not found.", "invalid_request_error", param, ""};
 }
@@ -156,12 +168,7 @@ void Server::handle_responses_import(const http::Request& req, http::Response& r
   const std::string& id = import.id;
   auto inserted = std::get<ResponseStore*>(store)->insert(
       {id, caller.tenant, t.previous_id, stored_inputs(t.turn), import.response, cache_namespace_of(caller, t.request)});
-  if (!inserted.ok()) return send_error(res, store_failure(inserted.error()));
-  if (*inserted == ResponseStore::Inserted::kNoSpace) return send_error(res, no_space());
-  if (*inserted == ResponseStore::Inserted::kExists) {
-    return send_error(res, ApiError{409, "Response '" + id + "' exists already; a stored response is never replaced.",
-                                    "invalid_request_error", "response", "response_exists"});
-  }
+  if (auto error = insert_failure(inserted, id, "response")) return send_error(res, *error);
   res.set_content(json{{"stored", id}}.dump(), "application/json");
 }
 
@@ -212,30 +219,14 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
                      inputs = stored_inputs(t.turn), ns = request.generation.cache_namespace](const json& response)
       -> std::optional<ApiError> {
     if (!store) return std::nullopt;
-    auto inserted = store_->insert({id, tenant, previous_id, inputs, response, ns});
-    std::optional<ApiError> error;
-    if (!inserted.ok()) {
-      error = store_failure(inserted.error());
-    } else if (*inserted == ResponseStore::Inserted::kNoSpace) {
-      error = no_space();
-    } else if (*inserted == ResponseStore::Inserted::kExists) {
-      error = ApiError{409, "Response '" + id + "' exists already.", "invalid_request_error", "", "response_exists"};
-    }
+    std::optional<ApiError> error = insert_failure(store_->insert({id, tenant, previous_id, inputs, response, ns}), id, "");
     if (error) std::fprintf(stderr, "mnemo: response %s not stored: %s\n", id.c_str(), error->message.c_str());
     return error;
   };
   auto shaper = std::make_shared<ResponsesShaper>(std::move(identity), resumed.text, request.report_tokens, std::move(store_turn));
-  // A router's Caching-3 copy back to a prefill instance (SPEC M4), or a failover copy.
-  const auto replicas = run.replicas;
-  if (!replicas.empty()) shaper->set_replica_progress([this, replicas] { return replicated_tokens(replicas); });
-  EventObserver observe = [replicas, record = access_record_of(req)](const StreamEvent& event) {
-    if (record) record->observe(event);
-    feed_replicas(replicas, event);
-  };
-  auto reply = shaped_body(run.stream, run.in_flight_guard, std::move(shaper), t.stream, std::move(observe));
-  if (!t.stream) return res.defer("application/json", std::move(reply));
-  res.set_header("Cache-Control", "no-cache");
-  res.stream("text/event-stream", std::move(reply));
+  // A router's Caching-3 copy back to a prefill instance (SPEC M4), or a failover copy, follows it.
+  EventObserver observe = follow_run(req, run, *shaper);
+  answer_with(res, run.stream, run.in_flight_guard, std::move(shaper), t.stream, std::move(observe));
 }
 
 std::vector<TokenId> Server::conversation_tokens(const json& last_response, const std::vector<ChatMessage>& history) const {

@@ -80,10 +80,8 @@ bool ResponsesShaper::stream(const StreamEvent& e, std::string& out) {
     text_ += d->text;
     json delta = {{"item_id", identity_.message_id}, {"output_index", 0}, {"content_index", 0}, {"delta", d->text}, {"logprobs", json::array()}};
     if (report_tokens_ && d->token >= 0) delta["mnemo_token"] = d->token;
-    if (report_tokens_ && replica_progress_) {
-      if (const int32_t replicated = replica_progress_(); replicated != replicated_reported_) {
-        delta["mnemo_replicated"] = replicated_reported_ = replicated;
-      }
+    if (report_tokens_) {
+      if (const auto replicated = replica_progress_change()) delta["mnemo_replicated"] = *replicated;
     }
     out += event("response.output_text.delta", std::move(delta));
     return false;

@@ -41,9 +41,6 @@ class ResponsesShaper final : public ReplyShaper {
   // `report_tokens`: each delta names its token (a router that may resume the stream).
   ResponsesShaper(ResponseIdentity identity, std::string resumed_text, bool report_tokens, StoreTurn store_turn);
 
-  // Tokens of the turn whose KV its replica holds, reported with the deltas ("mnemo_replicated").
-  void set_replica_progress(std::function<int32_t()> progress) { replica_progress_ = std::move(progress); }
-
   std::string open_stream() override;
   bool stream(const StreamEvent& event, std::string& out) override;
   bool gather(const StreamEvent& event) override;
@@ -59,11 +56,9 @@ class ResponsesShaper final : public ReplyShaper {
   ResponseIdentity identity_;
   bool report_tokens_;
   StoreTurn store_turn_;
-  std::function<int32_t()> replica_progress_;
   std::string text_;
   bool length_stop_ = false;
   int64_t sequence_ = 0;
-  int32_t replicated_reported_ = 0;
   Whole whole_;
 };
 

@@ -282,18 +282,11 @@ void Server::handle_generation(const http::Request& req, http::Response& res, En
   auto prepared = prepare(caller, request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   PreparedRun run = std::move(std::get<PreparedRun>(prepared));
-  const std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = run.replicas;
+  const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas = run.replicas;
   const bool replica_wait = request.replica_wait;
   auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), tokenizer_);
   // Runs where the stream is pulled: an I/O thread, or this handler thread for a replica wait.
-  EventObserver observe = [replicas, record = access_record_of(req)](const StreamEvent& event) {
-    if (record) record->observe(event);
-    feed_replicas(replicas, event);
-  };
-  if (!replicas.empty()) {
-    // How far a failover can go without recompute: the replica that got furthest.
-    completion->set_replica_progress([this, replicas] { return replicated_tokens(replicas); });
-  }
+  EventObserver observe = follow_run(req, run, *completion);
   if (replica_wait) {
     // A prefill for a decode instance (a router's internal request): answered once the decode
     // side holds the prompt's KV, so this handler thread waits.
@@ -304,10 +297,15 @@ void Server::handle_generation(const http::Request& req, http::Response& res, En
     return;
   }
   const bool streamed = completion->streaming();
-  auto reply = shaped_body(run.stream, run.in_flight_guard, std::move(completion), streamed, std::move(observe));
-  if (!streamed) return res.defer("application/json", std::move(reply));
-  res.set_header("Cache-Control", "no-cache");
-  res.stream("text/event-stream", std::move(reply));
+  answer_with(res, run.stream, run.in_flight_guard, std::move(completion), streamed, std::move(observe));
+}
+
+EventObserver Server::follow_run(const http::Request& req, const PreparedRun& run, ReplyShaper& shaper) {
+  if (!run.replicas.empty()) shaper.set_replica_progress([this, replicas = run.replicas] { return replicated_tokens(replicas); });
+  return [replicas = run.replicas, record = access_record_of(req)](const StreamEvent& event) {
+    if (record) record->observe(event);
+    feed_replicas(replicas, event);
+  };
 }
 
 }  // namespace mnemo::server

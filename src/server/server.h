@@ -115,6 +115,9 @@ class Server {
   std::vector<std::shared_ptr<KvReplicator::Replica>> open_replicas(ParsedRequest& request,
                                                                     const std::shared_ptr<RequestStream>& stream);
   static void feed_replicas(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas, const StreamEvent& event);
+  // What follows a run's events as they go to its client: its access record and its replicas,
+  // whose progress `shaper` reports (how far a failover can go without recompute).
+  EventObserver follow_run(const http::Request& req, const PreparedRun& run, ReplyShaper& shaper);
   // How many of a request's tokens a failover could resume without recompute: the leading
   // chunks the furthest of its replicas acknowledged.
   int32_t replicated_tokens(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas) const;
