@@ -7,6 +7,8 @@
 #include "router/router_http.h"
 #include "router/upstream_io.h"
 
+#include <boost/asio/post.hpp>
+
 namespace mnemo::router {
 
 void Router::relay(const http::Request& req, http::Response& res, RelayPlan plan) {
@@ -19,7 +21,7 @@ void Router::relay(const http::Request& req, http::Response& res, RelayPlan plan
   settings.buffer_bytes = config_.relay_buffer_bytes;
   settings.resume_wait =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(config_.resume_wait_seconds));
-  res.answer_later(start_relay(upstream_io_->io.get_executor(), *this, settings, std::move(plan)));
+  res.answer_later(start_relay(upstream_io_->relays.io().get_executor(), *this, settings, std::move(plan)));
 }
 
 std::vector<cluster::InstanceInfo> Router::resume_candidates(const Failover& failover,
@@ -72,7 +74,7 @@ void Router::count(RelayEvent event, uint64_t tokens, uint64_t replicated) {
   }
 }
 
-void Router::run_blocking(std::function<void()> work) { boost::asio::post(upstream_io_->blocking, std::move(work)); }
+void Router::run_blocking(std::function<void()> work) { boost::asio::post(upstream_io_->blocking.io(), std::move(work)); }
 
 std::vector<http::Header> Router::upstream_headers(const std::string& authorization, const std::string& method,
                                                    const std::string& path, const std::string& body) {

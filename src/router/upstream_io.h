@@ -1,6 +1,6 @@
 // The threads under the router's relays (router internals): I/O threads that every upstream call
-// and relay runs on, and a small pool for what may block (a reply's bookkeeping talks to etcd and
-// to other instances).
+// and relay runs on, and a few threads for what may block (a reply's bookkeeping talks to etcd
+// and to other instances).
 #pragma once
 
 #include <chrono>
@@ -9,45 +9,58 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
 
 #include "router/router.h"
 #include "util/thread_name.h"
 
 namespace mnemo::router {
 
-struct Router::UpstreamIo {
-  explicit UpstreamIo(int io_threads) : blocking(4) {
-    for (int i = 0; i < io_threads; ++i) {
-      threads.emplace_back([this] {
-        name_this_thread("mnemo-relay-io");
-        io.run();
+// An io_context run by threads of one name, until shut down.
+class NamedThreads {
+ public:
+  NamedThreads(int n, const char* name) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, name] {
+        name_this_thread(name);
+        io_.run();
       });
     }
-    for (int i = 0; i < 4; ++i) boost::asio::post(blocking, [] { name_this_thread("mnemo-relay-done"); });
   }
-  ~UpstreamIo() { shut_down(); }
+  ~NamedThreads() { shut_down(std::chrono::seconds(10)); }
 
-  // Once no client is left to relay to: the relays end (their calls stop), then the threads.
-  void shut_down() {
-    if (threads.empty()) return;
-    work.reset();
-    // Every relay ends once its client is gone; a bound in case one does not.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!io.stopped() && std::chrono::steady_clock::now() < deadline) {
+  boost::asio::io_context& io() { return io_; }
+
+  // Lets the threads end once no work is left, waiting at most `bound` for it (then stops them).
+  void shut_down(std::chrono::steady_clock::duration bound) {
+    if (threads_.empty()) return;
+    work_.reset();
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    while (!io_.stopped() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    io.stop();
-    for (auto& t : threads) t.join();
-    threads.clear();
-    blocking.join();
+    io_.stop();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
   }
 
-  boost::asio::io_context io;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{io.get_executor()};
-  std::vector<std::thread> threads;
-  boost::asio::thread_pool blocking;
+ private:
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{io_.get_executor()};
+  std::vector<std::thread> threads_;
+};
+
+struct Router::UpstreamIo {
+  explicit UpstreamIo(int io_threads) : relays(io_threads, "mnemo-relay-io"), blocking(4, "mnemo-relay-done") {}
+
+  // Once no client is left to relay to: the relays end (their calls stop), then their
+  // bookkeeping (which may still post back to the relays' strands: harmless once they are gone).
+  ~UpstreamIo() {
+    relays.shut_down(std::chrono::seconds(10));
+    blocking.shut_down(std::chrono::seconds(10));
+  }
+
+  NamedThreads relays;
+  NamedThreads blocking;
 };
 
 }  // namespace mnemo::router
