@@ -112,7 +112,7 @@ TEST(HttpClient, ReadsAWholeReplyWithItsStatusAndHeaders) {
 TEST(HttpClient, DeliversAStreamAsItArrives) {
   TestServer ts;
   SourceBox box;
-  ts.server.route("GET", "/stream", [&box](Request&, Response& res) { res.stream("text/event-stream", box.make()); });
+  route_sources(ts.server, box);
   ts.start();
   CallRunner runner;
   auto record = std::make_shared<CallRunner::Record>();
@@ -137,7 +137,7 @@ TEST(HttpClient, DeliversAStreamAsItArrives) {
 TEST(HttpClient, APausedCallReadsNothingUntilResumed) {
   TestServer ts;
   SourceBox box;
-  ts.server.route("GET", "/stream", [&box](Request&, Response& res) { res.stream("text/event-stream", box.make()); });
+  route_sources(ts.server, box);
   ts.start();
   CallRunner runner;
   auto record = std::make_shared<CallRunner::Record>();
@@ -172,7 +172,7 @@ TEST(HttpClient, APausedCallReadsNothingUntilResumed) {
 TEST(HttpClient, StopEndsTheCallAndTheServerSeesItsClientGo) {
   TestServer ts;
   SourceBox box;
-  ts.server.route("GET", "/stream", [&box](Request&, Response& res) { res.stream("text/event-stream", box.make()); });
+  route_sources(ts.server, box);
   ts.start();
   CallRunner runner;
   auto record = std::make_shared<CallRunner::Record>();
@@ -196,7 +196,7 @@ TEST(HttpClient, AnUnreachableOrSilentInstanceEndsUnreached) {
   }
   TestServer ts;
   SourceBox box;
-  ts.server.route("GET", "/never", [&box](Request&, Response& res) { res.defer("application/json", box.make()); });
+  route_sources(ts.server, box);  // GET /defer: answered only when its source is fed, which it never is
   ts.start();
   CallRunner runner;
   auto refused = std::make_shared<CallRunner::Record>();
@@ -209,7 +209,7 @@ TEST(HttpClient, AnUnreachableOrSilentInstanceEndsUnreached) {
   ClientTimeouts quick;
   quick.read = milliseconds(200);
   const auto started = Clock::now();
-  runner.start(request_to(ts.port(), "GET", "/never"), silent, quick);
+  runner.start(request_to(ts.port(), "GET", "/defer"), silent, quick);
   ASSERT_TRUE(wait_until([&] { return refused->ended() && bad_address->ended() && silent->ended(); }));
   EXPECT_EQ(*refused->end, CallEnd::kUnreached);
   EXPECT_NE(refused->why.find("connect"), std::string::npos) << refused->why;

@@ -13,16 +13,6 @@ void route_ping(Server& server) {
   server.route("GET", "/ping", [](Request&, Response& res) { res.set_content("pong", "text/plain"); });
 }
 
-// GET /stream: a chunked body from a TestSource; GET /defer?status=N: a deferred one.
-void route_sources(Server& server, SourceBox& box) {
-  server.route("GET", "/stream", [&box](Request&, Response& res) {
-    res.set_header("X-Stream", "yes");
-    res.stream("text/event-stream", box.make());
-  });
-  server.route("GET", "/defer", [&box](Request& req, Response& res) {
-    res.defer("application/json", box.make(std::stoi(req.query_param("status").value_or("200"))));
-  });
-}
 
 TEST(HttpStream, SlowClientsDoNotHoldUpOthers) {
   TestServer ts;

@@ -11,14 +11,8 @@
 #include "kv/prefix_index.h"
 #include "kv_test_support.h"
 
-namespace mnemo {
+namespace mnemo::testing {
 namespace {
-
-using testing::KvCacheTest;
-using testing::open_disk;
-using testing::TempDir;
-using testing::tiny_layout;
-using testing::tokens_from;
 
 TEST_F(KvCacheTest, RetentionOrderDiffersBetweenPensieveAndLru) {
   // Pool of 4 blocks full with A (2 chunks, idle 10 s) and B (2 chunks, idle 12 s). Two blocks
@@ -417,4 +411,4 @@ TEST_F(KvCacheTest, TheIndexIsRebuiltFromTheDiskTierAfterARestart) {
 }
 
 }  // namespace
-}  // namespace mnemo
+}  // namespace mnemo::testing

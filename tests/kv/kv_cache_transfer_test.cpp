@@ -10,14 +10,8 @@
 #include "kv/prefix_index.h"
 #include "kv_test_support.h"
 
-namespace mnemo {
+namespace mnemo::testing {
 namespace {
-
-using testing::KvCacheTest;
-using testing::open_disk;
-using testing::TempDir;
-using testing::tiny_layout;
-using testing::tokens_from;
 
 TEST_F(KvCacheTest, APrefixExportedByOneInstanceIsImportedIntoAnothersHostTierAndServed) {
   KvCache source(tiny_layout(), config(4, 4));
@@ -189,4 +183,4 @@ TEST_F(KvCacheTest, BadOrUnplaceableImportsChangeNothing) {
 }
 
 }  // namespace
-}  // namespace mnemo
+}  // namespace mnemo::testing

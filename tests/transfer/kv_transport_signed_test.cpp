@@ -7,17 +7,9 @@
 #include "support/ucx_under_tsan.h"
 #include "kv_transport_test_support.h"
 
-namespace mnemo::transfer {
+namespace mnemo::transfer::testing {
 namespace {
 
-using testing::Clock;
-using testing::contains;
-using testing::Inbox;
-using testing::KvTransportTest;
-using testing::make_message;
-using testing::seconds_since;
-using testing::start;
-using testing::unused_port;
 // ---- authentication (cluster secret) ----------------------------------------------------------
 
 const std::string kSecret(32, 's');
@@ -241,4 +233,4 @@ TEST_P(KvTransportTest, WithoutASecretOnlyLoopbackMayListen) {
 // ---- a peer process killed while it holds a message ------------------------------------------
 
 }  // namespace
-}  // namespace mnemo::transfer
+}  // namespace mnemo::transfer::testing

@@ -8,17 +8,8 @@
 
 extern char** environ;
 
-namespace mnemo::transfer {
+namespace mnemo::transfer::testing {
 namespace {
-
-using testing::Clock;
-using testing::contains;
-using testing::Inbox;
-using testing::KvTransportTest;
-using testing::make_message;
-using testing::seconds_since;
-using testing::start;
-using testing::unused_port;
 
 TEST_P(KvTransportTest, ThreeChunksArriveIdenticalAndAcked) {
   Inbox inbox_a, inbox_b;
@@ -461,4 +452,4 @@ std::string tls_name(const ::testing::TestParamInfo<const char*>& param) {
 INSTANTIATE_TEST_SUITE_P(Ucx, KvTransportTest, ::testing::ValuesIn(kTlsChoices), tls_name);
 
 }  // namespace
-}  // namespace mnemo::transfer
+}  // namespace mnemo::transfer::testing
