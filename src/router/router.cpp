@@ -1,21 +1,16 @@
-#include "router/relay.h"
-#include "router/upstream_io.h"
+#include "router/router.h"
 
-#include <chrono>
 #include <map>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cluster/etcd_client.h"
 #include "cluster/membership.h"
 #include "router/conversation_text.h"
-#include "server/caller.h"
-#include "router/router_http.h"
 #include "router/prompt_keys.h"
+#include "router/router_http.h"
+#include "router/upstream_io.h"
 #include "util/prometheus_text.h"
-#include "util/bounded_json.h"
 
 namespace mnemo::router {
 namespace {
