@@ -233,7 +233,7 @@ void Engine::handle_cancellations() {
 }
 
 bool Engine::grow(Sequence& seq, int32_t n_tokens) {
-  return kv_.prepare_write(seq.blocks, seq.n_computed, seq.n_computed + n_tokens);
+  return kv_.prepare_write(seq.kv, seq.n_computed, seq.n_computed + n_tokens);
 }
 
 // Preempts the latest-arrived running sequence other than `keep` (SPEC V5). False when `keep`
@@ -252,15 +252,15 @@ void Engine::preempt(std::list<std::unique_ptr<Sequence>>::iterator it) {
   running_.erase(it);
   bool swapped = false;
   // SPEC V6: swap when copying the KV out and back costs less than computing it again.
-  const int64_t bytes = static_cast<int64_t>(victim->blocks.size() * kv_.layout().block_bytes());
+  const int64_t bytes = static_cast<int64_t>(victim->kv.size() * kv_.layout().block_bytes());
   const bool swap_is_cheaper =
       2 * config_.cost.copy_seconds(bytes) < config_.cost.recompute_seconds(0, victim->n_computed);
-  if (!victim->blocks.empty() && swap_is_cheaper && kv_.swap_out(victim->blocks, victim->host_blocks)) {
+  if (!victim->kv.empty() && swap_is_cheaper && kv_.swap_out(victim->kv)) {
     victim->state = SequenceState::kSwapped;
     swapped = true;
   } else {
-    cache_blocks(*victim);  // a later re-admission may find them still cached
-    kv_.release(victim->blocks);
+    cache_chunks(*victim);  // a later re-admission may find them still cached
+    kv_.release(victim->kv);
     victim->n_computed = 0;
     victim->holes.clear();
     victim->partial_chunks.clear();
@@ -292,13 +292,13 @@ bool Engine::plan_step(Step& step) {
   const int32_t reserve = static_cast<int32_t>(config_.decode_reserve * static_cast<float>(kv_.n_blocks()));
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_running) {
     Sequence& seq = *waiting_.front();
-    if (seq.state == SequenceState::kWaiting && seq.blocks.empty()) reuse_cached_prefix(seq);
+    if (seq.state == SequenceState::kWaiting && seq.kv.empty()) reuse_cached_prefix(seq);
     const int32_t n = std::max(0, std::min(seq.n_pending() - seq.n_hole_tokens(), budget - seq.n_hole_tokens()));
-    const int32_t swap_blocks = static_cast<int32_t>(seq.host_blocks.size());
-    const int32_t needed = swap_blocks + kv_.blocks_needed(seq.blocks, seq.n_computed, seq.n_computed + n) + 1;
+    const int32_t swap_blocks = seq.kv.on_host() ? static_cast<int32_t>(seq.kv.size()) : 0;
+    const int32_t needed = swap_blocks + kv_.blocks_needed(seq.kv, seq.n_computed, seq.n_computed + n) + 1;
     if (!running_.empty() && kv_.n_available() - needed < reserve) break;
     if (seq.state == SequenceState::kSwapped) {
-      if (!kv_.swap_in(seq.host_blocks, seq.blocks)) break;
+      if (!kv_.swap_in(seq.kv)) break;
       seq.state = SequenceState::kWaiting;  // back on the device; it may still wait for room to grow
     }
     if (!plan_work(seq, budget, step)) break;
@@ -339,9 +339,9 @@ void Engine::reuse_cached_prefix(Sequence& seq) {
   const int32_t bs = config_.block_size;
   const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / bs;
   PrefixMatch match = kv_.match_prefix(seq.request->request.cache_namespace, seq.tokens, max_blocks);
-  seq.blocks = std::move(match.table);
+  seq.kv = std::move(match.table);
   seq.partial_chunks = std::move(match.partial);
-  seq.n_computed = static_cast<int32_t>(seq.blocks.size()) * bs;
+  seq.n_computed = static_cast<int32_t>(seq.kv.size()) * bs;
   seq.holes.clear();
   for (int32_t chunk : match.recompute) {
     if (!seq.holes.empty() && seq.holes.back().end() == chunk * bs) {
@@ -368,15 +368,16 @@ void Engine::reuse_cached_prefix(Sequence& seq) {
 }
 
 // Offers a sequence's computed blocks to the prefix index before it lets them go.
-void Engine::cache_blocks(Sequence& seq) {
-  if (config_.prefix_caching) kv_.cache_prefix(seq.request->request.cache_namespace, seq.tokens, seq.n_valid(), seq.blocks, seq.partial_chunks);
+void Engine::cache_chunks(Sequence& seq) {
+  if (!config_.prefix_caching || seq.kv.on_host()) return;
+  kv_.cache_prefix(seq.request->request.cache_namespace, seq.tokens, seq.n_valid(), seq.kv, seq.partial_chunks);
 }
 
 void Engine::persist_filled_chunks(Sequence& seq) {
   if (!config_.prefix_caching || kv_.disk() == nullptr) return;
   const int32_t filled = seq.n_valid() / config_.block_size;
   if (filled <= seq.persisted_chunks) return;
-  cache_blocks(seq);
+  cache_chunks(seq);
   metrics_.update([&](MetricsSnapshot& m) { m.persisted_running_chunks += static_cast<uint64_t>(filled - seq.persisted_chunks); });
   seq.persisted_chunks = filled;
 }
@@ -390,7 +391,7 @@ void Engine::run_step(Step& step) {
       in.tokens.insert(in.tokens.end(), item.seq->tokens.begin() + r.start, item.seq->tokens.begin() + r.end());
     }
     in.ranges = item.ranges;
-    in.block_table = item.seq->blocks;
+    in.block_table.assign(item.seq->kv.begin(), item.seq->kv.end());
     in.logits = !item.sample ? LogitsFor::kNone : wants_argmax_only(*item.seq) ? LogitsFor::kArgmax : LogitsFor::kLast;
     batch.sequences.push_back(std::move(in));
   }
@@ -402,7 +403,7 @@ void Engine::run_step(Step& step) {
       if (loads) kv_.wait_for_layer(layer);
       // The layer's KV of this step's tokens is in the pool now: it can leave while the rest runs.
       for (const TappedChunks& t : taps) t.tap->on_layer(t.first_chunk, t.chunks, layer, kv_.device().layout().n_layers,
-                                                         kv_.layer_slices(*t.blocks, t.first_chunk, t.chunks, layer));
+                                                         kv_.layer_slices(t.table->blocks(), t.first_chunk, t.chunks, layer));
     };
   }
   const Status status = model_.forward(batch, kv_.device(), pool_, output_);
@@ -495,7 +496,7 @@ std::vector<Engine::TappedChunks> Engine::prompt_taps(const Step& step) const {
     const int32_t end = std::min(range.end() / bs, (static_cast<int32_t>(seq.tokens.size()) - 1) / bs);
     const bool partial = std::any_of(seq.partial_chunks.begin(), seq.partial_chunks.end(),
                                      [&](int32_t chunk) { return chunk >= first && chunk < end; });
-    if (end > first && !partial) taps.push_back({tap, &seq.blocks, first, end - first});
+    if (end > first && !partial) taps.push_back({tap, &seq.kv, first, end - first});
   }
   return taps;
 }
@@ -508,7 +509,7 @@ void Engine::fork_choices(Sequence& parent) {
     child->tokens = parent.tokens;
     child->n_prompt = parent.n_prompt;
     child->n_computed = parent.n_computed;
-    child->blocks = kv_.share(parent.blocks);
+    child->kv = kv_.share(parent.kv);
     child->partial_chunks = parent.partial_chunks;
     child->sampling = state.request.sampling;
     child->sampling.seed = choice_seed(state.request.sampling.seed, c);
@@ -560,9 +561,8 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
     std::string rest = seq.stop_matcher.push(seq.detokenizer.flush()).text + seq.stop_matcher.flush();
     if (!rest.empty()) state.stream->push(TokenDelta{seq.choice, std::move(rest), -1, std::nullopt});
   }
-  if (reason != FinishReason::kError) cache_blocks(seq);
-  kv_.release(seq.blocks);
-  kv_.release_host(seq.host_blocks);
+  if (reason != FinishReason::kError) cache_chunks(seq);
+  kv_.release(seq.kv);
   seq.state = SequenceState::kFinished;
   state.stream->push(ChoiceFinished{seq.choice, reason});
   ++state.choices_finished;

@@ -121,14 +121,14 @@ class Engine {
   // The chunks a step completes of prompts whose KV streams out layer by layer (SPEC D3).
   struct TappedChunks {
     std::shared_ptr<PromptKvTap> tap;
-    const std::vector<BlockId>* blocks;
+    const KvTable* table;
     int32_t first_chunk = 0;
     int32_t chunks = 0;
   };
   std::vector<TappedChunks> prompt_taps(const Step& step) const;
   void fork_choices(Sequence& parent);
   void reuse_cached_prefix(Sequence& seq);
-  void cache_blocks(Sequence& seq);
+  void cache_chunks(Sequence& seq);
   // GenerationRequest::persist_running: the chunks `seq` filled since the last call, to the cache
   // and the disk tier.
   void persist_filled_chunks(Sequence& seq);

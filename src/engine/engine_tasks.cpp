@@ -62,7 +62,7 @@ std::future<Result<KvCache::ExportedPrefix>> Engine::export_running(std::shared_
       if (seq->request->stream != stream || seq->choice != 0 || seq->state != SequenceState::kRunning) continue;
       int32_t end = seq->n_valid() / config_.block_size;
       for (int32_t partial : seq->partial_chunks) end = std::min(end, partial);
-      return kv_.export_blocks(seq->request->request.cache_namespace, seq->tokens, seq->blocks, first_chunk, end,
+      return kv_.export_blocks(seq->request->request.cache_namespace, seq->tokens, seq->kv, first_chunk, end,
                                std::move(staging));
     }
     return KvCache::ExportedPrefix{};

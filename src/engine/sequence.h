@@ -15,7 +15,7 @@
 
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
-#include "kv/kv_layout.h"
+#include "kv/kv_table.h"
 #include "model/batch.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,14 +38,15 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t n_computed = 0;
   int32_t persisted_chunks = 0;  // chunks cached while running (GenerationRequest::persist_running)
-  std::vector<BlockId> blocks;       // device blocks covering [0, n_computed)
+  // The blocks covering [0, n_computed): the device's while it runs or waits, the host's while
+  // swapped out. Only the KV cache changes them.
+  KvTable kv;
   // Ranges inside [0, n_computed) whose cached KV had been dropped: their blocks are fresh and
   // they run (SPEC P5) before any token past n_computed does. Ascending.
   std::vector<QueryRange> holes;
   // Chunks whose blocks hold only a sliding-window model's global layers (history a window
   // before any position this sequence computes); never offered back to the cache.
   std::vector<int32_t> partial_chunks;
-  std::vector<BlockId> host_blocks;  // while swapped out
   SamplingParams sampling;           // seeded per choice
 
   StreamingDetokenizer detokenizer;

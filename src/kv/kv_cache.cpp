@@ -117,7 +117,7 @@ KvCache::~KvCache() {
 
 double KvCache::now() const { return config_.clock(); }
 
-int32_t KvCache::blocks_needed(const std::vector<BlockId>& table, int32_t begin, int32_t end) const {
+int32_t KvCache::blocks_needed(const KvTable& table, int32_t begin, int32_t end) const {
   if (end <= begin) return 0;
   const int32_t bs = block_size();
   int32_t needed = 0;
@@ -127,69 +127,71 @@ int32_t KvCache::blocks_needed(const std::vector<BlockId>& table, int32_t begin,
   return needed;
 }
 
-bool KvCache::prepare_write(std::vector<BlockId>& table, int32_t begin, int32_t end) {
+bool KvCache::prepare_write(KvTable& table, int32_t begin, int32_t end) {
+  MNEMO_CHECK(!table.on_host_, "prepare_write on a swapped-out table");
   const int32_t needed = blocks_needed(table, begin, end);
   if (!make_room(needed)) return false;
   auto fresh = device_alloc_.allocate(needed);
   if (!fresh) return false;
   if (end <= begin) return true;
   const int32_t bs = block_size();
+  std::vector<BlockId>& ids = table.ids_;
   size_t next = 0;
   for (int32_t b = begin / bs; b <= (end - 1) / bs; ++b) {
-    if (b >= static_cast<int32_t>(table.size())) {
-      table.push_back((*fresh)[next++]);
-    } else if (device_alloc_.ref_count(table[static_cast<size_t>(b)]) > 1) {
+    const auto chunk = static_cast<size_t>(b);
+    if (chunk >= ids.size()) {
+      ids.push_back((*fresh)[next++]);
+    } else if (device_alloc_.ref_count(ids[chunk]) > 1) {
       // Copy-on-write: this sequence gets its own copy of the shared block.
       const BlockId copy = (*fresh)[next++];
-      std::memcpy(device_.block(copy), device_.block(table[static_cast<size_t>(b)]), chunk_bytes());
-      device_alloc_.release(table[static_cast<size_t>(b)]);
-      table[static_cast<size_t>(b)] = copy;
+      std::memcpy(device_.block(copy), device_.block(ids[chunk]), chunk_bytes());
+      device_alloc_.release(ids[chunk]);
+      ids[chunk] = copy;
     }
   }
   return true;
 }
 
-std::vector<BlockId> KvCache::share(const std::vector<BlockId>& table) {
+KvTable KvCache::share(const KvTable& table) {
+  MNEMO_CHECK(!table.on_host_, "sharing a swapped-out table");
   for (BlockId id : table) device_alloc_.add_ref(id);
-  return table;
+  KvTable copy;
+  copy.ids_ = table.ids_;
+  return copy;
 }
 
-void KvCache::release(std::vector<BlockId>& table) {
-  for (BlockId id : table) device_alloc_.release(id);
-  table.clear();
+void KvCache::release(KvTable& table) {
+  BlockAllocator& from = table.on_host_ ? host_alloc_ : device_alloc_;
+  for (BlockId id : table) from.release(id);
+  table.ids_.clear();
+  table.on_host_ = false;
 }
 
-void KvCache::release_host(std::vector<BlockId>& host_table) {
-  for (BlockId id : host_table) host_alloc_.release(id);
-  host_table.clear();
-}
-
-bool KvCache::swap_out(std::vector<BlockId>& device_table, std::vector<BlockId>& host_table) {
-  const auto n = static_cast<int32_t>(device_table.size());
+bool KvCache::swap_out(KvTable& table) {
+  MNEMO_CHECK(!table.on_host_, "swapping out a table already on the host");
+  const auto n = static_cast<int32_t>(table.size());
   if (!make_host_room(n)) return false;
   auto host = host_alloc_.allocate(n);
   if (!host) return false;
-  for (size_t i = 0; i < device_table.size(); ++i) {
-    std::memcpy(host_.block((*host)[i]), device_.block(device_table[i]), chunk_bytes());
-  }
+  for (size_t i = 0; i < table.size(); ++i) std::memcpy(host_.block((*host)[i]), device_.block(table[i]), chunk_bytes());
   swapped_out_blocks_ += n;
   counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes()) * n;
-  release(device_table);
-  host_table = std::move(*host);
+  release(table);
+  table.ids_ = std::move(*host);
+  table.on_host_ = true;
   return true;
 }
 
-bool KvCache::swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& device_table) {
-  const auto n = static_cast<int32_t>(host_table.size());
+bool KvCache::swap_in(KvTable& table) {
+  MNEMO_CHECK(table.on_host_, "swapping in a table already on the device");
+  const auto n = static_cast<int32_t>(table.size());
   if (!make_room(n)) return false;
   auto device = device_alloc_.allocate(n);
   if (!device) return false;
-  for (size_t i = 0; i < host_table.size(); ++i) {
-    std::memcpy(device_.block((*device)[i]), host_.block(host_table[i]), chunk_bytes());
-  }
+  for (size_t i = 0; i < table.size(); ++i) std::memcpy(device_.block((*device)[i]), host_.block(table[i]), chunk_bytes());
   counters_.bytes_host_to_device += static_cast<int64_t>(chunk_bytes()) * n;
-  release_host(host_table);
-  device_table = std::move(*device);
+  release(table);
+  table.ids_ = std::move(*device);
   return true;
 }
 

@@ -2,8 +2,8 @@
 // host tier (preempted sequences and cached chunks; on the CPU backend a separate region, so the
 // paths a GPU machine takes run here too), an optional disk tier (kv/disk_tier.h), and the
 // prefix index (SPEC V4, P3) that keeps finished sequences' chunks for reuse by any later
-// request with the same prefix. Block tables live in the sequences; this class grows, shares,
-// copies-on-write, swaps and frees them.
+// request with the same prefix. Each sequence holds its chunks through a KvTable
+// (kv/kv_table.h); this class alone grows, shares, copies-on-write, swaps and frees them.
 //
 // Retention (SPEC P3): when a tier needs room, the cached chunk with the lowest retention value
 // leaves it. Three policies: mnemo (the default of `mnemo serve`), the recompute a chunk is
@@ -36,6 +36,7 @@
 #include "kv/cost_model.h"
 #include "kv/disk_tier.h"
 #include "kv/kv_storage.h"
+#include "kv/kv_table.h"
 #include "kv/prefix_index.h"
 #include "kv/retention_model.h"
 
@@ -70,7 +71,7 @@ struct KvPoolConfig {
 };
 
 struct PrefixMatch {
-  std::vector<BlockId> table;            // device blocks for the first table.size() chunks
+  KvTable table;                         // device blocks for the first table.size() chunks
   std::vector<int32_t> recompute;        // chunk positions whose blocks are fresh: KV to compute
   // Chunk positions whose blocks hold only the global layers (their local layers are zero and
   // no query of this sequence reads them); they must not be offered back to the cache.
@@ -101,19 +102,20 @@ class KvCache {
 
   // Blocks that writing positions [begin, end) would need: new ones past the table's end plus
   // copies of shared ones (copy-on-write).
-  int32_t blocks_needed(const std::vector<BlockId>& table, int32_t begin, int32_t end) const;
-  // Makes positions [begin, end) writable by this table alone. False (and no change) if the pool
-  // lacks the blocks.
-  bool prepare_write(std::vector<BlockId>& table, int32_t begin, int32_t end);
+  int32_t blocks_needed(const KvTable& table, int32_t begin, int32_t end) const;
+  // Makes positions [begin, end) of a device table writable by it alone. False (and no change)
+  // if the pool lacks the blocks.
+  bool prepare_write(KvTable& table, int32_t begin, int32_t end);
 
-  // Another reference to every block of `table` (a forked sequence shares them).
-  std::vector<BlockId> share(const std::vector<BlockId>& table);
-  void release(std::vector<BlockId>& table);
-  void release_host(std::vector<BlockId>& host_table);
+  // Another reference to every block of a device table (a forked sequence shares them).
+  KvTable share(const KvTable& table);
+  // Gives back the table's blocks, whichever tier holds them; the table is left empty.
+  void release(KvTable& table);
 
-  // Moves a table to host blocks and back. False (and no change) without room.
-  bool swap_out(std::vector<BlockId>& device_table, std::vector<BlockId>& host_table);
-  bool swap_in(std::vector<BlockId>& host_table, std::vector<BlockId>& device_table);
+  // Moves a table's blocks device -> host (swap_out) and back. False (and no change) without
+  // room.
+  bool swap_out(KvTable& table);
+  bool swap_in(KvTable& table);
 
   // The longest cached prefix of `tokens` (whole chunks, at most max_chunks), brought to the
   // device: each block of the table carries a new reference for the caller. Chunks that were
@@ -121,7 +123,7 @@ class KvCache {
   PrefixMatch match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks);
   // Offers the whole chunks of a sequence's first `n_valid` tokens (their KV computed) to the
   // index, and writes newly cached ones through to the disk tier.
-  void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_valid, const std::vector<BlockId>& table,
+  void cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_valid, const KvTable& table,
                     std::span<const int32_t> partial_chunks = {});
   // Deletes a conversation from the cache, every tier (SPEC M1's index delete): the chunks along
   // `tokens`' indexed path from chunk `keep_chunks` on, and everything cached below the path's
@@ -148,7 +150,7 @@ class KvCache {
                                std::vector<uint8_t> staging = {});
   // Chunks [first_chunk, end_chunk) of a running sequence's device blocks (`table[i]` holds
   // chunk i of `tokens`), for a replica of a request in flight (SPEC D7).
-  ExportedPrefix export_blocks(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> table,
+  ExportedPrefix export_blocks(uint64_t ns, std::span<const TokenId> tokens, const KvTable& table,
                                int32_t first_chunk, int32_t end_chunk, std::vector<uint8_t> staging = {});
   // Inserts another instance's chunks into the host tier (the device if there is no host
   // tier), so the next request with this prefix finds them (not written through to disk: the
@@ -277,7 +279,7 @@ class KvCache {
   // match_prefix's steps: the chain's chunks brought to device blocks (appended to `table`) until
   // the pool has no room; returns how many. Then the hits and recomputes counted.
   size_t bring_to_device(const std::vector<PrefixIndex::Chunk>& chain, std::vector<ChunkUse>& use, std::vector<Tier>& from,
-                         std::vector<BlockId>& table);
+                         KvTable& table);
   void account_match(const std::vector<ChunkUse>& use, const std::vector<Tier>& from, PrefixMatch& result);
   // import_prefix's steps: the node the chunks hang below, the part of their path indexed now,
   // and their insertion into the blocks made room for. Returns the chunks inserted.

@@ -83,8 +83,8 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   enforce_sliding_windows(use, block_size(), config_.sliding_window);  // the match may have ended early, or loads turned out compact
   // Chunks to recompute at the end of the match save nothing: the caller computes them anyway.
   while (!use.empty() && use.back() == ChunkUse::kRecompute) {
-    device_alloc_.release(result.table.back());
-    result.table.pop_back();
+    device_alloc_.release(result.table.ids_.back());
+    result.table.ids_.pop_back();
     use.pop_back();
   }
   account_match(use, from, result);
@@ -92,18 +92,18 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
 }
 
 size_t KvCache::bring_to_device(const std::vector<PrefixIndex::Chunk>& chain, std::vector<ChunkUse>& use,
-                                std::vector<Tier>& from, std::vector<BlockId>& table) {
+                                std::vector<Tier>& from, KvTable& table) {
   size_t i = 0;
   for (; i < chain.size(); ++i) {
     const PrefixIndex::Chunk& c = chain[i];
     if (c.device != kNoBlock) {
-      table.push_back(c.device);  // the pin becomes the caller's reference
+      table.ids_.push_back(c.device);  // the pin becomes the caller's reference
       continue;
     }
     auto fresh = make_room(1) ? device_alloc_.allocate(1) : std::nullopt;
     if (!fresh) break;
     const BlockId block = (*fresh)[0];
-    table.push_back(block);
+    table.ids_.push_back(block);
     // Making room may have moved this chunk's lower copies, or dropped it from the index (its id
     // is then stale: PrefixIndex ids carry a generation): look again.
     if (use[i] == ChunkUse::kRecompute || !index_.live(c.node)) {
@@ -154,14 +154,14 @@ void KvCache::account_match(const std::vector<ChunkUse>& use, const std::vector<
 }
 
 void KvCache::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t n_valid,
-                             const std::vector<BlockId>& table, std::span<const int32_t> partial_chunks) {
+                             const KvTable& table, std::span<const int32_t> partial_chunks) {
   const size_t whole = std::min(table.size(), static_cast<size_t>(n_valid / block_size()));
   const auto adoptable = [&](size_t chunk) {
     return std::find(partial_chunks.begin(), partial_chunks.end(), static_cast<int32_t>(chunk)) == partial_chunks.end();
   };
   const double t = now();
   const auto kept = index_.insert(ns, tokens.first(whole * static_cast<size_t>(block_size())),
-                                  std::span<const BlockId>(table).first(whole), t, adoptable);
+                                  table.blocks().first(whole), t, adoptable);
   if (config_.policy == RetentionPolicy::kMnemo && whole > 0) {
     // The whole path is idle from now on, as one conversation of `whole` chunks.
     PrefixIndex::Chunk path_end;

@@ -53,7 +53,7 @@ KvCache::ExportedPrefix KvCache::export_prefix(uint64_t ns, std::span<const Toke
   return out;
 }
 
-KvCache::ExportedPrefix KvCache::export_blocks(uint64_t ns, std::span<const TokenId> tokens, std::span<const BlockId> table,
+KvCache::ExportedPrefix KvCache::export_blocks(uint64_t ns, std::span<const TokenId> tokens, const KvTable& table,
                                                    int32_t first_chunk, int32_t end_chunk, std::vector<uint8_t> staging) {
   ExportedPrefix out;
   out.payload = std::move(staging);

@@ -56,7 +56,7 @@ class CompactKvTest : public ::testing::Test {
     return true;
   }
   static void run_and_cache(KvCache& kv, const std::vector<TokenId>& tokens) {
-    std::vector<BlockId> table;
+    KvTable table;
     ASSERT_TRUE(kv.prepare_write(table, 0, static_cast<int32_t>(tokens.size())));
     for (size_t b = 0; b < table.size(); ++b) fill(kv, table[b], tokens[b * 2]);
     kv.cache_prefix(0, tokens, static_cast<int32_t>(tokens.size()), table);
@@ -80,7 +80,7 @@ TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndKeepsOnlyItsGlobalLayersOnTheHos
   const auto conversation = tokens_from(100, 16);  // 8 chunks
   run_and_cache(kv, conversation);
   clock_ += 10;
-  std::vector<BlockId> other;
+  KvTable other;
   ASSERT_TRUE(kv.prepare_write(other, 0, 16));  // the whole device: every chunk leaves it
   kv.release(other);
   EXPECT_EQ(kv.n_host_compact_free(), 16 - 6);  // chunks 0..5 compact
@@ -108,7 +108,7 @@ TEST_F(CompactKvTest, HistoryAWindowBeforeTheEndShrinksOnTheDeviceFirst) {
   run_and_cache(kv, conversation);
   EXPECT_EQ(kv.n_free(), 2);
   clock_ += 10;
-  std::vector<BlockId> other;
+  KvTable other;
   ASSERT_TRUE(kv.prepare_write(other, 0, 8));  // 4 blocks: 2 more than are free
   // Chunk 0's block became a slab holding it; chunks 1 and 2 joined it and freed their blocks.
   // Nothing left the device, and nothing was dropped.
@@ -145,7 +145,7 @@ TEST_F(CompactKvTest, DeviceSlotsLeaveForTheHostAndASlabDrainsIntoAnother) {
   const auto conversation = tokens_from(100, 14);  // 7 chunks; 0..4 compactable
   run_and_cache(kv, conversation);
   clock_ += 10;
-  std::vector<BlockId> other;
+  KvTable other;
   // 7 blocks. Chunks 0..4 shrink: slab A (block 0) holds 0..2, slab B (block 3) holds 3 and 4,
   // 6 blocks free. Then the oldest-leading copies leave: chunk 0's slot to the host, then chunk
   // 1's; slab A's last copy (chunk 2) fits B's free slot, and A's block goes back.
@@ -177,7 +177,7 @@ TEST_F(CompactKvTest, AConversationLosesItsLeadingChunksFirstNotItsLastWindow) {
   const auto conversation = tokens_from(100, 16);
   run_and_cache(kv, conversation);
   clock_ += 10;
-  std::vector<BlockId> other;
+  KvTable other;
   // 7 blocks: chunks 0..5 shrink into two slabs (6 free), then chunks 0..2 are dropped.
   ASSERT_TRUE(kv.prepare_write(other, 0, 14));
   EXPECT_EQ(kv.counters().dropped_chunks, 3);
@@ -225,7 +225,7 @@ TEST_F(CompactKvTest, RandomTurnsKeepEveryCopyIntactAndEveryBlockAccountedFor) {
         ++reused;
         partial += is_partial ? 1 : 0;
       }
-      std::vector<BlockId> table = std::move(m.table);
+      KvTable table = std::move(m.table);
       const auto begin = static_cast<int32_t>(table.size()) * 2;
       if (!kv.prepare_write(table, begin, total)) {  // no room: the turn is refused
         kv.release(table);
@@ -252,7 +252,7 @@ TEST_F(CompactKvTest, RandomTurnsKeepEveryCopyIntactAndEveryBlockAccountedFor) {
 TEST_F(CompactKvTest, AMatchEndingWithinAWindowOfCompactHistoryRecomputesIt) {
   KvCache kv(layout(), config(8, 2, 16));
   run_and_cache(kv, tokens_from(100, 16));
-  std::vector<BlockId> other;
+  KvTable other;
   ASSERT_TRUE(kv.prepare_write(other, 0, 16));
   kv.release(other);
   // Another request shares only the first 4 chunks, then diverges: its new tokens' windows

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <type_traits>
 
 #include "kv/kv_cache.h"
 #include "kv/prefix_index.h"
@@ -13,6 +14,51 @@
 
 namespace mnemo::testing {
 namespace {
+
+static_assert(!std::is_copy_constructible_v<KvTable>, "a copied table would hold references it does not own");
+
+TEST_F(KvCacheTest, ASwappedTableMovesToTheHostAndBackWithItsBytesAndReferences) {
+  KvCache kv(tiny_layout(), config(4, 4));
+  KvTable table;
+  ASSERT_TRUE(kv.prepare_write(table, 0, 6));  // 3 chunks of 2 tokens
+  for (size_t b = 0; b < table.size(); ++b) fill(kv, table[b], static_cast<TokenId>(40 + 2 * b));
+  ASSERT_TRUE(kv.swap_out(table));
+  EXPECT_TRUE(table.on_host());
+  EXPECT_EQ(table.size(), 3u);
+  EXPECT_EQ(kv.n_free(), 4);
+  EXPECT_EQ(kv.n_host_free(), 1);
+  KvTable moved = std::move(table);  // the references travel with the move
+  EXPECT_TRUE(table.empty());
+  ASSERT_TRUE(kv.swap_in(moved));
+  EXPECT_FALSE(moved.on_host());
+  EXPECT_EQ(kv.n_host_free(), 4);
+  EXPECT_EQ(kv.n_free(), 1);
+  for (size_t b = 0; b < moved.size(); ++b) EXPECT_TRUE(holds_pattern(kv, moved[b], static_cast<TokenId>(40 + 2 * b))) << b;
+  // A shared table costs no blocks until one side writes (copy-on-write).
+  KvTable fork = kv.share(moved);
+  EXPECT_EQ(kv.n_free(), 1);
+  EXPECT_EQ(kv.blocks_needed(fork, 4, 6), 1);
+  ASSERT_TRUE(kv.prepare_write(fork, 4, 6));
+  EXPECT_NE(fork[2], moved[2]);
+  EXPECT_EQ(fork[0], moved[0]);
+  EXPECT_TRUE(holds_pattern(kv, fork[2], 44));
+  kv.release(fork);
+  kv.release(moved);
+  EXPECT_EQ(kv.n_free(), 4);
+}
+
+TEST_F(KvCacheTest, ASwapOutWithoutHostRoomChangesNothing) {
+  KvCache kv(tiny_layout(), config(4, 1));
+  KvTable table;
+  ASSERT_TRUE(kv.prepare_write(table, 0, 4));
+  const BlockId first = table[0];
+  EXPECT_FALSE(kv.swap_out(table));
+  EXPECT_FALSE(table.on_host());
+  EXPECT_EQ(table[0], first);
+  EXPECT_EQ(kv.n_host_free(), 1);
+  kv.release(table);
+  EXPECT_EQ(kv.n_free(), 4);
+}
 
 TEST_F(KvCacheTest, RetentionOrderDiffersBetweenPensieveAndLru) {
   // Pool of 4 blocks full with A (2 chunks, idle 10 s) and B (2 chunks, idle 12 s). Two blocks
@@ -28,7 +74,7 @@ TEST_F(KvCacheTest, RetentionOrderDiffersBetweenPensieveAndLru) {
     clock_ += 2;
     run_and_cache(*kv, 1, a);
     clock_ += 10;
-    std::vector<BlockId> table;
+    KvTable table;
     EXPECT_TRUE(kv->prepare_write(table, 0, 4));
     EXPECT_EQ(kv->counters().dropped_chunks, 2);
     kv->release(table);
@@ -63,7 +109,7 @@ TEST_F(KvCacheTest, MnemoRetentionBeforeItHasLearntAnythingIsLru) {
   clock_ += 2;
   run_and_cache(kv, 1, a);
   clock_ += 10;
-  std::vector<BlockId> table;
+  KvTable table;
   ASSERT_TRUE(kv.prepare_write(table, 0, 4));
   kv.release(table);
   EXPECT_EQ(kv.counters().dropped_chunks, 2);
@@ -92,9 +138,9 @@ TEST_F(KvCacheTest, MnemoRetentionLearnsWhichConversationsReturnAndKeepsThem) {
       run_and_cache(*kv, 1, conversation_tokens(r, false));
       run_and_cache(*kv, 1, conversation_tokens(r, true));
       clock_ += 50;
-      const PrefixMatch back = kv->match_prefix(1, conversation_tokens(r, false), 2);
+      PrefixMatch back = kv->match_prefix(1, conversation_tokens(r, false), 2);
       EXPECT_EQ(back.device_chunks, 2) << "round " << r;  // the short one is still there
-      std::vector<BlockId> table = back.table;
+      KvTable table = std::move(back.table);
       kv->cache_prefix(1, conversation_tokens(r, false), 4, table);
       kv->release(table);
       clock_ += 150;
@@ -103,7 +149,7 @@ TEST_F(KvCacheTest, MnemoRetentionLearnsWhichConversationsReturnAndKeepsThem) {
     clock_ += 30;
     run_and_cache(*kv, 1, conversation_tokens(kRounds, true));
     clock_ += 10;
-    std::vector<BlockId> table;
+    KvTable table;
     EXPECT_TRUE(kv->prepare_write(table, 0, 4));
     kv->release(table);
     return kv;
@@ -228,7 +274,7 @@ TEST_F(KvCacheTest, ChunksCascadeDeviceToHostToDiskAndComeBackIntact) {
   EXPECT_EQ(kv.counters().disk_written_chunks, 2);
   EXPECT_EQ(kv.n_cached_blocks(Tier::kDisk), 2u);
   // A new sequence needs the whole device: both chunks leave it for free (they are on disk).
-  std::vector<BlockId> table;
+  KvTable table;
   ASSERT_TRUE(kv.prepare_write(table, 0, 4));
   EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 0u);
   EXPECT_EQ(kv.counters().demoted_chunks, 0);  // no copy was needed
@@ -248,7 +294,7 @@ TEST_F(KvCacheTest, WithoutLowerTiersTheLeastValuableChunksAreDroppedAndRecomput
   const auto a = tokens_from(10, 6);  // 3 chunks fill the device
   run_and_cache(kv, 7, a);
   clock_ += 5;
-  std::vector<BlockId> table;
+  KvTable table;
   // Two blocks: the head (lowest value) moves to the host; then chunk 1 must leave too, and with
   // the host full, the head's host copy (still the lowest value) makes way for it: the head is
   // dropped, its tokens kept in the index.
@@ -272,7 +318,7 @@ TEST_F(KvCacheTest, ChunksWithAHostCopyLeaveTheDeviceWithoutACopy) {
   KvCache kv(tiny_layout(), config(2, 4));
   const auto a = tokens_from(10, 4);
   run_and_cache(kv, 7, a);
-  std::vector<BlockId> table;
+  KvTable table;
   ASSERT_TRUE(kv.prepare_write(table, 0, 4));  // both demoted (copied)
   EXPECT_EQ(kv.counters().demoted_chunks, 2);
   kv.release(table);
@@ -297,7 +343,7 @@ TEST_F(KvCacheTest, CopiesAheadOfNeedKeepAQuarterOfTheDeviceReclaimable) {
   EXPECT_EQ(kv.counters().ahead_copied_chunks, 1);  // 1 free + 1 clean = 2
   EXPECT_EQ(kv.n_cached_blocks(Tier::kHost), 1u);
   EXPECT_EQ(kv.n_free(), 1);  // reclaimed lazily, not now
-  std::vector<BlockId> table;
+  KvTable table;
   ASSERT_TRUE(kv.prepare_write(table, 0, 4));
   EXPECT_EQ(kv.counters().demoted_chunks, 0);  // the clean chunk left for free
   kv.release(table);
@@ -314,7 +360,7 @@ TEST_F(KvCacheTest, HostChunksAreCopiedLayerByLayerBesideTheForwardPass) {
   c.layerwise_swap_in = true;
   KvCache kv(layout, std::move(c));
   const auto a = tokens_from(10, 4);
-  std::vector<BlockId> table;
+  KvTable table;
   ASSERT_TRUE(kv.prepare_write(table, 0, 4));
   for (size_t b = 0; b < table.size(); ++b) {
     auto* f = reinterpret_cast<float*>(kv.device().block(table[b]));
@@ -362,7 +408,7 @@ TEST_F(KvCacheTest, DamagedDiskExtentsAreRecomputedNeverServed) {
   disk->flush();
   kv.begin_background_work();
   kv.end_background_work();
-  std::vector<BlockId> table;
+  KvTable table;
   ASSERT_TRUE(kv.prepare_write(table, 0, 4));  // both leave the device (they are on disk)
   kv.release(table);
   // Flip one payload byte of every extent.

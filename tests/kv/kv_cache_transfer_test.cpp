@@ -35,7 +35,7 @@ TEST_F(KvCacheTest, APrefixExportedByOneInstanceIsImportedIntoAnothersHostTierAn
     EXPECT_EQ(staged.payload, from_device.payload);
   }
   // A new sequence takes the whole device: the chunks move to the host. Exports read any tier.
-  std::vector<BlockId> table;
+  KvTable table;
   ASSERT_TRUE(source.prepare_write(table, 0, 8));
   source.release(table);
   ASSERT_EQ(source.n_cached_blocks(Tier::kHost), 4u);
@@ -98,7 +98,7 @@ TEST_F(KvCacheTest, ARunningSequencesChunksReplicateIncrementallyBelowTheChunksS
   KvCache replica(tiny_layout(), config(8, 8));
   const auto a = tokens_from(10, 8);  // 4 chunks
   // A running sequence: its blocks computed, not offered to the cache.
-  std::vector<BlockId> table;
+  KvTable table;
   ASSERT_TRUE(source.prepare_write(table, 0, 8));
   for (size_t b = 0; b < table.size(); ++b) fill(source, table[b], a[b * 2]);
 

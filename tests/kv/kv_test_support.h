@@ -75,9 +75,9 @@ class KvCacheTest : public ::testing::Test {
   // Computes (fills with a pattern derived from the tokens) and caches a sequence's chunks, then
   // lets the sequence go: its blocks are held by the index alone.
   static void run_and_cache(KvCache& kv, uint64_t ns, const std::vector<TokenId>& tokens) {
-    std::vector<BlockId> table;
+    KvTable table;
     PrefixMatch match = kv.match_prefix(ns, tokens, static_cast<int32_t>(tokens.size()) / kv.block_size());
-    table = match.table;
+    table = std::move(match.table);
     const auto n = static_cast<int32_t>(tokens.size());
     ASSERT_TRUE(kv.prepare_write(table, static_cast<int32_t>(table.size()) * kv.block_size(), n));
     for (size_t b = 0; b < table.size(); ++b) fill(kv, table[b], tokens[b * 2]);
