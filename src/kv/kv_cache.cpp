@@ -76,6 +76,16 @@ int32_t slots_per_block(const KvLayout& layout, const KvPoolConfig& config) {
   return config.compact_on_device && global > 0 ? layout.n_layers / global : 0;
 }
 
+ChunkGeometry geometry_of(const KvLayout& layout, const KvPoolConfig& config) {
+  ChunkGeometry g;
+  g.chunk_tokens = layout.block_size;
+  g.n_layers = layout.n_layers;
+  g.global_layers = compact_layout(layout, config).n_layers;
+  g.sliding_window = config.sliding_window;
+  g.chunk_bytes = layout.block_bytes();
+  return g;
+}
+
 KvPoolConfig two_tier(int32_t device_blocks, int32_t host_blocks) {
   KvPoolConfig c;
   c.device_blocks = device_blocks;
@@ -96,7 +106,7 @@ KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
       slabs_(slots_per_block(layout, config_)),
       compact_buffer_(compact_layout(layout, config_).block_bytes()),
       index_(layout.block_size),
-      retention_(config_.retention),
+      eviction_(config_.policy, config_.cost, config_.retention, geometry_of(layout, config_)),
       copier_(std::make_unique<BackgroundCopier>()) {
   index_.set_observer([events = events_.get()](uint64_t key, ChunkHold hold) { events->record(key, hold); });
   if (!config_.clock) {
@@ -256,7 +266,7 @@ void KvCache::plan_ahead_copies() {
   if (reclaimable >= target || dirty.empty()) return;
   const double t = now();
   std::sort(dirty.begin(), dirty.end(), [&](const PrefixIndex::Chunk& a, const PrefixIndex::Chunk& b) {
-    return leaves_before(score(a, t), a, score(b, t), b);
+    return EvictionOrder::leaves_before(eviction_.score(a, t), a, eviction_.score(b, t), b);
   });
   const int32_t wanted = std::min({target - reclaimable, config_.max_background_copies,
                                    static_cast<int32_t>(dirty.size()), host_alloc_.n_free()});

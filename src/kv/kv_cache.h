@@ -5,12 +5,8 @@
 // request with the same prefix. Each sequence holds its chunks through a KvTable
 // (kv/kv_table.h); this class alone grows, shares, copies-on-write, swaps and frees them.
 //
-// Retention (SPEC P3): when a tier needs room, the cached chunk with the lowest retention value
-// leaves it. Three policies: mnemo (the default of `mnemo serve`), the recompute a chunk is
-// expected to save per byte per second, from a return model learnt online from this cache's own
-// events (kv/retention_model.h); Pensieve's V = Cost(chunk)/T with Cost the recompute time of the
-// chunk at its position (kv/cost_model.h) and T the idle time of the conversations using it; or
-// least recently used. From the device it moves
+// Retention (SPEC P3): when a tier needs room, the cached chunk that kv/eviction_order.h ranks
+// lowest leaves it. From the device it moves
 // to the host, from the host to the disk, from the disk it is dropped. A chunk that already has a
 // copy in a lower tier leaves for free. Leading chunks are cheapest, so an idle conversation
 // loses its head first; a later match recomputes the dropped head and reuses the rest (SPEC P5).
@@ -35,14 +31,13 @@
 #include "kv/compact_slabs.h"
 #include "kv/cost_model.h"
 #include "kv/disk_tier.h"
+#include "kv/eviction_order.h"
 #include "kv/kv_storage.h"
 #include "kv/kv_table.h"
 #include "kv/prefix_index.h"
 #include "kv/retention_model.h"
 
 namespace mnemo {
-
-enum class RetentionPolicy { kPensieve, kLru, kMnemo };
 
 struct KvPoolConfig {
   int32_t device_blocks = 0;
@@ -213,29 +208,19 @@ class KvCache {
     int64_t bytes_disk_to_device = 0;
   };
   const Counters& counters() const { return counters_; }
-  const RetentionModel& retention_model() const { return retention_; }
+  const RetentionModel& retention_model() const { return eviction_.model(); }
   int64_t swapped_out_blocks() const { return swapped_out_blocks_; }
 
  private:
   double now() const;
   size_t chunk_bytes() const { return layout().block_bytes(); }
-  // The retention value of a cached chunk, or any number in the same order: the lowest leaves
-  // first. The same for each copy, and for each chunk of a conversation: which of them goes
-  // first is the tie-break's (the leading one), since a sliding-window model's compact history is
-  // only usable with the whole chunks after it.
-  double score(const PrefixIndex::Chunk& c, double now) const;
-  ChunkFacts facts_of(const PrefixIndex::Chunk& c) const;
-  // What a conversation of `end_chunks` takes per chunk, its compactable history counted compact.
-  double conversation_bytes_per_chunk(int32_t end_chunks) const;
   // The last copy of `c` left: counted, and the retention model stops observing it.
   void note_dropped(const PrefixIndex::Chunk& c);
-  // A request's match found these cached chunks idle since their last use: they returned.
-  void note_returns(const std::vector<PrefixIndex::Chunk>& chain, double now);
   // The cached chunk with a copy in `tier` that leaves it first; `eligible` filters.
   std::optional<PrefixIndex::Chunk> lowest_value(Tier tier,
-                                                 const std::function<bool(const PrefixIndex::Chunk&)>& eligible) const;
-  // Whether `c` (retention score `s`) leaves before `other`: the lower score, then the tie-break.
-  static bool leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other);
+                                                 const std::function<bool(const PrefixIndex::Chunk&)>& eligible) const {
+    return eviction_.lowest(index_, tier, eligible, now());
+  }
   bool index_only_device(const PrefixIndex::Chunk& c) const;
   // Whether the chunk's device block can leave without copying it out whole: another copy stays,
   // or it shrinks to a device slot.
@@ -301,7 +286,7 @@ class KvCache {
   std::unique_ptr<CacheEventLog> events_ = std::make_unique<CacheEventLog>();
   PrefixIndex index_;
   std::unordered_set<uint64_t> extents_to_delete_;  // keys of deleted chunks whose extent is still being written
-  RetentionModel retention_;  // learns only under kMnemo
+  EvictionOrder eviction_;
   Counters counters_;
   int64_t swapped_out_blocks_ = 0;
 

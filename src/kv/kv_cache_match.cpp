@@ -60,7 +60,7 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   take_disk_completions();
   const double t = now();
   const std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_chunks, t);
-  note_returns(chain, t);
+  eviction_.observe_returns(chain, t);
   // Pin the chain's device blocks first, so making room for one chunk never evicts another.
   for (const auto& c : chain) {
     if (c.device != kNoBlock) device_alloc_.add_ref(c.device);
@@ -162,13 +162,7 @@ void KvCache::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t
   const double t = now();
   const auto kept = index_.insert(ns, tokens.first(whole * static_cast<size_t>(block_size())),
                                   table.blocks().first(whole), t, adoptable);
-  if (config_.policy == RetentionPolicy::kMnemo && whole > 0) {
-    // The whole path is idle from now on, as one conversation of `whole` chunks.
-    PrefixIndex::Chunk path_end;
-    path_end.last_use = t;
-    path_end.end_chunks = static_cast<int32_t>(whole);
-    retention_.observe_insert(facts_of(path_end), t, static_cast<int32_t>(whole));
-  }
+  eviction_.observe_insert(static_cast<int32_t>(whole), static_cast<int32_t>(whole), t);
   for (BlockId id : kept) {
     device_alloc_.add_ref(id);
     if (config_.disk) {
@@ -216,7 +210,7 @@ int32_t KvCache::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t ke
     // An extent still being written goes once written (take_disk_completions); until then the
     // node keeps only that pending copy, which no match can read.
     if (c.disk == DiskCopy::kWriting) extents_to_delete_.insert(c.key);
-    if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c), t);
+    eviction_.observe_drop(c, t);
     // Each copy goes; removing the last forgets the node.
     if (c.disk == DiskCopy::kPresent) {
       config_.disk->remove(c.key);

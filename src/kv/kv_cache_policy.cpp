@@ -1,6 +1,5 @@
-// KvCache, retention: the value of each cached chunk (kv_cache.h says the policies), the next
-// chunk to leave each tier, and how it leaves: demoted a tier, shrunk to its global layers, or
-// dropped.
+// KvCache, eviction: the next chunk to leave each tier (ranked by kv/eviction_order.h), and how
+// it leaves: demoted a tier, shrunk to its global layers, or dropped.
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
@@ -10,82 +9,9 @@
 
 namespace mnemo {
 
-ChunkFacts KvCache::facts_of(const PrefixIndex::Chunk& c) const {
-  ChunkFacts f;
-  f.last_use = c.last_use;
-  f.chunk_tokens = block_size();
-  f.end_chunks = std::max(1, c.end_chunks);
-  f.bytes = static_cast<int64_t>(conversation_bytes_per_chunk(f.end_chunks));
-  return f;
-}
-
-double KvCache::conversation_bytes_per_chunk(int32_t end_chunks) const {
-  const int32_t global = compact_.layout().n_layers;
-  const int32_t window = global == 0 ? 0 : config_.sliding_window;
-  const double layer_bytes = static_cast<double>(chunk_bytes()) / layout().n_layers;
-  return layer_bytes * layers_per_chunk(end_chunks, block_size(), window, layout().n_layers, global);
-}
-
-double KvCache::score(const PrefixIndex::Chunk& c, double t) const {
-  switch (config_.policy) {
-    case RetentionPolicy::kLru:
-      return c.last_use;
-    case RetentionPolicy::kMnemo:
-      return retention_.log_value(facts_of(c), t);
-    case RetentionPolicy::kPensieve:
-      break;
-  }
-  const int64_t begin = static_cast<int64_t>(c.position) * block_size();
-  return config_.cost.retention_value(begin, begin + block_size(), t - c.last_use);
-}
-
 void KvCache::note_dropped(const PrefixIndex::Chunk& c) {
   ++counters_.dropped_chunks;
-  if (config_.policy == RetentionPolicy::kMnemo) retention_.observe_drop(facts_of(c), now());
-}
-
-void KvCache::note_returns(const std::vector<PrefixIndex::Chunk>& chain, double t) {
-  if (config_.policy != RetentionPolicy::kMnemo) return;
-  // Chunks cached together share their facts: one event per run of them. Dropped chunks were
-  // reported when they dropped.
-  size_t i = 0;
-  while (i < chain.size()) {
-    if (chain[i].dropped()) {
-      ++i;
-      continue;
-    }
-    size_t j = i + 1;
-    while (j < chain.size() && !chain[j].dropped() && chain[j].last_use == chain[i].last_use &&
-           chain[j].end_chunks == chain[i].end_chunks) {
-      ++j;
-    }
-    retention_.observe_return(facts_of(chain[i]), t, static_cast<int32_t>(j - i));
-    i = j;
-  }
-}
-
-std::optional<PrefixIndex::Chunk> KvCache::lowest_value(
-    Tier tier, const std::function<bool(const PrefixIndex::Chunk&)>& eligible) const {
-  // A linear scan: exact, and cheap next to a forward pass at the pool sizes a CPU serves.
-  const double t = now();
-  std::optional<PrefixIndex::Chunk> best;
-  double best_score = 0;
-  index_.for_each_in(tier, [&](const PrefixIndex::Chunk& c) {
-    if (!eligible(c)) return;
-    const double s = score(c, t);
-    if (!best || leaves_before(s, c, best_score, *best)) {
-      best = c;
-      best_score = s;
-    }
-  });
-  return best;
-}
-
-bool KvCache::leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other) {
-  // Ties (values in one flat stretch, or one conversation's chunks): the older, then the leading
-  // chunk first.
-  if (s != other_score) return s < other_score;
-  return c.last_use != other.last_use ? c.last_use < other.last_use : c.position < other.position;
+  eviction_.observe_drop(c, now());
 }
 
 bool KvCache::index_only_device(const PrefixIndex::Chunk& c) const {
@@ -106,10 +32,10 @@ std::optional<KvCache::DeviceVictim> KvCache::next_device_victim() const {
   if (slabs_.n_used() == 0) return best;  // no compact copy on the device: no second scan
   // Compact copies compete by value: a conversation's leading chunks leave first, compact or not.
   const double t = now();
-  double best_score = block ? score(*block, t) : 0;
+  double best_score = block ? eviction_.score(*block, t) : 0;
   index_.for_each_device_slot([&](const PrefixIndex::Chunk& c) {
-    const double s = score(c, t);
-    if (!best || leaves_before(s, c, best_score, best->chunk)) {
+    const double s = eviction_.score(c, t);
+    if (!best || EvictionOrder::leaves_before(s, c, best_score, best->chunk)) {
       best = DeviceVictim{c, true};
       best_score = s;
     }

@@ -174,12 +174,7 @@ int32_t KvCache::insert_imported(uint64_t ns, std::span<const TokenId> tokens, s
   // (a replica, a transfer), which keeps its own durable one, and writing and syncing a file per
   // chunk received cost replication more than the copy. An imported chunk reaches this disk tier
   // when the host tier evicts it, as any host copy does.
-  if (config_.policy == RetentionPolicy::kMnemo && !path.empty()) {
-    PrefixIndex::Chunk path_end;
-    path_end.last_use = t;
-    path_end.end_chunks = first_position + static_cast<int32_t>(path.size());
-    retention_.observe_insert(facts_of(path_end), t, static_cast<int32_t>(path.size()));
-  }
+  eviction_.observe_insert(first_position + static_cast<int32_t>(path.size()), static_cast<int32_t>(path.size()), t);
   counters_.imported_chunks += inserted;
   return inserted;
 }

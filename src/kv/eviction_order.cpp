@@ -1,0 +1,98 @@
+#include "kv/eviction_order.h"
+
+#include <algorithm>
+
+#include "kv/chunk_reuse.h"
+
+namespace mnemo {
+
+EvictionOrder::EvictionOrder(RetentionPolicy policy, CostModel cost, RetentionOptions options, ChunkGeometry geometry)
+    : policy_(policy), cost_(std::move(cost)), geometry_(geometry), model_(options) {}
+
+ChunkFacts EvictionOrder::facts_of(const PrefixIndex::Chunk& c) const {
+  ChunkFacts f;
+  f.last_use = c.last_use;
+  f.chunk_tokens = geometry_.chunk_tokens;
+  f.end_chunks = std::max(1, c.end_chunks);
+  f.bytes = static_cast<int64_t>(conversation_bytes_per_chunk(f.end_chunks));
+  return f;
+}
+
+double EvictionOrder::conversation_bytes_per_chunk(int32_t end_chunks) const {
+  const int32_t global = geometry_.global_layers;
+  const int32_t window = global == 0 ? 0 : geometry_.sliding_window;
+  const double layer_bytes = static_cast<double>(geometry_.chunk_bytes) / geometry_.n_layers;
+  return layer_bytes * layers_per_chunk(end_chunks, geometry_.chunk_tokens, window, geometry_.n_layers, global);
+}
+
+double EvictionOrder::score(const PrefixIndex::Chunk& c, double now) const {
+  switch (policy_) {
+    case RetentionPolicy::kLru:
+      return c.last_use;
+    case RetentionPolicy::kMnemo:
+      return model_.log_value(facts_of(c), now);
+    case RetentionPolicy::kPensieve:
+      break;
+  }
+  const int64_t begin = static_cast<int64_t>(c.position) * geometry_.chunk_tokens;
+  return cost_.retention_value(begin, begin + geometry_.chunk_tokens, now - c.last_use);
+}
+
+bool EvictionOrder::leaves_before(double s, const PrefixIndex::Chunk& c, double other_score,
+                                  const PrefixIndex::Chunk& other) {
+  // Ties (values in one flat stretch, or one conversation's chunks): the older, then the leading
+  // chunk first.
+  if (s != other_score) return s < other_score;
+  return c.last_use != other.last_use ? c.last_use < other.last_use : c.position < other.position;
+}
+
+std::optional<PrefixIndex::Chunk> EvictionOrder::lowest(const PrefixIndex& index, Tier tier,
+                                                        const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
+                                                        double now) const {
+  std::optional<PrefixIndex::Chunk> best;
+  double best_score = 0;
+  index.for_each_in(tier, [&](const PrefixIndex::Chunk& c) {
+    if (!eligible(c)) return;
+    const double s = score(c, now);
+    if (!best || leaves_before(s, c, best_score, *best)) {
+      best = c;
+      best_score = s;
+    }
+  });
+  return best;
+}
+
+void EvictionOrder::observe_insert(int32_t end_chunks, int32_t chunks, double now) {
+  if (policy_ != RetentionPolicy::kMnemo || chunks <= 0) return;
+  // The whole path is idle from now on, as one conversation of `end_chunks` chunks.
+  PrefixIndex::Chunk path_end;
+  path_end.last_use = now;
+  path_end.end_chunks = end_chunks;
+  model_.observe_insert(facts_of(path_end), now, chunks);
+}
+
+void EvictionOrder::observe_drop(const PrefixIndex::Chunk& c, double now) {
+  if (policy_ == RetentionPolicy::kMnemo) model_.observe_drop(facts_of(c), now);
+}
+
+void EvictionOrder::observe_returns(const std::vector<PrefixIndex::Chunk>& chain, double now) {
+  if (policy_ != RetentionPolicy::kMnemo) return;
+  // Chunks cached together share their facts: one event per run of them. Dropped chunks were
+  // reported when they dropped.
+  size_t i = 0;
+  while (i < chain.size()) {
+    if (chain[i].dropped()) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < chain.size() && !chain[j].dropped() && chain[j].last_use == chain[i].last_use &&
+           chain[j].end_chunks == chain[i].end_chunks) {
+      ++j;
+    }
+    model_.observe_return(facts_of(chain[i]), now, static_cast<int32_t>(j - i));
+    i = j;
+  }
+}
+
+}  // namespace mnemo

@@ -1,0 +1,72 @@
+// Which cached chunk leaves a tier first (SPEC P3), apart from where the chunks are stored: the
+// retention value of each chunk under one of three policies, the search for the lowest, and the
+// events the learnt policy observes. KvCache asks it for victims; it never moves a byte.
+//
+// Policies: mnemo (the default of `mnemo serve`), the recompute a chunk is expected to save per
+// byte per second, from a return model learnt online from this cache's own events
+// (kv/retention_model.h); Pensieve's V = Cost(chunk)/T with Cost the recompute time of the chunk
+// at its position (kv/cost_model.h) and T the idle time of the conversations using it; or least
+// recently used.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "kv/cost_model.h"
+#include "kv/prefix_index.h"
+#include "kv/retention_model.h"
+
+namespace mnemo {
+
+enum class RetentionPolicy { kPensieve, kLru, kMnemo };
+
+// What a chunk's bytes are, for the value per byte: a sliding-window model's chunks a window
+// before their conversation's end keep only their global layers.
+struct ChunkGeometry {
+  int32_t chunk_tokens = 32;
+  int32_t n_layers = 1;
+  int32_t global_layers = 0;  // 0: every layer is global (nothing compacts)
+  int32_t sliding_window = 0;
+  size_t chunk_bytes = 1;     // all layers
+};
+
+class EvictionOrder {
+ public:
+  EvictionOrder(RetentionPolicy policy, CostModel cost, RetentionOptions options, ChunkGeometry geometry);
+
+  RetentionPolicy policy() const { return policy_; }
+  // The retention value of a cached chunk, or any number in the same order: the lowest leaves
+  // first. The same for each copy, and for each chunk of a conversation: which of them goes
+  // first is the tie-break's (the leading one), since a sliding-window model's compact history
+  // is only usable with the whole chunks after it.
+  double score(const PrefixIndex::Chunk& c, double now) const;
+  // Whether `c` (score `s`) leaves before `other`: the lower score; among equals the older, then
+  // the leading chunk.
+  static bool leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other);
+  // The chunk with a copy in `tier` that leaves it first; `eligible` filters. A linear scan:
+  // exact, and cheap next to a forward pass at the pool sizes a CPU serves.
+  std::optional<PrefixIndex::Chunk> lowest(const PrefixIndex& index, Tier tier,
+                                           const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
+                                           double now) const;
+
+  // What the learnt policy observes (the others ignore it): a conversation of `end_chunks`
+  // cached (its last `chunks` chunks idle from `now`), a chunk's last copy gone, and a request
+  // finding cached chunks again.
+  void observe_insert(int32_t end_chunks, int32_t chunks, double now);
+  void observe_drop(const PrefixIndex::Chunk& c, double now);
+  void observe_returns(const std::vector<PrefixIndex::Chunk>& chain, double now);
+  const RetentionModel& model() const { return model_; }
+
+ private:
+  ChunkFacts facts_of(const PrefixIndex::Chunk& c) const;
+  // What a conversation of `end_chunks` takes per chunk, its compactable history counted compact.
+  double conversation_bytes_per_chunk(int32_t end_chunks) const;
+
+  RetentionPolicy policy_;
+  CostModel cost_;
+  ChunkGeometry geometry_;
+  RetentionModel model_;  // learns only under kMnemo
+};
+
+}  // namespace mnemo

@@ -1,0 +1,94 @@
+// EvictionOrder without storage: the order each policy gives the chunks of a real PrefixIndex,
+// the tie-break, the eligibility filter, and what the learnt policy observes.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "kv/eviction_order.h"
+
+namespace mnemo::testing {
+namespace {
+
+std::vector<TokenId> run_of(TokenId first, int32_t n) {
+  std::vector<TokenId> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+ChunkGeometry two_token_chunks() {
+  ChunkGeometry g;
+  g.chunk_tokens = 2;
+  g.n_layers = 2;
+  g.chunk_bytes = 64;
+  return g;
+}
+
+CostModel steep_cost() {
+  CostModel cost;
+  cost.per_token_seconds = 1.0;
+  cost.per_context_token_seconds = 1.0;  // a chunk's cost grows with its position
+  return cost;
+}
+
+// Conversation A (2 chunks, cached at t=10, blocks 0 1) and B (2 chunks, t=12, blocks 2 3).
+class EvictionOrderTest : public ::testing::Test {
+ protected:
+  EvictionOrderTest() {
+    index_.insert(1, run_of(100, 4), std::vector<BlockId>{0, 1}, 10);
+    index_.insert(1, run_of(200, 4), std::vector<BlockId>{2, 3}, 12);
+  }
+  std::vector<BlockId> order(const EvictionOrder& eviction, double now) const {
+    std::vector<BlockId> out;
+    std::vector<BlockId> taken;
+    for (int i = 0; i < 4; ++i) {
+      const auto next = eviction.lowest(index_, Tier::kDevice, [&](const PrefixIndex::Chunk& c) {
+        return std::find(taken.begin(), taken.end(), c.device) == taken.end();
+      }, now);
+      if (!next) break;
+      taken.push_back(next->device);
+      out.push_back(next->device);
+    }
+    return out;
+  }
+  PrefixIndex index_{2};
+};
+
+TEST_F(EvictionOrderTest, LruTakesTheOldestConversationHeadFirst) {
+  const EvictionOrder lru(RetentionPolicy::kLru, steep_cost(), {}, two_token_chunks());
+  EXPECT_EQ(order(lru, 20), (std::vector<BlockId>{0, 1, 2, 3}));
+}
+
+TEST_F(EvictionOrderTest, PensieveTakesEveryHeadBeforeAnyTail) {
+  // V = cost(position) / idle: a head costs less than a tail, so both heads go first; among
+  // heads the longer idle (A, 10 s) has the lower value.
+  const EvictionOrder pensieve(RetentionPolicy::kPensieve, steep_cost(), {}, two_token_chunks());
+  EXPECT_EQ(order(pensieve, 20), (std::vector<BlockId>{0, 2, 1, 3}));
+}
+
+TEST_F(EvictionOrderTest, TiesGoToTheOlderThenTheLeadingChunk) {
+  PrefixIndex::Chunk a;
+  a.last_use = 5;
+  a.position = 3;
+  PrefixIndex::Chunk b = a;
+  b.position = 1;
+  EXPECT_TRUE(EvictionOrder::leaves_before(1.0, b, 1.0, a));
+  EXPECT_FALSE(EvictionOrder::leaves_before(1.0, a, 1.0, b));
+  b.last_use = 6;
+  EXPECT_TRUE(EvictionOrder::leaves_before(1.0, a, 1.0, b));
+  EXPECT_TRUE(EvictionOrder::leaves_before(0.5, b, 1.0, a));  // the score first
+}
+
+TEST_F(EvictionOrderTest, OnlyTheLearntPolicyObservesEvents) {
+  EvictionOrder lru(RetentionPolicy::kLru, steep_cost(), {}, two_token_chunks());
+  EvictionOrder mnemo(RetentionPolicy::kMnemo, steep_cost(), {}, two_token_chunks());
+  for (EvictionOrder* e : {&lru, &mnemo}) e->observe_insert(2, 2, 10);
+  EXPECT_EQ(lru.model().pending_groups(), 0u);
+  ASSERT_EQ(mnemo.model().pending_groups(), 1u);
+  const auto chain = index_.match(1, run_of(100, 4), 2, 30);
+  for (EvictionOrder* e : {&lru, &mnemo}) e->observe_returns(chain, 30);
+  EXPECT_EQ(lru.model().observed_conversations(), 0);
+  EXPECT_GT(mnemo.model().observed_conversations(), 0);  // the return resolved the insert
+}
+
+}  // namespace
+}  // namespace mnemo::testing
