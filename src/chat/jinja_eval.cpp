@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "chat/jinja_depth.h"
 #include "chat/jinja_operators.h"
 
 namespace mnemo::jinja {
@@ -103,18 +104,6 @@ class Evaluator {
   }
 
  private:
-  // Counts evaluation depth for the duration of one recursive call.
-  class DepthScope {
-   public:
-    explicit DepthScope(int* depth) : depth_(depth) { ++*depth_; }
-    ~DepthScope() { --*depth_; }
-    DepthScope(const DepthScope&) = delete;
-    DepthScope& operator=(const DepthScope&) = delete;
-
-   private:
-    int* depth_;
-  };
-
   Status enter(SourcePos pos) {
     if (depth_ > limits_.max_call_depth) {
       return error_at(pos, fmt::format("template recursion deeper than {} levels", limits_.max_call_depth));

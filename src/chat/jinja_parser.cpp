@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "chat/jinja_depth.h"
 #include "chat/jinja_builtins.h"
 
 namespace mnemo::jinja {
@@ -43,18 +44,6 @@ class Parser {
   }
 
  private:
-  // Counts nesting for the duration of one recursive call.
-  class DepthScope {
-   public:
-    explicit DepthScope(int* depth) : depth_(depth) { ++*depth_; }
-    ~DepthScope() { --*depth_; }
-    DepthScope(const DepthScope&) = delete;
-    DepthScope& operator=(const DepthScope&) = delete;
-
-   private:
-    int* depth_;
-  };
-
   const Token& peek(size_t ahead = 0) const { return tokens_[std::min(index_ + ahead, tokens_.size() - 1)]; }
   const Token& next() {
     const Token& token = peek();

@@ -78,6 +78,20 @@ void append_repr_string(const std::string& text, std::string* out) {
   out->push_back(quote);
 }
 
+void append_repr(const Value& value, std::string* out);
+
+// A dict's or namespace's entries as Python writes them: 'key': value, ...
+void append_repr_entries(const Value& value, std::string* out) {
+  bool first = true;
+  for (const auto& [key, item] : value.dict_value()) {
+    if (!first) out->append(", ");
+    first = false;
+    append_repr_string(key, out);
+    out->append(": ");
+    append_repr(item, out);
+  }
+}
+
 void append_repr(const Value& value, std::string* out) {
   switch (value.kind()) {
     case Kind::kString: append_repr_string(value.string_value(), out); return;
@@ -92,32 +106,16 @@ void append_repr(const Value& value, std::string* out) {
       out->push_back(']');
       return;
     }
-    case Kind::kDict: {
+    case Kind::kDict:
       out->push_back('{');
-      bool first = true;
-      for (const auto& [key, item] : value.dict_value()) {
-        if (!first) out->append(", ");
-        first = false;
-        append_repr_string(key, out);
-        out->append(": ");
-        append_repr(item, out);
-      }
+      append_repr_entries(value, out);
       out->push_back('}');
       return;
-    }
-    case Kind::kNamespace: {
+    case Kind::kNamespace:
       out->append("<Namespace {");
-      bool first = true;
-      for (const auto& [key, item] : value.dict_value()) {
-        if (!first) out->append(", ");
-        first = false;
-        append_repr_string(key, out);
-        out->append(": ");
-        append_repr(item, out);
-      }
+      append_repr_entries(value, out);
       out->append("}>");
       return;
-    }
     default: append_str(value, out); return;
   }
 }
@@ -249,14 +247,17 @@ Value Value::from_string(std::string s) {
   return value;
 }
 
-Value Value::from_list(List items) {
+template <typename Items>
+Value Value::holding(Items items) {
   Value value;
   value.nesting_ = 1 + deepest(items);
   value.weight_ = total_weight(items);
   value.holds_namespace_ = any_namespace(items);
-  value.storage_ = std::make_shared<const List>(std::move(items));
+  value.storage_ = std::make_shared<const Items>(std::move(items));
   return value;
 }
+
+Value Value::from_list(List items) { return holding(std::move(items)); }
 
 Value Value::from_dict(Dict entries) {
   Dict unique;
@@ -282,14 +283,7 @@ Value Value::from_dict(Dict entries) {
   return from_distinct_keys(std::move(unique));
 }
 
-Value Value::from_distinct_keys(Dict entries) {
-  Value value;
-  value.nesting_ = 1 + deepest(entries);
-  value.weight_ = total_weight(entries);
-  value.holds_namespace_ = any_namespace(entries);
-  value.storage_ = std::make_shared<const Dict>(std::move(entries));
-  return value;
-}
+Value Value::from_distinct_keys(Dict entries) { return holding(std::move(entries)); }
 
 Value Value::new_namespace(Dict attributes) {
   Value value;

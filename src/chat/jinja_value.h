@@ -75,6 +75,9 @@ class Value {
   bool holds_namespace() const { return holds_namespace_; }
 
  private:
+  // A list or dict value with its nesting, weight and namespace flag computed from its items.
+  template <typename Items>
+  static Value holding(Items items);
   static constexpr size_t kStringIndex = 5;
   static constexpr size_t kListIndex = 6;
   static constexpr size_t kNamespaceIndex = 8;
