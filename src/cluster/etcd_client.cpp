@@ -13,6 +13,7 @@
 
 #include "cluster/etcd_connection.h"
 #include "cluster/etcd_wire.h"
+#include "util/net_address.h"
 
 namespace mnemo::cluster {
 namespace {
@@ -49,25 +50,11 @@ std::string prefix_range_end(std::string_view prefix) {
 
 Result<EtcdClient> EtcdClient::create(const EtcdEndpoint& endpoint, double timeout_seconds) {
   const std::string& url = endpoint.url;
-  auto bad = [&](std::string_view why) {
-    return make_error("etcd url \"{}\": {} (expected http://host:port or https://host:port)", url, why);
-  };
-  const bool tls = url.rfind("https://", 0) == 0;
-  if (!tls && url.rfind("http://", 0) != 0) return bad("scheme must be http or https");
-  std::string_view rest = std::string_view(url).substr(tls ? 8 : 7);
-  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string_view::npos) return bad("no port");
-  std::string_view host = rest.substr(0, colon);
-  const std::string_view port_text = rest.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);  // IPv6
-  if (host.empty()) return bad("no host");
-  if (host.find_first_of("/?#@[] ") != std::string_view::npos) return bad("malformed host");
-  int port = 0;
-  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() || port < 1 || port > 65535) {
-    return bad("port must be a number in 1..65535");
-  }
+  constexpr std::string_view kExpected = "(expected http://host:port or https://host:port)";
+  auto parsed = parse_http_url(url);
+  if (!parsed.ok()) return make_error("etcd {} {}", parsed.error().message(), kExpected);
+  if (!parsed->path.empty() && parsed->path != "/") return make_error("etcd url '{}': a path is not expected {}", url, kExpected);
+  const bool tls = parsed->tls;
   if (!(timeout_seconds > 0)) return make_error("etcd {}: timeout must be positive, got {}", url, timeout_seconds);
   if (!tls && (!endpoint.ca_file.empty() || !endpoint.cert_file.empty())) {
     return make_error("etcd {}: TLS files given for a plain http:// URL", url);

@@ -11,6 +11,8 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "util/net_address.h"
+
 namespace mnemo::http {
 namespace {
 
@@ -31,18 +33,12 @@ class BeastCall final : public ClientCall, public std::enable_shared_from_this<B
         stream_(executor_) {}
 
   void begin() {
-    std::string address = request_.address;
-    if (address.rfind("http://", 0) == 0) address = address.substr(7);
-    if (!address.empty() && address.back() == '/') address.pop_back();
-    const size_t colon = address.rfind(':');
-    if (request_.address.rfind("https://", 0) == 0 || colon == std::string::npos || colon == 0 ||
-        colon + 1 == address.size()) {
+    auto url = parse_http_url(request_.address, std::nullopt, /*bare_is_http=*/true);
+    if (!url.ok() || url->tls || (!url->path.empty() && url->path != "/")) {
       return end(CallEnd::kUnreached, fmt::format("address \"{}\" is not http://host:port", request_.address));
     }
-    std::string host = address.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    host_field_ = address;
-    resolver_.async_resolve(host, address.substr(colon + 1),
+    host_field_ = url->authority;
+    resolver_.async_resolve(url->address.host, std::to_string(url->address.port),
                             [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
                               if (ec) return self->fail("resolving the address", ec);
                               self->connect(results);

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "util/net_address.h"
+
 namespace mnemo::loadgen {
 namespace {
 
@@ -37,27 +39,14 @@ std::string error_message(int status, const std::string& body) {
 }  // namespace
 
 Result<ServerEndpoint> parse_server_url(const std::string& url) {
-  std::string_view rest = url;
-  constexpr std::string_view kScheme = "http://";
-  if (rest.starts_with("https://")) return make_error("{}: only plain http is supported", url);
-  if (rest.starts_with(kScheme)) rest.remove_prefix(kScheme.size());
-  while (rest.ends_with("/")) rest.remove_suffix(1);
-  if (rest.ends_with("/v1")) rest.remove_suffix(3);
-  if (rest.find('/') != std::string_view::npos) return make_error("{}: expected http://HOST:PORT", url);
+  MNEMO_ASSIGN_OR_RETURN(HttpUrl parsed, parse_http_url(url, 80, /*bare_is_http=*/true));
+  if (parsed.tls) return make_error("{}: only plain http is supported", url);
+  std::string_view path = parsed.path;
+  while (path.ends_with("/")) path.remove_suffix(1);
+  if (!path.empty() && path != "/v1") return make_error("{}: expected http://HOST:PORT", url);
   ServerEndpoint endpoint;
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string_view::npos) {
-    endpoint.host = std::string(rest);
-    endpoint.port = 80;
-  } else {
-    endpoint.host = std::string(rest.substr(0, colon));
-    const std::string_view port = rest.substr(colon + 1);
-    const auto parsed = std::from_chars(port.data(), port.data() + port.size(), endpoint.port);
-    if (parsed.ec != std::errc() || parsed.ptr != port.data() + port.size() || endpoint.port <= 0 || endpoint.port > 65535) {
-      return make_error("{}: bad port '{}'", url, port);
-    }
-  }
-  if (endpoint.host.empty()) return make_error("{}: no host", url);
+  endpoint.host = std::move(parsed.address.host);
+  endpoint.port = parsed.address.port;
   return endpoint;
 }
 

@@ -19,6 +19,7 @@
 
 #include "auth/cluster_secret.h"
 #include "transfer/kv_transport_impl.h"
+#include "util/net_address.h"
 
 namespace mnemo::transfer {
 using namespace kv_ucx;  // NOLINT: this module's own internals
@@ -67,33 +68,6 @@ int port_of(const sockaddr_storage& storage) {
   if (storage.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
   if (storage.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
   return 0;
-}
-
-// "host:port" or "[v6]:port" into its parts.
-Result<std::pair<std::string, int>> split_endpoint(const std::string& endpoint) {
-  std::string host;
-  std::string port_text;
-  if (!endpoint.empty() && endpoint.front() == '[') {
-    const size_t close = endpoint.find(']');
-    if (close == std::string::npos || close + 1 >= endpoint.size() || endpoint[close + 1] != ':') {
-      return make_error("endpoint '{}' is not [host]:port", endpoint);
-    }
-    host = endpoint.substr(1, close - 1);
-    port_text = endpoint.substr(close + 2);
-  } else {
-    const size_t colon = endpoint.rfind(':');
-    if (colon == std::string::npos || colon == 0) return make_error("endpoint '{}' is not host:port", endpoint);
-    host = endpoint.substr(0, colon);
-    port_text = endpoint.substr(colon + 1);
-  }
-  int port = 0;
-  if (port_text.empty() || port_text.size() > 5) return make_error("endpoint '{}': bad port", endpoint);
-  for (const char c : port_text) {
-    if (c < '0' || c > '9') return make_error("endpoint '{}': bad port", endpoint);
-    port = port * 10 + (c - '0');
-  }
-  if (port < 1 || port > 65535) return make_error("endpoint '{}': port out of range", endpoint);
-  return std::pair{host, port};
 }
 
 }  // namespace
@@ -236,9 +210,9 @@ Status KvTransport::Impl::send(const std::string& endpoint, const KvMessage& mes
   if (Status valid = check_encodable(message); !valid.ok()) {
     return valid.error().with_context("invalid message").with_context(where());
   }
-  auto parts = split_endpoint(endpoint);
+  auto parts = parse_authority(endpoint);
   if (!parts.ok()) return parts.error().with_context(where());
-  auto address = resolve_address(parts->first, parts->second, false);
+  auto address = resolve_address(parts->host, parts->port, false);
   if (!address.ok()) return address.error().with_context(where());
 
   auto op = std::make_unique<SendOp>();
