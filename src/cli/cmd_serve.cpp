@@ -387,6 +387,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "prompt is computed (SPEC D3); false: whole chunks after each step")
       ->capture_default_str();
   cmd->add_option("--advertise", args->advertise, "URL the router reaches this instance at (default: http://HOST:PORT)");
+  cmd->add_option("--seed", args->server.seed,
+                  "Sampling seed of requests that give none (default: a random one per request, so that asking "
+                  "again gives a new answer)");
   cmd->add_option("--grace-seconds", args->grace_seconds, "On SIGTERM, time for requests in flight to finish")->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }

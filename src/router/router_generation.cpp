@@ -17,6 +17,7 @@
 #include "router/router_http.h"
 #include "server/caller.h"
 #include "util/bounded_json.h"
+#include "util/random_seed.h"
 
 namespace mnemo::router {
 namespace {
@@ -75,6 +76,12 @@ bool Router::admit_generation(const http::Request& req, http::Response& res, Gen
   if (auto refused = server::refuse_internal_fields(g.body, server::Caller{})) {
     send_error(res, refused->status, refused->message, refused->type, refused->code);
     return false;
+  }
+  // A request without a seed gets one here, not on its instance: a prefill instance, a decode
+  // instance and a failover instance then sample alike.
+  if (const auto seed = g.body.find("seed"); seed == g.body.end() || seed->is_null()) {
+    g.body["seed"] = random_seed();
+    g.raw_body = g.body.dump(-1, ' ', false, json::error_handler_t::replace);
   }
   auto view = view_request(g.api, g.body);
   if (!view.ok()) {

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "server/supported_fields.h"
 #include "util/bounded_json.h"
 
 namespace mnemo::server {
@@ -186,8 +187,7 @@ void read_sampling(FieldReader& r, ParsedRequest& out) {
   if (const json* seed = r.find("seed")) {
     if (!seed->is_number_integer()) return r.fail("'seed' must be an integer", "seed");
     g.sampling.seed = static_cast<uint64_t>(seed->get<int64_t>());
-  } else {
-    g.sampling.seed = 0x5eed5eed5eedull;  // reproducible by default, like llama.cpp's fixed default
+    out.seed_given = true;
   }
   read_stop(r, g.stop);
 }
@@ -261,6 +261,7 @@ void read_logprobs(FieldReader& r, ParsedRequest& out, bool chat) {
 
 std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool chat) {
   if (!parsed.is_object()) return bad_request("the request body must be a JSON object");
+  if (auto refused = refuse_unsupported_fields(parsed, chat ? ApiEndpoint::kChat : ApiEndpoint::kCompletions)) return *refused;
   FieldReader r(parsed);
   ParsedRequest out;
   if (const json* model = r.find("model")) {

@@ -23,6 +23,7 @@ struct ParsedRequest {
   bool logprobs = false;
   GenerationRequest generation;          // everything but the prompt tokens
   bool max_tokens_given = false;
+  bool seed_given = false;               // else the server draws one (ServerConfig::seed)
   std::vector<ChatMessage> messages;     // chat
   std::string prompt_text;               // completions, as text
   std::vector<TokenId> prompt_tokens;    // completions, given as token ids

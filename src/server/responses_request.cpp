@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "server/supported_fields.h"
+
 namespace mnemo::server {
 namespace {
 
@@ -73,6 +75,7 @@ std::optional<ApiError> read_resumed_response(const json& resumed, ResumedRespon
 }  // namespace
 
 std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& body, const std::string& model_id) {
+  if (auto refused = refuse_unsupported_fields(body, ApiEndpoint::kResponses)) return *refused;
   if (!body.is_object()) return bad_request("the request body must be a JSON object");
   for (const char* name : {"stream", "store"}) {
     if (body.contains(name) && !body[name].is_null() && !body[name].is_boolean()) {

@@ -10,6 +10,7 @@
 #include "server/engine_body.h"
 #include "server/metrics_text.h"
 #include "server/prompt.h"
+#include "util/random_seed.h"
 
 namespace mnemo::server {
 
@@ -207,6 +208,7 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   if (!request.max_tokens_given) g.max_tokens = context - n_prompt;
   g.prompt = std::move(prompt);
   g.cache_namespace = cache_namespace_of(caller, request);
+  if (!request.seed_given) g.sampling.seed = config_.seed ? *config_.seed : random_seed();
   // A replica follows every token, including those whose text is held back.
   g.report_every_token = request.report_tokens || (!request.replica_endpoints.empty() && replicator_);
 

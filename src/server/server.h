@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "chat/chat_template.h"
@@ -42,6 +43,9 @@ struct ServerConfig {
   // A prompt's KV goes to its first running replica layer by layer while it is computed (SPEC
   // D3); false: whole chunks after each step.
   bool stream_prompt_layers = true;
+  // The sampling seed of requests that give none: drawn at random per request (so "regenerate"
+  // gives a new answer), or this one for a deterministic server (`--seed`).
+  std::optional<uint64_t> seed;
 };
 
 // A request handed to the engine: its stream, and the slot it holds among the requests in flight

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_request.h"
+#include "server/responses_request.h"
 
 namespace mnemo::server {
 namespace {
@@ -63,11 +64,12 @@ TEST(ParseRequest, ReadsAChatRequestsMessagesAndSampling) {
   EXPECT_FALSE(r.report_tokens);
 }
 
-TEST(ParseRequest, DefaultsAreReproducibleAndTemperatureOne) {
+TEST(ParseRequest, DefaultsLeaveTheSeedToTheServerAndTemperatureOne) {
   const ParsedRequest r = accepted({{"prompt", "Once"}}, /*chat=*/false);
   EXPECT_EQ(r.prompt_text, "Once");
   EXPECT_FLOAT_EQ(r.generation.sampling.temperature, 1.0f);
-  EXPECT_EQ(r.generation.sampling.seed, 0x5eed5eed5eedull);  // a fixed seed unless one is given
+  EXPECT_FALSE(r.seed_given);  // the server draws one (Server::prepare)
+  EXPECT_TRUE(accepted({{"prompt", "Once"}, {"seed", 0}}, false).seed_given);
   EXPECT_FALSE(r.max_tokens_given);
   EXPECT_EQ(r.generation.n, 1);
   EXPECT_FALSE(r.stream);
@@ -143,6 +145,59 @@ TEST(ParseRequest, ARoutersFieldsAreRead) {
   EXPECT_EQ(r.replica_known_tokens, (std::vector<int32_t>{32, 0}));
   EXPECT_EQ(r.replica_at_end, (std::vector<bool>{true, false}));
   EXPECT_TRUE(r.replica_wait);
+}
+
+TEST(ParseRequest, AParameterNotImplementedIsRefusedByName) {
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  const json tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}};
+  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
+           {"tools", json::array({tool})},
+           {"tool_choice", "required"},
+           {"response_format", {{"type", "json_object"}}},
+           {"logit_bias", {{"15", 5}}},
+           {"no_such_field", {{"deep", json::array({1, 2})}}}}) {
+    const ApiError e = refused({{"messages", messages}, {field, value}}, /*chat=*/true);
+    EXPECT_EQ(e.status, 400) << field;
+    EXPECT_EQ(e.param, field);
+    EXPECT_NE(e.message.find(field), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(refused({{"prompt", "x"}, {"echo", true}}, false).param, "echo");
+  EXPECT_EQ(refused({{"prompt", "x"}, {"suffix", "end"}}, false).param, "suffix");
+  // Chat's fields are not completions' and the other way round.
+  EXPECT_EQ(refused({{"prompt", "x"}, {"top_logprobs", 2}}, false).param, "top_logprobs");
+  EXPECT_EQ(refused({{"messages", messages}, {"prompt", "x"}}, true).param, "prompt");
+}
+
+TEST(ParseRequest, NoOpsNullsAndValuesAskingForTheDefaultAreAccepted) {
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  accepted({{"messages", messages},
+            {"user", "u1"},
+            {"metadata", {{"k", "v"}}},
+            {"store", false},
+            {"service_tier", "auto"},
+            {"prompt_cache_key", "p"},
+            {"tools", json::array()},
+            {"tool_choice", "none"},
+            {"parallel_tool_calls", true},
+            {"response_format", {{"type", "text"}}},
+            {"logit_bias", json::object()},
+            {"functions", nullptr},
+            {"no_such_field", nullptr}},
+           /*chat=*/true);
+  accepted({{"prompt", "x"}, {"echo", false}, {"suffix", ""}, {"best_of", 1}}, false);
+}
+
+TEST(ParseResponsesRequest, ToolsAndStructuredFormatsAreRefusedPlainTextAccepted) {
+  const auto error_of = [](const json& body) {
+    auto result = parse_responses_request(body, "m");
+    return std::holds_alternative<ApiError>(result) ? std::get<ApiError>(result).param : std::string("(accepted)");
+  };
+  EXPECT_EQ(error_of({{"input", "hi"}, {"tools", json::array({{{"type", "web_search"}}})}}), "tools");
+  EXPECT_EQ(error_of({{"input", "hi"}, {"text", {{"format", {{"type", "json_object"}}}}}}), "text");
+  EXPECT_EQ(error_of({{"input", "hi"}, {"reasoning", {{"effort", "low"}}}}), "reasoning");
+  EXPECT_EQ(error_of({{"input", "hi"}, {"messages", json::array()}}), "messages");  // chat's field, not this API's
+  EXPECT_EQ(error_of({{"input", "hi"}, {"text", {{"format", {{"type", "text"}}}}}, {"store", true}, {"metadata", json::object()}}),
+            "(accepted)");
 }
 
 }  // namespace

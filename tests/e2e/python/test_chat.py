@@ -131,6 +131,16 @@ def test_seed_makes_sampling_reproducible(client, model_id):
     assert len({first, sample(1), sample(2), sample(3)}) >= 2
 
 
+def test_requests_without_a_seed_sample_differently(client, model_id):
+    # A random seed per request when none is given: asking again gives a new answer.
+    outs = {
+        client.chat.completions.create(model=model_id, messages=ESSAY, temperature=1.0, max_tokens=16)
+        .choices[0].message.content
+        for _ in range(3)
+    }
+    assert len(outs) >= 2
+
+
 def test_greedy_is_reproducible(client, model_id):
     outs = {
         client.chat.completions.create(model=model_id, messages=ESSAY, temperature=0, max_tokens=12, seed=s)

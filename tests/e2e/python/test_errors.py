@@ -75,9 +75,39 @@ def test_completions_field_errors_name_the_param(server, raw, body, param):
     check_error_body(r, 400, param=param)
 
 
-def test_unknown_fields_are_ignored(client, model_id):
-    r = client.chat.completions.create(model=model_id, messages=MESSAGES, temperature=0, max_tokens=2,
-                                       extra_body={"no_such_field": {"deep": [1, 2]}, "another_one": True})
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    ({"tools": [TOOL]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"logit_bias": {"15": 3}}, "logit_bias"),
+    ({"extra_body": {"no_such_field": {"deep": [1, 2]}}}, "no_such_field"),
+])
+def test_unsupported_chat_parameters_are_400_naming_them(client, model_id, kwargs, param):
+    # OpenAI rejects arguments it does not recognise: a client must never believe it got a tool
+    # call or structured output and receive plain text.
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=model_id, messages=MESSAGES, max_tokens=2, **kwargs)
+    assert info.value.param == param
+    assert param in info.value.message
+
+
+def test_unsupported_completions_and_responses_parameters_are_400(client, model_id):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=model_id, prompt="Hi", max_tokens=2, echo=True)
+    assert info.value.param == "echo"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model=model_id, input="Hi", max_output_tokens=16,
+                                text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}})
+    assert info.value.param == "text"
+
+
+def test_documented_no_ops_and_default_values_are_accepted(client, model_id):
+    r = client.chat.completions.create(model=model_id, messages=MESSAGES, temperature=0, max_tokens=2, user="u1",
+                                       metadata={"k": "v"}, tools=[], tool_choice="none",
+                                       response_format={"type": "text"})
     assert r.choices[0].message.content is not None
     assert r.usage.completion_tokens >= 1
 

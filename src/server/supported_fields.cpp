@@ -1,0 +1,82 @@
+#include "server/supported_fields.h"
+
+#include <algorithm>
+#include <span>
+
+#include <fmt/format.h>
+
+namespace mnemo::server {
+namespace {
+
+using nlohmann::json;
+
+// What the server implements, per endpoint (mnemo_* fields are the cluster's: caller.h checks
+// who sends them).
+constexpr std::string_view kSamplingFields[] = {
+    "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "seed", "stop", "ignore_eos", "cache_salt", "mnemo_replica",
+    "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_replica_wait", "mnemo_report_tokens",
+    "mnemo_resume_tokens", "mnemo_persist_running"};
+constexpr std::string_view kChatFields[] = {"messages", "max_tokens", "max_completion_tokens", "n", "logprobs",
+                                            "top_logprobs"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "max_tokens", "n", "logprobs"};
+constexpr std::string_view kResponsesFields[] = {"input", "instructions", "previous_response_id", "max_output_tokens",
+                                                 "mnemo_resume_response"};
+
+// OpenAI parameters this server knows but does not implement yet: named as such in the error.
+constexpr std::string_view kKnownUnimplemented[] = {
+    "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format", "logit_bias",
+    "echo", "suffix", "best_of", "text", "reasoning", "reasoning_effort", "include", "truncation", "background",
+    "audio", "modalities", "prediction", "web_search_options", "max_tool_calls", "conversation", "prompt",
+    "top_logprobs", "verbosity"};
+
+bool contains(std::span<const std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool is_type(const json& value, std::string_view type) {
+  return value.is_object() && value.size() == 1 && value.contains("type") && value["type"] == type;
+}
+
+// A value of an unimplemented field that asks for what the server does anyway.
+bool asks_for_the_default(std::string_view name, const json& value) {
+  if (name == "tools" || name == "functions" || name == "include") return value.is_array() && value.empty();
+  if (name == "tool_choice" || name == "function_call") return value == "none";
+  if (name == "parallel_tool_calls") return value.is_boolean();  // meaningless without tools
+  if (name == "response_format") return is_type(value, "text");
+  if (name == "logit_bias") return value.is_object() && value.empty();
+  if (name == "echo" || name == "background") return value == false;
+  if (name == "suffix") return value == "";
+  if (name == "best_of") return value == 1;
+  if (name == "truncation") return value == "disabled";
+  if (name == "text") return value.is_object() && value.size() == 1 && value.contains("format") && is_type(value["format"], "text");
+  return false;
+}
+
+bool implemented(ApiEndpoint endpoint, std::string_view name) {
+  if (contains(kNoOpFields, name)) return true;
+  switch (endpoint) {
+    case ApiEndpoint::kChat: return contains(kSamplingFields, name) || contains(kChatFields, name);
+    case ApiEndpoint::kCompletions: return contains(kSamplingFields, name) || contains(kCompletionFields, name);
+    case ApiEndpoint::kResponses: return contains(kSamplingFields, name) || contains(kResponsesFields, name);
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<ApiError> refuse_unsupported_fields(const json& body, ApiEndpoint endpoint) {
+  if (!body.is_object()) return std::nullopt;
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null() || implemented(endpoint, key) || asks_for_the_default(key, value)) continue;
+    const bool known = contains(kKnownUnimplemented, key);
+    ApiError error = bad_request(known ? fmt::format("'{}' is not supported by this server", key)
+                                       : fmt::format("Unrecognized request argument supplied: {}", key),
+                                 key);
+    error.code = known ? "unsupported_parameter" : "";
+    return error;
+  }
+  return std::nullopt;
+}
+
+}  // namespace mnemo::server
