@@ -52,6 +52,9 @@ from pathlib import Path
 
 import requests
 
+# Every figure is measured on Gemma 3 270M (`mnemo serve` defaults to the chat model).
+GEMMA_MODEL = os.path.join(os.environ.get("MNEMO_CACHE") or os.path.expanduser("~/.cache/mnemo"), "models", "gemma-3-270m-q4_k_m.gguf")
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ["free", "free+replica", "fail+replica", "fail+resume", "fail+retry"]
 SOLO_SCENARIOS = ["solo", "solo+disk", "solo-fail+disk", "solo-fail+resume"]
@@ -245,7 +248,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
     solo = scenario.startswith("solo")
     for i in range(1 if solo else args.instances):
         log = workdir / f"{scenario}-instance{i}.log"
-        p = Proc([args.mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir",
+        p = Proc([args.mnemo_bin, "serve", "--model", GEMMA_MODEL, "--host", "127.0.0.1", "--port", "0", "--state-dir",
                   tempfile.mkdtemp(prefix="mnemo-fobench-", dir=workdir), "--cluster", etcd_url, "--cluster-name", name,
                   "--threads", str(args.threads), "--kv-tokens", str(args.kv_tokens), "--model-name", "m",
                   *shlex.split(args.serve_args)], log)

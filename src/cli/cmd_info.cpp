@@ -76,7 +76,7 @@ int run_info(const std::string& path, bool show_template) {
 }  // namespace
 
 void add_info_command(CLI::App& app, std::function<int()>& run) {
-  auto path = std::make_shared<std::string>(default_model_path());
+  auto path = std::make_shared<std::string>(chat_model_path());
   auto show_template = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("info", "Describe a GGUF model: architecture, sizes, types, tokenizer, template");
   cmd->add_option("model", *path, "GGUF model file")->capture_default_str();

@@ -149,7 +149,7 @@ void add_common_options(CLI::App* cmd, LoadgenArgs& args) {
 
 void add_loadgen_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<LoadgenArgs>();
-  args->options.tokenizer_model = default_model_path();
+  args->options.tokenizer_model = reference_model_path();
   args->options.data_path = loadgen::default_dataset_path();
   args->options.slo = {2.0, 0.2};
   CLI::App* cmd = app.add_subcommand("loadgen", "Multi-turn serving benchmark against an OpenAI-compatible server");

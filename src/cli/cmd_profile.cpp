@@ -297,7 +297,7 @@ int run_profile(const ProfileArgs& args) {
 
 void add_profile_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<ProfileArgs>();
-  args->model_path = default_model_path();
+  args->model_path = reference_model_path();
   CLI::App* cmd = app.add_subcommand("profile", "Measure a model's recompute cost and the copy and disk bandwidths, "
                                                 "and store them beside the model");
   cmd->add_option("-m,--model", args->model_path, "GGUF model file")->capture_default_str();

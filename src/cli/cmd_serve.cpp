@@ -315,7 +315,7 @@ int run_serve(ServeArgs args) {
 
 void add_serve_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<ServeArgs>();
-  args->model_path = default_model_path();
+  args->model_path = chat_model_path();
   args->server.ui_dir = MNEMO_UI_DIR;
   args->state_dir = cache_dir() + "/state";
   args->engine.block_size = 32;  // SPEC P3's chunk

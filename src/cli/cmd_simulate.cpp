@@ -97,7 +97,7 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<SimulateArgs>();
   sim::SimulationOptions& o = args->options;
   o.data_path = loadgen::default_dataset_path();
-  o.model_path = default_model_path();
+  o.model_path = reference_model_path();
   o.policies = sim::eviction_policy_names();
   CLI::App* cmd = app.add_subcommand("simulate", "Replay conversations against the KV cache's eviction policies (no model)");
   cmd->add_option("--data", o.data_path, "ShareGPT-format conversations (JSONL)")->capture_default_str();

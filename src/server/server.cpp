@@ -72,7 +72,7 @@ bool Server::admit_head(http::Request& req, http::Response& res) {
     if (!auth_.metrics_allowed(authorization)) {
       refused = ApiError{401, "/metrics needs the metrics key (or an API key)", "invalid_request_error", "", "invalid_api_key"};
     }
-  } else if (req.path.rfind("/v1/", 0) == 0) {  // not /health or the page
+  } else if (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize") {  // not /health or the page
     refused = auth_.admit(authorization, req.has_header(auth::kPeerHeader));
   }
   if (!refused) return true;
@@ -146,14 +146,11 @@ void Server::install_routes() {
   });
   http.route("GET", "/v1/models", [this](http::Request& req, http::Response& res) {
     if (auto caller = caller_of(req); std::holds_alternative<ApiError>(caller)) return send_error(res, std::get<ApiError>(caller));
-    const json models = {{"object", "list"},
-                         {"data", json::array({{{"id", config_.model_id},
-                                                {"object", "model"},
-                                                {"created", 0},
-                                                {"owned_by", "mnemo"},
-                                                {"context_length", engine_.model().config().context_length}}})}};
-    res.set_content(models.dump(), "application/json");
+    res.set_content(json{{"object", "list"}, {"data", json::array({model_card()})}}.dump(), "application/json");
   });
+  http.route_prefix("GET", "/v1/models/", [this](http::Request& req, http::Response& res) { handle_model(req, res); });
+  http.route("POST", "/tokenize", [this](http::Request& req, http::Response& res) { handle_tokenize(req, res); });
+  http.route("POST", "/detokenize", [this](http::Request& req, http::Response& res) { handle_detokenize(req, res); });
   http.route("POST", "/v1/chat/completions", [this](http::Request& req, http::Response& res) {
     handle_generation(req, res, Endpoint::kChat);
   });

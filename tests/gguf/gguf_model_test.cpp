@@ -9,7 +9,7 @@ namespace mnemo::gguf {
 namespace {
 
 TEST(GgufModel, Gemma3_270mHasItsKnownShape) {
-  const std::string path = default_model_path();
+  const std::string path = reference_model_path();
   auto file = File::open(path);
   ASSERT_TRUE(file.ok()) << file.error().message() << " (fetch it with scripts/fetch_model.py)";
 

@@ -97,7 +97,7 @@ LoadgenOptions tiny_options(const std::string& url) {
   LoadgenOptions o;
   o.url = url;
   o.data_path = kFixture;
-  o.tokenizer_model = default_model_path();
+  o.tokenizer_model = reference_model_path();
   o.num_conversations = 3;
   o.limits = WorkloadLimits{.max_context = 512, .max_output_tokens = 8, .max_turns = 2};
   o.think_time_s = 0.1;

@@ -44,7 +44,7 @@ nlohmann::json load_fixture(const std::string& name) {
 class Gemma3FidelityTest : public ::testing::TestWithParam<DType> {
  protected:
   static void SetUpTestSuite() {
-    auto model = Model::load(default_model_path());
+    auto model = Model::load(reference_model_path());
     ASSERT_TRUE(model.ok()) << model.error().message() << " (run scripts/setup.sh to fetch the default model)";
     model_ = std::move(*model).release();
   }

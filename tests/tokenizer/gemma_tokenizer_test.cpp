@@ -1,4 +1,4 @@
-// The tokenizer of the real Gemma 3 270M GGUF (default_model_path(); a missing file fails).
+// The tokenizer of the real Gemma 3 270M GGUF (reference_model_path(); a missing file fails).
 // Expected ids below were produced by llama.cpp on the same file, as was
 // tests/fixtures/gemma3_tokenize.json, which holds many more.
 #include <gtest/gtest.h>
@@ -28,7 +28,7 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 class GemmaTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string path = default_model_path();
+    const std::string path = reference_model_path();
     if (!std::filesystem::exists(path)) {
       load_error_ = new std::string(path + " is missing: run scripts/fetch_model.py");
       return;

@@ -14,16 +14,9 @@ import tempfile
 import pytest
 import requests
 
-from helpers import read_metrics, wait_for
+from helpers import read_metrics, reference_model_path, wait_for  # noqa: F401  (re-exported)
 
 ETCD = "/usr/bin/etcd"
-
-
-def default_model_path() -> str:
-    """Where `mnemo serve` finds its default model (src/util/paths.cpp)."""
-    cache = os.environ.get("MNEMO_CACHE") or (
-        os.environ["XDG_CACHE_HOME"] + "/mnemo" if os.environ.get("XDG_CACHE_HOME") else os.path.expanduser("~/.cache/mnemo"))
-    return cache + "/models/gemma-3-270m-q4_k_m.gguf"
 
 
 def instance_by_id(cluster, instance_id: str):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from helpers import API_KEY, CLUSTER_SECRET
+from helpers import API_KEY, CLUSTER_SECRET, reference_model_path
 
 SERVING_LINE = re.compile(r"^mnemo: (?:serving|routing) .* at (https?://[^\s/]+)/")
 STARTUP_TIMEOUT_S = 120.0
@@ -168,19 +168,21 @@ def mnemo_bin(pytestconfig) -> str:
 
 @pytest.fixture(scope="session")
 def start_server(mnemo_bin):
-    """Factory: start_server(*extra_args) starts a server (default model, free port) that is stopped
+    """Factory: start_server(*extra_args) starts a server (Gemma 3 270M, free port) that is stopped
     at the end of the session unless the test stopped it."""
     servers: list[MnemoServer] = []
     secret_file = os.path.join(tempfile.mkdtemp(prefix="mnemo-e2e-secret-"), "cluster-secret")
     with open(secret_file, "w") as f:
         f.write(CLUSTER_SECRET + "\n")
 
-    def start(*extra: str) -> MnemoServer:
+    def start(*extra: str, default_model: bool = False) -> MnemoServer:
         # Every server gets its own state (conversations, KV disk tier) unless a test shares one.
         state = [] if "--state-dir" in extra else ["--state-dir", tempfile.mkdtemp(prefix="mnemo-e2e-state-")]
         # Cluster members run as the loopback cluster without a secret their test routers form.
         secret = [] if "--cluster-secret-file" in extra or "--cluster" in extra else ["--cluster-secret-file", secret_file]
-        args = [mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", *state, *secret, *extra]
+        # Gemma 3 270M unless the test names a model (serve's own default is the chat model).
+        model = [] if default_model or "--model" in extra or "-m" in extra else ["--model", reference_model_path()]
+        args = [mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", *model, *state, *secret, *extra]
         server = MnemoServer(args)
         servers.append(server)
         return server.start()

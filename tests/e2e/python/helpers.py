@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
@@ -16,6 +17,22 @@ API_KEY = "sk-mnemo-e2e-secret"  # the key of the auth_server fixture
 CLUSTER_SECRET = "e2e-cluster-secret-0123456789abcdef0123456789abcdef"
 # What a router sends in a loopback cluster without a secret (test_cluster's instances).
 UNSIGNED_PEER = {"X-Mnemo-Peer": "v0;"}
+
+
+def model_cache() -> str:
+    """The model cache of src/util/paths.cpp."""
+    return os.environ.get("MNEMO_CACHE") or (
+        os.environ["XDG_CACHE_HOME"] + "/mnemo" if os.environ.get("XDG_CACHE_HOME") else os.path.expanduser("~/.cache/mnemo"))
+
+
+def reference_model_path() -> str:
+    """Gemma 3 270M, the model most tests run on (passed to `mnemo serve` explicitly)."""
+    return model_cache() + "/models/gemma-3-270m-q4_k_m.gguf"
+
+
+def chat_model_path() -> str:
+    """SmolLM2-135M-Instruct, the model `mnemo serve` serves by default."""
+    return model_cache() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def peer_headers(method: str, url: str, body: bytes, tenant: str = "", secret: str = CLUSTER_SECRET) -> dict:

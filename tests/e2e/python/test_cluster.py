@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from conftest import MnemoServer
-from cluster_fixtures import default_model_path, etcd, followed, free_port, instance_by_id, transport_of  # noqa: F401
+from cluster_fixtures import reference_model_path, etcd, followed, free_port, instance_by_id, transport_of  # noqa: F401
 from helpers import UNSIGNED_PEER, read_metrics, wait_for
 
 CHAT = {"model": "m", "max_tokens": 12, "temperature": 0}
@@ -167,7 +167,7 @@ def test_a_stream_to_a_slow_client_is_held_back_not_queued_and_arrives_whole(clu
 def test_a_tokenizing_router_follows_the_instances_caches_by_their_events(cluster):
     # With the model, the router names a prompt's chunks as the instances' indexes do and learns
     # what each holds from its insert and evict events.
-    router = cluster["start_router"]("--model", default_model_path())
+    router = cluster["start_router"]("--model", reference_model_path())
     wait_for(lambda: len(followed(router.url)) == 2, 30, 0.2, "the router to follow both instances' caches")
     topic = ("Plan a week of dinners for a family of four: one fish night, one soup night, something with beans, "
              "a pasta the children like, and leftovers on Friday. ")
@@ -218,7 +218,7 @@ def test_the_router_predicts_sliding_window_history_as_the_instance_reuses_it(et
     name = f"swa{os.getpid()}"
     start_server("--cluster", etcd, "--cluster-name", name, "--kv-tokens", "1024", "--model-name", "m")
     router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
-                          "--model", default_model_path()])
+                          "--model", reference_model_path()])
     router.start()
     try:
         wait_for(lambda: len(followed(router.url)) == 1, 30, 0.2, "the router to follow the instance's cache")

@@ -19,7 +19,7 @@ import requests
 
 from cluster_fixtures import etcd, instance_by_id  # noqa: F401  (etcd: a pytest fixture, by name)
 from conftest import MnemoServer
-from helpers import output_text, read_metrics, response_stream_events, sse_events, wait_for
+from helpers import output_text, read_metrics, reference_model_path, response_stream_events, sse_events, wait_for
 
 REQUESTS = 16
 MAX_TOKENS = 128  # room for streams on a less loaded instance to run ahead of the kill
@@ -37,7 +37,7 @@ def cluster(etcd, mnemo_bin):  # noqa: F811  (the etcd fixture)
     started: list[MnemoServer] = []
 
     def start_instance() -> MnemoServer:
-        s = MnemoServer([mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir",
+        s = MnemoServer([mnemo_bin, "serve", "--model", reference_model_path(), "--host", "127.0.0.1", "--port", "0", "--state-dir",
                          tempfile.mkdtemp(prefix="mnemo-failover-"), "--cluster", etcd, "--cluster-name", name,
                          "--kv-tokens", "16384", "--model-name", "m", "--threads", "1"])
         started.append(s)
@@ -394,7 +394,7 @@ def test_a_restarted_instance_resumes_its_streams_from_its_own_disk(etcd, mnemo_
     there, and the restarted instance finds their prompt and generated KV on its disk."""
     name = f"d{os.getpid()}"
     state = tempfile.mkdtemp(prefix="mnemo-disk-replica-")
-    serve = [mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir", state, "--cluster", etcd,
+    serve = [mnemo_bin, "serve", "--model", reference_model_path(), "--host", "127.0.0.1", "--port", "0", "--state-dir", state, "--cluster", etcd,
              "--cluster-name", name, "--kv-tokens", "16384", "--model-name", "m", "--threads", "1"]
     started = [MnemoServer(serve).start()]
     router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",

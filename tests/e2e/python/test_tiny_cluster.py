@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from conftest import MnemoServer
-from cluster_fixtures import default_model_path, etcd, followed, free_port, instance_by_id, secure_etcd, transport_of  # noqa: F401
+from cluster_fixtures import reference_model_path, etcd, followed, free_port, instance_by_id, secure_etcd, transport_of  # noqa: F401
 from helpers import UNSIGNED_PEER, read_metrics, wait_for
 
 COMPLETION = {"model": "tiny", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
@@ -168,7 +168,7 @@ def test_a_router_with_another_models_tokenizer_does_not_follow_the_instances(cl
     # The instances publish their prompt fingerprint; a router tokenizing with the default model
     # would name their chunks wrongly, so it leaves their caches alone (and says so) but routes.
     router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", cluster["name"], "--port", "0",
-                          "--model", default_model_path()])
+                          "--model", reference_model_path()])
     router.start()
     try:
         wait_for(lambda: read_metrics(router.url).get("mnemo_router_instances") == 3, 15, 0.1, "the instances")

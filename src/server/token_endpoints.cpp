@@ -1,0 +1,111 @@
+// Server, the tokenizer over HTTP in llama-server's shape, and one model's card:
+//   POST /tokenize   {"content": TEXT, "add_special": false, "parse_special": true, "with_pieces": false}
+//                    -> {"tokens": [ids]} (or [{"id", "piece"}] with_pieces)
+//   POST /detokenize {"tokens": [ids]} -> {"content": TEXT}
+//   GET  /v1/models/{id}
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "server/server.h"
+#include "server/openai_request.h"
+
+namespace mnemo::server {
+
+using nlohmann::json;
+
+namespace {
+
+// The fields of a tokenizer request, each checked: its type, and that no other is present.
+std::optional<ApiError> read_flag(const json& body, const char* name, bool& out) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return bad_request(fmt::format("'{}' must be a boolean", name), name);
+  out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> refuse_other_fields(const json& body, std::initializer_list<std::string_view> known) {
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return bad_request(fmt::format("Unrecognized request argument supplied: {}", key), key);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<json, ApiError> Server::tokenizer_body(const http::Request& req) {
+  if (auto caller = caller_of(req); std::holds_alternative<ApiError>(caller)) return std::get<ApiError>(caller);
+  auto body = parse_request_body(req.body);
+  if (auto* error = std::get_if<ApiError>(&body)) return *error;
+  return std::move(std::get<json>(body));
+}
+
+void Server::handle_tokenize(const http::Request& req, http::Response& res) {
+  auto read = tokenizer_body(req);
+  if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
+  const json& body = std::get<json>(read);
+  if (auto refused = refuse_other_fields(body, {"content", "add_special", "parse_special", "with_pieces"})) {
+    return send_error(res, *refused);
+  }
+  const auto content = body.find("content");
+  if (content == body.end() || !content->is_string()) return send_error(res, bad_request("'content' must be a string", "content"));
+  bool add_special = false;
+  bool parse_special = true;
+  bool with_pieces = false;
+  for (auto [name, flag] : {std::pair{"add_special", &add_special}, std::pair{"parse_special", &parse_special},
+                            std::pair{"with_pieces", &with_pieces}}) {
+    if (auto error = read_flag(body, name, *flag)) return send_error(res, *error);
+  }
+  const std::vector<TokenId> tokens = tokenizer_.encode(content->get_ref<const std::string&>(), add_special, parse_special);
+  json out = json::array();
+  for (const TokenId t : tokens) {
+    if (with_pieces) {
+      out.push_back({{"id", t}, {"piece", tokenizer_.token_to_piece(t, true)}});
+    } else {
+      out.push_back(t);
+    }
+  }
+  res.set_content(json{{"tokens", std::move(out)}}.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void Server::handle_detokenize(const http::Request& req, http::Response& res) {
+  auto read = tokenizer_body(req);
+  if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
+  const json& body = std::get<json>(read);
+  if (auto refused = refuse_other_fields(body, {"tokens"})) return send_error(res, *refused);
+  const auto tokens = body.find("tokens");
+  if (tokens == body.end() || !tokens->is_array()) return send_error(res, bad_request("'tokens' must be an array of token ids", "tokens"));
+  std::vector<TokenId> ids;
+  ids.reserve(tokens->size());
+  for (const json& t : *tokens) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer_.vocab_size()) {
+      return send_error(res, bad_request(fmt::format("'tokens' must hold token ids in 0..{}", tokenizer_.vocab_size() - 1), "tokens"));
+    }
+    ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
+  }
+  res.set_content(json{{"content", tokenizer_.decode(ids, true)}}.dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
+}
+
+json Server::model_card() const {
+  return {{"id", config_.model_id},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "mnemo"},
+          {"context_length", engine_.model().config().context_length}};
+}
+
+void Server::handle_model(const http::Request& req, http::Response& res) {
+  if (auto caller = caller_of(req); std::holds_alternative<ApiError>(caller)) return send_error(res, std::get<ApiError>(caller));
+  const std::string id = req.path.substr(std::string_view("/v1/models/").size());
+  if (id != config_.model_id) {
+    return send_error(res, ApiError{404, fmt::format("The model '{}' does not exist; this server serves '{}'.", id, config_.model_id),
+                                    "invalid_request_error", "model", "model_not_found"});
+  }
+  res.set_content(model_card().dump(), "application/json");
+}
+
+}  // namespace mnemo::server
