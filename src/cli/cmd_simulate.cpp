@@ -1,13 +1,16 @@
 // `mnemo simulate`: replays ShareGPT conversations (Poisson arrivals, think times between turns)
 // against the KV cache's eviction policy alone, with no model, and reports per policy the tokens
 // recomputed, hits per tier and bytes moved. See src/sim/ and docs/benchmarks.md.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "gguf/gguf_file.h"
 #include "loadgen/loadgen.h"
+#include "model/config.h"
 #include "loadgen/report.h"
 #include "sim/byte_size.h"
 #include "sim/policy_report.h"
@@ -18,8 +21,12 @@ namespace mnemo::cli {
 namespace {
 
 struct SimulateArgs {
-  SimulateArgs() { options.cache.sliding_window = 512; }  // the default model's geometry (Gemma 3 270M)
   sim::SimulationOptions options;
+  // The geometry flags; each given overrides what the model file says.
+  const CLI::Option* kv_bytes_flag = nullptr;
+  const CLI::Option* window_flag = nullptr;
+  const CLI::Option* layers_flag = nullptr;
+  const CLI::Option* global_layers_flag = nullptr;
   std::string device_bytes = "128M";
   std::string host_bytes = "256M";
   std::string disk_bytes = "0";
@@ -32,8 +39,32 @@ int fail(const Error& error) {
   return 1;
 }
 
+// The KV geometry of the model that counts the tokens: bytes per token (F16, as `serve` keeps
+// KV by default), layers, and for a sliding-window model its window and global layers; each
+// geometry flag given overrides its part. Without a model (--estimate-tokens), Gemma 3 270M's.
+Status resolve_geometry(SimulateArgs& args) {
+  sim::SimConfig& cache = args.options.cache;
+  sim::SimConfig from_model = cache;
+  if (args.options.estimate_tokens) {
+    from_model.sliding_window = 512;
+  } else {
+    MNEMO_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(args.options.model_path));
+    MNEMO_ASSIGN_OR_RETURN(ModelConfig c, read_model_config(file));
+    from_model.kv_bytes_per_token = int64_t{c.n_layers} * c.n_kv_heads * (c.head_dim_k + c.head_dim_v) * 2;
+    from_model.layers = c.n_layers;
+    from_model.sliding_window = c.sliding_window;
+    from_model.global_layers = static_cast<int32_t>(std::count(c.layer_is_local.begin(), c.layer_is_local.end(), false));
+  }
+  if (args.kv_bytes_flag->count() == 0) cache.kv_bytes_per_token = from_model.kv_bytes_per_token;
+  if (args.window_flag->count() == 0) cache.sliding_window = from_model.sliding_window;
+  if (args.layers_flag->count() == 0) cache.layers = from_model.layers;
+  if (args.global_layers_flag->count() == 0) cache.global_layers = from_model.global_layers;
+  return ok_status();
+}
+
 Status resolve(SimulateArgs& args) {
   sim::SimulationOptions& o = args.options;
+  if (Status geometry = resolve_geometry(args); !geometry.ok()) return geometry.error().with_context("the KV geometry");
   const std::string* texts[] = {&args.device_bytes, &args.host_bytes, &args.disk_bytes};
   for (size_t t = 0; t < o.cache.capacity_bytes.size(); ++t) {
     auto bytes = sim::parse_byte_size(*texts[t]);
@@ -117,19 +148,24 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--chunk", o.cache.chunk_tokens, "Tokens per cached chunk")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-bytes-per-token", o.cache.kv_bytes_per_token,
-                  "KV bytes per token (layers x KV heads x (K + V dims) x element bytes; default Gemma 3 270M, F16)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--sliding-window", o.cache.sliding_window,
+  args->kv_bytes_flag = (
+      cmd->add_option("--kv-bytes-per-token", o.cache.kv_bytes_per_token,
+                      "KV bytes per token (layers x KV heads x (K + V dims) x element bytes). The geometry flags "
+                      "default to the model's (F16); with --estimate-tokens, to Gemma 3 270M's")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber));
+  args->window_flag = (cmd->add_option("--sliding-window", o.cache.sliding_window,
                   "A sliding-window model's window in tokens: history a window before an idle conversation's end "
                   "takes --global-layers of --layers of the bytes, as in the real cache (0: none)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--layers", o.cache.layers, "Layers of the model (with --sliding-window)")->capture_default_str()->check(CLI::Range(1, 1024));
-  cmd->add_option("--global-layers", o.cache.global_layers, "Layers attending to the whole context (with --sliding-window)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(0, 1 << 24)));
+  args->layers_flag = (cmd->add_option("--layers", o.cache.layers, "Layers of the model (with --sliding-window)")
+                                     ->capture_default_str()
+                                     ->check(CLI::Range(1, 1024)));
+  args->global_layers_flag = (
+      cmd->add_option("--global-layers", o.cache.global_layers, "Layers attending to the whole context (with --sliding-window)")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1024)));
   cmd->add_option("--device-bytes", args->device_bytes, "Device tier capacity (e.g. 64M, 1.5G)")->capture_default_str();
   cmd->add_option("--host-bytes", args->host_bytes, "Host tier capacity (0: none)")->capture_default_str();
   cmd->add_option("--disk-bytes", args->disk_bytes, "Disk tier capacity (0: none)")->capture_default_str();
