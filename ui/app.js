@@ -42,9 +42,11 @@
       return fallback;
     }
   }
+  const DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant.";
+
   function save(key, value) {
     try {
-      if (value === "") localStorage.removeItem(STORE + key);
+      if (value === "" && key !== "systemPrompt") localStorage.removeItem(STORE + key);  // "" : no system prompt
       else localStorage.setItem(STORE + key, value);
     } catch (_) { /* storage may be disabled */ }
   }
@@ -52,7 +54,9 @@
   els.apiKey.value = load("apiKey", "");
   els.temperature.value = load("temperature", els.temperature.value);
   els.maxTokens.value = load("maxTokens", els.maxTokens.value);
-  els.systemPrompt.value = load("systemPrompt", "");
+  // A small instruct model answers far better with a plain system prompt than with the one its
+  // template adds when none is given (SmolLM2's, the default model's: llama.cpp answers the same).
+  els.systemPrompt.value = load("systemPrompt", DEFAULT_SYSTEM_PROMPT);
   for (const [el, key] of [[els.apiKey, "apiKey"], [els.temperature, "temperature"],
                            [els.maxTokens, "maxTokens"], [els.systemPrompt, "systemPrompt"]]) {
     el.addEventListener("change", () => save(key, el.value.trim()));

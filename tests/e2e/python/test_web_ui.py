@@ -111,7 +111,9 @@ def test_page_streams_a_multi_turn_chat(browser, server, client, model_id):
     assert all(reply.startswith(s) for s in snapshots)
     assert len(set(snapshots)) >= 2, snapshots
     # The page asked for what the settings say: the API gives the same greedy reply.
-    expected = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": question}],
+    # The page's default system prompt goes first (settings: "System prompt").
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    expected = client.chat.completions.create(model=model_id, messages=[system, {"role": "user", "content": question}],
                                               temperature=0, max_tokens=16)
     assert reply == expected.choices[0].message.content
 
@@ -121,7 +123,7 @@ def test_page_streams_a_multi_turn_chat(browser, server, client, model_id):
     reply2 = text_of(bubble2.find_element(By.CSS_SELECTOR, ".content"))
     expected2 = client.chat.completions.create(
         model=model_id, temperature=0, max_tokens=16,
-        messages=[{"role": "user", "content": question}, {"role": "assistant", "content": reply},
+        messages=[system, {"role": "user", "content": question}, {"role": "assistant", "content": reply},
                   {"role": "user", "content": follow_up}])
     assert reply2 == expected2.choices[0].message.content  # the whole history was sent
     users = [text_of(e) for e in browser.find_elements(By.CSS_SELECTOR, ".message.user .content")]
