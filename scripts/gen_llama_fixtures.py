@@ -3,12 +3,13 @@
 
 Run once (not in CI) after bench/build_llama_cpp.sh:
   LLAMA_CPP_LIB_PATH=~/.cache/mnemo/llama.cpp/build/bin \
-    ~/.cache/mnemo/llama.cpp/venv/bin/python scripts/gen_llama_fixtures.py [MODEL]
+    ~/.cache/mnemo/llama.cpp/venv/bin/python scripts/gen_llama_fixtures.py [gemma3|smollm2] [MODEL]
 
-Writes tests/fixtures/gemma3_tokenize.json (tokenizer cases), gemma3_greedy.json (greedy
-continuations) and gemma3_teacher_forced.json (top-1 token at every position of a 512-token
-text), all computed by llama.cpp (llama-cpp-python, pinned in bench/build_llama_cpp.sh) on the
-very same GGUF file, whose SHA-256 is recorded in each fixture, with an F32 KV cache.
+For Gemma 3 270M, writes tests/fixtures/gemma3_tokenize.json (tokenizer cases); for both models,
+<family>_greedy.json (greedy continuations) and <family>_teacher_forced.json (top-1 token at
+every position of a 512-token text), all computed by llama.cpp (llama-cpp-python, pinned in
+bench/build_llama_cpp.sh) on the very same GGUF file, whose SHA-256 is recorded in each
+fixture, with an F32 KV cache.
 """
 import hashlib
 import json
@@ -21,8 +22,8 @@ import llama_cpp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
-DEFAULT_MODEL = os.path.join(
-    os.environ.get("MNEMO_CACHE", os.path.expanduser("~/.cache/mnemo")), "models", "gemma-3-270m-q4_k_m.gguf")
+MODELS = os.path.join(os.environ.get("MNEMO_CACHE", os.path.expanduser("~/.cache/mnemo")), "models")
+MODEL_FILES = {"gemma3": "gemma-3-270m-q4_k_m.gguf", "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 TOKENIZER_CORPUS = [
     "Hello world",
@@ -61,6 +62,21 @@ GREEDY_PROMPTS = [
     "<start_of_turn>user\n日本の首都はどこですか？<end_of_turn>\n<start_of_turn>model\n",
     "In 1969, the Apollo 11 mission",
 ]
+# SmolLM2-135M-Instruct: plain text and ChatML turns (with and without a system message).
+SMOLLM2_GREEDY_PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village,",
+    "def quicksort(arr):\n",
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?"
+    "<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWrite a haiku about the sea."
+    "<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nExplain what a KV cache is in one paragraph.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "The list of prime numbers: 2, 3, 5, 7,",
+    "In 1969, the Apollo 11 mission",
+]
 GREEDY_TOKENS = 48
 TEACHER_FORCED_TOKENS = 512
 
@@ -74,7 +90,7 @@ def sha256(path):
 
 
 def teacher_forced_text():
-    with open(os.path.join(ROOT, "..", "shared", "data", "sharegpt_en.jsonl")) as f:
+    with open(os.path.join(ROOT, "data", "sharegpt_en.jsonl")) as f:
         parts = []
         for line in f:
             conv = json.loads(line)
@@ -86,7 +102,10 @@ def teacher_forced_text():
 
 
 def main():
-    model = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL
+    family = sys.argv[1] if len(sys.argv) > 1 else "gemma3"
+    if family not in MODEL_FILES:
+        sys.exit(f"unknown model family {family!r} (gemma3 or smollm2)")
+    model = sys.argv[2] if len(sys.argv) > 2 else os.path.join(MODELS, MODEL_FILES[family])
     # The canonical configuration: F32 KV cache and flash attention off. llama.cpp then computes
     # attention in F32 throughout, and its outputs do not depend on how it batches the work
     # (with an F16 cache or flash attention, its own logits move by up to ~3 between batch sizes
@@ -97,6 +116,14 @@ def main():
     meta = {"model_sha256": digest, "llama_cpp_python": llama_cpp.__version__, "n_threads": 2,
             "flash_attn": False, "kv_type": "f32"}
 
+    if family == "gemma3":
+        write_tokenizer_cases(llm, meta)
+    write_greedy(llm, meta, family, GREEDY_PROMPTS if family == "gemma3" else SMOLLM2_GREEDY_PROMPTS)
+    write_teacher_forced(llm, meta, family)
+    print("fixtures written to", FIXTURES)
+
+
+def write_tokenizer_cases(llm, meta):
     cases = []
     for text in TOKENIZER_CORPUS:
         for add_special in (True, False):
@@ -108,8 +135,11 @@ def main():
     with open(os.path.join(FIXTURES, "gemma3_tokenize.json"), "w") as f:
         json.dump({**meta, "cases": cases}, f, ensure_ascii=False, indent=1)
 
+
+
+def write_greedy(llm, meta, family, prompts):
     greedy = []
-    for prompt in GREEDY_PROMPTS:
+    for prompt in prompts:
         tokens = llm.tokenize(prompt.encode(), add_bos=True, special=True)
         llm.reset()
         llm.eval(tokens)
@@ -125,9 +155,11 @@ def main():
         # that numerical noise may resolve either way.
         greedy.append({"prompt": prompt, "prompt_tokens": tokens, "generated": out, "top4": top4,
                        "top4_logits": top4_logits, "text": llm.detokenize(out).decode("utf-8", errors="replace")})
-    with open(os.path.join(FIXTURES, "gemma3_greedy.json"), "w") as f:
+    with open(os.path.join(FIXTURES, f"{family}_greedy.json"), "w") as f:
         json.dump({**meta, "cases": greedy}, f, ensure_ascii=False, indent=1)
 
+
+def write_teacher_forced(llm, meta, family):
     text_tokens = llm.tokenize(teacher_forced_text().encode(), add_bos=True, special=False)[:TEACHER_FORCED_TOKENS]
     llm.reset()
     llm.eval(text_tokens)
@@ -139,10 +171,9 @@ def main():
     margins = [float(m) for m in (part[:, -1] - part[:, -2])]
     top8 = np.argsort(-scores, axis=1)[:, :8]
     top8_logits = np.take_along_axis(scores, top8, axis=1)
-    with open(os.path.join(FIXTURES, "gemma3_teacher_forced.json"), "w") as f:
+    with open(os.path.join(FIXTURES, f"{family}_teacher_forced.json"), "w") as f:
         json.dump({**meta, "tokens": text_tokens, "top1": top1, "margins": margins,
                    "top8": top8.tolist(), "top8_logits": np.round(top8_logits, 5).tolist()}, f)
-    print("fixtures written to", FIXTURES)
 
 
 if __name__ == "__main__":
