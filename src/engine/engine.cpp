@@ -130,6 +130,10 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request,
     return make_error("the request needs {} KV blocks of {} tokens; the pool has {}", needed, bs, config_.kv_blocks);
   }
   MNEMO_RETURN_IF_ERROR(validate(request.sampling));
+  if (!request.sampling.logit_bias.empty() && request.sampling.logit_bias.back().first >= model_.n_vocab()) {
+    return make_error("logit_bias names token {}, outside the vocabulary of {} tokens", request.sampling.logit_bias.back().first,
+                      model_.n_vocab());
+  }
   auto state = std::make_shared<RequestState>();
   state->request = std::move(request);
   state->stream = stream ? std::move(stream) : std::make_shared<RequestStream>();

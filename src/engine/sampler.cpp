@@ -87,6 +87,11 @@ Status validate(const SamplingParams& params) {
     return make_error("frequency_penalty {} is not finite", params.frequency_penalty);
   }
   if (params.penalty_last_n < -1) return make_error("penalty_last_n {} is below -1", params.penalty_last_n);
+  for (size_t i = 0; i < params.logit_bias.size(); ++i) {
+    const auto [token, bias] = params.logit_bias[i];
+    if (!std::isfinite(bias)) return make_error("logit_bias of token {} is not finite", token);
+    if (i > 0 && params.logit_bias[i - 1].first >= token) return make_error("logit_bias is not sorted by token, each once");
+  }
   return ok_status();
 }
 
@@ -100,7 +105,7 @@ double sampling_uniform(uint64_t seed, uint64_t step) {
 bool samples_argmax(const SamplingParams& params) {
   const bool penalties =
       params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
-  return !(params.temperature > 0.0f) && (!penalties || params.penalty_last_n == 0);
+  return !(params.temperature > 0.0f) && (!penalties || params.penalty_last_n == 0) && params.logit_bias.empty();
 }
 
 int32_t Sampler::sample(const SamplingParams& params, std::span<const float> logits,
@@ -176,7 +181,26 @@ void Sampler::apply_penalties(const SamplingParams& params, std::span<const floa
   penalized_.clear();
   const bool enabled =
       params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
-  if (!enabled || params.penalty_last_n == 0) return;
+  if (enabled && params.penalty_last_n != 0) penalize(params, logits, history);
+  if (!params.logit_bias.empty()) add_bias(params.logit_bias, logits);
+}
+
+void Sampler::add_bias(std::span<const std::pair<int32_t, float>> bias, std::span<const float> logits) {
+  // Both lists are sorted by token: one merge, the penalised logit biased where there is one.
+  merged_.clear();
+  size_t p = 0;
+  for (const auto& [token, amount] : bias) {
+    if (token < 0 || static_cast<size_t>(token) >= logits.size()) continue;  // not in this vocabulary
+    for (; p < penalized_.size() && penalized_[p].token < token; ++p) merged_.push_back(penalized_[p]);
+    const bool penalized = p < penalized_.size() && penalized_[p].token == token;
+    const float logit = penalized ? penalized_[p++].logit : logits[static_cast<size_t>(token)];
+    merged_.push_back({token, logit + amount});
+  }
+  merged_.insert(merged_.end(), penalized_.begin() + static_cast<std::ptrdiff_t>(p), penalized_.end());
+  penalized_.swap(merged_);
+}
+
+void Sampler::penalize(const SamplingParams& params, std::span<const float> logits, std::span<const int32_t> history) {
   const size_t window = params.penalty_last_n < 0
                             ? history.size()
                             : std::min(history.size(), static_cast<size_t>(params.penalty_last_n));

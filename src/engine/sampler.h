@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "util/result.h"
@@ -25,6 +26,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // OpenAI semantics: subtract count * value
   int32_t penalty_last_n = 64;      // window of previous tokens for penalties; -1: all; 0: none
   uint64_t seed = 0;
+  // OpenAI's logit_bias: added to a token's logit (after the penalties, before temperature and
+  // the cuts). Sorted by token, each token once.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // Whether sample() with these parameters returns the index of the largest raw logit whatever the
@@ -74,8 +78,12 @@ class Sampler {
   Logprobs logprobs(std::span<const float> logits, int32_t token, int32_t top_n);
 
  private:
+  // The logits that differ from the model's, by token id, into penalized_: the penalties of
+  // repeated tokens, then logit_bias.
   void apply_penalties(const SamplingParams& params, std::span<const float> logits,
                        std::span<const int32_t> history);
+  void penalize(const SamplingParams& params, std::span<const float> logits, std::span<const int32_t> history);
+  void add_bias(std::span<const std::pair<int32_t, float>> bias, std::span<const float> logits);
   void gather_all(std::span<const float> logits);
   void gather_top_k(std::span<const float> logits, std::span<const TokenCandidate> overrides, size_t k);
   void apply_top_p(float top_p, float min_p, bool ranked);
@@ -88,7 +96,8 @@ class Sampler {
   int32_t draw_from_all(float temperature, std::span<const float> logits, double uniform);
 
   std::vector<int32_t> window_;             // the penalty window, sorted to count repeats
-  std::vector<TokenCandidate> penalized_;   // penalised logits of repeated tokens, by token id
+  std::vector<TokenCandidate> penalized_;   // penalised (and biased) logits, by token id
+  std::vector<TokenCandidate> merged_;      // add_bias's scratch
   std::vector<TokenCandidate> candidates_;  // the survivors of each stage
   std::vector<float> weights_;              // unnormalised probabilities for the draw
 };

@@ -1,6 +1,7 @@
 #include "server/openai_request.h"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 
 #include <fmt/format.h>
@@ -169,6 +170,32 @@ std::variant<ParsedRequest, ApiError> parse_request(std::string_view body, bool 
 
 namespace {
 
+// {"token id": bias in -100..100, ...}, as OpenAI takes it; sorted by token for the sampler.
+// Whether each id is in the vocabulary is the server's check (it knows the model).
+void read_logit_bias(FieldReader& r, std::vector<std::pair<int32_t, float>>& out) {
+  constexpr size_t kMaxEntries = 1024;
+  const json* v = r.find("logit_bias");
+  if (v == nullptr) return;
+  if (!v->is_object()) return r.fail("'logit_bias' must be an object of token ids to numbers", "logit_bias");
+  if (v->size() > kMaxEntries) return r.fail(fmt::format("'logit_bias' may hold at most {} tokens", kMaxEntries), "logit_bias");
+  for (const auto& [key, bias] : v->items()) {
+    int64_t token = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || token < 0 || token > (1 << 30)) {
+      return r.fail(fmt::format("'logit_bias' key '{}' is not a token id", key), "logit_bias");
+    }
+    if (!bias.is_number() || !(bias.get<double>() >= -100.0 && bias.get<double>() <= 100.0)) {
+      return r.fail(fmt::format("'logit_bias' of token {} must be a number between -100 and 100", key), "logit_bias");
+    }
+    out.emplace_back(static_cast<int32_t>(token), static_cast<float>(bias.get<double>()));
+  }
+  std::sort(out.begin(), out.end());
+  // "01" and "1" are two keys naming one token.
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i - 1].first == out[i].first) return r.fail(fmt::format("'logit_bias' names token {} twice", out[i].first), "logit_bias");
+  }
+}
+
 void read_sampling(FieldReader& r, ParsedRequest& out) {
   GenerationRequest& g = out.generation;
   constexpr int32_t kMaxTokens = 1 << 20;
@@ -190,6 +217,7 @@ void read_sampling(FieldReader& r, ParsedRequest& out) {
     out.seed_given = true;
   }
   read_stop(r, g.stop);
+  read_logit_bias(r, g.sampling.logit_bias);
 }
 
 // A router's fields (see ParsedRequest); who may send them is the caller's check (caller.h).

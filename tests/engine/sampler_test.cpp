@@ -86,6 +86,29 @@ TEST(SamplerGreedy, SeesPenalisedLogits) {
   EXPECT_EQ(sampler.sample(params, logits, std::vector<int32_t>{0, 1}, 0), 0);  // 1.0 vs 0.95
 }
 
+TEST(SamplerLogitBias, MovesTheArgmaxAndBansATokenAfterThePenalties) {
+  Sampler sampler;
+  SamplingParams params = greedy();
+  const std::vector<float> logits = {2.0f, 1.9f, 0.0f, 1.0f};
+  params.logit_bias = {{0, -100.0f}, {2, 1.5f}};  // token 0 banned; token 2 at 1.5
+  EXPECT_FALSE(samples_argmax(params));            // the model's argmax alone no longer answers
+  EXPECT_EQ(sampler.sample(params, logits, {}, 0), 1);
+  params.logit_bias = {{2, 2.5f}};
+  EXPECT_EQ(sampler.sample(params, logits, {}, 0), 2);
+  // With a penalty on token 1 (1.9 / 2) and a bias on it (+1.2): 2.15, above token 0's 2.0; the
+  // bias adds to the penalised logit, not the raw one (3.1).
+  params.repetition_penalty = 2.0f;
+  params.logit_bias = {{1, 1.2f}, {3, 1.0f}};
+  EXPECT_EQ(sampler.sample(params, logits, std::vector<int32_t>{1}, 0), 1);
+  params.logit_bias = {{1, 1.0f}, {3, 1.05f}};  // 1.95 vs 2.05 (token 3): 3 wins
+  EXPECT_EQ(sampler.sample(params, logits, std::vector<int32_t>{1}, 0), 3);
+  // Out-of-vocabulary ids are ignored by the sampler (the engine refuses them at submit).
+  params.logit_bias = {{7, 100.0f}};
+  EXPECT_EQ(sampler.sample(params, logits, std::vector<int32_t>{1}, 0), 0);
+  params.logit_bias = {{3, 1.0f}, {2, 1.0f}};
+  EXPECT_FALSE(validate(params).ok());  // not sorted
+}
+
 TEST(SamplerGreedy, CopesWithNanAndInfiniteLogits) {
   Sampler sampler;
   EXPECT_EQ(sampler.sample(greedy(), std::vector<float>{kNaN, 1.0f, kNaN}, {}, 0), 1);

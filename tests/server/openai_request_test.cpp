@@ -154,7 +154,7 @@ TEST(ParseRequest, AParameterNotImplementedIsRefusedByName) {
            {"tools", json::array({tool})},
            {"tool_choice", "required"},
            {"response_format", {{"type", "json_object"}}},
-           {"logit_bias", {{"15", 5}}},
+           {"function_call", "auto"},
            {"no_such_field", {{"deep", json::array({1, 2})}}}}) {
     const ApiError e = refused({{"messages", messages}, {field, value}}, /*chat=*/true);
     EXPECT_EQ(e.status, 400) << field;
@@ -166,6 +166,17 @@ TEST(ParseRequest, AParameterNotImplementedIsRefusedByName) {
   // Chat's fields are not completions' and the other way round.
   EXPECT_EQ(refused({{"prompt", "x"}, {"top_logprobs", 2}}, false).param, "top_logprobs");
   EXPECT_EQ(refused({{"messages", messages}, {"prompt", "x"}}, true).param, "prompt");
+}
+
+TEST(ParseRequest, ReadsLogitBiasSortedAndRefusesBadEntries) {
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  const ParsedRequest r = accepted({{"messages", messages}, {"logit_bias", {{"15", 5}, {"3", -100}, {"200", 0.5}}}}, true);
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_EQ(r.generation.sampling.logit_bias, (Bias{{3, -100.0f}, {15, 5.0f}, {200, 0.5f}}));
+  for (const json& bad : {json{{"x", 1}}, json{{"-1", 1}}, json{{"1", 101}}, json{{"1", "1"}}, json{{"1", 1}, {"01", 2}},
+                          json::array({1})}) {
+    EXPECT_EQ(refused({{"messages", messages}, {"logit_bias", bad}}, true).param, "logit_bias") << bad.dump();
+  }
 }
 
 TEST(ParseRequest, NoOpsNullsAndValuesAskingForTheDefaultAreAccepted) {

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
+import openai
 import pytest
+import requests
 
 from helpers import pick_stop_string
 
@@ -118,3 +120,20 @@ def test_max_tokens_is_honoured(client, model_id):
         r = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=limit)
         assert r.usage.completion_tokens == limit
         assert r.choices[0].finish_reason == "length"
+
+
+def test_logit_bias_forces_and_bans_a_token(server, client, model_id):
+
+    banana = requests.post(server.url + "/tokenize", json={"content": " banana"}, timeout=30).json()["tokens"]
+    assert len(banana) == 1
+    forced = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=2,
+                                       logit_bias={str(banana[0]): 100})
+    assert forced.choices[0].text.startswith(" banana")
+    free = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=1)
+    first = requests.post(server.url + "/tokenize", json={"content": free.choices[0].text}, timeout=30).json()["tokens"]
+    banned = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=1,
+                                       logit_bias={str(first[0]): -100})
+    assert banned.choices[0].text != free.choices[0].text
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=model_id, prompt=PROMPT, max_tokens=1, logit_bias={"999999999": 1})
+    assert "logit_bias" in info.value.message

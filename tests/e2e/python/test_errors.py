@@ -82,7 +82,7 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"
     ({"tools": [TOOL]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"logit_bias": {"15": 3}}, "logit_bias"),
+    ({"function_call": "auto"}, "function_call"),
     ({"extra_body": {"no_such_field": {"deep": [1, 2]}}}, "no_such_field"),
 ])
 def test_unsupported_chat_parameters_are_400_naming_them(client, model_id, kwargs, param):
