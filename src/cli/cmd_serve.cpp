@@ -51,6 +51,7 @@ struct ServeArgs {
   std::string role = "colocated";
   std::string advertise;     // the address the router reaches this instance at
   int transfer_port = 0;     // of the KV transport (0: any free port)
+  server::SamplingFlags sampling;
 };
 
 // This process's name in the cluster: host, port and a random part (a restart is a new instance).
@@ -296,6 +297,10 @@ int run_serve(ServeArgs args) {
   std::filesystem::create_directories(args.state_dir, ec);
   if (ec) return fail(make_error(ErrorCode::kIoError, "cannot create state folder {}: {}", args.state_dir, ec.message()));
   config.response_store = args.state_dir + "/responses.sqlite";
+  auto sampling = server::sampling_defaults_for((*model)->file(), args.sampling);
+  if (!sampling.ok()) return fail(sampling.error().with_context(args.model_path));
+  config.sampling = *sampling;
+  std::printf("mnemo: requests that leave them out sample with %s\n", config.sampling.source.c_str());
   config.model_id = args.model_name.empty() ? std::filesystem::path(args.model_path).stem().string() : args.model_name;
   const std::string prompt_fingerprint = fmt::format("{:016x}", server::prompt_fingerprint(**tokenizer, *chat_template));
   server::Server server(engine, **tokenizer, std::move(*chat_template), config);
@@ -387,6 +392,17 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "prompt is computed (SPEC D3); false: whole chunks after each step")
       ->capture_default_str();
   cmd->add_option("--advertise", args->advertise, "URL the router reaches this instance at (default: http://HOST:PORT)");
+  cmd->add_option("--cors-origin", args->server.cors_origins,
+                  "Let pages of this origin call the API from a browser (repeatable; \"*\": any origin)");
+  cmd->add_option("--temp", args->sampling.temperature,
+                  "Temperature of requests that give none (default: the model's general.sampling.temp, else 0.8)")
+      ->check(CLI::Range(0.0, 2.0));
+  cmd->add_option("--top-k", args->sampling.top_k, "Top-k of requests that give none (default: the model's, else 40; 0: off)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--top-p", args->sampling.top_p, "Top-p of requests that give none (default: the model's, else 0.95)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-p", args->sampling.min_p, "Min-p of requests that give none (default: the model's, else 0.05)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", args->server.seed,
                   "Sampling seed of requests that give none (default: a random one per request, so that asking "
                   "again gives a new answer)");

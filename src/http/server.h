@@ -79,6 +79,8 @@ class Server {
   // Every path under `prefix` (non-empty rest, no '/' in it) goes to `handler`, the rest in
   // Request::path_tail.
   void route_prefix(const std::string& method, const std::string& prefix, Handler handler);
+  // Every request of `method` no other route takes (e.g. CORS preflights: OPTIONS on any path).
+  void route_method(const std::string& method, Handler handler);
   void on_head(HeadFilter filter);
   void on_exchange_end(ExchangeEnd callback);
   void on_error_body(ErrorBody make);

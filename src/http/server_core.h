@@ -23,6 +23,7 @@ struct Route {
   std::string method;
   std::string path;
   bool prefix = false;
+  bool every_path = false;  // the method's fallback, whatever the path
   Handler handler;
 };
 

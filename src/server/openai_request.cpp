@@ -27,13 +27,20 @@ class FieldReader {
     return it == body_.end() || it->is_null() ? nullptr : &*it;
   }
 
-  void number(const char* name, float& out, double lo, double hi) {
+  bool number(const char* name, float& out, double lo, double hi) {
     const json* v = find(name);
-    if (v == nullptr || failed()) return;
-    if (!v->is_number()) return fail(fmt::format("'{}' must be a number", name), name);
+    if (v == nullptr || failed()) return false;
+    if (!v->is_number()) {
+      fail(fmt::format("'{}' must be a number", name), name);
+      return false;
+    }
     const double d = v->get<double>();
-    if (d < lo || d > hi) return fail(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
+    if (d < lo || d > hi) {
+      fail(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
+      return false;
+    }
     out = static_cast<float>(d);
+    return true;
   }
 
   bool integer(const char* name, int32_t& out, int64_t lo, int64_t hi) {
@@ -201,11 +208,10 @@ void read_sampling(FieldReader& r, ParsedRequest& out) {
   constexpr int32_t kMaxTokens = 1 << 20;
   out.max_tokens_given = r.integer("max_tokens", g.max_tokens, 1, kMaxTokens);
   out.max_tokens_given = r.integer("max_completion_tokens", g.max_tokens, 1, kMaxTokens) || out.max_tokens_given;
-  g.sampling.temperature = 1.0f;
-  r.number("temperature", g.sampling.temperature, 0.0, 2.0);
-  r.number("top_p", g.sampling.top_p, 0.0, 1.0);
-  r.integer("top_k", g.sampling.top_k, 0, 1 << 20);
-  r.number("min_p", g.sampling.min_p, 0.0, 1.0);
+  out.temperature_given = r.number("temperature", g.sampling.temperature, 0.0, 2.0);
+  out.top_p_given = r.number("top_p", g.sampling.top_p, 0.0, 1.0);
+  out.top_k_given = r.integer("top_k", g.sampling.top_k, 0, 1 << 20);
+  out.min_p_given = r.number("min_p", g.sampling.min_p, 0.0, 1.0);
   r.number("presence_penalty", g.sampling.presence_penalty, -2.0, 2.0);
   r.number("frequency_penalty", g.sampling.frequency_penalty, -2.0, 2.0);
   r.number("repetition_penalty", g.sampling.repetition_penalty, 0.0, 10.0);

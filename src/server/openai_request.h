@@ -24,6 +24,11 @@ struct ParsedRequest {
   GenerationRequest generation;          // everything but the prompt tokens
   bool max_tokens_given = false;
   bool seed_given = false;               // else the server draws one (ServerConfig::seed)
+  // Else the server's defaults apply (ServerConfig::sampling).
+  bool temperature_given = false;
+  bool top_k_given = false;
+  bool top_p_given = false;
+  bool min_p_given = false;
   std::vector<ChatMessage> messages;     // chat
   std::string prompt_text;               // completions, as text
   std::vector<TokenId> prompt_tokens;    // completions, given as token ids

@@ -66,6 +66,7 @@ void Server::stop() { http_->stop(); }
 
 bool Server::admit_head(http::Request& req, http::Response& res) {
   res.set_header("X-Request-Id", begin_access_record(req).request_id);
+  if (allow_cross_origin(req, res) && req.method == "OPTIONS") return true;  // a preflight carries no key
   const std::string authorization = req.header("Authorization");
   std::optional<ApiError> refused;
   if (req.path == "/metrics") {
@@ -78,6 +79,17 @@ bool Server::admit_head(http::Request& req, http::Response& res) {
   if (!refused) return true;
   send_error(res, *refused);
   return false;
+}
+
+bool Server::allow_cross_origin(const http::Request& req, http::Response& res) const {
+  const std::string origin = req.header("Origin");
+  if (origin.empty() || config_.cors_origins.empty()) return false;
+  const auto& allowed = config_.cors_origins;
+  const bool any = std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
+  if (!any && std::find(allowed.begin(), allowed.end(), origin) == allowed.end()) return false;
+  res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+  res.set_header("Vary", "Origin");
+  return true;
 }
 
 void Server::log_exchange(const http::Request& req, const http::Response& res, bool complete) const {
@@ -129,6 +141,15 @@ void Server::install_routes() {
     send_error(res, ApiError{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code});
   });
 
+  if (!config_.cors_origins.empty()) {
+    // A browser's preflight: what a cross-origin page may send (admit_head set the origin).
+    http.route_method("OPTIONS", [](http::Request&, http::Response& res) {
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Session-ID");
+      res.set_header("Access-Control-Max-Age", "600");
+    });
+  }
   http.route("GET", "/health", [](http::Request&, http::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
@@ -206,6 +227,10 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   g.prompt = std::move(prompt);
   g.cache_namespace = cache_namespace_of(caller, request);
   if (!request.seed_given) g.sampling.seed = config_.seed ? *config_.seed : random_seed();
+  if (!request.temperature_given) g.sampling.temperature = config_.sampling.temperature;
+  if (!request.top_k_given) g.sampling.top_k = config_.sampling.top_k;
+  if (!request.top_p_given) g.sampling.top_p = config_.sampling.top_p;
+  if (!request.min_p_given) g.sampling.min_p = config_.sampling.min_p;
   // A replica follows every token, including those whose text is held back.
   g.report_every_token = request.report_tokens || (!request.replica_endpoints.empty() && replicator_);
 

@@ -17,6 +17,7 @@
 #include "server/access_log.h"
 #include "server/caller.h"
 #include "server/completion.h"
+#include "server/sampling_defaults.h"
 #include "server/kv_receiver.h"
 #include "server/kv_replicator.h"
 #include "server/response_store.h"
@@ -46,6 +47,10 @@ struct ServerConfig {
   // The sampling seed of requests that give none: drawn at random per request (so "regenerate"
   // gives a new answer), or this one for a deterministic server (`--seed`).
   std::optional<uint64_t> seed;
+  // Temperature, top-k, top-p and min-p of requests that leave them out.
+  SamplingDefaults sampling;
+  // Origins whose pages may call the API from a browser ("*": any); none: no CORS headers.
+  std::vector<std::string> cors_origins;
 };
 
 // A request handed to the engine: its stream, and the slot it holds among the requests in flight
@@ -90,6 +95,8 @@ class Server {
   void install_routes();
   // What the HTTP layer checks once a request's head is in: its id, keys, the metrics key.
   bool admit_head(http::Request& req, http::Response& res);
+  // Sets the CORS headers when the request's Origin is allowed (ServerConfig::cors_origins).
+  bool allow_cross_origin(const http::Request& req, http::Response& res) const;
   void log_exchange(const http::Request& req, const http::Response& res, bool complete) const;
   // The caller of a request whose body is read (its tenant; whether it is a cluster peer).
   std::variant<Caller, ApiError> caller_of(const http::Request& req);

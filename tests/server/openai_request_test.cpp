@@ -64,12 +64,14 @@ TEST(ParseRequest, ReadsAChatRequestsMessagesAndSampling) {
   EXPECT_FALSE(r.report_tokens);
 }
 
-TEST(ParseRequest, DefaultsLeaveTheSeedToTheServerAndTemperatureOne) {
+TEST(ParseRequest, WhatIsLeftOutIsLeftToTheServersDefaults) {
   const ParsedRequest r = accepted({{"prompt", "Once"}}, /*chat=*/false);
   EXPECT_EQ(r.prompt_text, "Once");
-  EXPECT_FLOAT_EQ(r.generation.sampling.temperature, 1.0f);
-  EXPECT_FALSE(r.seed_given);  // the server draws one (Server::prepare)
+  // The server draws a seed and applies its sampling defaults (Server::prepare).
+  EXPECT_FALSE(r.seed_given || r.temperature_given || r.top_k_given || r.top_p_given || r.min_p_given);
   EXPECT_TRUE(accepted({{"prompt", "Once"}, {"seed", 0}}, false).seed_given);
+  const ParsedRequest given = accepted({{"prompt", "Once"}, {"temperature", 1}, {"top_k", 0}, {"top_p", 1}, {"min_p", 0}}, false);
+  EXPECT_TRUE(given.temperature_given && given.top_k_given && given.top_p_given && given.min_p_given);
   EXPECT_FALSE(r.max_tokens_given);
   EXPECT_EQ(r.generation.n, 1);
   EXPECT_FALSE(r.stream);
