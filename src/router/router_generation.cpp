@@ -41,6 +41,7 @@ struct Router::Generation {
   std::optional<PromptKeys> prompt;  // over prompt_text
   int64_t prompt_tokens = 0;
   std::string session_key;
+  std::string pinned_session;  // the client's X-Session-ID
   std::string previous_response_id;
   int64_t chosen_known_tokens = 0;  // of the prompt, surely held by order[0]'s instance
   double arrived = 0;  // seconds_now()
@@ -90,6 +91,12 @@ bool Router::admit_generation(const http::Request& req, http::Response& res, Gen
   }
   g.prompt_text = view->prompt_text;
   g.session_key = view->session_key;
+  // A client's session affinity (as vLLM's router and Cloudflare take it): bounded, then used.
+  g.pinned_session = req.header("X-Session-ID");
+  if (g.pinned_session.size() > 256) {
+    send_error(res, 400, "the X-Session-ID header may hold at most 256 bytes", "invalid_request_error", "");
+    return false;
+  }
   g.previous_response_id = view->previous_response_id;
   if (!find_generation_members(res, g)) return false;
   // The prompt's chunks named as the instances' caches name them, when the router tokenizes (a
@@ -169,7 +176,8 @@ void Router::route_generation(const http::Request& req, Generation& g) {
       std::erase_if(profiles_, [&](const auto& entry) { return live.count(entry.first) == 0; });
     }
     for (const auto& m : g.members) candidates.push_back(candidate_of(m, prompt, now));
-    plan = plan_route(routing_, candidates, g.prompt_tokens, g.session_key, /*may_push=*/g.api != Api::kResponses);
+    plan = plan_route(routing_, candidates, g.prompt_tokens, g.session_key, /*may_push=*/g.api != Api::kResponses,
+                      g.pinned_session);
     g.chosen_known_tokens = matched_tokens(g.members[plan.order.front()].id, prompt, now, /*conservative=*/true);
     predicted_cached_tokens_ += static_cast<uint64_t>(plan.predicted_cached_tokens);
   }

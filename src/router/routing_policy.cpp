@@ -69,6 +69,22 @@ std::optional<size_t> RoutingPolicy::transfer_source(const std::vector<Candidate
   return best;
 }
 
+size_t rendezvous(const std::vector<Candidate>& candidates, std::string_view session_key) {
+  // Rendezvous hashing: a conversation keeps its instance while that instance lives, and only
+  // the conversations of an instance that leaves move.
+  uint64_t best = 0;
+  size_t chosen = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const uint64_t seed = XXH3_64bits(candidates[i].id.data(), candidates[i].id.size());
+    const uint64_t h = XXH3_64bits_withSeed(session_key.data(), session_key.size(), seed);
+    if (i == 0 || h > best) {
+      best = h;
+      chosen = i;
+    }
+  }
+  return chosen;
+}
+
 std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& candidates, int64_t prompt_tokens,
                                               std::string_view session_key) {
   if (candidates.empty()) return std::nullopt;
@@ -77,20 +93,9 @@ std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& cand
     case Policy::kRoundRobin:
       d.index = static_cast<size_t>(next_++ % candidates.size());
       break;
-    case Policy::kSession: {
-      // Rendezvous hashing: a conversation keeps its instance while that instance lives, and only
-      // the conversations of an instance that leaves move.
-      uint64_t best = 0;
-      for (size_t i = 0; i < candidates.size(); ++i) {
-        const uint64_t seed = XXH3_64bits(candidates[i].id.data(), candidates[i].id.size());
-        const uint64_t h = XXH3_64bits_withSeed(session_key.data(), session_key.size(), seed);
-        if (i == 0 || h > best) {
-          best = h;
-          d.index = i;
-        }
-      }
+    case Policy::kSession:
+      d.index = rendezvous(candidates, session_key);
       break;
-    }
     case Policy::kCacheAware: {
       double best = 0;
       for (size_t i = 0; i < candidates.size(); ++i) {
@@ -111,10 +116,14 @@ std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& cand
 }
 
 RoutePlan plan_route(RoutingPolicy& policy, const std::vector<Candidate>& candidates, int64_t prompt_tokens,
-                     std::string_view session_key, bool may_push) {
+                     std::string_view session_key, bool may_push, std::string_view pinned_session) {
   RoutePlan plan;
-  const std::optional<Decision> decision = policy.choose(candidates, prompt_tokens, session_key);
+  std::optional<Decision> decision = policy.choose(candidates, prompt_tokens, session_key);
   if (!decision) return plan;
+  if (!pinned_session.empty()) {
+    decision->index = rendezvous(candidates, pinned_session);
+    decision->predicted_cached_tokens = std::min(prompt_tokens, candidates[decision->index].matched_tokens);
+  }
   plan.order.push_back(decision->index);
   plan.predicted_cached_tokens = decision->predicted_cached_tokens;
   if (may_push) plan.push_from = policy.transfer_source(candidates, decision->index);

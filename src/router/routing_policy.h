@@ -94,8 +94,12 @@ struct RoutePlan {
   std::optional<size_t> push_from;  // into the candidates
   int64_t predicted_cached_tokens = 0;
 };
+// `pinned_session` (a client's X-Session-ID; empty: none) sends the request to that session's
+// instance by rendezvous hash, whatever the policy.
 RoutePlan plan_route(RoutingPolicy& policy, const std::vector<Candidate>& candidates, int64_t prompt_tokens,
-                     std::string_view session_key, bool may_push);
+                     std::string_view session_key, bool may_push, std::string_view pinned_session = {});
+// The candidate a session key maps to by rendezvous hashing (candidates non-empty).
+size_t rendezvous(const std::vector<Candidate>& candidates, std::string_view session_key);
 
 // Of prefill instances, the one to compute a decode instance's prompt (SPEC D4): the one holding
 // most of it (matched_tokens), then the least busy (in_flight), then the first.

@@ -240,6 +240,32 @@ TEST(PlanRoute, PushesTheKvOfTheHolderOnlyWhenAllowedAndCheaper) {
   EXPECT_EQ(plan.order.size(), 3u);
 }
 
+TEST(PlanRoute, APinnedSessionGoesToItsInstanceWhateverTheCacheAndLoad) {
+  CostParams cost;
+  cost.prefill_tokens_per_second = 100;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  auto c = three();
+  // Each session maps to one instance; over many sessions every instance gets some.
+  std::vector<int> hits(3, 0);
+  for (int s = 0; s < 60; ++s) {
+    const std::string session = "session-" + std::to_string(s);
+    const RoutePlan plan = plan_route(p, c, 1000, "", true, session);
+    ASSERT_EQ(plan.order.size(), 3u);
+    ++hits[plan.order.front()];
+    // The cache and the load elsewhere do not move it.
+    auto busy = c;
+    busy[(plan.order.front() + 1) % 3].matched_tokens = 1000;
+    busy[plan.order.front()].in_flight = 5;
+    EXPECT_EQ(plan_route(p, busy, 1000, "", true, session).order.front(), plan.order.front()) << session;
+    // An instance that leaves moves only its own sessions.
+    const size_t gone = (plan.order.front() + 2) % 3;
+    auto fewer = c;
+    fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(gone));
+    EXPECT_EQ(fewer[plan_route(p, fewer, 1000, "", true, session).order.front()].id, c[plan.order.front()].id) << session;
+  }
+  for (int h : hits) EXPECT_GT(h, 5);
+}
+
 TEST(ChoosePrefill, MostOfThePromptHeldThenTheLeastBusy) {
   auto c = three();
   EXPECT_EQ(choose_prefill({}), std::nullopt);

@@ -269,6 +269,23 @@ def test_the_cache_events_endpoint_checks_its_query_and_serves_a_snapshot(cluste
     assert again["snapshot"] is False and again["next"] >= first["next"]
 
 
+def test_an_x_session_id_pins_a_session_to_one_instance(cluster):
+    router = cluster["router"].url
+    homes = {}
+    for session in (f"session-{i}" for i in range(12)):  # all on one of two instances: p = 2^-11
+        for topic in ("rivers", "clocks"):  # different prompts: nothing cached in common
+            r = requests.post(router + "/v1/chat/completions", timeout=120, headers={"X-Session-ID": session},
+                              json={"messages": [{"role": "user", "content": f"One word about {topic}."}],
+                                    "max_tokens": 2, "temperature": 0})
+            assert r.status_code == 200, r.text
+            homes.setdefault(session, set()).add(r.headers["X-Mnemo-Instance"])
+    assert all(len(h) == 1 for h in homes.values()), homes
+    assert len(set().union(*homes.values())) == 2, homes  # sessions spread over both instances
+    long = requests.post(router + "/v1/chat/completions", headers={"X-Session-ID": "x" * 300}, timeout=30,
+                         json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    assert long.status_code == 400
+
+
 def test_bad_requests_get_clear_errors_from_the_router(cluster):
     router = cluster["router"].url
     r = requests.post(router + "/v1/chat/completions", data=b"{not json", headers={"Content-Type": "application/json"}, timeout=10)
