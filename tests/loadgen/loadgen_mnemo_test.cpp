@@ -46,8 +46,9 @@ class ServerProcess {
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
       close(out[1]);
-      const std::string command = std::string("exec ") + MNEMO_BIN +
-                                  " serve --port 0 --kv-tokens 4096 --grace-seconds 1 " + extra_args;
+      // Gemma 3, whose tokenizer the load generator plans with (serve's own default is the chat model).
+      const std::string command = std::string("exec ") + MNEMO_BIN + " serve -m " + reference_model_path() +
+                                  " --port 0 --kv-tokens 4096 --grace-seconds 1 " + extra_args;
       execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
