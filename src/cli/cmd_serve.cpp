@@ -316,6 +316,24 @@ int run_serve(ServeArgs args) {
   return 0;
 }
 
+// What requests get that do not say: sampling defaults, the seed, and which browser pages may call.
+void add_request_default_flags(CLI::App* cmd, ServeArgs& args) {
+  cmd->add_option("--cors-origin", args.server.cors_origins,
+                  "Let pages of this origin call the API from a browser (repeatable; \"*\": any origin)");
+  cmd->add_option("--temp", args.sampling.temperature,
+                  "Temperature of requests that give none (default: the model's general.sampling.temp, else 0.8)")
+      ->check(CLI::Range(0.0, 2.0));
+  cmd->add_option("--top-k", args.sampling.top_k, "Top-k of requests that give none (default: the model's, else 40; 0: off)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--top-p", args.sampling.top_p, "Top-p of requests that give none (default: the model's, else 0.95)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-p", args.sampling.min_p, "Min-p of requests that give none (default: the model's, else 0.05)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", args.server.seed,
+                  "Sampling seed of requests that give none (default: a random one per request, so that asking "
+                  "again gives a new answer)");
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app, std::function<int()>& run) {
@@ -392,20 +410,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "prompt is computed (SPEC D3); false: whole chunks after each step")
       ->capture_default_str();
   cmd->add_option("--advertise", args->advertise, "URL the router reaches this instance at (default: http://HOST:PORT)");
-  cmd->add_option("--cors-origin", args->server.cors_origins,
-                  "Let pages of this origin call the API from a browser (repeatable; \"*\": any origin)");
-  cmd->add_option("--temp", args->sampling.temperature,
-                  "Temperature of requests that give none (default: the model's general.sampling.temp, else 0.8)")
-      ->check(CLI::Range(0.0, 2.0));
-  cmd->add_option("--top-k", args->sampling.top_k, "Top-k of requests that give none (default: the model's, else 40; 0: off)")
-      ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--top-p", args->sampling.top_p, "Top-p of requests that give none (default: the model's, else 0.95)")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", args->sampling.min_p, "Min-p of requests that give none (default: the model's, else 0.05)")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", args->server.seed,
-                  "Sampling seed of requests that give none (default: a random one per request, so that asking "
-                  "again gives a new answer)");
+  add_request_default_flags(cmd, *args);
   cmd->add_option("--grace-seconds", args->grace_seconds, "On SIGTERM, time for requests in flight to finish")->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }

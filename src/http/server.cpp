@@ -48,7 +48,7 @@ const Route* Server::Core::find_route(Request& request) const {
   for (const Route& route : routes) {
     if (route.every_path || !route.prefix || route.method != request.method || request.path.rfind(route.path, 0) != 0) continue;
     std::string tail = request.path.substr(route.path.size());
-    if (tail.empty() || tail.find('/') != std::string::npos) continue;
+    if (tail.empty() || (!route.nested && tail.find('/') != std::string::npos)) continue;
     request.path_tail = std::move(tail);
     return &route;
   }
@@ -121,15 +121,15 @@ Server::Server(ServerOptions options) : core_(std::make_unique<Core>(std::move(o
 Server::~Server() = default;
 
 void Server::route(const std::string& method, const std::string& path, Handler handler) {
-  core_->routes.push_back({method, path, false, false, std::move(handler)});
+  core_->routes.push_back({method, path, false, false, false, std::move(handler)});
 }
 
-void Server::route_prefix(const std::string& method, const std::string& prefix, Handler handler) {
-  core_->routes.push_back({method, prefix, true, false, std::move(handler)});
+void Server::route_prefix(const std::string& method, const std::string& prefix, Handler handler, bool nested) {
+  core_->routes.push_back({method, prefix, true, false, nested, std::move(handler)});
 }
 
 void Server::route_method(const std::string& method, Handler handler) {
-  core_->routes.push_back({method, "", false, true, std::move(handler)});
+  core_->routes.push_back({method, "", false, true, false, std::move(handler)});
 }
 
 void Server::on_head(HeadFilter filter) { core_->head_filter = std::move(filter); }

@@ -76,9 +76,9 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   void route(const std::string& method, const std::string& path, Handler handler);
-  // Every path under `prefix` (non-empty rest, no '/' in it) goes to `handler`, the rest in
-  // Request::path_tail.
-  void route_prefix(const std::string& method, const std::string& prefix, Handler handler);
+  // Every path under `prefix` (non-empty rest, no '/' in it unless `nested`) goes to `handler`,
+  // the rest in Request::path_tail.
+  void route_prefix(const std::string& method, const std::string& prefix, Handler handler, bool nested = false);
   // Every request of `method` no other route takes (e.g. CORS preflights: OPTIONS on any path).
   void route_method(const std::string& method, Handler handler);
   void on_head(HeadFilter filter);

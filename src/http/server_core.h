@@ -24,6 +24,7 @@ struct Route {
   std::string path;
   bool prefix = false;
   bool every_path = false;  // the method's fallback, whatever the path
+  bool nested = false;      // a prefix route whose tail may hold '/' 
   Handler handler;
 };
 

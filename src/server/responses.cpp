@@ -11,6 +11,7 @@
 
 #include "auth/crypto.h"
 #include "server/engine_body.h"
+#include "server/input_items.h"
 #include "server/internal_requests.h"
 #include "server/responses_request.h"
 #include "server/responses_shaper.h"
@@ -242,13 +243,22 @@ std::vector<TokenId> Server::conversation_tokens(const json& last_response, cons
 void Server::handle_get_response(const http::Request& req, http::Response& res) {
   auto caller = caller_of(req);
   if (auto* error = std::get_if<ApiError>(&caller)) return send_error(res, *error);
-  const std::string id = req.path_tail;
+  constexpr std::string_view kItems = "/input_items";
+  const bool items = req.path_tail.ends_with(kItems);
+  const std::string id = items ? req.path_tail.substr(0, req.path_tail.size() - kItems.size()) : req.path_tail;
+  if (id.find('/') != std::string::npos) return send_error(res, ApiError{404, "no route for GET " + req.path, "invalid_request_error", "", ""});
   if (store_ == nullptr && !store_problem_.empty()) return send_error(res, store_out_of_service());
   if (store_ == nullptr) return send_error(res, not_found(id, "response_id"));
   auto record = store_->get(id, std::get<Caller>(caller).tenant);
   if (!record.ok()) return send_error(res, store_failure(record.error()));
   if (!record->has_value()) return send_error(res, not_found(id, "response_id"));
-  res.set_content((*record)->response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  if (!items) {
+    res.set_content((*record)->response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    return;
+  }
+  auto listed = input_items_page(id, (*record)->input_messages, req);
+  if (auto* error = std::get_if<ApiError>(&listed)) return send_error(res, *error);
+  res.set_content(std::get<json>(listed).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 void Server::handle_delete_response(const http::Request& req, http::Response& res) {

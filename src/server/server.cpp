@@ -187,7 +187,10 @@ void Server::install_routes() {
     handle_responses_import(req, res);
   });
   http.route("POST", "/v1/responses", [this](http::Request& req, http::Response& res) { handle_create_response(req, res); });
-  http.route_prefix("GET", "/v1/responses/", [this](http::Request& req, http::Response& res) { handle_get_response(req, res); });
+  // /v1/responses/{id} and /v1/responses/{id}/input_items.
+  http.route_prefix(
+      "GET", "/v1/responses/", [this](http::Request& req, http::Response& res) { handle_get_response(req, res); },
+      /*nested=*/true);
   http.route_prefix("DELETE", "/v1/responses/", [this](http::Request& req, http::Response& res) {
     handle_delete_response(req, res);
   });

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tempfile
 
+import openai
 import pytest
 import requests
 
@@ -39,6 +40,35 @@ def test_string_input_gives_a_stored_response(state_server):
     usage = body["usage"]
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     assert "cached_tokens" in usage["input_tokens_details"]
+
+
+def test_input_items_list_a_turns_inputs(state_server):
+    server, _ = state_server
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
+    inputs = [{"role": "user", "content": "First question."}, {"role": "assistant", "content": "An answer."},
+              {"role": "user", "content": [{"type": "input_text", "text": "Second question."}]}]
+    r = create(server.url, input=inputs, max_output_tokens=4, temperature=0)
+    assert r.status_code == 200, r.text
+    rid = r.json()["id"]
+    page = requests.get(f"{server.url}/v1/responses/{rid}/input_items", params={"order": "asc"}, timeout=30)
+    assert page.status_code == 200, page.text
+    listed = page.json()
+    assert listed["object"] == "list" and listed["has_more"] is False
+    texts = [(item["role"], item["content"][0]["text"]) for item in listed["data"]]
+    assert texts == [("user", "First question."), ("assistant", "An answer."), ("user", "Second question.")]
+    assert listed["data"][1]["content"][0]["type"] == "output_text"
+    assert listed["first_id"] == listed["data"][0]["id"] and listed["last_id"] == listed["data"][-1]["id"]
+    # The official client's call: newest first by default, paged with limit and after.
+    newest = client.responses.input_items.list(rid, limit=2)
+    assert [item.content[0].text for item in newest.data] == ["Second question.", "An answer."]
+    assert newest.has_more
+    rest = client.responses.input_items.list(rid, limit=2, after=newest.data[-1].id)
+    assert [item.content[0].text for item in rest.data] == ["First question."]
+    for bad in ({"limit": 0}, {"order": "sideways"}, {"after": "msg_nope"}):
+        assert requests.get(f"{server.url}/v1/responses/{rid}/input_items", params=bad, timeout=30).status_code == 400
+    assert requests.get(f"{server.url}/v1/responses/resp_nope/input_items", timeout=30).status_code == 404
+    assert requests.get(f"{server.url}/v1/responses/{rid}/other", timeout=30).status_code == 404
+    client.close()
 
 
 def test_max_output_tokens_makes_it_incomplete(state_server):
