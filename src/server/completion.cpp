@@ -34,7 +34,12 @@ Completion::Completion(Endpoint endpoint, std::string model_id, ParsedRequest re
       tokenizer_(tokenizer),
       texts_(static_cast<size_t>(request_.generation.n)),
       reasons_(static_cast<size_t>(request_.generation.n), "stop"),
-      logprobs_(static_cast<size_t>(request_.generation.n), json::array()) {}
+      logprobs_(static_cast<size_t>(request_.generation.n), json::array()) {
+  // echo: the prompt as text (a prompt of token ids, decoded). A resumed stream's client has it.
+  if (request_.echo && request_.generation.resume_tokens.empty()) {
+    echo_ = request_.prompt_tokens.empty() ? request_.prompt_text : tokenizer_.decode(request_.prompt_tokens);
+  }
+}
 
 json cached_tokens_details(const RequestUsage& usage) {
   json details = {{"cached_tokens", usage.cached_tokens},
@@ -121,7 +126,7 @@ json Completion::whole_response() const {
     if (endpoint_ == Endpoint::kChat) {
       choice["message"] = {{"role", "assistant"}, {"content", texts_[idx]}};
     } else {
-      choice["text"] = texts_[idx];
+      choice["text"] = echo_ + texts_[idx];
     }
     choices.push_back(std::move(choice));
   }
@@ -136,8 +141,14 @@ json Completion::whole_response() const {
 }
 
 std::string Completion::open_stream() {
-  if (endpoint_ != Endpoint::kChat) return "";
   json choices = json::array();
+  if (endpoint_ != Endpoint::kChat) {
+    if (echo_.empty()) return "";
+    for (int32_t i = 0; i < request_.generation.n; ++i) {
+      choices.push_back({{"index", i}, {"text", echo_}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+    }
+    return sse(chunk(std::move(choices)));
+  }
   for (int32_t i = 0; i < request_.generation.n; ++i) {
     choices.push_back({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
   }

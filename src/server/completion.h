@@ -56,6 +56,7 @@ class Completion final : public ReplyShaper {
   std::vector<std::string> reasons_;
   std::vector<nlohmann::json> logprobs_;
   std::string error_;
+  std::string echo_;  // completions with echo: the prompt's text, before each choice's
 };
 
 }  // namespace mnemo::server

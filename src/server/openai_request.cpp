@@ -321,6 +321,10 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
   }
   read_internal_fields(r, out);
   read_logprobs(r, out, chat);
+  if (!chat) r.boolean("echo", out.echo);
+  if (out.echo && out.logprobs) {
+    return bad_request("'echo' with 'logprobs' would need the prompt's logprobs, which this server does not compute", "echo");
+  }
   if (r.failed()) return r.error();
   return out;
 }

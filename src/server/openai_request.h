@@ -23,6 +23,7 @@ struct ParsedRequest {
   bool logprobs = false;
   GenerationRequest generation;          // everything but the prompt tokens
   bool max_tokens_given = false;
+  bool echo = false;                     // completions: the prompt's text leads each choice's text
   bool seed_given = false;               // else the server draws one (ServerConfig::seed)
   // Else the server's defaults apply (ServerConfig::sampling).
   bool temperature_given = false;

@@ -163,7 +163,9 @@ TEST(ParseRequest, AParameterNotImplementedIsRefusedByName) {
     EXPECT_EQ(e.param, field);
     EXPECT_NE(e.message.find(field), std::string::npos) << e.message;
   }
-  EXPECT_EQ(refused({{"prompt", "x"}, {"echo", true}}, false).param, "echo");
+  EXPECT_TRUE(accepted({{"prompt", "x"}, {"echo", true}}, false).echo);
+  EXPECT_EQ(refused({{"prompt", "x"}, {"echo", true}, {"logprobs", 2}}, false).param, "echo");  // prompt logprobs
+  EXPECT_EQ(refused({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"echo", true}}, true).param, "echo");
   EXPECT_EQ(refused({{"prompt", "x"}, {"suffix", "end"}}, false).param, "suffix");
   // Chat's fields are not completions' and the other way round.
   EXPECT_EQ(refused({{"prompt", "x"}, {"top_logprobs", 2}}, false).param, "top_logprobs");

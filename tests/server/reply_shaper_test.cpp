@@ -141,6 +141,34 @@ TEST_F(ReplyShaperTest, AWholeCompletionGathersEachChoicesTextReasonAndUsage) {
   EXPECT_FALSE(r.contains("error"));
 }
 
+TEST_F(ReplyShaperTest, EchoLeadsEachCompletionWithThePromptWholeAndStreamedButNotWhenResumed) {
+  ParsedRequest r = request(2, false);
+  r.echo = true;
+  r.prompt_text = "Once upon";
+  Completion whole(Endpoint::kCompletions, "m", r, *tokenizer_);
+  whole.gather(TokenDelta{0, " a time", 1, std::nullopt});
+  whole.gather(TokenDelta{1, " the hill", 2, std::nullopt});
+  EXPECT_TRUE(whole.gather(RequestDone{usage(), ""}));
+  const json body = json::parse(whole.whole().body);
+  EXPECT_EQ(body["choices"][0]["text"], "Once upon a time");
+  EXPECT_EQ(body["choices"][1]["text"], "Once upon the hill");
+
+  r.stream = true;
+  Completion streamed(Endpoint::kCompletions, "m", r, *tokenizer_);
+  std::string out = streamed.open_stream();
+  streamed.stream(TokenDelta{0, " a", 1, std::nullopt}, out);
+  const auto events = sse_events(out);
+  ASSERT_EQ(events.size(), 2u) << out;
+  const json opening = json::parse(events[0].second);
+  ASSERT_EQ(opening["choices"].size(), 2u);
+  EXPECT_EQ(opening["choices"][1]["text"], "Once upon");
+  EXPECT_EQ(json::parse(events[1].second)["choices"][0]["text"], " a");
+
+  r.generation.resume_tokens = {5, 6};  // a failover's continuation: the client has the prompt
+  Completion resumed(Endpoint::kCompletions, "m", r, *tokenizer_);
+  EXPECT_EQ(resumed.open_stream(), "");
+}
+
 ResponseIdentity identity() {
   ResponseIdentity id;
   id.id = "resp_1";

@@ -137,3 +137,17 @@ def test_logit_bias_forces_and_bans_a_token(server, client, model_id):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=model_id, prompt=PROMPT, max_tokens=1, logit_bias={"999999999": 1})
     assert "logit_bias" in info.value.message
+
+
+def test_echo_leads_with_the_prompt_whole_and_streamed(client, model_id):
+    plain = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=6)
+    echoed = client.completions.create(model=model_id, prompt=PROMPT, temperature=0, max_tokens=6, echo=True, n=2)
+    for choice in echoed.choices:
+        assert choice.text == PROMPT + plain.choices[0].text
+    assert echoed.usage.completion_tokens == 2 * plain.usage.completion_tokens  # the prompt is not generated
+    streamed = "".join(chunk.choices[0].text for chunk in client.completions.create(
+        model=model_id, prompt=PROMPT, temperature=0, max_tokens=6, echo=True, stream=True) if chunk.choices)
+    assert streamed == PROMPT + plain.choices[0].text
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=model_id, prompt=PROMPT, max_tokens=2, echo=True, logprobs=1)
+    assert info.value.param == "echo"

@@ -96,8 +96,8 @@ def test_unsupported_chat_parameters_are_400_naming_them(client, model_id, kwarg
 
 def test_unsupported_completions_and_responses_parameters_are_400(client, model_id):
     with pytest.raises(openai.BadRequestError) as info:
-        client.completions.create(model=model_id, prompt="Hi", max_tokens=2, echo=True)
-    assert info.value.param == "echo"
+        client.completions.create(model=model_id, prompt="Hi", max_tokens=2, suffix=" and so on.")
+    assert info.value.param == "suffix"
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model=model_id, input="Hi", max_output_tokens=16,
                                 text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}})
