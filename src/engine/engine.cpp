@@ -69,7 +69,8 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineConfig config)
       config_(config),
       pool_(config.threads),
       kv_(model.kv_layout(config.block_size, config.kv_dtype), pool_config(config, model.config())),
-      samplers_(static_cast<size_t>(pool_.size())) {
+      samplers_(static_cast<size_t>(pool_.size())),
+      constrained_(static_cast<size_t>(pool_.size())) {
   kv_.restore_from_disk();
   metrics_.update([&](MetricsSnapshot& m) {
     m.kv_blocks_total = config_.kv_blocks;
@@ -213,12 +214,14 @@ void Engine::admit_new_requests() {
     seq->tokens = state->request.prompt;
     seq->n_prompt = static_cast<int32_t>(seq->tokens.size());
     seq->sampling = state->request.sampling;
+    seq->constraint = constraint_for(state->request);
     // The resumed tokens' text reached the client already; replaying them brings the
     // detokenizer and the stop matcher to where the failed instance had them (the text they
     // held back is still to come).
     for (TokenId t : state->request.resume_tokens) {
       seq->tokens.push_back(t);
       (void)seq->stop_matcher.push(seq->detokenizer.push(t));
+      if (seq->constraint) (void)seq->constraint->accept(t);
     }
     waiting_.push_back(std::move(seq));
   }
@@ -462,8 +465,9 @@ void Engine::run_step(Step& step) {
 
 bool Engine::wants_argmax_only(const Sequence& seq) {
   const GenerationRequest& request = seq.request->request;
-  // Logprobs need the logits, and the choices of n > 1 draw their first tokens from one row.
-  return samples_argmax(seq.sampling) && request.top_logprobs < 0 && request.n == 1;
+  // Logprobs need the logits, and the choices of n > 1 draw their first tokens from one row; a
+  // constrained sequence's argmax is over the tokens its format allows.
+  return samples_argmax(seq.sampling) && request.top_logprobs < 0 && request.n == 1 && !seq.constraint;
 }
 
 void Engine::sample_draws() {
@@ -472,7 +476,9 @@ void Engine::sample_draws() {
     for (int64_t i = begin; i < end; ++i) {
       Draw& d = draws_[static_cast<size_t>(i)];
       if (d.logits == nullptr) continue;  // decided by the model (LogitsFor::kArgmax)
-      d.token = sampler.sample(d.seq->sampling, {d.logits, static_cast<size_t>(output_.n_vocab)}, d.seq->tokens, d.step);
+      std::span<const float> logits{d.logits, static_cast<size_t>(output_.n_vocab)};
+      if (d.seq->constraint) logits = constrained_logits(*d.seq->constraint, logits, thread);
+      d.token = sampler.sample(d.seq->sampling, logits, d.seq->tokens, d.step);
     }
   };
   const auto n = static_cast<int64_t>(draws_.size());
@@ -517,6 +523,7 @@ void Engine::fork_choices(Sequence& parent) {
     child->partial_chunks = parent.partial_chunks;
     child->sampling = state.request.sampling;
     child->sampling.seed = choice_seed(state.request.sampling.seed, c);
+    child->constraint = constraint_for(state.request);
     child->state = SequenceState::kRunning;
     insert_in_order(running_, std::move(child));
   }
@@ -534,6 +541,7 @@ void Engine::emit_token(Sequence& seq, TokenId token, const float* logits) {
   }
   seq.last_token_seconds = t;
   seq.tokens.push_back(token);
+  if (seq.constraint) (void)seq.constraint->accept(token);  // sampled from its allowed tokens
   ++state.usage.completion_tokens;
   metrics_.update([&](MetricsSnapshot& m) { ++m.generation_tokens_total; });
 

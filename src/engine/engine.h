@@ -127,6 +127,10 @@ class Engine {
   };
   std::vector<TappedChunks> prompt_taps(const Step& step) const;
   void fork_choices(Sequence& parent);
+  std::unique_ptr<grammar::JsonConstraint> constraint_for(const GenerationRequest& request);
+  // The logits with every token the constraint forbids at -inf (the thread's scratch).
+  std::span<const float> constrained_logits(const grammar::JsonConstraint& constraint, std::span<const float> logits,
+                                            int thread);
   void reuse_cached_prefix(Sequence& seq);
   void cache_chunks(Sequence& seq);
   // GenerationRequest::persist_running: the chunks `seq` filled since the last call, to the cache
@@ -150,6 +154,14 @@ class Engine {
   KvCache kv_;
   Sampler sampler_;                // the engine thread's (logprobs)
   std::vector<Sampler> samplers_;  // one per pool thread (sample_draws)
+  // Constrained decoding (GenerationRequest::format): the vocabulary's bytes, built on first use,
+  // and per pool thread the mask and the masked logits of the sequence it samples.
+  std::shared_ptr<const grammar::TokenBytes> token_bytes_;
+  struct ConstrainedScratch {
+    std::vector<uint8_t> allowed;
+    std::vector<float> logits;
+  };
+  std::vector<ConstrainedScratch> constrained_;
   // One token to sample: the sequence, its logits row (null when the model found the token:
   // LogitsFor::kArgmax), its step in the request.
   struct Draw {

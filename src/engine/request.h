@@ -39,6 +39,8 @@ class PromptKvTap {
                         std::vector<uint8_t>&& slices) = 0;
 };
 
+enum class OutputFormat { kText, kJsonObject };
+
 struct GenerationRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
@@ -66,6 +68,9 @@ struct GenerationRequest {
   bool persist_running = false;
   // Gets the prompt's KV layer by layer as it is computed (a replica's, SPEC D3); none: no tap.
   std::shared_ptr<PromptKvTap> prompt_tap;
+  // What the output must be: free text, or a JSON object (response_format json_object), each
+  // token sampled from those that keep it one (grammar/json_constraint.h).
+  OutputFormat format = OutputFormat::kText;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

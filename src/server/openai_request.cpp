@@ -203,6 +203,25 @@ void read_logit_bias(FieldReader& r, std::vector<std::pair<int32_t, float>>& out
   }
 }
 
+// response_format: text (the default) or json_object (constrained decoding); json_schema is not
+// built yet and says so.
+void read_response_format(FieldReader& r, OutputFormat& out) {
+  const json* v = r.find("response_format");
+  if (v == nullptr) return;
+  const auto type = v->is_object() ? v->find("type") : v->end();
+  if (!v->is_object() || type == v->end() || !type->is_string()) {
+    return r.fail("'response_format' must be an object with a 'type'", "response_format");
+  }
+  const std::string& name = type->get_ref<const std::string&>();
+  if (name == "text") return;
+  if (name == "json_object") {
+    out = OutputFormat::kJsonObject;
+    return;
+  }
+  if (name == "json_schema") return r.fail("'response_format' json_schema is not supported yet (json_object is)", "response_format");
+  r.fail(fmt::format("'response_format' type '{}' is not one of text, json_object", name), "response_format");
+}
+
 void read_sampling(FieldReader& r, ParsedRequest& out) {
   GenerationRequest& g = out.generation;
   constexpr int32_t kMaxTokens = 1 << 20;
@@ -322,6 +341,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
   read_internal_fields(r, out);
   read_logprobs(r, out, chat);
   if (!chat) r.boolean("echo", out.echo);
+  if (chat) read_response_format(r, out.generation.format);
   if (out.echo && out.logprobs) {
     return bad_request("'echo' with 'logprobs' would need the prompt's logprobs, which this server does not compute", "echo");
   }

@@ -99,9 +99,14 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& bod
     if (body.contains(field)) as_chat[field] = body[field];
   }
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) as_chat["max_tokens"] = body["max_output_tokens"];
+  // text.format (checked by refuse_unsupported_fields: text or json_object) is chat's response_format.
+  if (const auto text = body.find("text"); text != body.end() && text->is_object() && text->contains("format")) {
+    as_chat["response_format"] = (*text)["format"];
+  }
   auto parsed = parse_request(as_chat, /*chat=*/true);
   if (auto* error = std::get_if<ApiError>(&parsed)) {
     if (error->param == "max_tokens") error->param = "max_output_tokens";
+    if (error->param == "response_format") error->param = "text";
     return *error;
   }
   ResponsesRequest t;

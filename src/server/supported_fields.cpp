@@ -18,7 +18,7 @@ constexpr std::string_view kSamplingFields[] = {
     "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_replica_wait", "mnemo_report_tokens",
     "mnemo_resume_tokens", "mnemo_persist_running"};
 constexpr std::string_view kChatFields[] = {"messages", "max_tokens", "max_completion_tokens", "n", "logprobs",
-                                            "top_logprobs", "logit_bias"};
+                                            "top_logprobs", "logit_bias", "response_format"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "max_tokens", "n", "logprobs", "logit_bias", "echo"};
 constexpr std::string_view kResponsesFields[] = {"input", "instructions", "previous_response_id", "max_output_tokens",
                                                  "mnemo_resume_response"};
@@ -49,7 +49,11 @@ bool asks_for_the_default(std::string_view name, const json& value) {
   if (name == "suffix") return value == "";
   if (name == "best_of") return value == 1;
   if (name == "truncation") return value == "disabled";
-  if (name == "text") return value.is_object() && value.size() == 1 && value.contains("format") && is_type(value["format"], "text");
+  if (name == "text") {
+    // The Responses API's output format: plain text, or a JSON object (read by its parser).
+    return value.is_object() && value.size() == 1 && value.contains("format") &&
+           (is_type(value["format"], "text") || is_type(value["format"], "json_object"));
+  }
   return false;
 }
 

@@ -1,0 +1,28 @@
+// Engine, constrained decoding: a sequence whose request asks for a format samples each token
+// from those its constraint allows (GenerationRequest::format, grammar/json_constraint.h).
+#include <algorithm>
+#include <limits>
+
+#include "engine/engine.h"
+
+namespace mnemo {
+
+std::unique_ptr<grammar::JsonConstraint> Engine::constraint_for(const GenerationRequest& request) {
+  if (request.format == OutputFormat::kText) return nullptr;
+  if (!token_bytes_) token_bytes_ = std::make_shared<const grammar::TokenBytes>(tokenizer_);
+  return std::make_unique<grammar::JsonConstraint>(token_bytes_);
+}
+
+std::span<const float> Engine::constrained_logits(const grammar::JsonConstraint& constraint, std::span<const float> logits,
+                                                  int thread) {
+  ConstrainedScratch& scratch = constrained_[static_cast<size_t>(thread)];
+  constraint.allowed(scratch.allowed);
+  scratch.logits.assign(logits.begin(), logits.end());
+  const size_t n = std::min(scratch.logits.size(), scratch.allowed.size());
+  for (size_t i = 0; i < scratch.logits.size(); ++i) {
+    if (i >= n || scratch.allowed[i] == 0) scratch.logits[i] = -std::numeric_limits<float>::infinity();
+  }
+  return scratch.logits;
+}
+
+}  // namespace mnemo

@@ -1,0 +1,78 @@
+// A character-level acceptor of JSON text (RFC 8259), one byte at a time, for constrained
+// decoding: feed() says whether a byte can continue a valid document, and complete() whether the
+// bytes so far are one. Trivially copyable (a fixed stack), so a token mask can try every token
+// from a copy. Bounded: nesting at most kMaxDepth, at most kMaxWhitespace whitespace bytes in a
+// row (a model that loops on newlines must still end), a root that may be required to be an object.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace mnemo::grammar {
+
+class JsonMatcher {
+ public:
+  static constexpr int kMaxDepth = 32;
+  static constexpr int kMaxWhitespace = 16;
+
+  explicit JsonMatcher(bool object_root = true) : object_root_(object_root) {}
+
+  // False (and no change) if `byte` cannot continue a valid document.
+  bool feed(uint8_t byte);
+  bool feed(std::string_view bytes) {
+    for (const char c : bytes) {
+      if (!feed(static_cast<uint8_t>(c))) return false;
+    }
+    return true;
+  }
+  // The bytes so far are one whole document (nothing more may follow).
+  bool complete() const { return state_ == State::kDone; }
+  // Inside a string's plain content: any byte but '"', '\\' and controls continues it.
+  bool in_string() const { return state_ == State::kString; }
+
+ private:
+  enum class State : uint8_t {
+    kRoot,            // before the document
+    kValue,           // a value expected (after ':' or ',' in an array)
+    kKeyOrClose,      // after '{'
+    kKey,             // after ',' in an object
+    kColon,           // after a key
+    kValueOrClose,    // after '['
+    kAfterValue,      // ',' or the container's close (or the end, at depth 0)
+    kString,
+    kEscape,
+    kUnicode,         // \uXXXX: unicode_left_ hex digits to come
+    kMinus,           // number states
+    kZero,
+    kInteger,
+    kDot,
+    kFraction,
+    kExponentMark,
+    kExponentSign,
+    kExponent,
+    kLiteral,         // true / false / null: literal_[literal_at_] next
+    kDone,
+  };
+
+  bool start_value(uint8_t byte);
+  bool after_value(uint8_t byte);
+  bool number(uint8_t byte);
+  bool end_value() {
+    state_ = depth_ == 0 ? State::kDone : State::kAfterValue;
+    return true;
+  }
+  bool whitespace(uint8_t byte);
+
+  std::array<uint8_t, kMaxDepth> stack_{};  // '{' or '['
+  uint8_t depth_ = 0;
+  State state_ = State::kRoot;
+  bool string_is_key_ = false;
+  bool object_root_ = true;
+  uint8_t unicode_left_ = 0;
+  uint8_t whitespace_run_ = 0;
+  uint8_t literal_at_ = 0;
+  const char* literal_ = nullptr;
+};
+
+}  // namespace mnemo::grammar
