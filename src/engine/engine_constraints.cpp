@@ -10,7 +10,8 @@ namespace mnemo {
 std::unique_ptr<grammar::JsonConstraint> Engine::constraint_for(const GenerationRequest& request) {
   if (request.format == OutputFormat::kText) return nullptr;
   if (!token_bytes_) token_bytes_ = std::make_shared<const grammar::TokenBytes>(tokenizer_);
-  return std::make_unique<grammar::JsonConstraint>(token_bytes_);
+  return std::make_unique<grammar::JsonConstraint>(
+      token_bytes_, request.format == OutputFormat::kJsonSchema ? request.schema : nullptr);
 }
 
 std::span<const float> Engine::constrained_logits(const grammar::JsonConstraint& constraint, std::span<const float> logits,

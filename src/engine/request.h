@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "grammar/json_schema.h"
 #include "engine/sampler.h"
 #include "model/batch.h"
 
@@ -39,7 +40,7 @@ class PromptKvTap {
                         std::vector<uint8_t>&& slices) = 0;
 };
 
-enum class OutputFormat { kText, kJsonObject };
+enum class OutputFormat { kText, kJsonObject, kJsonSchema };
 
 struct GenerationRequest {
   std::vector<TokenId> prompt;
@@ -68,9 +69,11 @@ struct GenerationRequest {
   bool persist_running = false;
   // Gets the prompt's KV layer by layer as it is computed (a replica's, SPEC D3); none: no tap.
   std::shared_ptr<PromptKvTap> prompt_tap;
-  // What the output must be: free text, or a JSON object (response_format json_object), each
-  // token sampled from those that keep it one (grammar/json_constraint.h).
+  // What the output must be: free text, a JSON object (response_format json_object), or one
+  // that `schema` allows (json_schema); each token sampled from those that keep it one
+  // (grammar/json_constraint.h).
   OutputFormat format = OutputFormat::kText;
+  std::shared_ptr<const grammar::CompiledSchema> schema;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

@@ -1,6 +1,7 @@
-// Constrained decoding to JSON (response_format json_object): which tokens may come next so that
-// the output stays a prefix of a JSON object, and once the object is whole only the end of
-// generation. One per sequence; the vocabulary's bytes are shared (TokenBytes).
+// Constrained decoding to JSON (response_format json_object, or json_schema with a compiled
+// schema): which tokens may come next so that the output stays a prefix of a JSON object (of the
+// schema's), and once the object is whole only the end of generation. One per sequence; the
+// vocabulary's bytes are shared (TokenBytes).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <variant>
+
 #include "grammar/json_matcher.h"
+#include "grammar/json_schema.h"
+#include "grammar/schema_matcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo::grammar {
@@ -23,8 +28,14 @@ class TokenBytes {
   const std::string& bytes(TokenId t) const { return bytes_[static_cast<size_t>(t)]; }
   bool plain(TokenId t) const { return plain_[static_cast<size_t>(t)] != 0; }
   bool ends_generation(TokenId t) const { return end_[static_cast<size_t>(t)] != 0; }
+  // The tokens with bytes, sorted by them, and each one's common prefix with the one before: a
+  // walk in this order shares the work of common prefixes as a trie would.
+  const std::vector<TokenId>& sorted() const { return sorted_; }
+  const std::vector<uint32_t>& common_prefix() const { return common_prefix_; }
 
  private:
+  std::vector<TokenId> sorted_;
+  std::vector<uint32_t> common_prefix_;
   std::vector<std::string> bytes_;
   std::vector<uint8_t> plain_;
   std::vector<uint8_t> end_;
@@ -32,17 +43,27 @@ class TokenBytes {
 
 class JsonConstraint {
  public:
-  explicit JsonConstraint(std::shared_ptr<const TokenBytes> vocabulary) : vocabulary_(std::move(vocabulary)) {}
+  // Any JSON object; or, with a schema, the objects it allows.
+  explicit JsonConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const CompiledSchema> schema = nullptr);
 
   // allowed[t] = 1 for each token that may come next (resized to the vocabulary).
   void allowed(std::vector<uint8_t>& allowed) const;
   // The token sampled: false if it was not allowed (the state is then unchanged).
   bool accept(TokenId token);
-  bool complete() const { return matcher_.complete(); }
+  bool complete() const {
+    return std::visit([](const auto& m) { return m.complete(); }, matcher_);
+  }
 
  private:
+  template <class Matcher>
+  void allowed_by(const Matcher& matcher, std::vector<uint8_t>& allowed) const;
+  // The walk of TokenBytes::sorted(): a matcher state per depth of the current token.
+  template <class Matcher>
+  void walk_sorted(const Matcher& matcher, bool in_string, std::vector<uint8_t>& allowed) const;
+
   std::shared_ptr<const TokenBytes> vocabulary_;
-  JsonMatcher matcher_{/*object_root=*/true};
+  std::shared_ptr<const CompiledSchema> schema_;  // kept alive for the SchemaMatcher
+  std::variant<JsonMatcher, SchemaMatcher> matcher_;
 };
 
 }  // namespace mnemo::grammar

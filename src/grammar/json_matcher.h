@@ -30,6 +30,12 @@ class JsonMatcher {
   bool complete() const { return state_ == State::kDone; }
   // Inside a string's plain content: any byte but '"', '\\' and controls continues it.
   bool in_string() const { return state_ == State::kString; }
+  // A number is being read and may end here (the next byte then belongs to what follows).
+  bool number_may_end() const {
+    return state_ == State::kZero || state_ == State::kInteger || state_ == State::kFraction || state_ == State::kExponent;
+  }
+  // A number is being read (any part of it).
+  bool in_number() const { return state_ >= State::kMinus && state_ <= State::kExponent; }
 
  private:
   enum class State : uint8_t {

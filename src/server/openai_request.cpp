@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <memory>
 
 #include <fmt/format.h>
 
+#include "grammar/json_schema.h"
 #include "server/supported_fields.h"
 #include "util/bounded_json.h"
 
@@ -203,9 +205,31 @@ void read_logit_bias(FieldReader& r, std::vector<std::pair<int32_t, float>>& out
   }
 }
 
-// response_format: text (the default) or json_object (constrained decoding); json_schema is not
-// built yet and says so.
-void read_response_format(FieldReader& r, OutputFormat& out) {
+// response_format json_schema's {"name", "schema", "strict", "description"}: the schema compiled
+// (an object at its root, as OpenAI requires).
+void read_json_schema(FieldReader& r, const json& format, GenerationRequest& g) {
+  const auto spec = format.find("json_schema");
+  if (spec == format.end() || !spec->is_object() || !spec->contains("schema")) {
+    return r.fail("'response_format' json_schema needs {\"json_schema\": {\"name\", \"schema\"}}", "response_format");
+  }
+  for (const auto& [key, value] : spec->items()) {
+    if (key != "name" && key != "schema" && key != "strict" && key != "description") {
+      return r.fail(fmt::format("'response_format.json_schema.{}' is not recognized", key), "response_format");
+    }
+  }
+  const json& schema = (*spec)["schema"];
+  if (!schema.is_object() || schema.value("type", json()) != "object") {
+    return r.fail("'response_format' json_schema: the schema's root must be of type object", "response_format");
+  }
+  auto compiled = grammar::compile_schema(schema);
+  if (!compiled.ok()) return r.fail("'response_format' json_schema: " + compiled.error().message(), "response_format");
+  g.format = OutputFormat::kJsonSchema;
+  g.schema = std::make_shared<const grammar::CompiledSchema>(std::move(*compiled));
+}
+
+// response_format: text (the default), json_object or json_schema (constrained decoding).
+void read_response_format(FieldReader& r, GenerationRequest& g) {
+  OutputFormat& out = g.format;
   const json* v = r.find("response_format");
   if (v == nullptr) return;
   const auto type = v->is_object() ? v->find("type") : v->end();
@@ -218,8 +242,8 @@ void read_response_format(FieldReader& r, OutputFormat& out) {
     out = OutputFormat::kJsonObject;
     return;
   }
-  if (name == "json_schema") return r.fail("'response_format' json_schema is not supported yet (json_object is)", "response_format");
-  r.fail(fmt::format("'response_format' type '{}' is not one of text, json_object", name), "response_format");
+  if (name == "json_schema") return read_json_schema(r, *v, g);
+  r.fail(fmt::format("'response_format' type '{}' is not one of text, json_object, json_schema", name), "response_format");
 }
 
 void read_sampling(FieldReader& r, ParsedRequest& out) {
@@ -341,7 +365,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
   read_internal_fields(r, out);
   read_logprobs(r, out, chat);
   if (!chat) r.boolean("echo", out.echo);
-  if (chat) read_response_format(r, out.generation.format);
+  if (chat) read_response_format(r, out.generation);
   if (out.echo && out.logprobs) {
     return bad_request("'echo' with 'logprobs' would need the prompt's logprobs, which this server does not compute", "echo");
   }

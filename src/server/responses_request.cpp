@@ -101,7 +101,16 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& bod
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) as_chat["max_tokens"] = body["max_output_tokens"];
   // text.format (checked by refuse_unsupported_fields: text or json_object) is chat's response_format.
   if (const auto text = body.find("text"); text != body.end() && text->is_object() && text->contains("format")) {
-    as_chat["response_format"] = (*text)["format"];
+    json format = (*text)["format"];
+    // The Responses API flattens json_schema's fields into the format; chat nests them.
+    if (format.is_object() && format.value("type", json()) == "json_schema") {
+      json spec = json::object();
+      for (const auto& [key, value] : format.items()) {
+        if (key != "type") spec[key] = value;
+      }
+      format = {{"type", "json_schema"}, {"json_schema", std::move(spec)}};
+    }
+    as_chat["response_format"] = std::move(format);
   }
   auto parsed = parse_request(as_chat, /*chat=*/true);
   if (auto* error = std::get_if<ApiError>(&parsed)) {

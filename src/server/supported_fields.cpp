@@ -51,8 +51,9 @@ bool asks_for_the_default(std::string_view name, const json& value) {
   if (name == "truncation") return value == "disabled";
   if (name == "text") {
     // The Responses API's output format: plain text, or a JSON object (read by its parser).
-    return value.is_object() && value.size() == 1 && value.contains("format") &&
-           (is_type(value["format"], "text") || is_type(value["format"], "json_object"));
+    return value.is_object() && value.size() == 1 && value.contains("format") && value["format"].is_object() &&
+           (is_type(value["format"], "text") || is_type(value["format"], "json_object") ||
+            value["format"].value("type", json()) == "json_schema");
   }
   return false;
 }

@@ -155,7 +155,8 @@ TEST(ParseRequest, AParameterNotImplementedIsRefusedByName) {
   for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
            {"tools", json::array({tool})},
            {"tool_choice", "required"},
-           {"response_format", {{"type", "json_object"}}},
+           {"response_format", {{"type", "grammar"}}},
+           {"prediction", {{"type", "content"}, {"content", "x"}}},
            {"function_call", "auto"},
            {"no_such_field", {{"deep", json::array({1, 2})}}}}) {
     const ApiError e = refused({{"messages", messages}, {field, value}}, /*chat=*/true);
@@ -180,6 +181,26 @@ TEST(ParseRequest, ReadsLogitBiasSortedAndRefusesBadEntries) {
   for (const json& bad : {json{{"x", 1}}, json{{"-1", 1}}, json{{"1", 101}}, json{{"1", "1"}}, json{{"1", 1}, {"01", 2}},
                           json::array({1})}) {
     EXPECT_EQ(refused({{"messages", messages}, {"logit_bias", bad}}, true).param, "logit_bias") << bad.dump();
+  }
+}
+
+TEST(ParseRequest, ResponseFormatsCompileTheirSchemaOrSayWhatIsWrong) {
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ(accepted({{"messages", messages}, {"response_format", {{"type", "json_object"}}}}, true).generation.format,
+            OutputFormat::kJsonObject);
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}};
+  const ParsedRequest r = accepted(
+      {{"messages", messages}, {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}},
+      true);
+  EXPECT_EQ(r.generation.format, OutputFormat::kJsonSchema);
+  ASSERT_NE(r.generation.schema, nullptr);
+  EXPECT_EQ(r.generation.schema->nodes.size(), 2u);
+  for (const char* bad : {R"({"type": "json_schema"})",
+                          R"({"type": "json_schema", "json_schema": {"schema": {"type": "array", "items": {"type": "string"}}}})",
+                          R"({"type": "json_schema", "json_schema": {"schema": {"type": "object"}, "extra": 1}})",
+                          R"({"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"type": "string", "minLength": 2}}}}})",
+                          R"({"type": "xml"})", R"("json_object")"}) {
+    EXPECT_EQ(refused({{"messages", messages}, {"response_format", json::parse(bad)}}, true).param, "response_format") << bad;
   }
 }
 
@@ -208,7 +229,9 @@ TEST(ParseResponsesRequest, ToolsAndStructuredFormatsAreRefusedPlainTextAccepted
     return std::holds_alternative<ApiError>(result) ? std::get<ApiError>(result).param : std::string("(accepted)");
   };
   EXPECT_EQ(error_of({{"input", "hi"}, {"tools", json::array({{{"type", "web_search"}}})}}), "tools");
-  EXPECT_EQ(error_of({{"input", "hi"}, {"text", {{"format", {{"type", "json_object"}}}}}}), "text");
+  EXPECT_EQ(error_of({{"input", "hi"}, {"text", {{"format", {{"type", "yaml"}}}}}}), "text");
+  EXPECT_EQ(error_of({{"input", "hi"}, {"text", {{"format", {{"type", "json_schema"}, {"name", "x"}}}}}}), "text");  // no schema
+  EXPECT_EQ(error_of({{"input", "hi"}, {"text", {{"format", {{"type", "json_object"}}}}}}), "(accepted)");
   EXPECT_EQ(error_of({{"input", "hi"}, {"reasoning", {{"effort", "low"}}}}), "reasoning");
   EXPECT_EQ(error_of({{"input", "hi"}, {"messages", json::array()}}), "messages");  // chat's field, not this API's
   EXPECT_EQ(error_of({{"input", "hi"}, {"text", {{"format", {{"type", "text"}}}}}, {"store", true}, {"metadata", json::object()}}),

@@ -81,7 +81,7 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"
 @pytest.mark.parametrize("kwargs,param", [
     ({"tools": [TOOL]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "yaml"}}, "response_format"),
     ({"function_call": "auto"}, "function_call"),
     ({"extra_body": {"no_such_field": {"deep": [1, 2]}}}, "no_such_field"),
 ])
@@ -100,7 +100,7 @@ def test_unsupported_completions_and_responses_parameters_are_400(client, model_
     assert info.value.param == "suffix"
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model=model_id, input="Hi", max_output_tokens=16,
-                                text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}})
+                                text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "array"}}})
     assert info.value.param == "text"
 
 

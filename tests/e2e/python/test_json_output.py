@@ -1,5 +1,5 @@
-"""response_format json_object (chat) and text.format json_object (Responses): every reply that
-ends is one JSON object, whole or streamed, greedy or sampled, on Gemma 3 and on the chat model
+"""response_format json_object / json_schema (chat) and text.format (Responses): every reply that
+ends is one JSON object (valid against its schema), whole or streamed, greedy or sampled, on Gemma 3 and on the chat model
 (a small model may also loop inside the object until max_tokens: finish_reason "length", the text
 a prefix of an object); the chat model ends a simple one."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import openai
 import pytest
 
@@ -61,8 +62,64 @@ def test_a_json_reply_cut_short_says_length(client, model_id):
     assert r.choices[0].message.content.lstrip().startswith("{")
 
 
-def test_json_schema_is_refused_until_built(client, model_id):
-    with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=model_id, messages=ASK, max_tokens=8, response_format={
-            "type": "json_schema", "json_schema": {"name": "cat", "schema": {"type": "object"}}})
-    assert info.value.param == "response_format"
+SCHEMAS = [
+    ("cat", 'Write a JSON object for a cat named Tom who is 3.',
+     {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+      "required": ["name", "age"], "additionalProperties": False}),
+    ("city", "Give the capital of France and its population as JSON.",
+     {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "number"},
+                                       "is_capital": {"type": "boolean"}},
+      "required": ["city", "population", "is_capital"], "additionalProperties": False}),
+    ("colour", "Pick a primary colour and say whether it is warm.",
+     {"type": "object", "properties": {"colour": {"enum": ["red", "yellow", "blue"]}, "warm": {"type": "boolean"}},
+      "required": ["colour", "warm"]}),
+    ("list", "List two fruits as JSON.",
+     {"type": "object", "properties": {"fruits": {"type": "array", "items": {"type": "string"}, "minItems": 2,
+                                                  "maxItems": 2}},
+      "required": ["fruits"]}),
+    ("nested", "Describe a book: its title and its author's name and birth year.",
+     {"type": "object", "properties": {
+         "title": {"type": "string"},
+         "author": {"type": "object", "properties": {"name": {"type": "string"}, "born": {"type": "integer"}},
+                    "required": ["name", "born"], "additionalProperties": False},
+         "note": {"type": "null"}},
+      "required": ["title", "author"]}),
+]
+
+
+@pytest.mark.parametrize("which", ["gemma", "smollm2"])
+def test_json_schema_outputs_validate(which, server, chat_server):
+    url = (server if which == "gemma" else chat_server).base_url
+    ended = 0
+    with openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=300) as client:
+        model = client.models.list().data[0].id
+        for name, question, schema in SCHEMAS:
+            fmt = {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+            for temperature in (0, 0.9):
+                r = client.chat.completions.create(model=model, temperature=temperature, seed=11, max_tokens=160,
+                                                   messages=[ASK[0], {"role": "user", "content": question}],
+                                                   response_format=fmt)
+                choice = r.choices[0]
+                if choice.finish_reason == "stop":
+                    jsonschema.validate(json.loads(choice.message.content), schema)
+                    ended += 1
+        # The Responses API's flattened text.format.
+        turn = client.responses.create(model=model, input=SCHEMAS[0][1], instructions=ASK[0]["content"], temperature=0,
+                                       max_output_tokens=160,
+                                       text={"format": {"type": "json_schema", "name": "cat", "schema": SCHEMAS[0][2]}})
+        if turn.status == "completed":
+            jsonschema.validate(json.loads(turn.output_text), SCHEMAS[0][2])
+            ended += 1
+    if which == "smollm2":
+        assert ended >= 8, ended
+
+
+def test_unsupported_schemas_are_refused_by_keyword(client, model_id):
+    for schema, keyword in [({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}]}}}, "type"),
+                            ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}}, "pattern"),
+                            ({"type": "array", "items": {"type": "string"}}, "object")]:
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model=model_id, messages=ASK, max_tokens=8, response_format={
+                "type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        assert info.value.param == "response_format"
+        assert keyword in info.value.message

@@ -1,0 +1,139 @@
+#include "grammar/json_schema.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace mnemo::grammar {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxNodes = 1024;
+constexpr int kMaxNesting = 16;
+
+// Keywords that describe without constraining, accepted anywhere.
+bool descriptive(const std::string& key) {
+  return key == "description" || key == "title" || key == "$schema" || key == "examples" || key == "default" ||
+         key == "$comment";
+}
+
+class Compiler {
+ public:
+  Result<int32_t> node(const json& schema, int depth, const std::string& where) {
+    if (depth > kMaxNesting) return make_error("{}: the schema nests deeper than {} levels", where, kMaxNesting);
+    if (out_.nodes.size() >= kMaxNodes) return make_error("the schema has more than {} nodes", kMaxNodes);
+    if (!schema.is_object()) return make_error("{}: a schema must be an object", where);
+    const auto index = static_cast<int32_t>(out_.nodes.size());
+    out_.nodes.emplace_back();
+    if (schema.contains("enum") || schema.contains("const")) return literal(schema, index, where);
+    const auto type = schema.find("type");
+    if (type == schema.end() || !type->is_string()) {
+      return make_error("{}: 'type' must be one of object, array, string, integer, number, boolean, null", where);
+    }
+    const std::string& name = type->get_ref<const std::string&>();
+    if (name == "object") return object(schema, index, depth, where);
+    if (name == "array") return array(schema, index, depth, where);
+    static const std::pair<const char*, SchemaNode::Kind> kScalars[] = {
+        {"string", SchemaNode::Kind::kString}, {"integer", SchemaNode::Kind::kInteger}, {"number", SchemaNode::Kind::kNumber},
+        {"boolean", SchemaNode::Kind::kBoolean}, {"null", SchemaNode::Kind::kNull}};
+    for (const auto& [scalar, kind] : kScalars) {
+      if (name != scalar) continue;
+      MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"type"}, where));
+      out_.nodes[static_cast<size_t>(index)].kind = kind;
+      return index;
+    }
+    return make_error("{}: type '{}' is not one of object, array, string, integer, number, boolean, null", where, name);
+  }
+
+  CompiledSchema take() { return std::move(out_); }
+
+ private:
+  Status only_keywords(const json& schema, std::initializer_list<const char*> allowed, const std::string& where) const {
+    for (const auto& item : schema.items()) {
+      const std::string& key = item.key();
+      const bool listed = std::find_if(allowed.begin(), allowed.end(), [&key](const char* a) { return key == a; }) != allowed.end();
+      if (descriptive(key) || listed) continue;
+      return make_error("{}: the keyword '{}' is not supported in structured outputs here", where, key);
+    }
+    return ok_status();
+  }
+
+  Result<int32_t> literal(const json& schema, int32_t index, const std::string& where) {
+    MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"enum", "const", "type"}, where));
+    const json values = schema.contains("const") ? json::array({schema["const"]}) : schema["enum"];
+    if (!values.is_array() || values.empty()) return make_error("{}: 'enum' must be a non-empty array", where);
+    SchemaNode& n = out_.nodes[static_cast<size_t>(index)];
+    n.kind = SchemaNode::Kind::kEnum;
+    for (const json& v : values) {
+      // Strings end with their quote and the literals true/false/null with a letter no other
+      // begins with: no value is a prefix of another. Numbers would be (1, 10).
+      if (!v.is_string() && !v.is_boolean() && !v.is_null()) {
+        return make_error("{}: enum values must be strings, booleans or null", where);
+      }
+      n.literals.push_back(v.dump());
+    }
+    return index;
+  }
+
+  Result<int32_t> object(const json& schema, int32_t index, int depth, const std::string& where) {
+    MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"type", "properties", "required", "additionalProperties"}, where));
+    if (schema.contains("additionalProperties") && schema["additionalProperties"] != false) {
+      return make_error("{}: 'additionalProperties' must be false (strict structured outputs)", where);
+    }
+    const json properties = schema.value("properties", json::object());
+    const json required = schema.value("required", json::array());
+    if (!properties.is_object() || !required.is_array()) return make_error("{}: 'properties' must be an object, 'required' an array", where);
+    if (properties.size() > 64) return make_error("{}: an object may have at most 64 properties here", where);
+    std::vector<SchemaNode::Property> out;
+    for (const auto& [key, sub] : properties.items()) {
+      MNEMO_ASSIGN_OR_RETURN(int32_t child, node(sub, depth + 1, where + "." + key));
+      const bool is_required = std::find(required.begin(), required.end(), json(key)) != required.end();
+      out.push_back({json(key).dump(), child, is_required});
+    }
+    for (const json& r : required) {
+      if (!r.is_string() || !properties.contains(r.get<std::string>())) {
+        return make_error("{}: required property {} is not among 'properties'", where, r.dump());
+      }
+    }
+    out_.nodes[static_cast<size_t>(index)].properties = std::move(out);
+    out_.nodes[static_cast<size_t>(index)].kind = SchemaNode::Kind::kObject;
+    return index;
+  }
+
+  Result<int32_t> array(const json& schema, int32_t index, int depth, const std::string& where) {
+    MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"type", "items", "minItems", "maxItems"}, where));
+    const auto bound = [&](const char* key, int32_t fallback) -> Result<int32_t> {
+      if (!schema.contains(key)) return fallback;
+      const json& v = schema[key];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20)) {
+        return make_error("{}: '{}' must be an integer from 0 to {}", where, key, 1 << 20);
+      }
+      return static_cast<int32_t>(v.get<int64_t>());
+    };
+    MNEMO_ASSIGN_OR_RETURN(int32_t min_items, bound("minItems", 0));
+    MNEMO_ASSIGN_OR_RETURN(int32_t max_items, bound("maxItems", INT32_MAX));
+    if (min_items > max_items) return make_error("{}: 'minItems' is above 'maxItems'", where);
+    if (!schema.contains("items")) return make_error("{}: an array needs 'items'", where);
+    MNEMO_ASSIGN_OR_RETURN(int32_t items, node(schema["items"], depth + 1, where + "[]"));
+    SchemaNode& n = out_.nodes[static_cast<size_t>(index)];
+    n.kind = SchemaNode::Kind::kArray;
+    n.items = items;
+    n.min_items = min_items;
+    n.max_items = max_items;
+    return index;
+  }
+
+  CompiledSchema out_;
+};
+
+}  // namespace
+
+Result<CompiledSchema> compile_schema(const json& schema) {
+  Compiler compiler;
+  MNEMO_ASSIGN_OR_RETURN(int32_t root, compiler.node(schema, 0, "schema"));
+  (void)root;
+  return compiler.take();
+}
+
+}  // namespace mnemo::grammar

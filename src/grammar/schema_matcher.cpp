@@ -1,0 +1,218 @@
+#include "grammar/schema_matcher.h"
+
+namespace mnemo::grammar {
+namespace {
+
+bool is_whitespace(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
+bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
+constexpr int kMaxCandidates = 64;
+
+}  // namespace
+
+bool SchemaMatcher::feed(uint8_t byte) {
+  const SchemaMatcher before = *this;
+  if (!step(byte)) {
+    *this = before;
+    return false;
+  }
+  if (!is_whitespace(byte)) whitespace_run_ = 0;
+  return true;
+}
+
+bool SchemaMatcher::whitespace(uint8_t byte) {
+  if (!is_whitespace(byte) || whitespace_run_ >= JsonMatcher::kMaxWhitespace) return false;
+  ++whitespace_run_;
+  return true;
+}
+
+bool SchemaMatcher::step(uint8_t byte) {
+  if (leaf_ != Leaf::kNone) return step_leaf(byte);
+  if (done_) return false;
+  if (depth_ == 0) return whitespace(byte) || begin_value(0, byte);
+  return step_frame(byte);
+}
+
+bool SchemaMatcher::begin_value(int32_t index, uint8_t byte) {
+  const SchemaNode& n = node(index);
+  using Kind = SchemaNode::Kind;
+  switch (n.kind) {
+    case Kind::kObject:
+    case Kind::kArray: {
+      if (byte != (n.kind == Kind::kObject ? '{' : '[') || depth_ >= kMaxDepth) return false;
+      frames_[static_cast<size_t>(depth_++)] = Frame{index, n.kind == Kind::kObject ? Phase::kKeyOrClose : Phase::kItemOrClose, 0, 0, 0};
+      return true;
+    }
+    case Kind::kEnum: {
+      candidates_ = 0;
+      for (size_t i = 0; i < n.literals.size() && i < kMaxCandidates; ++i) {
+        if (static_cast<uint8_t>(n.literals[i][0]) == byte) candidates_ |= uint64_t{1} << i;
+      }
+      if (candidates_ == 0) return false;
+      matched_ = 1;
+      leaf_ = Leaf::kEnum;
+      leaf_node_ = index;
+      return true;
+    }
+    case Kind::kString:
+    case Kind::kBoolean:
+    case Kind::kNull: {
+      const uint8_t opening = n.kind == Kind::kString ? '"' : n.kind == Kind::kNull ? 'n' : byte;
+      if (byte != opening || (n.kind == Kind::kBoolean && byte != 't' && byte != 'f')) return false;
+      break;
+    }
+    case Kind::kInteger:
+    case Kind::kNumber:
+      if (byte != '-' && !is_digit(byte)) return false;
+      break;
+  }
+  leaf_matcher_ = JsonMatcher(/*object_root=*/false);
+  if (!leaf_matcher_.feed(byte)) return false;
+  leaf_ = n.kind == Kind::kInteger ? Leaf::kInteger : n.kind == Kind::kNumber ? Leaf::kNumber : Leaf::kJson;
+  leaf_node_ = index;
+  if (leaf_ == Leaf::kJson && leaf_matcher_.complete()) return value_done();
+  return true;
+}
+
+bool SchemaMatcher::step_leaf(uint8_t byte) {
+  if (leaf_ == Leaf::kEnum) {
+    const SchemaNode& n = node(leaf_node_);
+    uint64_t still = 0;
+    bool whole = false;
+    for (size_t i = 0; i < n.literals.size() && i < kMaxCandidates; ++i) {
+      if ((candidates_ >> i & 1) == 0 || static_cast<size_t>(matched_) >= n.literals[i].size()) continue;
+      if (static_cast<uint8_t>(n.literals[i][static_cast<size_t>(matched_)]) != byte) continue;
+      still |= uint64_t{1} << i;
+      whole = whole || n.literals[i].size() == static_cast<size_t>(matched_) + 1;
+    }
+    if (still == 0) return false;
+    candidates_ = still;
+    ++matched_;
+    if (!whole) return true;
+    leaf_ = Leaf::kNone;  // no value is a prefix of another: the one matched is the value
+    return value_done();
+  }
+  const bool number = leaf_ == Leaf::kNumber || leaf_ == Leaf::kInteger;
+  if (leaf_ == Leaf::kInteger && (byte == '.' || byte == 'e' || byte == 'E')) {
+    if (!leaf_matcher_.number_may_end()) return false;
+  } else if (leaf_matcher_.feed(byte)) {
+    if (!leaf_matcher_.complete()) return true;
+    leaf_ = Leaf::kNone;
+    return value_done();
+  }
+  // A number ends at the first byte that cannot extend it; that byte belongs to what follows.
+  if (!number || !leaf_matcher_.number_may_end()) return false;
+  leaf_ = Leaf::kNone;
+  return value_done() && step(byte);
+}
+
+bool SchemaMatcher::value_done() {
+  if (depth_ == 0) {
+    done_ = true;
+    return true;
+  }
+  Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+  if (node(f.node).kind == SchemaNode::Kind::kObject) {
+    f.phase = Phase::kAfterProperty;
+  } else {
+    ++f.next;
+    f.phase = Phase::kAfterItem;
+  }
+  return true;
+}
+
+bool SchemaMatcher::may_close_object(const Frame& f) const {
+  const auto& properties = node(f.node).properties;
+  for (size_t i = 0; i < properties.size(); ++i) {
+    if (properties[i].required && (f.seen >> i & 1) == 0) return false;
+  }
+  return true;
+}
+
+bool SchemaMatcher::unseen_left(const Frame& f) const {
+  const size_t n = node(f.node).properties.size();
+  const uint64_t all = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+  return (f.seen & all) != all;
+}
+
+// After a key's opening quote: any property not written yet.
+bool SchemaMatcher::begin_key() {
+  const Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+  const size_t n = node(f.node).properties.size();
+  const uint64_t all = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+  candidates_ = all & ~f.seen;
+  matched_ = 1;  // the quote
+  return candidates_ != 0;
+}
+
+bool SchemaMatcher::key_byte(uint8_t byte) {
+  Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+  const auto& properties = node(f.node).properties;
+  uint64_t still = 0;
+  for (size_t i = 0; i < properties.size() && i < kMaxCandidates; ++i) {
+    if ((candidates_ >> i & 1) == 0) continue;
+    const std::string& key = properties[i].key;
+    if (static_cast<size_t>(matched_) >= key.size() || static_cast<uint8_t>(key[static_cast<size_t>(matched_)]) != byte) continue;
+    still |= uint64_t{1} << i;
+    if (key.size() == static_cast<size_t>(matched_) + 1) {  // the closing quote: this key (keys are prefix-free)
+      f.seen |= uint64_t{1} << i;
+      f.value_node = properties[i].node;
+      f.phase = Phase::kColon;
+      return true;
+    }
+  }
+  if (still == 0) return false;
+  candidates_ = still;
+  ++matched_;
+  return true;
+}
+
+bool SchemaMatcher::step_frame(uint8_t byte) {
+  Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+  const SchemaNode& n = node(f.node);
+  const auto close = [this] {
+    --depth_;
+    return value_done();
+  };
+  switch (f.phase) {
+    case Phase::kKeyOrClose:
+    case Phase::kKey:
+      if (byte == '"') {
+        f.phase = Phase::kInKey;
+        return begin_key();
+      }
+      if (byte == '}' && f.phase == Phase::kKeyOrClose && may_close_object(f)) return close();
+      return whitespace(byte);
+    case Phase::kInKey:
+      return key_byte(byte);
+    case Phase::kColon:
+      if (byte == ':') {
+        f.phase = Phase::kValue;
+        return true;
+      }
+      return whitespace(byte);
+    case Phase::kValue:
+      return whitespace(byte) || begin_value(f.value_node, byte);
+    case Phase::kAfterProperty:
+      if (byte == ',' && unseen_left(f)) {
+        f.phase = Phase::kKey;
+        return true;
+      }
+      if (byte == '}' && may_close_object(f)) return close();
+      return whitespace(byte);
+    case Phase::kItemOrClose:
+      if (byte == ']' && n.min_items == 0) return close();
+      return whitespace(byte) || (n.max_items > 0 && begin_value(n.items, byte));
+    case Phase::kItem:
+      return whitespace(byte) || begin_value(n.items, byte);
+    case Phase::kAfterItem:
+      if (byte == ',' && f.next < n.max_items) {
+        f.phase = Phase::kItem;
+        return true;
+      }
+      if (byte == ']' && f.next >= n.min_items) return close();
+      return whitespace(byte);
+  }
+  return false;
+}
+
+}  // namespace mnemo::grammar

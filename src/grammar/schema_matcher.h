@@ -1,0 +1,69 @@
+// A byte-level acceptor of the JSON documents a compiled schema (grammar/json_schema.h) allows:
+// an object's properties in any order, each at most once, the required ones all present, each
+// value of its node's kind, enums one of
+// their values, arrays within their item counts. Whitespace between tokens as JSON allows it
+// (runs bounded). Like JsonMatcher, trivially copyable: a token mask tries tokens on copies.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "grammar/json_matcher.h"
+#include "grammar/json_schema.h"
+
+namespace mnemo::grammar {
+
+class SchemaMatcher {
+ public:
+  static constexpr int kMaxDepth = 18;
+
+  explicit SchemaMatcher(const CompiledSchema* schema) : schema_(schema) {}
+
+  bool feed(uint8_t byte);
+  bool feed(std::string_view bytes) {
+    for (const char c : bytes) {
+      if (!feed(static_cast<uint8_t>(c))) return false;
+    }
+    return true;
+  }
+  bool complete() const { return done_; }
+  // Inside a free string value's content (not a key, not an enum value).
+  bool in_string() const { return leaf_ == Leaf::kJson && leaf_matcher_.in_string(); }
+
+ private:
+  enum class Phase : uint8_t { kKeyOrClose, kKey, kInKey, kColon, kValue, kAfterProperty, kItemOrClose, kItem, kAfterItem };
+  enum class Leaf : uint8_t { kNone, kJson, kNumber, kInteger, kEnum };
+  struct Frame {
+    int32_t node = 0;
+    Phase phase = Phase::kKeyOrClose;
+    int32_t next = 0;        // array: items so far
+    uint64_t seen = 0;       // object: the properties written (bit i: properties[i])
+    int32_t value_node = 0;  // object: the node of the property whose value comes
+  };
+
+  const SchemaNode& node(int32_t index) const { return schema_->nodes[static_cast<size_t>(index)]; }
+  bool step(uint8_t byte);
+  bool step_frame(uint8_t byte);
+  bool step_leaf(uint8_t byte);
+  bool begin_value(int32_t node, uint8_t byte);
+  bool value_done();
+  bool whitespace(uint8_t byte);
+  bool begin_key();
+  bool key_byte(uint8_t byte);
+  bool may_close_object(const Frame& f) const;
+  bool unseen_left(const Frame& f) const;
+
+  const CompiledSchema* schema_;
+  std::array<Frame, kMaxDepth> frames_{};
+  int32_t depth_ = 0;
+  bool done_ = false;
+  uint8_t whitespace_run_ = 0;
+  Leaf leaf_ = Leaf::kNone;
+  JsonMatcher leaf_matcher_{/*object_root=*/false};  // a string, boolean, null or number value
+  int32_t leaf_node_ = 0;
+  uint64_t candidates_ = 0;  // enum values or keys still possible (bit i: the i-th)
+  int32_t matched_ = 0;      // bytes of the enum value or key matched so far
+};
+
+}  // namespace mnemo::grammar

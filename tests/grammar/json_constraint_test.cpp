@@ -1,0 +1,88 @@
+// JsonConstraint on the real vocabularies: the sorted walk's mask equals trying every token's
+// bytes on a copy of the matcher (the reference), state after state of a schema-shaped document;
+// once the object is whole only the end of generation is allowed.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf/gguf_file.h"
+#include "grammar/json_constraint.h"
+#include "util/paths.h"
+
+namespace mnemo::grammar {
+namespace {
+
+std::unique_ptr<Tokenizer> load(const std::string& path) {
+  auto file = gguf::File::open(path);
+  EXPECT_TRUE(file.ok()) << (file.ok() ? "" : file.error().message()) << " (scripts/setup.sh fetches the models)";
+  if (!file.ok()) return nullptr;
+  auto tokenizer = Tokenizer::from_gguf(*file);
+  EXPECT_TRUE(tokenizer.ok());
+  return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
+}
+
+template <class Matcher>
+std::vector<uint8_t> reference_mask(const TokenBytes& v, const Matcher& m) {
+  std::vector<uint8_t> allowed(static_cast<size_t>(v.size()), 0);
+  for (TokenId t = 0; t < v.size(); ++t) {
+    if (v.ends_generation(t)) {
+      allowed[static_cast<size_t>(t)] = m.complete() ? 1 : 0;
+    } else if (!v.bytes(t).empty() && !m.complete()) {
+      Matcher trial = m;
+      allowed[static_cast<size_t>(t)] = trial.feed(v.bytes(t)) ? 1 : 0;
+    }
+  }
+  return allowed;
+}
+
+class JsonConstraintTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(JsonConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
+  const auto tokenizer = load(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  auto vocabulary = std::make_shared<const TokenBytes>(*tokenizer);
+  const nlohmann::json schema = nlohmann::json::parse(R"({"type":"object","properties":{
+      "name":{"type":"string"},"age":{"type":"integer"},"pet":{"enum":["cat","dog"]},
+      "tags":{"type":"array","items":{"type":"number"},"maxItems":3}},"required":["name","age"]})");
+  auto compiled = compile_schema(schema);
+  ASSERT_TRUE(compiled.ok());
+  auto shared = std::make_shared<const CompiledSchema>(std::move(*compiled));
+  const std::string doc = R"({"name": "Ann \"A\"", "age": 31, "pet": "dog", "tags": [1.5, -2]})";
+  JsonConstraint free(vocabulary);
+  JsonConstraint schematic(vocabulary, shared);
+  JsonMatcher free_ref;
+  SchemaMatcher schema_ref(shared.get());
+  std::vector<uint8_t> got;
+  // Advance byte by byte through tokens that are single bytes where the vocabulary has them;
+  // compare masks at every prefix.
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    free.allowed(got);
+    ASSERT_EQ(got, reference_mask(*vocabulary, free_ref)) << "json_object after " << doc.substr(0, i);
+    schematic.allowed(got);
+    ASSERT_EQ(got, reference_mask(*vocabulary, schema_ref)) << "json_schema after " << doc.substr(0, i);
+    if (i == doc.size()) break;
+    const std::string byte = doc.substr(i, 1);
+    const auto ids = tokenizer->encode(byte, false, false);
+    ASSERT_EQ(ids.size(), 1u) << byte;
+    ASSERT_TRUE(free.accept(ids[0])) << doc.substr(0, i + 1);
+    ASSERT_TRUE(schematic.accept(ids[0])) << doc.substr(0, i + 1);
+    ASSERT_TRUE(free_ref.feed(byte));
+    ASSERT_TRUE(schema_ref.feed(byte));
+  }
+  EXPECT_TRUE(free.complete() && schematic.complete());
+  int ends = 0;
+  for (size_t t = 0; t < got.size(); ++t) {
+    if (got[t] == 0) continue;
+    EXPECT_TRUE(vocabulary->ends_generation(static_cast<TokenId>(t))) << t;
+    ++ends;
+  }
+  EXPECT_GE(ends, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealVocabularies, JsonConstraintTest, ::testing::Values(chat_model_path(), reference_model_path()),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param.find("gemma") != std::string::npos ? std::string("Gemma") : std::string("SmolLM2");
+                         });
+
+}  // namespace
+}  // namespace mnemo::grammar

@@ -1,0 +1,107 @@
+// compile_schema and SchemaMatcher on exact inputs: the subset compiles and anything else is
+// refused by name; documents the schema allows are accepted byte by byte and complete, and each
+// violation is refused at the byte that commits it.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/schema_matcher.h"
+
+namespace mnemo::grammar {
+namespace {
+
+using nlohmann::json;
+
+const json kPerson = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "description": "given name"},
+    "age": {"type": "integer"},
+    "height": {"type": "number"},
+    "pet": {"enum": ["cat", "dog", null]},
+    "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+    "alive": {"type": "boolean"},
+    "address": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                "additionalProperties": false}
+  },
+  "required": ["name", "age", "tags", "address"],
+  "additionalProperties": false
+})");
+
+CompiledSchema compiled(const json& schema) {
+  auto c = compile_schema(schema);
+  EXPECT_TRUE(c.ok()) << c.error().message();
+  return c.ok() ? std::move(*c) : CompiledSchema{};
+}
+
+size_t accepted_prefix(const CompiledSchema& schema, const std::string& text) {
+  SchemaMatcher m(&schema);
+  size_t i = 0;
+  while (i < text.size() && m.feed(static_cast<uint8_t>(text[i]))) ++i;
+  return i;
+}
+
+bool completes(const CompiledSchema& schema, const std::string& text) {
+  SchemaMatcher m(&schema);
+  return m.feed(text) && m.complete();
+}
+
+TEST(CompileSchema, RefusesWhatItDoesNotImplementByName) {
+  for (const auto& [schema, keyword] : std::vector<std::pair<json, std::string>>{
+           {{{"anyOf", json::array()}}, "'type'"},
+           {{{"type", "string"}, {"pattern", "^a"}}, "pattern"},
+           {{{"type", "string"}, {"format", "date"}}, "format"},
+           {{{"type", "object"}, {"additionalProperties", true}}, "additionalProperties"},
+           {{{"type", "array"}}, "items"},
+           {{{"enum", {1, 2}}}, "enum values"},
+           {{{"type", json::array({"string", "null"})}}, "'type'"},
+           {{{"type", "object"}, {"required", {"x"}}}, "required"},
+       }) {
+    const auto c = compile_schema(schema);
+    ASSERT_FALSE(c.ok()) << schema.dump();
+    EXPECT_NE(c.error().message().find(keyword), std::string::npos) << c.error().message();
+  }
+  json deep = {{"type", "string"}};
+  for (int i = 0; i < 20; ++i) deep = {{"type", "array"}, {"items", deep}};
+  EXPECT_FALSE(compile_schema(deep).ok());
+}
+
+TEST(SchemaMatcher, AcceptsWhatTheSchemaAllows) {
+  const CompiledSchema s = compiled(kPerson);
+  EXPECT_TRUE(completes(s, R"({"name":"Ann","age":31,"tags":["a"],"address":{"city":"Oslo"}})"));
+  EXPECT_TRUE(completes(s, "{ \"name\" : \"Bo \\\"B\\\"\", \"age\" : -2, \"height\" : 1.8e0, \"pet\" : null,\n"
+                           "  \"tags\" : [ \"x\" , \"y\" ], \"alive\" : true, \"address\" : { \"city\" : \"\" } }"));
+  EXPECT_TRUE(completes(s, R"({"name":"C","age":0,"pet":"dog","tags":["t"],"alive":false,"address":{"city":"R"}})"));
+}
+
+TEST(SchemaMatcher, RefusesEachViolationAtItsByte) {
+  const CompiledSchema s = compiled(kPerson);
+  EXPECT_EQ(accepted_prefix(s, R"({"name":1)"), 8u);                            // a string expected
+  EXPECT_EQ(accepted_prefix(s, R"({"name":"A","age":1.5)"), 19u);              // an integer: no fraction
+  EXPECT_EQ(accepted_prefix(s, R"({"name":"A","age":1,"pet":"cow")"), 28u);    // not one of the enum
+  EXPECT_EQ(accepted_prefix(s, R"({"name":"A","age":1,"extra":1)"), 21u);      // no such key
+  EXPECT_EQ(accepted_prefix(s, R"({"name":"A","age":1,"name":"B")"), 21u);     // a key twice
+  EXPECT_EQ(accepted_prefix(s, R"({"name":"A","age":1,"tags":[])"), 28u);      // minItems 1
+  EXPECT_EQ(accepted_prefix(s, R"({"name":"A","age":1,"tags":["a","b",)"), 35u);  // maxItems 2
+  EXPECT_EQ(accepted_prefix(s, R"({"name":"A","age":1,"tags":["a"]})"), 32u);  // required "address" missing
+  // Any order: the schema's object is unordered, as JSON's are.
+  EXPECT_TRUE(completes(s, R"({"address":{"city":"B"},"tags":["a"],"age":1,"name":"A"})"));
+}
+
+TEST(SchemaMatcher, OptionalPropertiesMayBeLeftOut) {
+  const CompiledSchema s = compiled(json::parse(R"({"type":"object","properties":{
+      "a":{"type":"boolean"},"b":{"type":"null"},"c":{"type":"integer"}},"required":["c"]})"));
+  EXPECT_TRUE(completes(s, R"({"c":1})"));
+  EXPECT_TRUE(completes(s, R"({"b":null,"c":1})"));
+  EXPECT_TRUE(completes(s, R"({"c":12,"a":true,"b":null})"));
+  EXPECT_EQ(accepted_prefix(s, R"({"a":true})"), 9u);  // "c" is required
+  EXPECT_EQ(accepted_prefix(s, R"({"c":1,"a":true,"b":null,)"), 24u);  // nothing left to write
+  const CompiledSchema empty = compiled(json::parse(R"({"type":"object","properties":{}})"));
+  EXPECT_TRUE(completes(empty, "{}"));
+  EXPECT_EQ(accepted_prefix(empty, R"({")"), 1u);
+}
+
+}  // namespace
+}  // namespace mnemo::grammar
