@@ -2,7 +2,9 @@
 // Replies stream from POST /v1/chat/completions (server-sent events read through fetch's
 // ReadableStream); the whole conversation is sent each turn; Stop aborts the fetch, and the
 // server cancels the request when the connection closes. All message text goes into the DOM
-// through textContent, never as HTML.
+// through textContent, never as HTML. The conversation is kept in localStorage across reloads;
+// Regenerate asks again for the last reply; a server that cannot be reached leaves the message
+// in the input box to send again.
 (() => {
   "use strict";
 
@@ -15,6 +17,7 @@
     stop: $("stop"),
     composer: $("composer"),
     newChat: $("new-chat"),
+    regenerate: $("regenerate"),
     model: $("model-name"),
     status: $("status"),
     settings: $("settings"),
@@ -146,7 +149,34 @@
     els.messages.scrollTop = els.messages.scrollHeight;
   }
 
+  // ---- the conversation, kept in localStorage ------------------------------------------------
+
+  function saveHistory() {
+    try {
+      if (state.history.length === 0) localStorage.removeItem(STORE + "history");
+      else localStorage.setItem(STORE + "history", JSON.stringify(state.history));
+    } catch (_) { /* storage may be disabled or full */ }
+  }
+
+  function restoreHistory() {
+    let saved = [];
+    try {
+      saved = JSON.parse(localStorage.getItem(STORE + "history") || "[]");
+    } catch (_) {
+      saved = [];
+    }
+    if (!Array.isArray(saved)) return;
+    for (const m of saved) {
+      if (!m || (m.role !== "user" && m.role !== "assistant") || typeof m.content !== "string") continue;
+      state.history.push({ role: m.role, content: m.content });
+      const shown = addMessage(m.role, m.content);
+      shown.row.dataset.state = "done";
+    }
+  }
+
   function setBusy(busy) {
+    const last = state.history[state.history.length - 1];
+    els.regenerate.hidden = busy || !last || last.role !== "assistant";
     els.send.hidden = busy;
     els.stop.hidden = !busy;
     els.send.disabled = busy;
@@ -156,7 +186,9 @@
   function newChat() {
     if (state.controller) state.controller.abort();
     state.history = [];
+    saveHistory();
     for (const node of [...els.messages.querySelectorAll(".message")]) node.remove();
+    setBusy(false);
     els.empty.hidden = false;
     setStatus("");
     els.input.value = "";
@@ -201,12 +233,16 @@
     }
   }
 
-  async function send(text) {
+  // Sends `text` as the next user turn; with `again`, the last user turn (already shown and in
+  // the history) is asked again.
+  async function send(text, again = false) {
     if (state.controller) return;
     const system = els.systemPrompt.value.trim();
-    const messages = (system ? [{ role: "system", content: system }] : []).concat(state.history, [{ role: "user", content: text }]);
-    state.history.push({ role: "user", content: text });
-    addMessage("user", text);
+    if (!again) {
+      state.history.push({ role: "user", content: text });
+      addMessage("user", text);
+    }
+    const messages = (system ? [{ role: "system", content: system }] : []).concat(state.history);
     const reply = addMessage("assistant", "");
     reply.row.classList.add("streaming");
     reply.row.dataset.state = "streaming";
@@ -241,6 +277,11 @@
     } catch (err) {
       if (controller.signal.aborted) {
         outcome = "stopped";
+      } else if (err instanceof TypeError && !content) {
+        // fetch rejects with a TypeError when no answer came at all: the server is down or
+        // unreachable. The message goes back to the input box, to send again.
+        outcome = "unreachable";
+        setStatus("The server cannot be reached. Your message is back in the input box: send it again once it is up.", true);
       } else {
         outcome = "error";
         setStatus(err && err.message ? err.message : String(err), true);
@@ -255,7 +296,15 @@
         note.textContent = "stopped";
         reply.row.append(note);
       }
-      if (content) {
+      if (outcome === "unreachable") {
+        reply.row.remove();
+        state.history.pop();  // the unanswered user turn
+        const turns = els.messages.querySelectorAll(".message.user");
+        if (turns.length) turns[turns.length - 1].remove();
+        if (state.history.length === 0) els.empty.hidden = false;
+        els.input.value = text;
+        autoGrow();
+      } else if (content) {
         state.history.push({ role: "assistant", content });
       } else {
         reply.body.textContent = outcome === "error" ? "(no reply)" : outcome === "stopped" ? "" : "(empty reply)";
@@ -263,9 +312,22 @@
         if (outcome !== "done") state.history.pop();
         else state.history.push({ role: "assistant", content: "" });
       }
+      saveHistory();
       setBusy(false);
       els.input.focus();
     }
+  }
+
+  // Drops the last reply and asks for it again.
+  function regenerate() {
+    if (state.controller) return;
+    const last = state.history[state.history.length - 1];
+    if (!last || last.role !== "assistant") return;
+    state.history.pop();
+    const replies = els.messages.querySelectorAll(".message.assistant");
+    if (replies.length) replies[replies.length - 1].remove();
+    const question = state.history[state.history.length - 1];
+    send(question ? question.content : "", true);
   }
 
   // ---- the composer ---------------------------------------------------------------------------
@@ -303,6 +365,8 @@
     if (state.controller) state.controller.abort();
   });
   els.newChat.addEventListener("click", newChat);
+  els.regenerate.addEventListener("click", regenerate);
+  restoreHistory();
 
   setBusy(false);
   autoGrow();

@@ -61,9 +61,12 @@ def text_of(element) -> str:
     return element.get_attribute("textContent")
 
 
-def open_page(driver, url: str, model_id: str | None):
+def open_page(driver, url: str, model_id: str | None, keep_conversation: bool = False):
     driver.get(url + "/")
     assert driver.title == "Mnemo chat"
+    if not keep_conversation:  # the page keeps its conversation across loads: start from none
+        driver.execute_script("localStorage.removeItem('mnemo.chat.history')")
+        driver.refresh()
     if model_id is not None:
         wait(driver, 20).until(lambda d: text_of(d.find_element(By.ID, "model-name")) == model_id)
 
@@ -169,6 +172,48 @@ def test_html_is_escaped_and_new_chat_clears(browser, server, model_id):
     assert not browser.find_elements(By.CSS_SELECTOR, ".message")
     assert browser.find_element(By.ID, "empty").is_displayed()
     set_setting(browser, "max-tokens", "16")
+
+
+def test_the_conversation_survives_a_reload_and_the_last_reply_regenerates(browser, server, client, model_id):
+    open_page(browser, server.url, model_id)
+    set_setting(browser, "temperature", "0")
+    set_setting(browser, "max-tokens", "8")
+    browser.find_element(By.ID, "settings-toggle").click()
+    assert not browser.find_element(By.ID, "regenerate").is_displayed()  # nothing to regenerate yet
+    first = send_message(browser, "Name a colour.", 1)
+    assert wait_finished(browser, first) == "done"
+    reply = text_of(first.find_element(By.CSS_SELECTOR, ".content"))
+    browser.refresh()
+    wait(browser, 20).until(lambda d: len(assistant_bubbles(d)) == 1)
+    assert text_of(assistant_bubbles(browser)[0].find_element(By.CSS_SELECTOR, ".content")) == reply
+    users = [text_of(e) for e in browser.find_elements(By.CSS_SELECTOR, ".message.user .content")]
+    assert users == ["Name a colour."]
+    # Regenerate: the last reply goes and comes again (greedy: the same text), one bubble each.
+    regen = browser.find_element(By.ID, "regenerate")
+    wait(browser, 10).until(lambda d: regen.is_displayed())
+    regen.click()
+    wait(browser, 10).until(lambda d: assistant_bubbles(d) and assistant_bubbles(d)[-1].get_attribute("data-state") != "done")
+    again = assistant_bubbles(browser)[-1]
+    assert wait_finished(browser, again) == "done"
+    assert len(assistant_bubbles(browser)) == 1
+    assert text_of(again.find_element(By.CSS_SELECTOR, ".content")) == reply
+    saved = browser.execute_script("return JSON.parse(localStorage.getItem('mnemo.chat.history'))")
+    assert [m["role"] for m in saved] == ["user", "assistant"]
+    browser.find_element(By.ID, "new-chat").click()
+    assert browser.execute_script("return localStorage.getItem('mnemo.chat.history')") is None
+
+
+def test_a_server_that_cannot_be_reached_keeps_the_message(browser, start_server):
+    doomed = start_server()
+    open_page(browser, doomed.url, None)
+    wait(browser, 20).until(lambda d: text_of(d.find_element(By.ID, "model-name")) not in ("", "connecting…"))
+    doomed.terminate()
+    box = browser.find_element(By.ID, "input")
+    box.send_keys("Are you there?")
+    browser.find_element(By.ID, "send").click()
+    wait(browser, 30).until(lambda d: "cannot be reached" in text_of(d.find_element(By.ID, "status")))
+    assert box.get_attribute("value") == "Are you there?"
+    assert not browser.find_elements(By.CSS_SELECTOR, ".message")
 
 
 def test_api_key_is_asked_for_and_kept(browser, auth_server):
