@@ -130,9 +130,11 @@ double KvCache::now() const { return config_.clock(); }
 int32_t KvCache::blocks_needed(const KvTable& table, int32_t begin, int32_t end) const {
   if (end <= begin) return 0;
   const int32_t bs = block_size();
+  // A swapped-out table holds no device block yet: every block of the range is needed.
+  const auto on_device = table.on_host_ ? 0 : static_cast<int32_t>(table.size());
   int32_t needed = 0;
   for (int32_t b = begin / bs; b <= (end - 1) / bs; ++b) {
-    if (b >= static_cast<int32_t>(table.size()) || device_alloc_.ref_count(table[static_cast<size_t>(b)]) > 1) ++needed;
+    if (b >= on_device || device_alloc_.ref_count(table[static_cast<size_t>(b)]) > 1) ++needed;
   }
   return needed;
 }

@@ -25,6 +25,9 @@ TEST_F(KvCacheTest, ASwappedTableMovesToTheHostAndBackWithItsBytesAndReferences)
   ASSERT_TRUE(kv.swap_out(table));
   EXPECT_TRUE(table.on_host());
   EXPECT_EQ(table.size(), 3u);
+  // Host block ids name no device block: growing a swapped table needs every block of the range.
+  EXPECT_EQ(kv.blocks_needed(table, 0, 6), 3);
+  EXPECT_EQ(kv.blocks_needed(table, 4, 8), 2);
   EXPECT_EQ(kv.n_free(), 4);
   EXPECT_EQ(kv.n_host_free(), 1);
   KvTable moved = std::move(table);  // the references travel with the move
