@@ -50,7 +50,7 @@ Status resolve_geometry(SimulateArgs& args) {
   } else {
     MNEMO_ASSIGN_OR_RETURN(gguf::File file, gguf::File::open(args.options.model_path));
     MNEMO_ASSIGN_OR_RETURN(ModelConfig c, read_model_config(file));
-    from_model.kv_bytes_per_token = int64_t{c.n_layers} * c.n_kv_heads * (c.head_dim_k + c.head_dim_v) * 2;
+    from_model.kv_bytes_per_token = static_cast<int64_t>(kv_layout_of(c, /*block_size=*/1).block_bytes());
     from_model.layers = c.n_layers;
     from_model.sliding_window = c.sliding_window;
     from_model.global_layers = static_cast<int32_t>(std::count(c.layer_is_local.begin(), c.layer_is_local.end(), false));

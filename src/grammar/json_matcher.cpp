@@ -5,17 +5,9 @@
 namespace mnemo::grammar {
 namespace {
 
-bool is_whitespace(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
-bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
-bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
+bool is_hex(uint8_t b) { return is_ascii_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 
 }  // namespace
-
-bool JsonMatcher::whitespace(uint8_t byte) {
-  if (!is_whitespace(byte) || whitespace_run_ >= kMaxWhitespace) return false;
-  ++whitespace_run_;
-  return true;
-}
 
 bool JsonMatcher::start_value(uint8_t byte) {
   switch (byte) {
@@ -77,23 +69,23 @@ bool JsonMatcher::number(uint8_t byte) {
       return byte == '0' ? go(State::kZero) : (byte >= '1' && byte <= '9') ? go(State::kInteger) : false;
     case State::kZero:
     case State::kInteger:
-      if (is_digit(byte) && state_ == State::kInteger) return true;
+      if (is_ascii_digit(byte) && state_ == State::kInteger) return true;
       if (byte == '.') return go(State::kDot);
       if (byte == 'e' || byte == 'E') return go(State::kExponentMark);
       break;
     case State::kDot:
-      return is_digit(byte) ? go(State::kFraction) : false;
+      return is_ascii_digit(byte) ? go(State::kFraction) : false;
     case State::kFraction:
-      if (is_digit(byte)) return true;
+      if (is_ascii_digit(byte)) return true;
       if (byte == 'e' || byte == 'E') return go(State::kExponentMark);
       break;
     case State::kExponentMark:
       if (byte == '+' || byte == '-') return go(State::kExponentSign);
-      return is_digit(byte) ? go(State::kExponent) : false;
+      return is_ascii_digit(byte) ? go(State::kExponent) : false;
     case State::kExponentSign:
-      return is_digit(byte) ? go(State::kExponent) : false;
+      return is_ascii_digit(byte) ? go(State::kExponent) : false;
     case State::kExponent:
-      if (is_digit(byte)) return true;
+      if (is_ascii_digit(byte)) return true;
       break;
     default:
       return false;
@@ -186,7 +178,7 @@ bool JsonMatcher::feed(uint8_t byte) {
     *this = before;
     return false;
   }
-  if (!is_whitespace(byte)) whitespace_run_ = 0;
+  if (!is_json_whitespace(byte)) whitespace_run_ = 0;
   return true;
 }
 

@@ -11,6 +11,16 @@
 
 namespace mnemo::grammar {
 
+inline bool is_json_whitespace(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
+inline bool is_ascii_digit(uint8_t b) { return b >= '0' && b <= '9'; }
+
+// A bounded run of whitespace: counts `byte` into `run` if it is whitespace and the run has room.
+inline bool bounded_whitespace(uint8_t byte, uint8_t& run, int max_run) {
+  if (!is_json_whitespace(byte) || run >= max_run) return false;
+  ++run;
+  return true;
+}
+
 class JsonMatcher {
  public:
   static constexpr int kMaxDepth = 32;
@@ -68,7 +78,7 @@ class JsonMatcher {
     state_ = depth_ == 0 ? State::kDone : State::kAfterValue;
     return true;
   }
-  bool whitespace(uint8_t byte);
+  bool whitespace(uint8_t byte) { return bounded_whitespace(byte, whitespace_run_, kMaxWhitespace); }
 
   std::array<uint8_t, kMaxDepth> stack_{};  // '{' or '['
   uint8_t depth_ = 0;

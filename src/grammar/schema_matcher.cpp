@@ -3,8 +3,6 @@
 namespace mnemo::grammar {
 namespace {
 
-bool is_whitespace(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
-bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 constexpr int kMaxCandidates = 64;
 
 }  // namespace
@@ -15,13 +13,7 @@ bool SchemaMatcher::feed(uint8_t byte) {
     *this = before;
     return false;
   }
-  if (!is_whitespace(byte)) whitespace_run_ = 0;
-  return true;
-}
-
-bool SchemaMatcher::whitespace(uint8_t byte) {
-  if (!is_whitespace(byte) || whitespace_run_ >= JsonMatcher::kMaxWhitespace) return false;
-  ++whitespace_run_;
+  if (!is_json_whitespace(byte)) whitespace_run_ = 0;
   return true;
 }
 
@@ -62,7 +54,7 @@ bool SchemaMatcher::begin_value(int32_t index, uint8_t byte) {
     }
     case Kind::kInteger:
     case Kind::kNumber:
-      if (byte != '-' && !is_digit(byte)) return false;
+      if (byte != '-' && !is_ascii_digit(byte)) return false;
       break;
   }
   leaf_matcher_ = JsonMatcher(/*object_root=*/false);

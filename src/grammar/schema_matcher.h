@@ -48,7 +48,7 @@ class SchemaMatcher {
   bool step_leaf(uint8_t byte);
   bool begin_value(int32_t node, uint8_t byte);
   bool value_done();
-  bool whitespace(uint8_t byte);
+  bool whitespace(uint8_t byte) { return bounded_whitespace(byte, whitespace_run_, JsonMatcher::kMaxWhitespace); }
   bool begin_key();
   bool key_byte(uint8_t byte);
   bool may_close_object(const Frame& f) const;

@@ -2,6 +2,8 @@
 
 #include <strings.h>
 
+#include <charconv>
+
 namespace mnemo::http {
 
 namespace {
@@ -44,6 +46,17 @@ std::optional<std::string> Request::query_param(std::string_view name) const {
     return eq == std::string_view::npos ? std::string() : percent_decode(pair.substr(eq + 1));
   }
   return std::nullopt;
+}
+
+bool Request::query_number(std::string_view name, uint64_t fallback, uint64_t max, uint64_t& out) const {
+  const std::optional<std::string> value = query_param(name);
+  if (!value) {
+    out = fallback;
+    return true;
+  }
+  const std::string& text = *value;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return error == std::errc() && end == text.data() + text.size() && !text.empty() && out <= max;
 }
 
 std::string percent_decode(std::string_view text) {

@@ -5,6 +5,7 @@
 // pulls what is ready, and the source wakes it (from the engine's thread) when there is more.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -40,6 +41,9 @@ struct Request {
   bool has_header(std::string_view name) const;
   // A query parameter, percent-decoded (nullopt if absent).
   std::optional<std::string> query_param(std::string_view name) const;
+  // An unsigned decimal query parameter into `out` (`fallback` when absent); false when it is
+  // malformed or above `max`.
+  bool query_number(std::string_view name, uint64_t fallback, uint64_t max, uint64_t& out) const;
 };
 
 // The head of a response whose source says it later (Response::answer_later).

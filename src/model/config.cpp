@@ -129,4 +129,8 @@ Result<ModelConfig> read_model_config(const gguf::File& file) {
   return c;
 }
 
+KvLayout kv_layout_of(const ModelConfig& config, int32_t block_size, DType kv_dtype) {
+  return KvLayout{config.n_layers, config.n_kv_heads, config.head_dim_k, config.head_dim_v, block_size, kv_dtype};
+}
+
 }  // namespace mnemo

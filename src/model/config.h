@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
+#include "kv/kv_layout.h"
 #include "util/result.h"
 
 namespace mnemo {
@@ -59,5 +60,8 @@ struct ModelConfig {
 
 // Errors name the file and the key; unsupported architectures are refused by name.
 Result<ModelConfig> read_model_config(const gguf::File& file);
+
+// The KV cache's layout for this model: what each block of `block_size` tokens holds.
+KvLayout kv_layout_of(const ModelConfig& config, int32_t block_size, DType kv_dtype = DType::F16);
 
 }  // namespace mnemo

@@ -17,7 +17,7 @@ Model::Model(gguf::File file, ModelConfig config, ModelWeights weights)
     : file_(std::move(file)), config_(std::move(config)), weights_(std::move(weights)) {}
 
 KvLayout Model::kv_layout(int32_t block_size, DType kv_dtype) const {
-  return KvLayout{config_.n_layers, config_.n_kv_heads, config_.head_dim_k, config_.head_dim_v, block_size, kv_dtype};
+  return kv_layout_of(config_, block_size, kv_dtype);
 }
 
 Status Model::validate(const Batch& batch, const KvStorage& kv) const {

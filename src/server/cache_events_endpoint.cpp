@@ -25,26 +25,14 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxWaitMs = 5000;
 
-// An unsigned decimal query parameter, `fallback` when absent; false when malformed or > max.
-bool query_number(const http::Request& req, const char* name, uint64_t fallback, uint64_t max, uint64_t& out) {
-  const std::optional<std::string> value = req.query_param(name);
-  if (!value) {
-    out = fallback;
-    return true;
-  }
-  const std::string& text = *value;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return error == std::errc() && end == text.data() + text.size() && !text.empty() && out <= max;
-}
-
 }  // namespace
 
 void Server::handle_cache_events(const http::Request& req, http::Response& res) {
   // Which prompts are cached is every tenant's business: peers only.
   if (auto caller = peer_of(req); std::holds_alternative<ApiError>(caller)) return send_error(res, std::get<ApiError>(caller));
   uint64_t epoch = 0, after = 0, wait_ms = 0;
-  if (!query_number(req, "epoch", 0, UINT64_MAX, epoch) || !query_number(req, "after", 0, UINT64_MAX, after) ||
-      !query_number(req, "wait_ms", 2000, kMaxWaitMs, wait_ms)) {
+  if (!req.query_number("epoch", 0, UINT64_MAX, epoch) || !req.query_number("after", 0, UINT64_MAX, after) ||
+      !req.query_number("wait_ms", 2000, kMaxWaitMs, wait_ms)) {
     return send_error(res, ApiError{400, "epoch, after and wait_ms (at most 5000) must be unsigned integers",
                                     "invalid_request_error", "", ""});
   }

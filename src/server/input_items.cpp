@@ -1,7 +1,6 @@
 #include "server/input_items.h"
 
 #include <algorithm>
-#include <charconv>
 #include <vector>
 
 #include <fmt/format.h>
@@ -28,13 +27,8 @@ json item_of(const std::string& response_id, size_t index, const json& message) 
 std::variant<json, ApiError> input_items_page(const std::string& response_id, const json& inputs, const http::Request& req) {
   const std::string order = req.query_param("order").value_or("desc");
   if (order != "asc" && order != "desc") return bad_request("'order' must be asc or desc", "order");
-  int limit = 20;
-  if (const auto text = req.query_param("limit")) {
-    const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), limit);
-    if (text->empty() || ec != std::errc() || end != text->data() + text->size() || limit < 1 || limit > 100) {
-      return bad_request("'limit' must be an integer from 1 to 100", "limit");
-    }
-  }
+  uint64_t limit = 20;
+  if (!req.query_number("limit", 20, 100, limit) || limit < 1) return bad_request("'limit' must be an integer from 1 to 100", "limit");
   std::vector<json> items;
   if (inputs.is_array()) {
     for (size_t i = 0; i < inputs.size(); ++i) items.push_back(item_of(response_id, i, inputs[i]));

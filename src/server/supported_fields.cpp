@@ -58,6 +58,10 @@ bool asks_for_the_default(std::string_view name, const json& value) {
   return false;
 }
 
+ApiError unrecognized(const std::string& key) {
+  return bad_request(fmt::format("Unrecognized request argument supplied: {}", key), key);
+}
+
 bool implemented(ApiEndpoint endpoint, std::string_view name) {
   if (contains(kNoOpFields, name)) return true;
   switch (endpoint) {
@@ -74,12 +78,18 @@ std::optional<ApiError> refuse_unsupported_fields(const json& body, ApiEndpoint 
   if (!body.is_object()) return std::nullopt;
   for (const auto& [key, value] : body.items()) {
     if (value.is_null() || implemented(endpoint, key) || asks_for_the_default(key, value)) continue;
-    const bool known = contains(kKnownUnimplemented, key);
-    ApiError error = bad_request(known ? fmt::format("'{}' is not supported by this server", key)
-                                       : fmt::format("Unrecognized request argument supplied: {}", key),
-                                 key);
-    error.code = known ? "unsupported_parameter" : "";
+    if (!contains(kKnownUnimplemented, key)) return unrecognized(key);
+    ApiError error = bad_request(fmt::format("'{}' is not supported by this server", key), key);
+    error.code = "unsupported_parameter";
     return error;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> refuse_fields_outside(const json& body, std::initializer_list<std::string_view> known) {
+  if (!body.is_object()) return std::nullopt;
+  for (const auto& item : body.items()) {
+    if (!contains(std::span<const std::string_view>(known.begin(), known.size()), item.key())) return unrecognized(item.key());
   }
   return std::nullopt;
 }

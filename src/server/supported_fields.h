@@ -6,6 +6,7 @@
 // plain-text format, an empty logit_bias) is accepted.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string_view>
 
@@ -22,5 +23,8 @@ inline constexpr std::string_view kNoOpFields[] = {"user", "metadata", "store", 
 
 // The first field of `body` the endpoint does not implement, as a 400 naming it.
 std::optional<ApiError> refuse_unsupported_fields(const nlohmann::json& body, ApiEndpoint endpoint);
+// The first field of `body` outside `known`, as OpenAI words an unrecognised argument (for the
+// endpoints that are not OpenAI's, e.g. /tokenize).
+std::optional<ApiError> refuse_fields_outside(const nlohmann::json& body, std::initializer_list<std::string_view> known);
 
 }  // namespace mnemo::server

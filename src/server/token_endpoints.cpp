@@ -3,12 +3,11 @@
 //                    -> {"tokens": [ids]} (or [{"id", "piece"}] with_pieces)
 //   POST /detokenize {"tokens": [ids]} -> {"content": TEXT}
 //   GET  /v1/models/{id}
-#include <algorithm>
-
 #include <fmt/format.h>
 
 #include "server/server.h"
 #include "server/openai_request.h"
+#include "server/supported_fields.h"
 
 namespace mnemo::server {
 
@@ -25,15 +24,6 @@ std::optional<ApiError> read_flag(const json& body, const char* name, bool& out)
   return std::nullopt;
 }
 
-std::optional<ApiError> refuse_other_fields(const json& body, std::initializer_list<std::string_view> known) {
-  for (const auto& [key, value] : body.items()) {
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return bad_request(fmt::format("Unrecognized request argument supplied: {}", key), key);
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::variant<json, ApiError> Server::tokenizer_body(const http::Request& req) {
@@ -47,7 +37,7 @@ void Server::handle_tokenize(const http::Request& req, http::Response& res) {
   auto read = tokenizer_body(req);
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   const json& body = std::get<json>(read);
-  if (auto refused = refuse_other_fields(body, {"content", "add_special", "parse_special", "with_pieces"})) {
+  if (auto refused = refuse_fields_outside(body, {"content", "add_special", "parse_special", "with_pieces"})) {
     return send_error(res, *refused);
   }
   const auto content = body.find("content");
@@ -75,7 +65,7 @@ void Server::handle_detokenize(const http::Request& req, http::Response& res) {
   auto read = tokenizer_body(req);
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   const json& body = std::get<json>(read);
-  if (auto refused = refuse_other_fields(body, {"tokens"})) return send_error(res, *refused);
+  if (auto refused = refuse_fields_outside(body, {"tokens"})) return send_error(res, *refused);
   const auto tokens = body.find("tokens");
   if (tokens == body.end() || !tokens->is_array()) return send_error(res, bad_request("'tokens' must be an array of token ids", "tokens"));
   std::vector<TokenId> ids;
