@@ -70,7 +70,8 @@ void Server::handle_detokenize(const http::Request& req, http::Response& res) {
   if (tokens == body.end() || !tokens->is_array()) return send_error(res, bad_request("'tokens' must be an array of token ids", "tokens"));
   std::vector<TokenId> ids;
   ids.reserve(tokens->size());
-  for (const json& t : *tokens) {
+  // Through the array itself: GCC's -Wnull-dereference misreads json iterators under TSan.
+  for (const json& t : tokens->get_ref<const json::array_t&>()) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer_.vocab_size()) {
       return send_error(res, bad_request(fmt::format("'tokens' must hold token ids in 0..{}", tokenizer_.vocab_size() - 1), "tokens"));
     }
