@@ -35,8 +35,13 @@ TokenBytes::TokenBytes(const Tokenizer& tokenizer)
 JsonConstraint::JsonConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const CompiledSchema> schema)
     : vocabulary_(std::move(vocabulary)),
       schema_(std::move(schema)),
-      matcher_(schema_ ? std::variant<JsonMatcher, SchemaMatcher>(SchemaMatcher(schema_.get()))
-                       : std::variant<JsonMatcher, SchemaMatcher>(JsonMatcher(/*object_root=*/true))) {}
+      matcher_(JsonMatcher(/*object_root=*/true)) {
+  if (schema_ && schema_->has_any_of) {
+    matcher_.emplace<SchemaMatcherSet>(schema_.get());
+  } else if (schema_) {
+    matcher_.emplace<SchemaMatcher>(schema_.get());
+  }
+}
 
 template <class Matcher>
 void JsonConstraint::walk_sorted(const Matcher& matcher, bool in_string, std::vector<uint8_t>& allowed) const {

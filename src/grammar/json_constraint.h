@@ -15,6 +15,7 @@
 #include "grammar/json_matcher.h"
 #include "grammar/json_schema.h"
 #include "grammar/schema_matcher.h"
+#include "grammar/schema_matcher_set.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo::grammar {
@@ -63,7 +64,7 @@ class JsonConstraint {
 
   std::shared_ptr<const TokenBytes> vocabulary_;
   std::shared_ptr<const CompiledSchema> schema_;  // kept alive for the SchemaMatcher
-  std::variant<JsonMatcher, SchemaMatcher> matcher_;
+  std::variant<JsonMatcher, SchemaMatcher, SchemaMatcherSet> matcher_;  // the set only for a schema with anyOf
 };
 
 }  // namespace mnemo::grammar

@@ -27,6 +27,7 @@ class Compiler {
     const auto index = static_cast<int32_t>(out_.nodes.size());
     out_.nodes.emplace_back();
     if (schema.contains("enum") || schema.contains("const")) return literal(schema, index, where);
+    if (schema.contains("anyOf")) return any_of(schema, index, depth, where);
     const auto type = schema.find("type");
     if (type == schema.end() || !type->is_string()) {
       return make_error("{}: 'type' must be one of object, array, string, integer, number, boolean, null", where);
@@ -73,6 +74,23 @@ class Compiler {
       }
       n.literals.push_back(v.dump());
     }
+    return index;
+  }
+
+  Result<int32_t> any_of(const json& schema, int32_t index, int depth, const std::string& where) {
+    MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"anyOf"}, where));
+    const json& alternatives = schema["anyOf"];
+    if (!alternatives.is_array() || alternatives.empty() || alternatives.size() > kMaxAnyOf) {
+      return make_error("{}: 'anyOf' must be an array of 1 to {} schemas", where, kMaxAnyOf);
+    }
+    std::vector<int32_t> nodes;
+    for (size_t i = 0; i < alternatives.size(); ++i) {
+      MNEMO_ASSIGN_OR_RETURN(int32_t child, node(alternatives[i], depth + 1, fmt::format("{}.anyOf[{}]", where, i)));
+      nodes.push_back(child);
+    }
+    out_.nodes[static_cast<size_t>(index)].kind = SchemaNode::Kind::kAnyOf;
+    out_.nodes[static_cast<size_t>(index)].alternatives = std::move(nodes);
+    out_.has_any_of = true;
     return index;
   }
 
@@ -128,6 +146,24 @@ class Compiler {
 };
 
 }  // namespace
+
+int32_t append_schema(CompiledSchema& into, const CompiledSchema& part) {
+  const auto offset = static_cast<int32_t>(into.nodes.size());
+  for (SchemaNode node : part.nodes) {
+    for (SchemaNode::Property& p : node.properties) p.node += offset;
+    for (int32_t& a : node.alternatives) a += offset;
+    if (node.items >= 0) node.items += offset;
+    into.nodes.push_back(std::move(node));
+  }
+  into.has_any_of = into.has_any_of || part.has_any_of;
+  return offset;
+}
+
+int32_t append_any_object(CompiledSchema& into) {
+  into.nodes.emplace_back();
+  into.nodes.back().kind = SchemaNode::Kind::kAnyObject;
+  return static_cast<int32_t>(into.nodes.size() - 1);
+}
 
 Result<CompiledSchema> compile_schema(const json& schema) {
   Compiler compiler;

@@ -4,9 +4,11 @@
 //            most 64), no other keys (additionalProperties is false, as OpenAI's strict mode has it);
 //   array    items, minItems, maxItems;
 //   string, integer, number, boolean, null;
-//   enum     of strings, booleans or null (also `const`).
-// Anything else (anyOf, $ref, patterns, formats, lengths of strings, type lists) is refused with
-// the keyword named, never silently ignored.
+//   enum     of strings, booleans or null (also `const`);
+//   anyOf    of at most 16 alternatives (grammar/schema_matcher_set.h follows them all at once);
+//   any object (only where a caller asks for it: a tool's parameters that do not compile).
+// Anything else ($ref, patterns, formats, lengths of strings, type lists) is refused with the
+// keyword named, never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,7 @@
 namespace mnemo::grammar {
 
 struct SchemaNode {
-  enum class Kind : uint8_t { kObject, kArray, kString, kInteger, kNumber, kBoolean, kNull, kEnum };
+  enum class Kind : uint8_t { kObject, kArray, kString, kInteger, kNumber, kBoolean, kNull, kEnum, kAnyOf, kAnyObject };
   struct Property {
     std::string key;  // as written in the output: JSON-quoted
     int32_t node = 0;
@@ -32,13 +34,23 @@ struct SchemaNode {
   int32_t min_items = 0;
   int32_t max_items = INT32_MAX;
   std::vector<std::string> literals;  // enum: each value as written (JSON)
+  std::vector<int32_t> alternatives;  // anyOf: the alternatives' nodes
 };
 
 struct CompiledSchema {
   std::vector<SchemaNode> nodes;  // nodes[0] is the root
+  bool has_any_of = false;        // then only a SchemaMatcherSet follows it
 };
+
+inline constexpr size_t kMaxAnyOf = 16;
 
 // Bounded: at most 1024 nodes, nesting at most 16.
 Result<CompiledSchema> compile_schema(const nlohmann::json& schema);
+
+// Builds a schema from parts compiled apart: `add` appends a compiled schema's nodes (its root
+// then at the returned index); `any_object` appends a node allowing any JSON object. Used to
+// assemble a tool-call envelope around each tool's parameters.
+int32_t append_schema(CompiledSchema& into, const CompiledSchema& part);
+int32_t append_any_object(CompiledSchema& into);
 
 }  // namespace mnemo::grammar

@@ -20,7 +20,7 @@ bool SchemaMatcher::feed(uint8_t byte) {
 bool SchemaMatcher::step(uint8_t byte) {
   if (leaf_ != Leaf::kNone) return step_leaf(byte);
   if (done_) return false;
-  if (depth_ == 0) return whitespace(byte) || begin_value(0, byte);
+  if (depth_ == 0) return whitespace(byte) || begin_value(root_node_, byte);
   return step_frame(byte);
 }
 
@@ -31,9 +31,19 @@ bool SchemaMatcher::begin_value(int32_t index, uint8_t byte) {
     case Kind::kObject:
     case Kind::kArray: {
       if (byte != (n.kind == Kind::kObject ? '{' : '[') || depth_ >= kMaxDepth) return false;
-      frames_[static_cast<size_t>(depth_++)] = Frame{index, n.kind == Kind::kObject ? Phase::kKeyOrClose : Phase::kItemOrClose, 0, 0, 0};
+      frames_[static_cast<size_t>(depth_++)] =
+          Frame{index, n.kind == Kind::kObject ? Phase::kKeyOrClose : Phase::kItemOrClose, 0, 0, n.kind == Kind::kArray ? n.items : 0};
       return true;
     }
+    case Kind::kAnyOf:
+      return false;  // a SchemaMatcherSet chooses an alternative first
+    case Kind::kAnyObject:
+      if (byte != '{') return false;
+      leaf_matcher_ = JsonMatcher(/*object_root=*/true);
+      leaf_matcher_.feed(byte);
+      leaf_ = Leaf::kJson;
+      leaf_node_ = index;
+      return true;
     case Kind::kEnum: {
       candidates_ = 0;
       for (size_t i = 0; i < n.literals.size() && i < kMaxCandidates; ++i) {
@@ -108,8 +118,25 @@ bool SchemaMatcher::value_done() {
   } else {
     ++f.next;
     f.phase = Phase::kAfterItem;
+    f.value_node = node(f.node).items;  // an anyOf chosen for this item is chosen again for the next
   }
   return true;
+}
+
+int32_t SchemaMatcher::next_value_node() const {
+  if (done_ || leaf_ != Leaf::kNone) return -1;
+  if (depth_ == 0) return root_node_;
+  const Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+  const bool value_next = f.phase == Phase::kValue || f.phase == Phase::kItemOrClose || f.phase == Phase::kItem;
+  return value_next ? f.value_node : -1;
+}
+
+void SchemaMatcher::choose(int32_t alternative) {
+  if (depth_ == 0) {
+    root_node_ = alternative;
+  } else {
+    frames_[static_cast<size_t>(depth_ - 1)].value_node = alternative;
+  }
 }
 
 bool SchemaMatcher::may_close_object(const Frame& f) const {
@@ -193,9 +220,9 @@ bool SchemaMatcher::step_frame(uint8_t byte) {
       return whitespace(byte);
     case Phase::kItemOrClose:
       if (byte == ']' && n.min_items == 0) return close();
-      return whitespace(byte) || (n.max_items > 0 && begin_value(n.items, byte));
+      return whitespace(byte) || (n.max_items > 0 && begin_value(f.value_node, byte));
     case Phase::kItem:
-      return whitespace(byte) || begin_value(n.items, byte);
+      return whitespace(byte) || begin_value(f.value_node, byte);
     case Phase::kAfterItem:
       if (byte == ',' && f.next < n.max_items) {
         f.phase = Phase::kItem;

@@ -31,6 +31,12 @@ class SchemaMatcher {
   // Inside a free string value's content (not a key, not an enum value).
   bool in_string() const { return leaf_ == Leaf::kJson && leaf_matcher_.in_string(); }
 
+  // anyOf (a SchemaMatcherSet drives these): the node of the value that begins next, or -1 when
+  // no value begins next; choose() makes an alternative of that node the one to match.
+  int32_t next_value_node() const;
+  void choose(int32_t alternative);
+  const CompiledSchema* schema() const { return schema_; }
+
  private:
   enum class Phase : uint8_t { kKeyOrClose, kKey, kInKey, kColon, kValue, kAfterProperty, kItemOrClose, kItem, kAfterItem };
   enum class Leaf : uint8_t { kNone, kJson, kNumber, kInteger, kEnum };
@@ -39,7 +45,7 @@ class SchemaMatcher {
     Phase phase = Phase::kKeyOrClose;
     int32_t next = 0;        // array: items so far
     uint64_t seen = 0;       // object: the properties written (bit i: properties[i])
-    int32_t value_node = 0;  // object: the node of the property whose value comes
+    int32_t value_node = 0;  // the node of the value that comes (a property's, or an array's item)
   };
 
   const SchemaNode& node(int32_t index) const { return schema_->nodes[static_cast<size_t>(index)]; }
@@ -57,6 +63,7 @@ class SchemaMatcher {
   const CompiledSchema* schema_;
   std::array<Frame, kMaxDepth> frames_{};
   int32_t depth_ = 0;
+  int32_t root_node_ = 0;
   bool done_ = false;
   uint8_t whitespace_run_ = 0;
   Leaf leaf_ = Leaf::kNone;

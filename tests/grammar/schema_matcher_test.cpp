@@ -50,7 +50,8 @@ bool completes(const CompiledSchema& schema, const std::string& text) {
 
 TEST(CompileSchema, RefusesWhatItDoesNotImplementByName) {
   for (const auto& [schema, keyword] : std::vector<std::pair<json, std::string>>{
-           {{{"anyOf", json::array()}}, "'type'"},
+           {{{"anyOf", json::array()}}, "'anyOf'"},
+           {{{"anyOf", json::array({{{"type", "string"}}})}, {"type", "string"}}, "'type'"},
            {{{"type", "string"}, {"pattern", "^a"}}, "pattern"},
            {{{"type", "string"}, {"format", "date"}}, "format"},
            {{{"type", "object"}, {"additionalProperties", true}}, "additionalProperties"},
