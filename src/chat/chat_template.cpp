@@ -51,12 +51,53 @@ Result<std::string> infer_family(const gguf::File& file) {
                     architecture);
 }
 
+jinja::Value from_json(const nlohmann::json& v) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::boolean: return jinja::Value::from_bool(v.get<bool>());
+    case nlohmann::json::value_t::number_integer: return jinja::Value::from_int(v.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return v.get<uint64_t>() <= uint64_t{INT64_MAX} ? jinja::Value::from_int(static_cast<int64_t>(v.get<uint64_t>()))
+                                                      : jinja::Value::from_float(v.get<double>());
+    case nlohmann::json::value_t::number_float: return jinja::Value::from_float(v.get<double>());
+    case nlohmann::json::value_t::string: return jinja::Value::from_string(v.get<std::string>());
+    case nlohmann::json::value_t::array: {
+      jinja::List items;
+      for (const nlohmann::json& item : v.get_ref<const nlohmann::json::array_t&>()) items.push_back(from_json(item));
+      return jinja::Value::from_list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      jinja::Dict entries;
+      for (const auto& [key, value] : v.get_ref<const nlohmann::json::object_t&>()) entries.emplace_back(key, from_json(value));
+      return jinja::Value::from_distinct_keys(std::move(entries));
+    }
+    default: return jinja::Value::none();
+  }
+}
+
+// A call as templates read it (HF's convention): arguments as a mapping where they parse as one.
+jinja::Value tool_call_value(const ToolCall& call) {
+  nlohmann::json arguments = nlohmann::json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  jinja::Value args = arguments.is_object() ? from_json(arguments) : jinja::Value::from_string(call.arguments);
+  jinja::Value function = jinja::Value::from_distinct_keys({{"name", jinja::Value::from_string(call.name)}, {"arguments", args}});
+  return jinja::Value::from_distinct_keys({{"id", jinja::Value::from_string(call.id)},
+                                           {"type", jinja::Value::from_string("function")},
+                                           {"function", std::move(function)}});
+}
+
 jinja::Value message_list(const std::vector<ChatMessage>& messages) {
   jinja::List items;
   items.reserve(messages.size());
   for (const ChatMessage& message : messages) {
-    items.push_back(jinja::Value::from_dict({{"role", jinja::Value::from_string(message.role)},
-                                             {"content", jinja::Value::from_string(message.content)}}));
+    jinja::Dict entries = {{"role", jinja::Value::from_string(message.role)},
+                           {"content", message.content_null ? jinja::Value::none() : jinja::Value::from_string(message.content)}};
+    if (!message.tool_calls.empty()) {
+      jinja::List calls;
+      for (const ToolCall& call : message.tool_calls) calls.push_back(tool_call_value(call));
+      entries.emplace_back("tool_calls", jinja::Value::from_list(std::move(calls)));
+    }
+    if (!message.tool_call_id.empty()) entries.emplace_back("tool_call_id", jinja::Value::from_string(message.tool_call_id));
+    if (!message.name.empty()) entries.emplace_back("name", jinja::Value::from_string(message.name));
+    items.push_back(jinja::Value::from_distinct_keys(std::move(entries)));
   }
   return jinja::Value::from_list(std::move(items));
 }
@@ -113,7 +154,7 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
       {"bos_token", jinja::Value::from_string(options.bos_token)},
       {"eos_token", jinja::Value::from_string(options.eos_token)},
       {"add_generation_prompt", jinja::Value::from_bool(options.add_generation_prompt)},
-      {"tools", jinja::Value::none()},
+      {"tools", options.tools.is_null() ? jinja::Value::none() : from_json(options.tools)},
       {"documents", jinja::Value::none()},
   };
   auto text = jinja::render_template(*body_, globals, limits);
@@ -137,7 +178,7 @@ Result<std::string> parse_and_render_for_fuzzing(std::string_view source) {
   limits.max_output_bytes = size_t{1} << 20;
   limits.max_value_bytes = size_t{1} << 20;
   limits.max_duration = std::chrono::milliseconds(2'000);
-  return chat_template.render(conversation, ChatTemplateOptions{"<bos>", "<eos>", true}, limits);
+  return chat_template.render(conversation, ChatTemplateOptions{"<bos>", "<eos>", true, nullptr}, limits);
 }
 
 }  // namespace mnemo

@@ -3,7 +3,7 @@
 // one when the file has none.
 //
 // Rendering matches HF's apply_chat_template: trim_blocks and lstrip_blocks on, the variables
-// messages, bos_token, eos_token, add_generation_prompt, tools (none) and documents (none), and
+// messages, bos_token, eos_token, add_generation_prompt, tools (the options', else none) and documents (none), and
 // raise_exception(). The rendered prompt contains the special tokens as text (e.g. "<bos>"), so
 // the caller tokenizes it with special-token parsing and does not add another BOS.
 //
@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "chat/jinja_ast.h"
 #include "chat/jinja_builtins.h"
 #include "gguf/gguf_file.h"
@@ -24,15 +26,30 @@
 
 namespace mnemo {
 
+// A function call an assistant made: `arguments` is JSON text, as OpenAI's API carries it.
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
 struct ChatMessage {
-  std::string role;  // system, user, assistant (tool is passed through as is)
+  ChatMessage() = default;
+  ChatMessage(std::string role_, std::string content_) : role(std::move(role_)), content(std::move(content_)) {}
+
+  std::string role;  // system, user, assistant, tool
   std::string content;
+  bool content_null = false;            // an assistant turn of calls only: content is None to the template
+  std::vector<ToolCall> tool_calls;     // assistant
+  std::string tool_call_id;             // tool: the call answered
+  std::string name;                     // tool: the function's name, where known
 };
 
 struct ChatTemplateOptions {
   std::string bos_token;
   std::string eos_token;
   bool add_generation_prompt = true;
+  nlohmann::json tools;  // the Jinja `tools` variable (null: none)
 };
 
 class ChatTemplate {

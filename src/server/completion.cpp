@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "server/tool_request.h"
+
 namespace mnemo::server {
 namespace {
 
@@ -123,8 +125,16 @@ json Completion::whole_response() const {
       }
     }
     choice["logprobs"] = lp;
-    if (endpoint_ == Endpoint::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", texts_[idx]}};
+    if (reads_tool_calls()) {
+      const ParsedReply reply = parse_reply(request_.tool_format, request_.tool_envelope, texts_[idx]);
+      choice["message"] = {{"role", "assistant"}, {"content", reply.content}, {"refusal", nullptr}};
+      if (!reply.calls.empty()) {
+        if (reply.content.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = tool_calls_json(reply.calls);
+        if (reasons_[idx] == "stop") choice["finish_reason"] = "tool_calls";
+      }
+    } else if (endpoint_ == Endpoint::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", texts_[idx]}, {"refusal", nullptr}};
     } else {
       choice["text"] = echo_ + texts_[idx];
     }
@@ -155,7 +165,34 @@ std::string Completion::open_stream() {
   return sse(chunk(std::move(choices)));
 }
 
+std::string Completion::release_choice(int32_t index) {
+  const ParsedReply reply = parse_reply(request_.tool_format, request_.tool_envelope, texts_.at(static_cast<size_t>(index)));
+  std::string out;
+  const auto delta_chunk = [&](json delta) {
+    out += sse(chunk(json::array({{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
+  };
+  if (!reply.content.empty()) delta_chunk({{"content", reply.content}});
+  for (size_t i = 0; i < reply.calls.size(); ++i) {
+    const ToolCall& call = reply.calls[i];
+    delta_chunk({{"tool_calls", json::array({{{"index", i}, {"id", call.id}, {"type", "function"},
+                                              {"function", {{"name", call.name}, {"arguments", ""}}}}})}});
+    delta_chunk({{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", call.arguments}}}}})}});
+  }
+  if (!reply.calls.empty() && reasons_.at(static_cast<size_t>(index)) == "stop") reasons_[static_cast<size_t>(index)] = "tool_calls";
+  return out;
+}
+
 bool Completion::stream(const StreamEvent& event, std::string& out) {
+  if (auto* delta = std::get_if<TokenDelta>(&event); delta != nullptr && reads_tool_calls()) {
+    texts_.at(static_cast<size_t>(delta->choice)) += delta->text;
+    if (!request_.report_tokens || delta->token < 0) return false;
+    // A router following the tokens still gets each one (with no text: the reply is held back).
+    json choice = {{"index", delta->choice}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", nullptr},
+                   {"mnemo_token", delta->token}};
+    if (const auto replicated = replica_progress_change()) choice["mnemo_replicated"] = *replicated;
+    out += sse(chunk(json::array({choice})));
+    return false;
+  }
   if (auto* delta = std::get_if<TokenDelta>(&event)) {
     // A token whose text is held back: the engine reports it for a replica, the client asked
     // for nothing.
@@ -183,7 +220,9 @@ bool Completion::stream(const StreamEvent& event, std::string& out) {
     return false;
   }
   if (auto* finished = std::get_if<ChoiceFinished>(&event)) {
-    json choice = {{"index", finished->choice}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(finished->reason)}};
+    reasons_.at(static_cast<size_t>(finished->choice)) = finish_reason_name(finished->reason);
+    if (reads_tool_calls()) out += release_choice(finished->choice);
+    json choice = {{"index", finished->choice}, {"logprobs", nullptr}, {"finish_reason", reasons_[static_cast<size_t>(finished->choice)]}};
     if (endpoint_ == Endpoint::kChat) {
       choice["delta"] = json::object();
     } else {

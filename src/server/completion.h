@@ -43,6 +43,11 @@ class Completion final : public ReplyShaper {
   nlohmann::json usage_json() const;
   nlohmann::json logprobs_json(const TokenDelta& delta) const;
   nlohmann::json whole_response() const;
+  // Chat with tools: the reply is read for calls once whole, so its text is held back in a stream.
+  bool reads_tool_calls() const { return endpoint_ == Endpoint::kChat && request_.tool_use.calls_possible(); }
+  // The chunks that give a held-back choice's reply: its content, then each call (id and name,
+  // then arguments), as OpenAI streams them.
+  std::string release_choice(int32_t choice);
 
   Endpoint endpoint_;
   std::string model_id_;

@@ -12,6 +12,14 @@ using nlohmann::json;
 namespace {
 
 json item_of(const std::string& response_id, size_t index, const json& message) {
+  const std::string type = message.value("type", "message");
+  if (type == "function_call" || type == "function_call_output") {
+    json item = message;
+    const std::string base = response_id.starts_with("resp_") ? response_id.substr(5) : response_id;
+    item["id"] = fmt::format("{}_{}_{}", type == "function_call" ? "fc" : "fco", base, index);
+    if (type == "function_call") item["status"] = "completed";
+    return item;
+  }
   const std::string role = message.value("role", "user");
   const std::string text = message.contains("content") && message["content"].is_string() ? message["content"].get<std::string>() : "";
   const std::string base = response_id.starts_with("resp_") ? response_id.substr(5) : response_id;

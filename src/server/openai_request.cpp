@@ -9,6 +9,7 @@
 
 #include "grammar/json_schema.h"
 #include "server/supported_fields.h"
+#include "server/tool_request.h"
 #include "util/bounded_json.h"
 
 namespace mnemo::server {
@@ -106,6 +107,37 @@ const json* text_of_part(const json& part) {
   return &*text;
 }
 
+// An assistant's tool_calls, a tool result's tool_call_id and name: false when one is malformed.
+bool read_tool_fields(FieldReader& r, const json& m, const std::string& where, ChatMessage& message) {
+  const auto calls = m.find("tool_calls");
+  if (calls != m.end() && !calls->is_null()) {
+    if (message.role != "assistant") {
+      r.fail(where + ".tool_calls is only allowed on assistant messages", where + ".tool_calls");
+      return false;
+    }
+    auto read = read_tool_calls(*calls, where);
+    if (auto* error = std::get_if<ApiError>(&read)) {
+      r.fail(error->message, error->param);
+      return false;
+    }
+    message.tool_calls = std::move(std::get<std::vector<ToolCall>>(read));
+  }
+  for (const auto& [key, target] : {std::pair{"tool_call_id", &message.tool_call_id}, std::pair{"name", &message.name}}) {
+    const auto v = m.find(key);
+    if (v == m.end() || v->is_null()) continue;
+    if (!v->is_string()) {
+      r.fail(fmt::format("{}.{} must be a string", where, key), where + "." + key);
+      return false;
+    }
+    *target = v->get<std::string>();
+  }
+  if (message.role == "tool" && message.tool_call_id.empty()) {
+    r.fail(where + ".tool_call_id is required on tool messages", where + ".tool_call_id");
+    return false;
+  }
+  return true;
+}
+
 void read_messages(FieldReader& r, std::vector<ChatMessage>& out) {
   const json* v = r.find("messages");
   if (v == nullptr) return r.fail("'messages' is required", "messages");
@@ -123,9 +155,11 @@ void read_messages(FieldReader& r, std::vector<ChatMessage>& out) {
                     where + ".role");
     }
     if (message.role == "developer") message.role = "system";
+    if (!read_tool_fields(r, m, where, message)) return;
     const auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
-      // An assistant message may carry no content (tool calls); nothing to render.
+      // An assistant message of tool calls (or a refusal) may carry no content.
+      message.content_null = !message.tool_calls.empty();
     } else if (content->is_string()) {
       message.content = content->get<std::string>();
     } else if (content->is_array()) {
@@ -366,6 +400,11 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
   read_logprobs(r, out, chat);
   if (!chat) r.boolean("echo", out.echo);
   if (chat) read_response_format(r, out.generation);
+  if (chat && !r.failed()) {
+    auto tools = read_tool_use(parsed, ToolApi::kChat);
+    if (auto* error = std::get_if<ApiError>(&tools)) return *error;
+    out.tool_use = std::move(std::get<ToolUse>(tools));
+  }
   if (out.echo && out.logprobs) {
     return bad_request("'echo' with 'logprobs' would need the prompt's logprobs, which this server does not compute", "echo");
   }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
+#include "chat/tool_calls.h"
 #include "engine/request.h"
 #include "server/api_error.h"
 
@@ -31,6 +32,10 @@ struct ParsedRequest {
   bool top_p_given = false;
   bool min_p_given = false;
   std::vector<ChatMessage> messages;     // chat
+  ToolUse tool_use;                      // chat: tools, tool_choice, parallel_tool_calls
+  // Set by prepare_tool_calls (server/prompt.h) from the model's template:
+  ToolFormat tool_format = ToolFormat::kGeneric;
+  bool tool_envelope = false;            // the output is the JSON envelope (constrained)
   std::string prompt_text;               // completions, as text
   std::vector<TokenId> prompt_tokens;    // completions, given as token ids
   std::string cache_salt;                // tenant separation of cached KV, with the API key

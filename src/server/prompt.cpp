@@ -14,12 +14,15 @@ std::string token_text_or_empty(const Tokenizer& tokenizer, TokenId id) {
 }  // namespace
 
 Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                         const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+                                         const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                         const ToolUse& tool_use) {
   ChatTemplateOptions options;
   options.bos_token = token_text_or_empty(tokenizer, tokenizer.bos());
   options.eos_token = token_text_or_empty(tokenizer, tokenizer.eos());
   options.add_generation_prompt = add_generation_prompt;
-  auto text = chat_template.render(messages, options);
+  const ToolFormat format = tool_format_of(chat_template.source());
+  options.tools = tools_for_template(format, tool_use);
+  auto text = chat_template.render(messages_for_template(format, messages, tool_use), options);
   if (!text.ok()) return text.error();
   // The template writes the BOS text itself.
   return tokenizer.encode(*text, /*add_special=*/false, /*parse_special=*/true);
@@ -28,12 +31,28 @@ Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatT
 std::variant<std::vector<TokenId>, ApiError> prompt_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                                            const ParsedRequest& request, bool chat) {
   if (chat) {
-    auto tokens = render_chat(tokenizer, chat_template, request.messages, /*add_generation_prompt=*/true);
+    auto tokens = render_chat(tokenizer, chat_template, request.messages, /*add_generation_prompt=*/true, request.tool_use);
     if (!tokens.ok()) return bad_request(tokens.error().message(), "messages");
     return std::move(*tokens);
   }
   if (!request.prompt_tokens.empty()) return request.prompt_tokens;
   return tokenizer.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+std::optional<ApiError> prepare_tool_calls(const ChatTemplate& chat_template, ParsedRequest& request) {
+  request.tool_format = tool_format_of(chat_template.source());
+  request.tool_envelope = envelope_forced(request.tool_format, request.tool_use);
+  if (!request.tool_envelope) return std::nullopt;
+  GenerationRequest& g = request.generation;
+  if (g.format != OutputFormat::kText) {
+    return bad_request("'response_format' cannot be combined with tool calls here (tool calls are constrained output already)",
+                       "response_format");
+  }
+  auto schema = envelope_schema(request.tool_use);
+  if (!schema.ok()) return bad_request(schema.error().message(), "tools");
+  g.format = OutputFormat::kJsonSchema;
+  g.schema = std::make_shared<const grammar::CompiledSchema>(std::move(*schema));
+  return std::nullopt;
 }
 
 uint64_t prompt_fingerprint(const Tokenizer& tokenizer, const ChatTemplate& chat_template) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -15,9 +16,15 @@
 
 namespace mnemo::server {
 
-// Messages through the chat template, then the tokenizer.
+// Messages through the chat template, then the tokenizer; with tools, the messages and tools as
+// the template's tool format has them (chat/tool_calls.h).
 Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                         const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+                                         const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                         const ToolUse& tool_use = {});
+// A chat request's tool calling as the model's template has it: request.tool_format, and, when
+// the reply must be the JSON envelope, its schema as the request's output constraint. A 400 when
+// the tools cannot be enforced or response_format asks for another constraint.
+std::optional<ApiError> prepare_tool_calls(const ChatTemplate& chat_template, ParsedRequest& request);
 // A chat or completion request's prompt tokens, or a 400 naming the field.
 std::variant<std::vector<TokenId>, ApiError> prompt_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                                            const ParsedRequest& request, bool chat);

@@ -75,36 +75,28 @@ std::variant<std::vector<StoredResponse>, ApiError> load_chain(ResponseStore& st
   return chain;
 }
 
-std::string output_text(const json& response);
-
-// A turn's messages as the store keeps them (instructions are per turn: not stored).
+// A turn's messages as the store keeps them, as items (instructions are per turn: not stored).
 json stored_inputs(const std::vector<ChatMessage>& turn) {
-  json inputs = json::array();
+  std::vector<ChatMessage> kept;
   for (const ChatMessage& m : turn) {
-    if (m.role != "system") inputs.push_back({{"role", m.role}, {"content", m.content}});
+    if (m.role != "system") kept.push_back(m);
   }
-  return inputs;
+  return items_of(kept);
 }
 
-// The conversation of a chain of turns: each turn's inputs, then its output (instructions are
-// per turn: not part of the history).
+// The conversation of a chain of turns: each turn's inputs, then its output (its text and calls;
+// instructions are per turn: not part of the history). Items the store holds were read once
+// already; one that no longer reads is left out.
 std::vector<ChatMessage> history_of(const std::vector<StoredResponse>& chain) {
   std::vector<ChatMessage> messages;
   for (const StoredResponse& turn : chain) {
-    for (const json& m : turn.input_messages) messages.push_back({m.value("role", "user"), m.value("content", "")});
-    messages.push_back({"assistant", output_text(turn.response)});
+    std::string error;
+    (void)append_items(turn.input_messages, messages, error);
+    const size_t before = messages.size();
+    (void)append_items(turn.response.value("output", json::array()), messages, error);
+    if (messages.size() == before) messages.emplace_back("assistant", "");  // an empty reply is a turn all the same
   }
   return messages;
-}
-
-std::string output_text(const json& response) {
-  std::string text;
-  for (const json& item : response.value("output", json::array())) {
-    for (const json& part : item.value("content", json::array())) {
-      if (part.value("type", "") == "output_text") text += part.value("text", "");
-    }
-  }
-  return text;
 }
 
 }  // namespace
@@ -214,6 +206,12 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
   identity.temperature = request.generation.sampling.temperature;
   identity.top_p = request.generation.sampling.top_p;
   identity.store = t.store;
+  identity.reads_tool_calls = request.tool_use.calls_possible();
+  identity.tool_format = request.tool_format;
+  identity.tool_envelope = request.tool_envelope;
+  if (body.contains("tools") && body["tools"].is_array()) identity.tools = body["tools"];
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) identity.tool_choice = body["tool_choice"];
+  identity.parallel_tool_calls = request.tool_use.parallel;
   // Stores the finished turn: the client is told it is done only once it is stored (an error
   // it gets instead says why it is not).
   auto store_turn = [this, id = identity.id, store = t.store, tenant = caller.tenant, previous_id = t.previous_id,

@@ -3,47 +3,68 @@
 #include <fmt/format.h>
 
 #include "server/supported_fields.h"
+#include "server/tool_request.h"
 
 namespace mnemo::server {
 namespace {
 
 using nlohmann::json;
 
-// One input item -> a chat message; nullopt for items without text (tool calls: ignored).
-std::optional<ChatMessage> to_message(const json& item, std::string& error) {
-  if (!item.is_object()) {
-    error = "input items must be objects";
-    return std::nullopt;
-  }
-  const auto role = item.find("role");
-  if (role == item.end() || !role->is_string()) {
-    if (item.value("type", "") == "message") error = "input message items need a role";
-    return std::nullopt;
-  }
-  ChatMessage message{role->get<std::string>(), ""};
-  if (message.role == "developer") message.role = "system";
-  if (message.role != "user" && message.role != "assistant" && message.role != "system") {
-    error = "input role '" + message.role + "' is not one of user, assistant, system, developer";
-    return std::nullopt;
-  }
+// A message item's text: a string, or text parts.
+bool read_message_text(const json& item, ChatMessage& message, std::string& error) {
   const auto content = item.find("content");
   if (content != item.end() && content->is_string()) {
     message.content = content->get<std::string>();
-  } else if (content != item.end() && content->is_array()) {
-    for (const json& part : *content) {
-      const std::string type = part.is_object() ? part.value("type", "") : "";
-      if ((type == "input_text" || type == "output_text" || type == "text") && part.contains("text") && part["text"].is_string()) {
-        message.content += part["text"].get<std::string>();
-      } else {
-        error = "content parts must be input_text or output_text";
-        return std::nullopt;
-      }
-    }
-  } else {
-    error = "input message content must be a string or a list of text parts";
-    return std::nullopt;
+    return true;
   }
-  return message;
+  if (content == item.end() || !content->is_array()) {
+    error = "input message content must be a string or a list of text parts";
+    return false;
+  }
+  for (const json& part : *content) {
+    const std::string type = part.is_object() ? part.value("type", "") : "";
+    if ((type == "input_text" || type == "output_text" || type == "text") && part.contains("text") && part["text"].is_string()) {
+      message.content += part["text"].get<std::string>();
+    } else if (type != "refusal") {
+      error = "content parts must be input_text or output_text";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool string_field(const json& item, const char* key, std::string& out) {
+  const auto it = item.find(key);
+  if (it == item.end() || !it->is_string()) return false;
+  out = it->get<std::string>();
+  return true;
+}
+
+// A function_call item joins the assistant turn it follows (a reply's text and its calls are one
+// turn), else opens one.
+bool append_function_call(const json& item, std::vector<ChatMessage>& out, std::string& error) {
+  ToolCall call;
+  if (!string_field(item, "call_id", call.id) || !string_field(item, "name", call.name) ||
+      !string_field(item, "arguments", call.arguments)) {
+    error = "function_call items need string 'call_id', 'name' and 'arguments'";
+    return false;
+  }
+  if (out.empty() || out.back().role != "assistant") {
+    out.emplace_back("assistant", "");
+    out.back().content_null = true;
+  }
+  out.back().tool_calls.push_back(std::move(call));
+  return true;
+}
+
+bool append_function_output(const json& item, std::vector<ChatMessage>& out, std::string& error) {
+  ChatMessage message("tool", "");
+  if (!string_field(item, "call_id", message.tool_call_id) || !string_field(item, "output", message.content)) {
+    error = "function_call_output items need string 'call_id' and 'output'";
+    return false;
+  }
+  out.push_back(std::move(message));
+  return true;
 }
 
 // mnemo_resume_response {"id", "message_id", "created_at", "text"}, each optional: what the client
@@ -73,6 +94,60 @@ std::optional<ApiError> read_resumed_response(const json& resumed, ResumedRespon
 }
 
 }  // namespace
+
+bool append_items(const json& items, std::vector<ChatMessage>& out, std::string& error) {
+  if (!items.is_array()) {
+    error = "items must be a list";
+    return false;
+  }
+  for (const json& item : items.get_ref<const json::array_t&>()) {
+    if (!item.is_object()) {
+      error = "input items must be objects";
+      return false;
+    }
+    const std::string type = item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "message";
+    if (type == "function_call") {
+      if (!append_function_call(item, out, error)) return false;
+      continue;
+    }
+    if (type == "function_call_output") {
+      if (!append_function_output(item, out, error)) return false;
+      continue;
+    }
+    if (type != "message") {
+      error = "input item type '" + type + "' is not supported (message, function_call, function_call_output)";
+      return false;
+    }
+    ChatMessage message;
+    if (!string_field(item, "role", message.role)) {
+      error = "input message items need a role";
+      return false;
+    }
+    if (message.role == "developer") message.role = "system";
+    if (message.role != "user" && message.role != "assistant" && message.role != "system") {
+      error = "input role '" + message.role + "' is not one of user, assistant, system, developer";
+      return false;
+    }
+    if (!read_message_text(item, message, error)) return false;
+    out.push_back(std::move(message));
+  }
+  return true;
+}
+
+json items_of(const std::vector<ChatMessage>& messages) {
+  json items = json::array();
+  for (const ChatMessage& m : messages) {
+    if (m.role == "tool") {
+      items.push_back({{"type", "function_call_output"}, {"call_id", m.tool_call_id}, {"output", m.content}});
+      continue;
+    }
+    if (!m.content_null) items.push_back({{"role", m.role}, {"content", m.content}});
+    for (const ToolCall& call : m.tool_calls) {
+      items.push_back({{"type", "function_call"}, {"call_id", call.id}, {"name", call.name}, {"arguments", call.arguments}});
+    }
+  }
+  return items;
+}
 
 std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& body, const std::string& model_id) {
   if (auto refused = refuse_unsupported_fields(body, ApiEndpoint::kResponses)) return *refused;
@@ -131,15 +206,14 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& bod
   if (input->is_string()) {
     t.turn.push_back({"user", input->get<std::string>()});
   } else if (input->is_array()) {
-    for (const json& item : *input) {
-      std::string error;
-      auto message = to_message(item, error);
-      if (!error.empty()) return bad_request(error, "input");
-      if (message) t.turn.push_back(std::move(*message));
-    }
+    std::string error;
+    if (!append_items(*input, t.turn, error)) return bad_request(error, "input");
   } else {
     return bad_request("'input' must be a string or a list of items", "input");
   }
+  auto tools = read_tool_use(body, ToolApi::kResponses);
+  if (auto* error = std::get_if<ApiError>(&tools)) return *error;
+  t.request.tool_use = std::move(std::get<ToolUse>(tools));
   if (const auto previous = body.find("previous_response_id"); previous != body.end() && !previous->is_null()) {
     if (!previous->is_string()) return bad_request("'previous_response_id' must be a string", "previous_response_id");
     t.previous_id = previous->get<std::string>();

@@ -36,4 +36,11 @@ struct ResponsesRequest {
 // served one (404), `input` as a string or items. Internal fields are the caller's to refuse.
 std::variant<ResponsesRequest, ApiError> parse_responses_request(const nlohmann::json& body, const std::string& model_id);
 
+// Items (input items, a stored turn's inputs, a response's output) appended as chat messages:
+// message items; function_call items as the calls of the assistant turn they follow;
+// function_call_output items as tool messages. False with `error` set on an item it cannot read.
+bool append_items(const nlohmann::json& items, std::vector<ChatMessage>& out, std::string& error);
+// Messages as items (what the store keeps of a turn's inputs).
+nlohmann::json items_of(const std::vector<ChatMessage>& messages);
+
 }  // namespace mnemo::server

@@ -21,13 +21,31 @@ ResponsesShaper::ResponsesShaper(ResponseIdentity identity, std::string resumed_
       store_turn_(std::move(store_turn)),
       text_(std::move(resumed_text)) {}
 
-json ResponsesShaper::response(const std::string& status, const RequestUsage* usage) const {
+json message_item(const std::string& id, const std::string& text, const char* status) {
+  json content = json::array();
+  if (!text.empty()) content.push_back(text_part(text));
+  return {{"type", "message"}, {"id", id}, {"role", "assistant"}, {"status", status}, {"content", content}};
+}
+
+json function_call_item(const ToolCall& call, const char* status) {
+  return {{"type", "function_call"}, {"id", "fc_" + call.id.substr(call.id.find('_') + 1)}, {"call_id", call.id},
+          {"name", call.name}, {"arguments", call.arguments}, {"status", status}};
+}
+
+json ResponsesShaper::output_items() const {
   json output = json::array();
-  if (status != "in_progress") {
-    json content = json::array();
-    if (!text_.empty()) content.push_back(text_part(text_));
-    output.push_back({{"type", "message"}, {"id", identity_.message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", content}});
+  if (!identity_.reads_tool_calls) {
+    output.push_back(message_item(identity_.message_id, text_, "completed"));
+    return output;
   }
+  const ParsedReply reply = parse_reply(identity_.tool_format, identity_.tool_envelope, text_);
+  if (!reply.content.empty() || reply.calls.empty()) output.push_back(message_item(identity_.message_id, reply.content, "completed"));
+  for (const ToolCall& call : reply.calls) output.push_back(function_call_item(call, "completed"));
+  return output;
+}
+
+json ResponsesShaper::response(const std::string& status, const RequestUsage* usage) const {
+  json output = status == "in_progress" ? json::array() : output_items();
   const bool length_stop = status == "incomplete";
   json r = {{"id", identity_.id},
             {"object", "response"},
@@ -42,6 +60,9 @@ json ResponsesShaper::response(const std::string& status, const RequestUsage* us
             {"top_p", identity_.top_p},
             {"store", identity_.store},
             {"output", output},
+            {"tools", identity_.tools},
+            {"tool_choice", identity_.tool_choice},
+            {"parallel_tool_calls", identity_.parallel_tool_calls},
             {"error", nullptr},
             {"usage", nullptr}};
   if (usage != nullptr) {
@@ -64,6 +85,7 @@ std::string ResponsesShaper::open_stream() {
   const json initial = response("in_progress", nullptr);
   std::string out = event("response.created", {{"response", initial}});
   out += event("response.in_progress", {{"response", initial}});
+  if (identity_.reads_tool_calls) return out;  // the items come once the reply is read
   out += event("response.output_item.added",
                {{"output_index", 0},
                 {"item", {{"type", "message"}, {"id", identity_.message_id}, {"role", "assistant"}, {"status", "in_progress"}, {"content", json::array()}}}});
@@ -73,6 +95,10 @@ std::string ResponsesShaper::open_stream() {
 }
 
 bool ResponsesShaper::stream(const StreamEvent& e, std::string& out) {
+  if (auto* d = std::get_if<TokenDelta>(&e); d != nullptr && identity_.reads_tool_calls) {
+    text_ += d->text;
+    return false;
+  }
   if (auto* d = std::get_if<TokenDelta>(&e)) {
     // A router that may resume the stream elsewhere learns every token, even one whose text is
     // held back, and how far the replica got.
@@ -94,7 +120,49 @@ bool ResponsesShaper::stream(const StreamEvent& e, std::string& out) {
   return true;
 }
 
+std::string ResponsesShaper::release_items() {
+  std::string out;
+  int output_index = 0;
+  for (const json& item : output_items()) {
+    json opened = item;
+    opened["status"] = "in_progress";
+    if (item["type"] == "function_call") {
+      opened["arguments"] = "";
+      out += event("response.output_item.added", {{"output_index", output_index}, {"item", opened}});
+      const json where = {{"item_id", item["id"]}, {"output_index", output_index}};
+      json delta = where;
+      delta["delta"] = item["arguments"];
+      out += event("response.function_call_arguments.delta", std::move(delta));
+      json done = where;
+      done["arguments"] = item["arguments"];
+      out += event("response.function_call_arguments.done", std::move(done));
+    } else {
+      const std::string text = item["content"].empty() ? std::string() : item["content"][0]["text"].get<std::string>();
+      opened["content"] = json::array();
+      out += event("response.output_item.added", {{"output_index", output_index}, {"item", opened}});
+      const json where = {{"item_id", item["id"]}, {"output_index", output_index}, {"content_index", 0}};
+      json added = where;
+      added["part"] = text_part("");
+      out += event("response.content_part.added", std::move(added));
+      json delta = where;
+      delta["delta"] = text;
+      delta["logprobs"] = json::array();
+      out += event("response.output_text.delta", std::move(delta));
+      json text_done = where;
+      text_done["text"] = text;
+      out += event("response.output_text.done", std::move(text_done));
+      json part_done = where;
+      part_done["part"] = text_part(text);
+      out += event("response.content_part.done", std::move(part_done));
+    }
+    out += event("response.output_item.done", {{"output_index", output_index}, {"item", item}});
+    ++output_index;
+  }
+  return out;
+}
+
 std::string ResponsesShaper::end_of_stream(const RequestUsage& usage) {
+  if (identity_.reads_tool_calls) return release_items() + end_events(usage);
   const json part = text_part(text_);
   std::string out = event("response.output_text.done",
                           {{"item_id", identity_.message_id}, {"output_index", 0}, {"content_index", 0}, {"text", text_}});
@@ -102,6 +170,11 @@ std::string ResponsesShaper::end_of_stream(const RequestUsage& usage) {
   out += event("response.output_item.done",
                {{"output_index", 0},
                 {"item", {{"type", "message"}, {"id", identity_.message_id}, {"role", "assistant"}, {"status", "completed"}, {"content", json::array({part})}}}});
+  return out + end_events(usage);
+}
+
+std::string ResponsesShaper::end_events(const RequestUsage& usage) {
+  std::string out;
   json done = response(length_stop_ ? "incomplete" : "completed", &usage);
   if (auto error = store_turn_(done)) {
     // Not stored: the turn cannot be continued, so it is not reported completed.

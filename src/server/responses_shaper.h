@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/tool_calls.h"
 #include "engine/request.h"
 #include "server/api_error.h"
 #include "server/reply_shaper.h"
@@ -30,6 +31,14 @@ struct ResponseIdentity {
   float temperature = 1.0f;
   float top_p = 1.0f;
   bool store = true;
+  // With tools, the reply is read for calls once whole (held back in a stream), and its output
+  // is a message and/or function_call items.
+  bool reads_tool_calls = false;
+  ToolFormat tool_format = ToolFormat::kGeneric;
+  bool tool_envelope = false;
+  nlohmann::json tools = nlohmann::json::array();  // as the request gave them
+  nlohmann::json tool_choice = "auto";
+  bool parallel_tool_calls = true;
 };
 
 class ResponsesShaper final : public ReplyShaper {
@@ -52,6 +61,12 @@ class ResponsesShaper final : public ReplyShaper {
  private:
   std::string event(const std::string& type, nlohmann::json payload);
   std::string end_of_stream(const RequestUsage& usage);
+  // The response's final event (completed, incomplete, or failed when it could not be stored).
+  std::string end_events(const RequestUsage& usage);
+  // The output items of the finished reply (its text read for calls when reads_tool_calls).
+  nlohmann::json output_items() const;
+  // A held-back reply's items as the stream would have given them.
+  std::string release_items();
 
   ResponseIdentity identity_;
   bool report_tokens_;

@@ -209,6 +209,9 @@ uint64_t Server::cache_namespace_of(const Caller& caller, const ParsedRequest& r
 }
 
 std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, ParsedRequest& request, Endpoint endpoint) {
+  if (endpoint == Endpoint::kChat) {
+    if (auto error = prepare_tool_calls(chat_template_, request)) return *error;
+  }
   auto prompt_or_error = prompt_of(request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prompt_or_error)) return *error;
   std::vector<TokenId> prompt = std::move(std::get<std::vector<TokenId>>(prompt_or_error));

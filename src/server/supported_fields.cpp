@@ -18,10 +18,12 @@ constexpr std::string_view kSamplingFields[] = {
     "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_replica_wait", "mnemo_report_tokens",
     "mnemo_resume_tokens", "mnemo_persist_running"};
 constexpr std::string_view kChatFields[] = {"messages", "max_tokens", "max_completion_tokens", "n", "logprobs",
-                                            "top_logprobs", "logit_bias", "response_format"};
+                                            "top_logprobs", "logit_bias", "response_format",
+                                            "tools", "tool_choice", "parallel_tool_calls"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "max_tokens", "n", "logprobs", "logit_bias", "echo"};
 constexpr std::string_view kResponsesFields[] = {"input", "instructions", "previous_response_id", "max_output_tokens",
-                                                 "mnemo_resume_response"};
+                                                 "mnemo_resume_response", "tools", "tool_choice",
+                                                 "parallel_tool_calls"};
 
 // OpenAI parameters this server knows but does not implement yet: named as such in the error.
 constexpr std::string_view kKnownUnimplemented[] = {
