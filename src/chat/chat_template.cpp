@@ -51,23 +51,24 @@ Result<std::string> infer_family(const gguf::File& file) {
                     architecture);
 }
 
-jinja::Value from_json(const nlohmann::json& v) {
+template <class Json>
+jinja::Value from_json(const Json& v) {
   switch (v.type()) {
-    case nlohmann::json::value_t::boolean: return jinja::Value::from_bool(v.get<bool>());
-    case nlohmann::json::value_t::number_integer: return jinja::Value::from_int(v.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned:
-      return v.get<uint64_t>() <= uint64_t{INT64_MAX} ? jinja::Value::from_int(static_cast<int64_t>(v.get<uint64_t>()))
-                                                      : jinja::Value::from_float(v.get<double>());
-    case nlohmann::json::value_t::number_float: return jinja::Value::from_float(v.get<double>());
-    case nlohmann::json::value_t::string: return jinja::Value::from_string(v.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case nlohmann::detail::value_t::boolean: return jinja::Value::from_bool(v.template get<bool>());
+    case nlohmann::detail::value_t::number_integer: return jinja::Value::from_int(v.template get<int64_t>());
+    case nlohmann::detail::value_t::number_unsigned:
+      return v.template get<uint64_t>() <= uint64_t{INT64_MAX} ? jinja::Value::from_int(static_cast<int64_t>(v.template get<uint64_t>()))
+                                                      : jinja::Value::from_float(v.template get<double>());
+    case nlohmann::detail::value_t::number_float: return jinja::Value::from_float(v.template get<double>());
+    case nlohmann::detail::value_t::string: return jinja::Value::from_string(v.template get<std::string>());
+    case nlohmann::detail::value_t::array: {
       jinja::List items;
-      for (const nlohmann::json& item : v.get_ref<const nlohmann::json::array_t&>()) items.push_back(from_json(item));
+      for (const Json& item : v.template get_ref<const typename Json::array_t&>()) items.push_back(from_json(item));
       return jinja::Value::from_list(std::move(items));
     }
-    case nlohmann::json::value_t::object: {
+    case nlohmann::detail::value_t::object: {
       jinja::Dict entries;
-      for (const auto& [key, value] : v.get_ref<const nlohmann::json::object_t&>()) entries.emplace_back(key, from_json(value));
+      for (const auto& [key, value] : v.template get_ref<const typename Json::object_t&>()) entries.emplace_back(key, from_json(value));
       return jinja::Value::from_distinct_keys(std::move(entries));
     }
     default: return jinja::Value::none();

@@ -49,7 +49,7 @@ struct ChatTemplateOptions {
   std::string bos_token;
   std::string eos_token;
   bool add_generation_prompt = true;
-  nlohmann::json tools;  // the Jinja `tools` variable (null: none)
+  nlohmann::ordered_json tools;  // the Jinja `tools` variable (null: none), keys in the order written
 };
 
 class ChatTemplate {

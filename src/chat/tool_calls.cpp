@@ -47,13 +47,21 @@ Result<int32_t> append_call(CompiledSchema& schema, const ToolSpec& tool) {
   return add_node(schema, object_node({{"\"name\"", name_node, true}, {"\"arguments\"", arguments, true}}));
 }
 
+nlohmann::ordered_json function_json(const ToolSpec& tool) {
+  nlohmann::ordered_json function = nlohmann::ordered_json::object();
+  function["name"] = tool.name;
+  if (!tool.description.empty()) function["description"] = tool.description;
+  function["parameters"] = nlohmann::ordered_json::parse(tool.parameters.dump());
+  return function;
+}
+
 std::string tools_description(const ToolUse& use) {
-  json tools = json::array();
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   for (const ToolSpec& tool : use.tools) {
     if (use.choice == ToolChoice::kNamed && tool.name != use.forced_name) continue;
-    tools.push_back({{"name", tool.name}, {"description", tool.description}, {"parameters", tool.parameters}});
+    tools.push_back(function_json(tool));
   }
-  std::string text = "You can call these tools:\n" + tools.dump(-1, ' ', false, json::error_handler_t::replace) +
+  std::string text = "You can call these tools:\n" + tools.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
                      "\n\nTo call tools, answer with one JSON object: {\"tool_calls\": [{\"name\": \"<tool name>\", "
                      "\"arguments\": {<its arguments>}}]}, each call once. A tool's result comes back in the next message.";
   if (use.choice == ToolChoice::kAuto) text += " To reply to the user instead, answer with {\"response\": \"<your reply>\"}.";
@@ -297,6 +305,14 @@ Result<CompiledSchema> envelope_schema(const ToolUse& use) {
 }
 
 std::vector<ChatMessage> messages_for_template(ToolFormat format, const std::vector<ChatMessage>& messages, const ToolUse& use) {
+  if (format == ToolFormat::kMistral) {
+    std::vector<ChatMessage> out = messages;
+    for (ChatMessage& m : out) {
+      for (ToolCall& call : m.tool_calls) call.id = mistral_call_id(call.id);
+      if (!m.tool_call_id.empty()) m.tool_call_id = mistral_call_id(m.tool_call_id);
+    }
+    return out;
+  }
   if (format != ToolFormat::kGeneric) return messages;
   std::vector<ChatMessage> out;
   if (use.calls_possible()) {
@@ -326,12 +342,14 @@ std::vector<ChatMessage> messages_for_template(ToolFormat format, const std::vec
   return out;
 }
 
-json tools_for_template(ToolFormat format, const ToolUse& use) {
+nlohmann::ordered_json tools_for_template(ToolFormat format, const ToolUse& use) {
   if (format == ToolFormat::kGeneric || !use.calls_possible()) return nullptr;
-  json tools = json::array();
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   for (const ToolSpec& tool : use.tools) {
-    tools.push_back({{"type", "function"},
-                     {"function", {{"name", tool.name}, {"description", tool.description}, {"parameters", tool.parameters}}}});
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    entry["type"] = "function";
+    entry["function"] = function_json(tool);
+    tools.push_back(std::move(entry));
   }
   return tools;
 }
@@ -347,8 +365,19 @@ ParsedReply parse_reply(ToolFormat format, bool forced_envelope, std::string_vie
   return ParsedReply{std::string(text), {}};
 }
 
+constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+std::string mistral_call_id(std::string_view id) {
+  const bool fits = id.size() == 9 && id.find_first_not_of(kAlphabet) == std::string_view::npos;
+  if (fits) return std::string(id);
+  uint64_t hash = 1469598103934665603ULL;  // FNV-1a: stable across processes, unlike std::hash
+  for (const char c : id) hash = (hash ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
+  std::string out;
+  for (int i = 0; i < 9; ++i, hash /= kAlphabet.size()) out += kAlphabet[hash % kAlphabet.size()];
+  return out;
+}
+
 std::string new_tool_call_id() {
-  static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   static thread_local std::mt19937_64 rng(std::random_device{}());
   std::string id = "call_";
   for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % kAlphabet.size()];

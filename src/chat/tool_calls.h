@@ -62,8 +62,8 @@ Result<grammar::CompiledSchema> envelope_schema(const ToolUse& use);
 // alternating roles accept them). Native: unchanged.
 std::vector<ChatMessage> messages_for_template(ToolFormat format, const std::vector<ChatMessage>& messages, const ToolUse& use);
 // The `tools` variable a native template is given (OpenAI's {"type": "function", "function":
-// {...}} entries), or null.
-nlohmann::json tools_for_template(ToolFormat format, const ToolUse& use);
+// {"name", "description", "parameters"}} entries, in that order, as HF's tojson writes them), or null.
+nlohmann::ordered_json tools_for_template(ToolFormat format, const ToolUse& use);
 
 // A reply read back: its text (without the calls' markup) and its calls, each with a fresh id.
 struct ParsedReply {
@@ -72,7 +72,9 @@ struct ParsedReply {
 };
 ParsedReply parse_reply(ToolFormat format, bool forced_envelope, std::string_view text);
 
-// "call_" and 24 random letters and digits, as OpenAI's ids look.
+// "call_" and 24 random letters and digits, as OpenAI's ids look; Mistral's templates want 9
+// letters and digits, which mistral_call_id makes of any id (the same for the same id).
 std::string new_tool_call_id();
+std::string mistral_call_id(std::string_view id);
 
 }  // namespace mnemo

@@ -153,8 +153,8 @@ TEST(ParseRequest, AParameterNotImplementedIsRefusedByName) {
   const json messages = {{{"role", "user"}, {"content", "hi"}}};
   const json tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}};
   for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
-           {"tools", json::array({tool})},
-           {"tool_choice", "required"},
+           {"tools", json::array({{{"type", "web_search"}}})},
+           {"tool_choice", "required"},  // without tools
            {"response_format", {{"type", "grammar"}}},
            {"prediction", {{"type", "content"}, {"content", "x"}}},
            {"function_call", "auto"},

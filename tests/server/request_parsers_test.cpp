@@ -48,15 +48,36 @@ TEST(ParseResponsesRequest, ReadsAStringInputAndItsSettings) {
   EXPECT_EQ(r.previous_id, "resp_1");
 }
 
-TEST(ParseResponsesRequest, ReadsItemsJoiningTextPartsAndSkippingItemsWithoutText) {
+TEST(ParseResponsesRequest, ReadsItemsJoiningTextPartsAndCallsIntoTheirTurn) {
   const json body = {{"input",
                       {{{"role", "developer"}, {"content", "rules"}},
                        {{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "a"}}, {{"type", "input_text"}, {"text", "b"}}}}},
-                       {{"type", "function_call"}, {"name", "f"}}}}};
+                       {{"type", "message"}, {"role", "assistant"}, {"content", {{{"type", "output_text"}, {"text", "Let me look."}}}}},
+                       {{"type", "function_call"}, {"call_id", "call_1"}, {"name", "f"}, {"arguments", "{\"x\":1}"}},
+                       {{"type", "function_call"}, {"call_id", "call_2"}, {"name", "g"}, {"arguments", "{}"}},
+                       {{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "42"}}}}};
   const auto r = accepted(parse_responses_request(body, "m"));
-  ASSERT_EQ(r.turn.size(), 2u);
+  ASSERT_EQ(r.turn.size(), 4u);
   EXPECT_EQ(r.turn[0].role, "system");  // developer is the system role
   EXPECT_EQ(r.turn[1].content, "ab");
+  EXPECT_EQ(r.turn[2].content, "Let me look.");  // the text and the calls are one assistant turn
+  ASSERT_EQ(r.turn[2].tool_calls.size(), 2u);
+  EXPECT_EQ(r.turn[2].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r.turn[2].tool_calls[0].arguments, "{\"x\":1}");
+  EXPECT_EQ(r.turn[2].tool_calls[1].name, "g");
+  EXPECT_EQ(r.turn[3].role, "tool");
+  EXPECT_EQ(r.turn[3].tool_call_id, "call_1");
+  EXPECT_EQ(r.turn[3].content, "42");
+  // Stored as items and read back: the same turn.
+  std::vector<ChatMessage> again;
+  std::string error;
+  ASSERT_TRUE(append_items(items_of(r.turn), again, error)) << error;
+  ASSERT_EQ(again.size(), 4u);
+  EXPECT_EQ(again[2].tool_calls.size(), 2u);
+  EXPECT_EQ(again[3].tool_call_id, "call_1");
+  // Items it cannot read are refused, not skipped.
+  EXPECT_EQ(refused(parse_responses_request({{"input", {{{"type", "function_call"}, {"name", "f"}}}}}, "m")).param, "input");
+  EXPECT_EQ(refused(parse_responses_request({{"input", {{{"type", "reasoning"}, {"summary", json::array()}}}}}, "m")).param, "input");
   EXPECT_TRUE(r.store);  // stored unless told otherwise
   EXPECT_FALSE(r.stream);
 }

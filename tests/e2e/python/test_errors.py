@@ -75,12 +75,9 @@ def test_completions_field_errors_name_the_param(server, raw, body, param):
     check_error_body(r, 400, param=param)
 
 
-TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
-
-
 @pytest.mark.parametrize("kwargs,param", [
-    ({"tools": [TOOL]}, "tools"),
-    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"),  # without tools
     ({"response_format": {"type": "yaml"}}, "response_format"),
     ({"function_call": "auto"}, "function_call"),
     ({"extra_body": {"no_such_field": {"deep": [1, 2]}}}, "no_such_field"),
