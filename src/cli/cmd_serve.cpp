@@ -1,11 +1,14 @@
-// `mnemo serve`: the OpenAI-compatible server on one model. SIGTERM/SIGINT stop it gracefully:
+// `mnemo serve`: the OpenAI-compatible server on one model or several (--model repeated, or a
+// folder of them), each with its own engine and its share of the KV memory. SIGTERM/SIGINT stop it gracefully:
 // no new connections; requests in flight finish, or are cancelled after the grace period.
+#include <algorithm>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -31,8 +34,9 @@ namespace mnemo::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model_path;
-  std::string model_name;
+  std::vector<std::string> model_paths;  // the first is the default
+  std::vector<std::string> model_names;  // by position; the file's stem where none is given
+  std::string models_dir;                // every .gguf in it is served too
   server::ServerConfig server;
   EngineConfig engine;
   std::string kv_type = "f16";
@@ -125,30 +129,31 @@ class ClusterMembership {
 
 // The cost model the cache's retention policy uses: the profile given, else the one beside the
 // model, else the defaults (the policy still orders chunks sensibly).
-Result<CostModel> cost_model_for(const ServeArgs& args) {
+Result<CostModel> cost_model_for(const ServeArgs& args, const std::string& model_path) {
   if (!args.profile_path.empty()) return load_cost_model(args.profile_path);
-  const std::string beside = cost_model_path_for(args.model_path);
+  const std::string beside = cost_model_path_for(model_path);
   if (std::filesystem::exists(beside)) return load_cost_model(beside);
   return CostModel{};
 }
 
 // What KV bytes mean: the model file and the KV layout. Disk extents and KV from other
 // instances carry it, so another model (or KV type, or chunk size) never reads them.
-uint64_t layout_fingerprint(const ServeArgs& args, const Model& model, const EngineConfig& config) {
+uint64_t layout_fingerprint(const std::string& model_path, const Model& model, const EngineConfig& config) {
   const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
   std::error_code ec;
-  const auto model_bytes = std::filesystem::file_size(args.model_path, ec);
+  const auto model_bytes = std::filesystem::file_size(model_path, ec);
   const std::string identity =
-      std::filesystem::path(args.model_path).filename().string() + ":" + std::to_string(ec ? 0 : model_bytes);
+      std::filesystem::path(model_path).filename().string() + ":" + std::to_string(ec ? 0 : model_bytes);
   return kv_fingerprint(identity, layout.n_layers, layout.n_kv_heads, layout.head_dim_k, layout.head_dim_v,
                         layout.block_size, static_cast<int32_t>(layout.dtype));
 }
 
 // The disk tier lives in the state folder.
-Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const Model& model, const EngineConfig& config) {
-  if (args.disk_cache_bytes == 0 || !config.prefix_caching) return std::shared_ptr<DiskTier>();
+Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const std::string& model_path, const Model& model,
+                                                 const EngineConfig& config, int64_t disk_bytes) {
+  if (disk_bytes == 0 || !config.prefix_caching) return std::shared_ptr<DiskTier>();
   const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
-  const uint64_t fingerprint = layout_fingerprint(args, model, config);
+  const uint64_t fingerprint = layout_fingerprint(model_path, model, config);
   // Sliding-window models store history a window before its conversation's end compact: the
   // global layers only.
   size_t compact_bytes = 0;
@@ -162,7 +167,7 @@ Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const Mo
   // must not share a folder (one would overwrite the other's files).
   const std::string dir = fmt::format("{}/kv/{:016x}", args.state_dir, fingerprint);
   MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(dir, fingerprint, layout.block_bytes(),
-                                                   args.disk_cache_bytes, compact_bytes));
+                                                   disk_bytes, compact_bytes));
   return std::shared_ptr<DiskTier>(std::move(disk));
 }
 
@@ -182,18 +187,80 @@ Result<PortReservation> prepare_edge(ServeArgs& args) {
   return PortReservation::take(args.server.host, args.server.port);
 }
 
-Result<EngineConfig> engine_config_for(const ServeArgs& args, const Model& model) {
+// One model's engine: its share of the KV memory when `models` share the server.
+Result<EngineConfig> engine_config_for(const ServeArgs& args, const std::string& model_path, const Model& model, int models) {
   EngineConfig engine_config = args.engine;
   engine_config.kv_dtype = args.kv_type == "f32" ? DType::F32 : DType::F16;
-  engine_config.kv_blocks = std::max(1, args.kv_tokens / engine_config.block_size);
-  engine_config.host_swap_blocks = std::max(0, args.host_swap_tokens / engine_config.block_size);
-  engine_config.host_compact_blocks = std::max(0, args.host_compact_tokens / engine_config.block_size);
+  engine_config.kv_blocks = std::max(1, args.kv_tokens / models / engine_config.block_size);
+  engine_config.host_swap_blocks = std::max(0, args.host_swap_tokens / models / engine_config.block_size);
+  engine_config.host_compact_blocks = std::max(0, args.host_compact_tokens / models / engine_config.block_size);
   engine_config.cache_policy = args.cache_policy == "lru"        ? RetentionPolicy::kLru
                                : args.cache_policy == "pensieve" ? RetentionPolicy::kPensieve
                                                                  : RetentionPolicy::kMnemo;
-  MNEMO_ASSIGN_OR_RETURN(engine_config.cost, cost_model_for(args));
-  MNEMO_ASSIGN_OR_RETURN(engine_config.disk, open_disk_tier(args, model, engine_config));
+  MNEMO_ASSIGN_OR_RETURN(engine_config.cost, cost_model_for(args, model_path));
+  MNEMO_ASSIGN_OR_RETURN(engine_config.disk, open_disk_tier(args, model_path, model, engine_config, args.disk_cache_bytes / models));
   return engine_config;
+}
+
+// A model loaded to serve: its file, tokenizer, template, engine and request defaults.
+struct LoadedModel {
+  std::string path;
+  std::string id;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  std::unique_ptr<Engine> engine;
+  server::SamplingDefaults sampling;
+};
+
+// The files to serve: each --model, then every .gguf of --models-dir (by name); the ids clients
+// name them by: --model-name by position, else the file's stem (which must be unique).
+Result<std::vector<std::pair<std::string, std::string>>> models_to_serve(const ServeArgs& args) {
+  std::vector<std::string> paths = args.model_paths;
+  if (!args.models_dir.empty()) {
+    std::error_code ec;
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(args.models_dir, ec)) {
+      if (entry.path().extension() == ".gguf") found.push_back(entry.path().string());
+    }
+    if (ec) return make_error(ErrorCode::kIoError, "cannot list --models-dir {}: {}", args.models_dir, ec.message());
+    if (found.empty()) return make_error("--models-dir {} holds no .gguf file", args.models_dir);
+    std::sort(found.begin(), found.end());
+    paths.insert(paths.end(), found.begin(), found.end());
+  }
+  if (paths.empty()) paths.push_back(chat_model_path());
+  if (args.model_names.size() > paths.size()) return make_error("more --model-name ({}) than models ({})", args.model_names.size(), paths.size());
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::string id = i < args.model_names.size() ? args.model_names[i] : std::filesystem::path(paths[i]).stem().string();
+    for (const auto& [path, earlier] : out) {
+      if (earlier == id) return make_error("two models are named '{}': give them --model-name", id);
+    }
+    out.emplace_back(paths[i], std::move(id));
+  }
+  return out;
+}
+
+Result<LoadedModel> load_model(const ServeArgs& args, const std::string& path, std::string id, int models) {
+  LoadedModel loaded;
+  loaded.path = path;
+  loaded.id = std::move(id);
+  MNEMO_ASSIGN_OR_RETURN(loaded.model, Model::load(path, args.model_flags.load_options()));
+  MNEMO_ASSIGN_OR_RETURN(loaded.tokenizer, Tokenizer::from_gguf(loaded.model->file()));
+  MNEMO_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::for_model(loaded.model->file()));
+  loaded.chat_template = std::move(chat_template);
+  MNEMO_ASSIGN_OR_RETURN(const EngineConfig engine_config, engine_config_for(args, path, *loaded.model, models));
+  loaded.engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, engine_config);
+  if (engine_config.disk) {
+    std::printf("mnemo: %s: KV disk tier %s (%.1f GiB); %lld cached chunks restored; cost model: %s\n", loaded.id.c_str(),
+                engine_config.disk->dir().c_str(), static_cast<double>(args.disk_cache_bytes / models) / (1 << 30),
+                static_cast<long long>(loaded.engine->metrics().disk_chunks_cached), engine_config.cost.source.c_str());
+  }
+  auto sampling = server::sampling_defaults_for(loaded.model->file(), args.sampling);
+  if (!sampling.ok()) return sampling.error().with_context(path);
+  loaded.sampling = *sampling;
+  std::printf("mnemo: %s: requests that leave them out sample with %s\n", loaded.id.c_str(), loaded.sampling.source.c_str());
+  return loaded;
 }
 
 // In a cluster: the KV transport other instances send KV to over UCX (and this one to them),
@@ -204,7 +271,7 @@ struct ClusterPresence {
 };
 
 Result<ClusterPresence> join_cluster(const ServeArgs& args, Engine& engine, server::Server& server, const Model& model,
-                                     const std::string& prompt_fingerprint) {
+                                     const std::string& model_path, const std::string& prompt_fingerprint) {
   ClusterPresence presence;
   if (args.cluster_url.empty()) return presence;
   // Peers must reach the published endpoint: a wildcard listen address is not one.
@@ -223,7 +290,7 @@ Result<ClusterPresence> join_cluster(const ServeArgs& args, Engine& engine, serv
       std::move(transfer_options));
   if (!listening.ok()) return listening.error().with_context("KV transport");
   presence.transport = std::move(*listening);
-  server.attach_kv_transport(presence.transport.get(), layout_fingerprint(args, model, engine.config()));
+  server.attach_kv_transport(presence.transport.get(), layout_fingerprint(model_path, model, engine.config()));
   MNEMO_ASSIGN_OR_RETURN(presence.membership, ClusterMembership::join(args, engine, server.port(),
                                                                       presence.transport->endpoint(), prompt_fingerprint));
   return presence;
@@ -232,8 +299,11 @@ Result<ClusterPresence> join_cluster(const ServeArgs& args, Engine& engine, serv
 // Serves until a signal (SIGTERM, SIGINT) or the server stops on its own. The signal waiter
 // stops the server; it is joined before anything it uses is destroyed. Once the server has
 // stopped (requests in flight done), main ends its grace period early.
-void serve_until_signalled(const sigset_t& signals, int grace_seconds, Engine& engine, server::Server& server,
-                           ClusterPresence& cluster) {
+void serve_until_signalled(const sigset_t& signals, int grace_seconds, const std::vector<LoadedModel>& models,
+                           server::Server& server, ClusterPresence& cluster) {
+  const auto shutdown_engines = [&models] {
+    for (const LoadedModel& m : models) m.engine->shutdown();
+  };
   std::mutex exit_mutex;
   std::condition_variable exit_wake;
   bool exiting = false;
@@ -246,10 +316,10 @@ void serve_until_signalled(const sigset_t& signals, int grace_seconds, Engine& e
     server.stop();
     // Requests still running after the grace period are cancelled.
     std::unique_lock lock(exit_mutex);
-    if (!exit_wake.wait_for(lock, std::chrono::seconds(grace_seconds), [&] { return exiting; })) engine.shutdown();
+    if (!exit_wake.wait_for(lock, std::chrono::seconds(grace_seconds), [&] { return exiting; })) shutdown_engines();
   });
   server.serve();
-  engine.shutdown();
+  shutdown_engines();
   server.attach_kv_transport(nullptr, 0);  // its replicas stop before the transport goes
   {
     std::lock_guard lock(exit_mutex);
@@ -277,19 +347,15 @@ int run_serve(ServeArgs args) {
 
   auto reservation = prepare_edge(args);
   if (!reservation.ok()) return fail(reservation.error());
-  auto model = Model::load(args.model_path, args.model_flags.load_options());
-  if (!model.ok()) return fail(model.error());
-  auto tokenizer = Tokenizer::from_gguf((*model)->file());
-  if (!tokenizer.ok()) return fail(tokenizer.error());
-  auto chat_template = ChatTemplate::for_model((*model)->file());
-  if (!chat_template.ok()) return fail(chat_template.error());
-  auto engine_config = engine_config_for(args, **model);
-  if (!engine_config.ok()) return fail(engine_config.error());
-  Engine engine(**model, **tokenizer, *engine_config);
-  if (engine_config->disk) {
-    std::printf("mnemo: KV disk tier %s (%.1f GiB); %lld cached chunks restored; cost model: %s\n",
-                engine_config->disk->dir().c_str(), static_cast<double>(args.disk_cache_bytes) / (1 << 30),
-                static_cast<long long>(engine.metrics().disk_chunks_cached), engine_config->cost.source.c_str());
+  auto to_serve = models_to_serve(args);
+  if (!to_serve.ok()) return fail(to_serve.error());
+  const int n_models = static_cast<int>(to_serve->size());
+  if (n_models > 1 && !args.cluster_url.empty()) return fail(make_error("a cluster instance serves one model (--cluster with {} models)", n_models));
+  std::vector<LoadedModel> loaded;
+  for (const auto& [path, id] : *to_serve) {
+    auto model = load_model(args, path, id, n_models);
+    if (!model.ok()) return fail(model.error());
+    loaded.push_back(std::move(*model));
   }
 
   server::ServerConfig config = args.server;
@@ -297,21 +363,22 @@ int run_serve(ServeArgs args) {
   std::filesystem::create_directories(args.state_dir, ec);
   if (ec) return fail(make_error(ErrorCode::kIoError, "cannot create state folder {}: {}", args.state_dir, ec.message()));
   config.response_store = args.state_dir + "/responses.sqlite";
-  auto sampling = server::sampling_defaults_for((*model)->file(), args.sampling);
-  if (!sampling.ok()) return fail(sampling.error().with_context(args.model_path));
-  config.sampling = *sampling;
-  std::printf("mnemo: requests that leave them out sample with %s\n", config.sampling.source.c_str());
-  config.model_id = args.model_name.empty() ? std::filesystem::path(args.model_path).stem().string() : args.model_name;
-  const std::string prompt_fingerprint = fmt::format("{:016x}", server::prompt_fingerprint(**tokenizer, *chat_template));
-  server::Server server(engine, **tokenizer, std::move(*chat_template), config);
+  config.model_id = loaded[0].id;
+  config.sampling = loaded[0].sampling;
+  const std::string prompt_fingerprint = fmt::format("{:016x}", server::prompt_fingerprint(*loaded[0].tokenizer, *loaded[0].chat_template));
+  std::vector<server::ServedModel> served;
+  for (LoadedModel& m : loaded) served.push_back({m.id, m.engine.get(), m.tokenizer.get(), *m.chat_template, m.sampling});
+  server::Server server(std::move(served), config);
   reservation->release();
   if (const Status bound = server.bind(); !bound.ok()) return fail(bound.error());
-  auto cluster = join_cluster(args, engine, server, **model, prompt_fingerprint);
+  auto cluster = join_cluster(args, *loaded[0].engine, server, *loaded[0].model, loaded[0].path, prompt_fingerprint);
   if (!cluster.ok()) return fail(cluster.error());
-  std::printf("mnemo: serving %s as '%s' at %s://%s:%d/ (OpenAI API under /v1)\n", args.model_path.c_str(),
-              config.model_id.c_str(), config.tls.enabled() ? "https" : "http", config.host.c_str(), server.port());
+  for (const LoadedModel& m : loaded) {
+    std::printf("mnemo: serving %s as '%s' at %s://%s:%d/ (OpenAI API under /v1)\n", m.path.c_str(), m.id.c_str(),
+                config.tls.enabled() ? "https" : "http", config.host.c_str(), server.port());
+  }
   std::fflush(stdout);
-  serve_until_signalled(signals, args.grace_seconds, engine, server, *cluster);
+  serve_until_signalled(signals, args.grace_seconds, loaded, server, *cluster);
   std::fprintf(stderr, "mnemo: stopped\n");
   return 0;
 }
@@ -338,13 +405,15 @@ void add_request_default_flags(CLI::App* cmd, ServeArgs& args) {
 
 void add_serve_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<ServeArgs>();
-  args->model_path = chat_model_path();
   args->server.ui_dir = MNEMO_UI_DIR;
   args->state_dir = cache_dir() + "/state";
   args->engine.block_size = 32;  // SPEC P3's chunk
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API with a web chat page");
-  cmd->add_option("-m,--model", args->model_path, "GGUF model file")->capture_default_str();
-  cmd->add_option("--model-name", args->model_name, "Model id clients use (default: the file name)");
+  cmd->add_option("-m,--model", args->model_paths,
+                  fmt::format("GGUF model file; repeat it to serve several, chosen by the request's \"model\" (default: {})",
+                              chat_model_path()));
+  cmd->add_option("--models-dir", args->models_dir, "Serve every .gguf file of this folder too");
+  cmd->add_option("--model-name", args->model_names, "Model id clients use, one per model in order (default: the file name)");
   cmd->add_option("--host", args->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->server.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   args->edge.add_auth_to(cmd);

@@ -14,6 +14,7 @@
 #include "server/input_items.h"
 #include "server/internal_requests.h"
 #include "server/responses_request.h"
+#include "server/prompt.h"
 #include "server/responses_shaper.h"
 #include "server/server.h"
 
@@ -104,7 +105,9 @@ std::vector<ChatMessage> history_of(const std::vector<StoredResponse>& chain) {
 std::variant<Server::ResponsesTurn, ApiError> Server::read_responses_turn(const json& body, const Caller& caller) const {
   if (!body.is_object()) return bad_request("the request body must be a JSON object");
   if (auto refused = refuse_internal_fields(body, caller)) return *refused;
-  auto parsed = parse_responses_request(body, config_.model_id);
+  std::vector<std::string> ids;
+  for (const ServedModel& model : models_) ids.push_back(model.id);
+  auto parsed = parse_responses_request(body, ids);
   if (auto* error = std::get_if<ApiError>(&parsed)) return *error;
   ResponsesTurn t = std::move(std::get<ResponsesRequest>(parsed));
   if ((t.store || !t.previous_id.empty()) && store_ == nullptr) {
@@ -199,7 +202,7 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
   identity.created_at = resumed.created_at >= 0
                             ? resumed.created_at
                             : std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  identity.model = config_.model_id;
+  identity.model = served(request.model).id;
   identity.previous_id = t.previous_id;
   identity.instructions = body.contains("instructions") ? body["instructions"] : json(nullptr);
   identity.max_output_tokens = request.generation.max_tokens;
@@ -228,13 +231,14 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
   answer_with(res, run.stream, run.in_flight_guard, std::move(shaper), t.stream, std::move(observe));
 }
 
-std::vector<TokenId> Server::conversation_tokens(const json& last_response, const std::vector<ChatMessage>& history) const {
+std::vector<TokenId> Server::conversation_tokens(const ServedModel& model, const json& last_response,
+                                                const std::vector<ChatMessage>& history) const {
   std::vector<ChatMessage> all;
   if (last_response.contains("instructions") && last_response["instructions"].is_string()) {
     all.push_back({"system", last_response["instructions"].get<std::string>()});
   }
   all.insert(all.end(), history.begin(), history.end());
-  auto tokens = render_chat(all, /*add_generation_prompt=*/false);  // the last message is the reply
+  auto tokens = server::render_chat(*model.tokenizer, model.chat_template, all, /*add_generation_prompt=*/false);  // the reply last
   return tokens.ok() ? std::move(*tokens) : std::vector<TokenId>();
 }
 
@@ -270,19 +274,21 @@ void Server::handle_delete_response(const http::Request& req, http::Response& re
   std::vector<TokenId> tokens;
   int32_t keep_tokens = 0;
   uint64_t cache_namespace = 0;
+  const ServedModel* model = &models_[0];
   if (auto chain = load_chain(*store_, id, tenant); std::holds_alternative<std::vector<StoredResponse>>(chain)) {
     auto& turns = std::get<std::vector<StoredResponse>>(chain);
     cache_namespace = turns.back().cache_namespace;
-    tokens = conversation_tokens(turns.back().response, history_of(turns));
+    model = &served(turns.back().response.value("model", ""));
+    tokens = conversation_tokens(*model, turns.back().response, history_of(turns));
     if (turns.size() > 1) {
       turns.pop_back();
-      keep_tokens = static_cast<int32_t>(conversation_tokens(turns.back().response, history_of(turns)).size());
+      keep_tokens = static_cast<int32_t>(conversation_tokens(*model, turns.back().response, history_of(turns)).size());
     }
   }
   auto removed = store_->remove(id, tenant);
   if (!removed.ok()) return send_error(res, store_failure(removed.error()));
   if (!*removed) return send_error(res, not_found(id, "response_id"));
-  if (!tokens.empty()) engine_.forget_prefix(cache_namespace, std::move(tokens), keep_tokens);
+  if (!tokens.empty()) model->engine->forget_prefix(cache_namespace, std::move(tokens), keep_tokens);
   res.set_content(json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump(), "application/json");
 }
 

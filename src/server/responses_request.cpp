@@ -1,6 +1,9 @@
 #include "server/responses_request.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "server/supported_fields.h"
 #include "server/tool_request.h"
@@ -149,7 +152,7 @@ json items_of(const std::vector<ChatMessage>& messages) {
   return items;
 }
 
-std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& body, const std::string& model_id) {
+std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& body, const std::vector<std::string>& model_ids) {
   if (auto refused = refuse_unsupported_fields(body, ApiEndpoint::kResponses)) return *refused;
   if (!body.is_object()) return bad_request("the request body must be a JSON object");
   for (const char* name : {"stream", "store"}) {
@@ -160,9 +163,15 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& bod
   if (body.contains("instructions") && !body["instructions"].is_null() && !body["instructions"].is_string()) {
     return bad_request("'instructions' must be a string", "instructions");
   }
-  if (body.contains("model") && (!body["model"].is_string() || body["model"] != model_id)) {
-    return ApiError{404, "The model does not exist; this server serves '" + model_id + "'.", "invalid_request_error", "model",
-                    "model_not_found"};
+  std::string model;
+  if (body.contains("model") && !body["model"].is_null()) {
+    const bool served = body["model"].is_string() &&
+                        std::find(model_ids.begin(), model_ids.end(), body["model"].get<std::string>()) != model_ids.end();
+    if (!served) {
+      return ApiError{404, fmt::format("The model does not exist; this server serves '{}'.", fmt::join(model_ids, "', '")),
+                      "invalid_request_error", "model", "model_not_found"};
+    }
+    model = body["model"].get<std::string>();
   }
   // Sampling and limits share the chat-completions parser (field names mapped), and so do a
   // router's replica fields (a decode instance sending a turn's KV back, SPEC M4).
@@ -195,6 +204,7 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& bod
   }
   ResponsesRequest t;
   t.request = std::move(std::get<ParsedRequest>(parsed));
+  t.request.model = std::move(model);
   t.stream = body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
   t.store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
   if (body.contains("instructions") && body["instructions"].is_string()) t.instructions = body["instructions"].get<std::string>();

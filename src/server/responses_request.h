@@ -34,7 +34,11 @@ struct ResponsesRequest {
 
 // Types checked, sampling and limits through the chat parser (names mapped), `model` against the
 // served one (404), `input` as a string or items. Internal fields are the caller's to refuse.
-std::variant<ResponsesRequest, ApiError> parse_responses_request(const nlohmann::json& body, const std::string& model_id);
+// `model_ids`: the models served (the first is the default); request.model is the one named.
+std::variant<ResponsesRequest, ApiError> parse_responses_request(const nlohmann::json& body, const std::vector<std::string>& model_ids);
+inline std::variant<ResponsesRequest, ApiError> parse_responses_request(const nlohmann::json& body, const std::string& model_id) {
+  return parse_responses_request(body, std::vector<std::string>{model_id});
+}
 
 // Items (input items, a stored turn's inputs, a response's output) appended as chat messages:
 // message items; function_call items as the calls of the assistant turn they follow;

@@ -33,9 +33,12 @@ http::ServerOptions http_options(const ServerConfig& config) {
 }  // namespace
 
 Server::Server(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template, ServerConfig config)
-    : engine_(engine),
-      tokenizer_(tokenizer),
-      chat_template_(std::move(chat_template)),
+    : Server(std::vector<ServedModel>{{config.model_id, &engine, &tokenizer, std::move(chat_template), config.sampling}},
+             std::move(config)) {}
+
+Server::Server(std::vector<ServedModel> models, ServerConfig config)
+    : models_(std::move(models)),
+      engine_(*models_.at(0).engine),
       config_(std::move(config)),
       http_(std::make_unique<http::Server>(http_options(config_))),
       auth_(config_.auth) {
@@ -167,7 +170,9 @@ void Server::install_routes() {
   });
   http.route("GET", "/v1/models", [this](http::Request& req, http::Response& res) {
     if (auto caller = caller_of(req); std::holds_alternative<ApiError>(caller)) return send_error(res, std::get<ApiError>(caller));
-    res.set_content(json{{"object", "list"}, {"data", json::array({model_card()})}}.dump(), "application/json");
+    json cards = json::array();
+    for (const ServedModel& model : models_) cards.push_back(model_card(model));
+    res.set_content(json{{"object", "list"}, {"data", std::move(cards)}}.dump(), "application/json");
   });
   http.route_prefix("GET", "/v1/models/", [this](http::Request& req, http::Response& res) { handle_model(req, res); });
   http.route("POST", "/tokenize", [this](http::Request& req, http::Response& res) { handle_tokenize(req, res); });
@@ -196,12 +201,27 @@ void Server::install_routes() {
   });
 }
 
-Result<std::vector<TokenId>> Server::render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  return server::render_chat(tokenizer_, chat_template_, messages, add_generation_prompt);
+std::variant<const ServedModel*, ApiError> Server::model_named(const std::string& id) const {
+  if (id.empty()) return &models_[0];
+  std::string names;
+  for (const ServedModel& model : models_) {
+    if (model.id == id) return &model;
+    names += (names.empty() ? "'" : ", '") + model.id + "'";
+  }
+  return ApiError{404, fmt::format("The model '{}' does not exist; this server serves {}.", id, names), "invalid_request_error",
+                  "model", "model_not_found"};
+}
+
+const ServedModel& Server::served(const std::string& id) const {
+  for (const ServedModel& model : models_) {
+    if (model.id == id) return model;
+  }
+  return models_[0];
 }
 
 std::variant<std::vector<TokenId>, ApiError> Server::prompt_of(const ParsedRequest& request, Endpoint endpoint) const {
-  return prompt_tokens(tokenizer_, chat_template_, request, endpoint == Endpoint::kChat);
+  const ServedModel& model = served(request.model);
+  return prompt_tokens(*model.tokenizer, model.chat_template, request, endpoint == Endpoint::kChat);
 }
 
 uint64_t Server::cache_namespace_of(const Caller& caller, const ParsedRequest& request) {
@@ -209,13 +229,15 @@ uint64_t Server::cache_namespace_of(const Caller& caller, const ParsedRequest& r
 }
 
 std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, ParsedRequest& request, Endpoint endpoint) {
+  const ServedModel& model = served(request.model);
+  Engine& engine = *model.engine;
   if (endpoint == Endpoint::kChat) {
-    if (auto error = prepare_tool_calls(chat_template_, request)) return *error;
+    if (auto error = prepare_tool_calls(model.chat_template, request)) return *error;
   }
   auto prompt_or_error = prompt_of(request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prompt_or_error)) return *error;
   std::vector<TokenId> prompt = std::move(std::get<std::vector<TokenId>>(prompt_or_error));
-  const int32_t context = engine_.model().config().context_length;
+  const int32_t context = engine.model().config().context_length;
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
   const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (n_prompt >= context) {
@@ -233,10 +255,10 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   g.prompt = std::move(prompt);
   g.cache_namespace = cache_namespace_of(caller, request);
   if (!request.seed_given) g.sampling.seed = config_.seed ? *config_.seed : random_seed();
-  if (!request.temperature_given) g.sampling.temperature = config_.sampling.temperature;
-  if (!request.top_k_given) g.sampling.top_k = config_.sampling.top_k;
-  if (!request.top_p_given) g.sampling.top_p = config_.sampling.top_p;
-  if (!request.min_p_given) g.sampling.min_p = config_.sampling.min_p;
+  if (!request.temperature_given) g.sampling.temperature = model.sampling.temperature;
+  if (!request.top_k_given) g.sampling.top_k = model.sampling.top_k;
+  if (!request.top_p_given) g.sampling.top_p = model.sampling.top_p;
+  if (!request.min_p_given) g.sampling.min_p = model.sampling.min_p;
   // A replica follows every token, including those whose text is held back.
   g.report_every_token = request.report_tokens || (!request.replica_endpoints.empty() && replicator_);
 
@@ -247,8 +269,10 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   // Released when the request is fully answered (after the last streamed byte, too).
   auto guard = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
   auto stream = std::make_shared<RequestStream>();
-  std::vector<std::shared_ptr<KvReplicator::Replica>> replicas = open_replicas(request, stream);
-  auto submitted = engine_.submit(g, stream);
+  // Replicas follow the cluster's model (a cluster instance serves one model).
+  std::vector<std::shared_ptr<KvReplicator::Replica>> replicas;
+  if (&engine == &engine_) replicas = open_replicas(request, stream);
+  auto submitted = engine.submit(g, stream);
   // A request the engine cannot run as asked (400), or an engine shutting down (503).
   if (!submitted.ok()) return api_error_of(submitted.error());
   return PreparedRun{std::move(stream), std::move(guard), std::move(replicas)};
@@ -304,17 +328,15 @@ void Server::handle_generation(const http::Request& req, http::Response& res, En
   auto parsed = parse_request(std::get<json>(body), endpoint == Endpoint::kChat);
   if (auto* error = std::get_if<ApiError>(&parsed)) return send_error(res, *error);
   ParsedRequest request = std::move(std::get<ParsedRequest>(parsed));
-  if (!request.model.empty() && request.model != config_.model_id) {
-    return send_error(res, ApiError{404, "The model '" + request.model + "' does not exist; this server serves '" +
-                                             config_.model_id + "'.",
-                                    "invalid_request_error", "model", "model_not_found"});
-  }
+  auto named = model_named(request.model);
+  if (auto* error = std::get_if<ApiError>(&named)) return send_error(res, *error);
+  const ServedModel& model = *std::get<const ServedModel*>(named);
   auto prepared = prepare(caller, request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prepared)) return send_error(res, *error);
   PreparedRun run = std::move(std::get<PreparedRun>(prepared));
   const std::vector<std::shared_ptr<KvReplicator::Replica>>& replicas = run.replicas;
   const bool replica_wait = request.replica_wait;
-  auto completion = std::make_shared<Completion>(endpoint, config_.model_id, std::move(request), tokenizer_);
+  auto completion = std::make_shared<Completion>(endpoint, model.id, std::move(request), *model.tokenizer);
   // Runs where the stream is pulled: an I/O thread, or this handler thread for a replica wait.
   EventObserver observe = follow_run(req, run, *completion);
   if (replica_wait) {

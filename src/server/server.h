@@ -63,9 +63,23 @@ struct PreparedRun {
   std::vector<std::shared_ptr<KvReplicator::Replica>> replicas;
 };
 
+// One model a server serves: requests name it by `id` in "model". Each has its own engine, so its
+// own KV pool (its share of the memory the server was given) and its own cache.
+struct ServedModel {
+  std::string id;
+  Engine* engine = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  ChatTemplate chat_template;
+  SamplingDefaults sampling;  // of requests that leave them out
+};
+
 class Server {
  public:
+  // One model: `config.model_id` and `config.sampling` name it and give its defaults.
   Server(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template, ServerConfig config);
+  // Several: the first is the default (a request without "model") and the cluster's (KV
+  // transport, cache events, metrics of the engine).
+  Server(std::vector<ServedModel> models, ServerConfig config);
   ~Server();
 
   // KV transfer between instances (SPEC M2): the transport pushes and replicas go out through,
@@ -138,14 +152,19 @@ class Server {
   std::variant<nlohmann::json, ApiError> tokenizer_body(const http::Request& req);
   void handle_tokenize(const http::Request& req, http::Response& res);
   void handle_detokenize(const http::Request& req, http::Response& res);
-  nlohmann::json model_card() const;
+  nlohmann::json model_card(const ServedModel& model) const;
+  // The model a request names ("": the first), or a 404 naming those served.
+  std::variant<const ServedModel*, ApiError> model_named(const std::string& id) const;
+  // The model of a request already checked by model_named (the first if none matches).
+  const ServedModel& served(const std::string& id) const;
+  // The model a tokenizer endpoint's optional "model" field names.
+  std::variant<const ServedModel*, ApiError> model_of_body(const nlohmann::json& body) const;
   void handle_model(const http::Request& req, http::Response& res);
   void handle_delete_response(const http::Request& req, http::Response& res);
   // The tokens of a stored conversation as the model saw them: the last turn's instructions, the
   // history, its reply last (empty if the template fails).
-  std::vector<TokenId> conversation_tokens(const nlohmann::json& last_response, const std::vector<ChatMessage>& history) const;
-  // Messages as the model sees them: the chat template, then the tokenizer.
-  Result<std::vector<TokenId>> render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  std::vector<TokenId> conversation_tokens(const ServedModel& model, const nlohmann::json& last_response,
+                                           const std::vector<ChatMessage>& history) const;
   // The prompt as the model sees it (chat template, tokenizer), or why not.
   std::variant<std::vector<TokenId>, ApiError> prompt_of(const ParsedRequest& request, Endpoint endpoint) const;
   static uint64_t cache_namespace_of(const Caller& caller, const ParsedRequest& request);
@@ -158,9 +177,8 @@ class Server {
   // Prompt tokens, limits, tenant, admission: everything between a parsed request and the engine.
   std::variant<PreparedRun, ApiError> prepare(const Caller& caller, ParsedRequest& request, Endpoint endpoint);
 
-  Engine& engine_;
-  const Tokenizer& tokenizer_;
-  ChatTemplate chat_template_;
+  std::vector<ServedModel> models_;
+  Engine& engine_;  // the first model's: the cluster's
   ServerConfig config_;
   std::unique_ptr<http::Server> http_;
   int bound_port_ = 0;

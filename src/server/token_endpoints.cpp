@@ -37,9 +37,12 @@ void Server::handle_tokenize(const http::Request& req, http::Response& res) {
   auto read = tokenizer_body(req);
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   const json& body = std::get<json>(read);
-  if (auto refused = refuse_fields_outside(body, {"content", "add_special", "parse_special", "with_pieces"})) {
+  if (auto refused = refuse_fields_outside(body, {"content", "add_special", "parse_special", "with_pieces", "model"})) {
     return send_error(res, *refused);
   }
+  auto named = model_of_body(body);
+  if (auto* error = std::get_if<ApiError>(&named)) return send_error(res, *error);
+  const Tokenizer& tokenizer = *std::get<const ServedModel*>(named)->tokenizer;
   const auto content = body.find("content");
   if (content == body.end() || !content->is_string()) return send_error(res, bad_request("'content' must be a string", "content"));
   bool add_special = false;
@@ -49,11 +52,11 @@ void Server::handle_tokenize(const http::Request& req, http::Response& res) {
                             std::pair{"with_pieces", &with_pieces}}) {
     if (auto error = read_flag(body, name, *flag)) return send_error(res, *error);
   }
-  const std::vector<TokenId> tokens = tokenizer_.encode(content->get_ref<const std::string&>(), add_special, parse_special);
+  const std::vector<TokenId> tokens = tokenizer.encode(content->get_ref<const std::string&>(), add_special, parse_special);
   json out = json::array();
   for (const TokenId t : tokens) {
     if (with_pieces) {
-      out.push_back({{"id", t}, {"piece", tokenizer_.token_to_piece(t, true)}});
+      out.push_back({{"id", t}, {"piece", tokenizer.token_to_piece(t, true)}});
     } else {
       out.push_back(t);
     }
@@ -65,38 +68,46 @@ void Server::handle_detokenize(const http::Request& req, http::Response& res) {
   auto read = tokenizer_body(req);
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   const json& body = std::get<json>(read);
-  if (auto refused = refuse_fields_outside(body, {"tokens"})) return send_error(res, *refused);
+  if (auto refused = refuse_fields_outside(body, {"tokens", "model"})) return send_error(res, *refused);
+  auto named = model_of_body(body);
+  if (auto* error = std::get_if<ApiError>(&named)) return send_error(res, *error);
+  const Tokenizer& tokenizer = *std::get<const ServedModel*>(named)->tokenizer;
   const auto tokens = body.find("tokens");
   if (tokens == body.end() || !tokens->is_array()) return send_error(res, bad_request("'tokens' must be an array of token ids", "tokens"));
   std::vector<TokenId> ids;
   ids.reserve(tokens->size());
   // Through the array itself: GCC's -Wnull-dereference misreads json iterators under TSan.
   for (const json& t : tokens->get_ref<const json::array_t&>()) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer_.vocab_size()) {
-      return send_error(res, bad_request(fmt::format("'tokens' must hold token ids in 0..{}", tokenizer_.vocab_size() - 1), "tokens"));
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer.vocab_size()) {
+      return send_error(res, bad_request(fmt::format("'tokens' must hold token ids in 0..{}", tokenizer.vocab_size() - 1), "tokens"));
     }
     ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
   }
-  res.set_content(json{{"content", tokenizer_.decode(ids, true)}}.dump(-1, ' ', false, json::error_handler_t::replace),
+  res.set_content(json{{"content", tokenizer.decode(ids, true)}}.dump(-1, ' ', false, json::error_handler_t::replace),
                   "application/json");
 }
 
-json Server::model_card() const {
-  return {{"id", config_.model_id},
+json Server::model_card(const ServedModel& model) const {
+  return {{"id", model.id},
           {"object", "model"},
           {"created", 0},
           {"owned_by", "mnemo"},
-          {"context_length", engine_.model().config().context_length}};
+          {"context_length", model.engine->model().config().context_length}};
+}
+
+std::variant<const ServedModel*, ApiError> Server::model_of_body(const json& body) const {
+  const auto model = body.find("model");
+  if (model == body.end() || model->is_null()) return &models_[0];
+  if (!model->is_string()) return bad_request("'model' must be a string", "model");
+  return model_named(model->get<std::string>());
 }
 
 void Server::handle_model(const http::Request& req, http::Response& res) {
   if (auto caller = caller_of(req); std::holds_alternative<ApiError>(caller)) return send_error(res, std::get<ApiError>(caller));
   const std::string id = req.path.substr(std::string_view("/v1/models/").size());
-  if (id != config_.model_id) {
-    return send_error(res, ApiError{404, fmt::format("The model '{}' does not exist; this server serves '{}'.", id, config_.model_id),
-                                    "invalid_request_error", "model", "model_not_found"});
-  }
-  res.set_content(model_card().dump(), "application/json");
+  auto named = id.empty() ? model_named("\x01") : model_named(id);  // "/v1/models/" names none
+  if (auto* error = std::get_if<ApiError>(&named)) return send_error(res, *error);
+  res.set_content(model_card(*std::get<const ServedModel*>(named)).dump(), "application/json");
 }
 
 }  // namespace mnemo::server
