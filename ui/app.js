@@ -1,10 +1,12 @@
 // Mnemo's web chat page: plain JavaScript over the server's OpenAI-compatible API.
 // Replies stream from POST /v1/chat/completions (server-sent events read through fetch's
 // ReadableStream); the whole conversation is sent each turn; Stop aborts the fetch, and the
-// server cancels the request when the connection closes. All message text goes into the DOM
-// through textContent, never as HTML. The conversation is kept in localStorage across reloads;
-// Regenerate asks again for the last reply; a server that cannot be reached leaves the message
-// in the input box to send again.
+// server cancels the request when the connection closes. Replies are rendered as Markdown
+// (vendor/marked) and sanitized (vendor/purify: DOMPurify) before they reach the DOM; the user's
+// own messages go in through textContent. The conversation is kept in localStorage across
+// reloads; Regenerate asks again for the last reply, Edit takes a message of the user's back into
+// the input box (the turns after it are dropped); a server that cannot be reached leaves the
+// message in the input box to send again. With several models served, a picker chooses one.
 (() => {
   "use strict";
 
@@ -19,6 +21,7 @@
     newChat: $("new-chat"),
     regenerate: $("regenerate"),
     model: $("model-name"),
+    picker: $("model-picker"),
     status: $("status"),
     settings: $("settings"),
     settingsToggle: $("settings-toggle"),
@@ -102,7 +105,14 @@
     return text;
   }
 
-  // ---- the model name ------------------------------------------------------------------------
+  // ---- the model name, or a picker when several are served ------------------------------------
+
+  function showModel(card) {
+    state.model = card ? String(card.id) : "";
+    els.model.textContent = state.model || "model unknown";
+    els.model.classList.toggle("warn", !state.model);
+    els.model.title = card && card.context_length ? `Context: ${card.context_length} tokens` : "Model served";
+  }
 
   async function loadModel() {
     try {
@@ -114,11 +124,20 @@
         return;
       }
       const body = await response.json();
-      const first = body && Array.isArray(body.data) && body.data[0];
-      state.model = first ? String(first.id) : "";
-      els.model.textContent = state.model || "model unknown";
-      els.model.classList.toggle("warn", !state.model);
-      if (first && first.context_length) els.model.title = `Context: ${first.context_length} tokens`;
+      const cards = body && Array.isArray(body.data) ? body.data.filter((c) => c && c.id) : [];
+      const saved = load("model", "");
+      const chosen = cards.find((c) => String(c.id) === saved) || cards[0];
+      showModel(chosen);
+      els.picker.replaceChildren();
+      for (const card of cards) {
+        const option = document.createElement("option");
+        option.value = String(card.id);
+        option.textContent = String(card.id);
+        els.picker.append(option);
+      }
+      els.picker.hidden = cards.length < 2;
+      els.model.hidden = cards.length >= 2;
+      if (chosen) els.picker.value = String(chosen.id);
       setStatus("");
     } catch (_) {
       els.model.textContent = "server unreachable";
@@ -126,23 +145,84 @@
     }
   }
 
+  els.picker.addEventListener("change", () => {
+    save("model", els.picker.value);
+    state.model = els.picker.value;
+  });
+
+  // ---- Markdown ---------------------------------------------------------------------------------
+
+  // A reply's Markdown as sanitized HTML: no script, no event handler, no style, links that open
+  // elsewhere. Without the vendored libraries (a page opened from elsewhere), plain text.
+  const markdownReady = typeof window.marked === "object" && typeof window.DOMPurify === "function";
+  if (markdownReady) {
+    window.DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+      if (node.tagName === "A") {
+        node.setAttribute("target", "_blank");
+        node.setAttribute("rel", "noopener noreferrer");
+      }
+    });
+  }
+
+  function renderReply(el, text) {
+    el.dataset.raw = text;  // the reply as the API gave it
+    if (!markdownReady) {
+      el.textContent = text;
+      return;
+    }
+    el.classList.add("markdown");
+    const html = window.marked.parse(text, { gfm: true, breaks: true, mangle: false, headerIds: false });
+    el.innerHTML = window.DOMPurify.sanitize(html, { FORBID_TAGS: ["style", "img", "form", "input"], FORBID_ATTR: ["style"] });
+  }
+
   // ---- the message list ----------------------------------------------------------------------
 
-  function addMessage(role, text) {
+  // A message row; `index` is its place in state.history (Edit cuts the history there).
+  function addMessage(role, text, index) {
     els.empty.hidden = true;
     const row = document.createElement("div");
     row.className = `message ${role}`;
     row.dataset.role = role;
+    row.dataset.index = String(index);
     const who = document.createElement("div");
     who.className = "who";
     who.textContent = role === "user" ? "You" : role === "assistant" ? "Assistant" : role;
     const body = document.createElement("div");
     body.className = "content";
-    body.textContent = text;
+    if (role === "assistant") renderReply(body, text);
+    else body.textContent = text;
     row.append(who, body);
+    if (role === "user") {
+      const edit = document.createElement("button");
+      edit.type = "button";
+      edit.className = "edit ghost";
+      edit.textContent = "Edit";
+      edit.title = "Edit this message and ask again (the replies after it are dropped)";
+      edit.addEventListener("click", () => editFrom(row));
+      who.append(edit);
+    }
     els.messages.append(row);
     scrollToEnd();
     return { row, body };
+  }
+
+  // Takes a message of the user's back into the input box: it and every turn after it leave the
+  // conversation.
+  function editFrom(row) {
+    if (state.controller) return;
+    const index = Number(row.dataset.index);
+    if (!Number.isInteger(index) || index < 0 || index >= state.history.length) return;
+    const text = state.history[index].content;
+    state.history = state.history.slice(0, index);
+    for (const node of [...els.messages.querySelectorAll(".message")]) {
+      if (Number(node.dataset.index) >= index) node.remove();
+    }
+    if (state.history.length === 0) els.empty.hidden = false;
+    saveHistory();
+    setBusy(false);
+    els.input.value = text;
+    autoGrow();
+    els.input.focus();
   }
 
   function scrollToEnd() {
@@ -169,7 +249,7 @@
     for (const m of saved) {
       if (!m || (m.role !== "user" && m.role !== "assistant") || typeof m.content !== "string") continue;
       state.history.push({ role: m.role, content: m.content });
-      const shown = addMessage(m.role, m.content);
+      const shown = addMessage(m.role, m.content, state.history.length - 1);
       shown.row.dataset.state = "done";
     }
   }
@@ -181,6 +261,7 @@
     els.stop.hidden = !busy;
     els.send.disabled = busy;
     els.input.disabled = false;
+    for (const edit of els.messages.querySelectorAll("button.edit")) edit.disabled = busy;
   }
 
   function newChat() {
@@ -240,10 +321,10 @@
     const system = els.systemPrompt.value.trim();
     if (!again) {
       state.history.push({ role: "user", content: text });
-      addMessage("user", text);
+      addMessage("user", text, state.history.length - 1);
     }
     const messages = (system ? [{ role: "system", content: system }] : []).concat(state.history);
-    const reply = addMessage("assistant", "");
+    const reply = addMessage("assistant", "", state.history.length);
     reply.row.classList.add("streaming");
     reply.row.dataset.state = "streaming";
 
@@ -268,11 +349,18 @@
         signal: controller.signal,
       });
       if (!response.ok) throw new Error(await errorMessage(response));
+      let frame = 0;  // Markdown re-rendered at most once per frame while the reply streams
       const finish = await readStream(response, (piece) => {
         content += piece;
-        reply.body.textContent = content;
-        scrollToEnd();
+        if (frame) return;
+        frame = requestAnimationFrame(() => {
+          frame = 0;
+          renderReply(reply.body, content);
+          scrollToEnd();
+        });
       });
+      if (frame) cancelAnimationFrame(frame);
+      renderReply(reply.body, content);
       if (finish === "length") setStatus("Reply cut at the max tokens limit (see Settings).");
     } catch (err) {
       if (controller.signal.aborted) {
