@@ -35,8 +35,9 @@ class Compiler {
     const std::string& name = type->get_ref<const std::string&>();
     if (name == "object") return object(schema, index, depth, where);
     if (name == "array") return array(schema, index, depth, where);
+    if (name == "string") return string(schema, index, where);
     static const std::pair<const char*, SchemaNode::Kind> kScalars[] = {
-        {"string", SchemaNode::Kind::kString}, {"integer", SchemaNode::Kind::kInteger}, {"number", SchemaNode::Kind::kNumber},
+        {"integer", SchemaNode::Kind::kInteger}, {"number", SchemaNode::Kind::kNumber},
         {"boolean", SchemaNode::Kind::kBoolean}, {"null", SchemaNode::Kind::kNull}};
     for (const auto& [scalar, kind] : kScalars) {
       if (name != scalar) continue;
@@ -75,6 +76,35 @@ class Compiler {
       n.literals.push_back(v.dump());
     }
     return index;
+  }
+
+  Result<int32_t> string(const json& schema, int32_t index, const std::string& where) {
+    MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"type", "minLength", "maxLength", "pattern", "format"}, where));
+    SchemaNode& n = out_.nodes[static_cast<size_t>(index)];
+    n.kind = SchemaNode::Kind::kString;
+    MNEMO_ASSIGN_OR_RETURN(n.min_length, count(schema, "minLength", 0, where));
+    MNEMO_ASSIGN_OR_RETURN(n.max_length, count(schema, "maxLength", INT32_MAX, where));
+    if (n.min_length > n.max_length) return make_error("{}: 'minLength' is above 'maxLength'", where);
+    if (schema.contains("pattern") && schema.contains("format")) return make_error("{}: 'pattern' and 'format' together are not supported", where);
+    if (schema.contains("pattern") || schema.contains("format")) {
+      const bool pattern = schema.contains("pattern");
+      const json& value = schema[pattern ? "pattern" : "format"];
+      if (!value.is_string()) return make_error("{}: '{}' must be a string", where, pattern ? "pattern" : "format");
+      auto regex = pattern ? Regex::compile(value.get<std::string>(), /*anchored=*/false) : Regex::format(value.get<std::string>());
+      if (!regex.ok()) return make_error("{}: {}", where, regex.error().message());
+      out_.regexes.push_back(std::move(*regex));
+      out_.nodes[static_cast<size_t>(index)].regex = static_cast<int32_t>(out_.regexes.size() - 1);
+    }
+    return index;
+  }
+
+  Result<int32_t> count(const json& schema, const char* key, int32_t fallback, const std::string& where) const {
+    if (!schema.contains(key)) return fallback;
+    const json& v = schema[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20)) {
+      return make_error("{}: '{}' must be an integer from 0 to {}", where, key, 1 << 20);
+    }
+    return static_cast<int32_t>(v.get<int64_t>());
   }
 
   Result<int32_t> any_of(const json& schema, int32_t index, int depth, const std::string& where) {
@@ -121,16 +151,8 @@ class Compiler {
 
   Result<int32_t> array(const json& schema, int32_t index, int depth, const std::string& where) {
     MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"type", "items", "minItems", "maxItems"}, where));
-    const auto bound = [&](const char* key, int32_t fallback) -> Result<int32_t> {
-      if (!schema.contains(key)) return fallback;
-      const json& v = schema[key];
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20)) {
-        return make_error("{}: '{}' must be an integer from 0 to {}", where, key, 1 << 20);
-      }
-      return static_cast<int32_t>(v.get<int64_t>());
-    };
-    MNEMO_ASSIGN_OR_RETURN(int32_t min_items, bound("minItems", 0));
-    MNEMO_ASSIGN_OR_RETURN(int32_t max_items, bound("maxItems", INT32_MAX));
+    MNEMO_ASSIGN_OR_RETURN(int32_t min_items, count(schema, "minItems", 0, where));
+    MNEMO_ASSIGN_OR_RETURN(int32_t max_items, count(schema, "maxItems", INT32_MAX, where));
     if (min_items > max_items) return make_error("{}: 'minItems' is above 'maxItems'", where);
     if (!schema.contains("items")) return make_error("{}: an array needs 'items'", where);
     MNEMO_ASSIGN_OR_RETURN(int32_t items, node(schema["items"], depth + 1, where + "[]"));
@@ -149,10 +171,13 @@ class Compiler {
 
 int32_t append_schema(CompiledSchema& into, const CompiledSchema& part) {
   const auto offset = static_cast<int32_t>(into.nodes.size());
+  const auto regex_offset = static_cast<int32_t>(into.regexes.size());
+  into.regexes.insert(into.regexes.end(), part.regexes.begin(), part.regexes.end());
   for (SchemaNode node : part.nodes) {
     for (SchemaNode::Property& p : node.properties) p.node += offset;
     for (int32_t& a : node.alternatives) a += offset;
     if (node.items >= 0) node.items += offset;
+    if (node.regex >= 0) node.regex += regex_offset;
     into.nodes.push_back(std::move(node));
   }
   into.has_any_of = into.has_any_of || part.has_any_of;

@@ -3,12 +3,13 @@
 //   object   properties (in any order, each once; one not in `required` may be left out; at
 //            most 64), no other keys (additionalProperties is false, as OpenAI's strict mode has it);
 //   array    items, minItems, maxItems;
-//   string, integer, number, boolean, null;
+//   string   minLength, maxLength (characters), pattern (grammar/regex.h), format (date, time,
+//            date-time, email, uuid, ipv4, uri); integer, number, boolean, null;
 //   enum     of strings, booleans or null (also `const`);
 //   anyOf    of at most 16 alternatives (grammar/schema_matcher_set.h follows them all at once);
 //   any object (only where a caller asks for it: a tool's parameters that do not compile).
-// Anything else ($ref, patterns, formats, lengths of strings, type lists) is refused with the
-// keyword named, never silently ignored.
+// Anything else ($ref, minimum/maximum, type lists, ...) is refused with the keyword named, never
+// silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/regex.h"
 #include "util/result.h"
 
 namespace mnemo::grammar {
@@ -35,11 +37,15 @@ struct SchemaNode {
   int32_t max_items = INT32_MAX;
   std::vector<std::string> literals;  // enum: each value as written (JSON)
   std::vector<int32_t> alternatives;  // anyOf: the alternatives' nodes
+  int32_t min_length = 0;             // string: characters (code points; an escape is one)
+  int32_t max_length = INT32_MAX;
+  int32_t regex = -1;                 // string: its pattern or format (CompiledSchema::regexes)
 };
 
 struct CompiledSchema {
   std::vector<SchemaNode> nodes;  // nodes[0] is the root
   bool has_any_of = false;        // then only a SchemaMatcherSet follows it
+  std::vector<Regex> regexes;     // patterns and formats of string nodes
 };
 
 inline constexpr size_t kMaxAnyOf = 16;

@@ -4,6 +4,8 @@ namespace mnemo::grammar {
 namespace {
 
 constexpr int kMaxCandidates = 64;
+// No token adds more characters than this: a string with more room left takes any plain token.
+constexpr int32_t kLongestToken = 512;
 
 }  // namespace
 
@@ -69,6 +71,8 @@ bool SchemaMatcher::begin_value(int32_t index, uint8_t byte) {
   }
   leaf_matcher_ = JsonMatcher(/*object_root=*/false);
   if (!leaf_matcher_.feed(byte)) return false;
+  chars_ = 0;
+  if (n.regex >= 0) pattern_ = schema_->regexes[static_cast<size_t>(n.regex)].start();
   leaf_ = n.kind == Kind::kInteger ? Leaf::kInteger : n.kind == Kind::kNumber ? Leaf::kNumber : Leaf::kJson;
   leaf_node_ = index;
   if (leaf_ == Leaf::kJson && leaf_matcher_.complete()) return value_done();
@@ -93,6 +97,7 @@ bool SchemaMatcher::step_leaf(uint8_t byte) {
     leaf_ = Leaf::kNone;  // no value is a prefix of another: the one matched is the value
     return value_done();
   }
+  if (leaf_ == Leaf::kJson && leaf_matcher_.in_string() && !string_content(byte)) return false;
   const bool number = leaf_ == Leaf::kNumber || leaf_ == Leaf::kInteger;
   if (leaf_ == Leaf::kInteger && (byte == '.' || byte == 'e' || byte == 'E')) {
     if (!leaf_matcher_.number_may_end()) return false;
@@ -105,6 +110,26 @@ bool SchemaMatcher::step_leaf(uint8_t byte) {
   if (!number || !leaf_matcher_.number_may_end()) return false;
   leaf_ = Leaf::kNone;
   return value_done() && step(byte);
+}
+
+bool SchemaMatcher::string_content(uint8_t byte) {
+  const SchemaNode& n = node(leaf_node_);
+  if (n.kind != SchemaNode::Kind::kString) return true;
+  const Regex* pattern = n.regex >= 0 ? &schema_->regexes[static_cast<size_t>(n.regex)] : nullptr;
+  if (byte == '"') return chars_ >= n.min_length && (pattern == nullptr || pattern->accepts(pattern_));
+  if (byte == '\\' && pattern != nullptr) return false;  // a patterned string is written without escapes
+  if ((byte & 0xC0) != 0x80 && ++chars_ > n.max_length) return false;  // a new character (an escape counts once)
+  if (pattern == nullptr) return true;
+  const Regex::StateSet next = pattern->step(pattern_, byte);
+  if (Regex::empty(next)) return false;
+  pattern_ = next;
+  return true;
+}
+
+bool SchemaMatcher::string_constrained_near_end() const {
+  const SchemaNode& n = node(leaf_node_);
+  if (n.kind != SchemaNode::Kind::kString) return false;
+  return n.regex >= 0 || (n.max_length != INT32_MAX && n.max_length - chars_ < kLongestToken);
 }
 
 bool SchemaMatcher::value_done() {

@@ -29,7 +29,10 @@ class SchemaMatcher {
   }
   bool complete() const { return done_; }
   // Inside a free string value's content (not a key, not an enum value).
-  bool in_string() const { return leaf_ == Leaf::kJson && leaf_matcher_.in_string(); }
+  // A string with a pattern, or too near its maxLength for any token, is not free.
+  bool in_string() const {
+    return leaf_ == Leaf::kJson && leaf_matcher_.in_string() && !string_constrained_near_end();
+  }
 
   // anyOf (a SchemaMatcherSet drives these): the node of the value that begins next, or -1 when
   // no value begins next; choose() makes an alternative of that node the one to match.
@@ -57,6 +60,9 @@ class SchemaMatcher {
   bool whitespace(uint8_t byte) { return bounded_whitespace(byte, whitespace_run_, JsonMatcher::kMaxWhitespace); }
   bool begin_key();
   bool key_byte(uint8_t byte);
+  // A string value's length and pattern, checked on each byte of its content.
+  bool string_content(uint8_t byte);
+  bool string_constrained_near_end() const;
   bool may_close_object(const Frame& f) const;
   bool unseen_left(const Frame& f) const;
 
@@ -71,6 +77,8 @@ class SchemaMatcher {
   int32_t leaf_node_ = 0;
   uint64_t candidates_ = 0;  // enum values or keys still possible (bit i: the i-th)
   int32_t matched_ = 0;      // bytes of the enum value or key matched so far
+  int32_t chars_ = 0;        // characters of the string value so far
+  Regex::StateSet pattern_{};  // the string value's pattern's states
 };
 
 }  // namespace mnemo::grammar

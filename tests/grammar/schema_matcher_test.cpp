@@ -52,8 +52,10 @@ TEST(CompileSchema, RefusesWhatItDoesNotImplementByName) {
   for (const auto& [schema, keyword] : std::vector<std::pair<json, std::string>>{
            {{{"anyOf", json::array()}}, "'anyOf'"},
            {{{"anyOf", json::array({{{"type", "string"}}})}, {"type", "string"}}, "'type'"},
-           {{{"type", "string"}, {"pattern", "^a"}}, "pattern"},
-           {{{"type", "string"}, {"format", "date"}}, "format"},
+           {{{"type", "integer"}, {"minimum", 1}}, "minimum"},
+           {{{"type", "string"}, {"format", "hostname"}}, "hostname"},
+           {{{"type", "string"}, {"pattern", "(?=a)"}}, "lookaround"},
+           {{{"type", "string"}, {"minLength", 3}, {"maxLength", 2}}, "minLength"},
            {{{"type", "object"}, {"additionalProperties", true}}, "additionalProperties"},
            {{{"type", "array"}}, "items"},
            {{{"enum", {1, 2}}}, "enum values"},
@@ -102,6 +104,32 @@ TEST(SchemaMatcher, OptionalPropertiesMayBeLeftOut) {
   const CompiledSchema empty = compiled(json::parse(R"({"type":"object","properties":{}})"));
   EXPECT_TRUE(completes(empty, "{}"));
   EXPECT_EQ(accepted_prefix(empty, R"({")"), 1u);
+}
+
+TEST(SchemaMatcher, StringLengthsCountCharacters) {
+  const CompiledSchema s = compiled(json::parse(R"({"type":"object","properties":{
+      "code":{"type":"string","minLength":2,"maxLength":3}},"required":["code"]})"));
+  EXPECT_TRUE(completes(s, R"({"code":"ab"})"));
+  EXPECT_TRUE(completes(s, R"({"code":"\u00e9\n\""})"));  // three characters, each an escape
+  EXPECT_TRUE(completes(s, "{\"code\":\"\xc3\xa9\xc3\xa9\xc3\xa9\"}"));  // three 2-byte characters
+  EXPECT_EQ(accepted_prefix(s, R"({"code":"a")"), 10u);      // one is too short
+  EXPECT_EQ(accepted_prefix(s, R"({"code":"abcd")"), 12u);   // four is too long
+}
+
+TEST(SchemaMatcher, PatternsAndFormatsShapeTheString) {
+  const CompiledSchema s = compiled(json::parse(R"({"type":"object","properties":{
+      "day":{"type":"string","format":"date"},"sku":{"type":"string","pattern":"^[A-Z]{2}-\\d+$"},
+      "note":{"type":"string","pattern":"ok"}},"required":["day","sku"]})"));
+  EXPECT_TRUE(completes(s, R"({"day":"2026-12-02","sku":"AB-12"})"));
+  EXPECT_TRUE(completes(s, R"({"day":"2026-12-02","sku":"AB-1","note":"it is ok!"})"));  // unanchored: contains "ok"
+  EXPECT_EQ(accepted_prefix(s, R"({"day":"2026-13)"), 14u);   // no month 13
+  EXPECT_EQ(accepted_prefix(s, R"({"day":"2026-12-0")"), 17u);  // the date is not whole
+  EXPECT_EQ(accepted_prefix(s, R"({"sku":"Ab)"), 9u);
+  EXPECT_EQ(accepted_prefix(s, R"({"sku":"AB-\)"), 11u);       // no escapes in a patterned string
+  EXPECT_EQ(accepted_prefix(s, R"({"day":"2026-12-02","sku":"AB-1","note":"no")"), 43u);  // no "ok" in it
+  SchemaMatcher m(&s);
+  ASSERT_TRUE(m.feed(R"({"note":"x)"));
+  EXPECT_FALSE(m.in_string());  // a patterned string: every token is tried
 }
 
 }  // namespace
