@@ -127,9 +127,9 @@ class Engine {
   };
   std::vector<TappedChunks> prompt_taps(const Step& step) const;
   void fork_choices(Sequence& parent);
-  std::unique_ptr<grammar::JsonConstraint> constraint_for(const GenerationRequest& request);
+  std::unique_ptr<grammar::OutputConstraint> constraint_for(const GenerationRequest& request);
   // The logits with every token the constraint forbids at -inf (the thread's scratch).
-  std::span<const float> constrained_logits(const grammar::JsonConstraint& constraint, std::span<const float> logits,
+  std::span<const float> constrained_logits(const grammar::OutputConstraint& constraint, std::span<const float> logits,
                                             int thread);
   void reuse_cached_prefix(Sequence& seq);
   void cache_chunks(Sequence& seq);

@@ -1,5 +1,5 @@
 // Engine, constrained decoding: a sequence whose request asks for a format samples each token
-// from those its constraint allows (GenerationRequest::format, grammar/json_constraint.h).
+// from those its constraint allows (GenerationRequest::format, grammar/output_constraint.h).
 #include <algorithm>
 #include <limits>
 
@@ -7,14 +7,15 @@
 
 namespace mnemo {
 
-std::unique_ptr<grammar::JsonConstraint> Engine::constraint_for(const GenerationRequest& request) {
+std::unique_ptr<grammar::OutputConstraint> Engine::constraint_for(const GenerationRequest& request) {
   if (request.format == OutputFormat::kText) return nullptr;
   if (!token_bytes_) token_bytes_ = std::make_shared<const grammar::TokenBytes>(tokenizer_);
-  return std::make_unique<grammar::JsonConstraint>(
+  if (request.format == OutputFormat::kRegex) return std::make_unique<grammar::OutputConstraint>(token_bytes_, request.regex);
+  return std::make_unique<grammar::OutputConstraint>(
       token_bytes_, request.format == OutputFormat::kJsonSchema ? request.schema : nullptr);
 }
 
-std::span<const float> Engine::constrained_logits(const grammar::JsonConstraint& constraint, std::span<const float> logits,
+std::span<const float> Engine::constrained_logits(const grammar::OutputConstraint& constraint, std::span<const float> logits,
                                                   int thread) {
   ConstrainedScratch& scratch = constrained_[static_cast<size_t>(thread)];
   constraint.allowed(scratch.allowed);

@@ -40,7 +40,7 @@ class PromptKvTap {
                         std::vector<uint8_t>&& slices) = 0;
 };
 
-enum class OutputFormat { kText, kJsonObject, kJsonSchema };
+enum class OutputFormat { kText, kJsonObject, kJsonSchema, kRegex };
 
 struct GenerationRequest {
   std::vector<TokenId> prompt;
@@ -69,11 +69,12 @@ struct GenerationRequest {
   bool persist_running = false;
   // Gets the prompt's KV layer by layer as it is computed (a replica's, SPEC D3); none: no tap.
   std::shared_ptr<PromptKvTap> prompt_tap;
-  // What the output must be: free text, a JSON object (response_format json_object), or one
-  // that `schema` allows (json_schema); each token sampled from those that keep it one
-  // (grammar/json_constraint.h).
+  // What the output must be: free text, a JSON object (response_format json_object), one that
+  // `schema` allows (json_schema), or a text `regex` matches whole (the grammar extension); each
+  // token sampled from those that keep it one (grammar/output_constraint.h).
   OutputFormat format = OutputFormat::kText;
   std::shared_ptr<const grammar::CompiledSchema> schema;
+  std::shared_ptr<const grammar::Regex> regex;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

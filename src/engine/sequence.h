@@ -15,7 +15,7 @@
 
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
-#include "grammar/json_constraint.h"
+#include "grammar/output_constraint.h"
 #include "kv/kv_table.h"
 #include "model/batch.h"
 #include "tokenizer/tokenizer.h"
@@ -50,7 +50,7 @@ struct Sequence {
   std::vector<int32_t> partial_chunks;
   SamplingParams sampling;           // seeded per choice
   // The request's output format, followed token by token (none: free text).
-  std::unique_ptr<grammar::JsonConstraint> constraint;
+  std::unique_ptr<grammar::OutputConstraint> constraint;
 
   StreamingDetokenizer detokenizer;
   StopMatcher stop_matcher;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "grammar/compile_cache.h"
 #include "grammar/json_schema.h"
 #include "server/supported_fields.h"
 #include "server/tool_request.h"
@@ -255,10 +256,10 @@ void read_json_schema(FieldReader& r, const json& format, GenerationRequest& g) 
   if (!schema.is_object() || schema.value("type", json()) != "object") {
     return r.fail("'response_format' json_schema: the schema's root must be of type object", "response_format");
   }
-  auto compiled = grammar::compile_schema(schema);
+  auto compiled = grammar::schema_cache().get(schema.dump(), [&schema] { return grammar::compile_schema(schema); });
   if (!compiled.ok()) return r.fail("'response_format' json_schema: " + compiled.error().message(), "response_format");
   g.format = OutputFormat::kJsonSchema;
-  g.schema = std::make_shared<const grammar::CompiledSchema>(std::move(*compiled));
+  g.schema = std::move(*compiled);
 }
 
 // response_format: text (the default), json_object or json_schema (constrained decoding).
@@ -278,6 +279,28 @@ void read_response_format(FieldReader& r, GenerationRequest& g) {
   }
   if (name == "json_schema") return read_json_schema(r, *v, g);
   r.fail(fmt::format("'response_format' type '{}' is not one of text, json_object, json_schema", name), "response_format");
+}
+
+// The grammar extension: {"type": "regex", "regex": "..."}, the whole output matching it.
+// llama-server's GBNF strings are refused by name.
+void read_grammar(FieldReader& r, GenerationRequest& g) {
+  const json* v = r.find("grammar");
+  if (v == nullptr || r.failed()) return;
+  if (v->is_string()) {
+    return r.fail("'grammar' as a GBNF string is not supported here: give {\"type\": \"regex\", \"regex\": \"...\"}, "
+                  "or response_format json_schema",
+                  "grammar");
+  }
+  if (!v->is_object() || v->value("type", json()) != "regex" || !v->contains("regex") || !(*v)["regex"].is_string() ||
+      v->size() != 2) {
+    return r.fail("'grammar' must be {\"type\": \"regex\", \"regex\": \"<pattern>\"}", "grammar");
+  }
+  if (g.format != OutputFormat::kText) return r.fail("'grammar' cannot be combined with 'response_format'", "grammar");
+  const std::string& pattern = (*v)["regex"].get_ref<const std::string&>();
+  auto regex = grammar::regex_cache().get(pattern, [&pattern] { return grammar::Regex::compile(pattern, /*anchored=*/true); });
+  if (!regex.ok()) return r.fail("'grammar': " + regex.error().message(), "grammar");
+  g.format = OutputFormat::kRegex;
+  g.regex = std::move(*regex);
 }
 
 void read_sampling(FieldReader& r, ParsedRequest& out) {
@@ -400,6 +423,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
   read_logprobs(r, out, chat);
   if (!chat) r.boolean("echo", out.echo);
   if (chat) read_response_format(r, out.generation);
+  read_grammar(r, out.generation);
   if (chat && !r.failed()) {
     auto tools = read_tool_use(parsed, ToolApi::kChat);
     if (auto* error = std::get_if<ApiError>(&tools)) return *error;

@@ -2,7 +2,10 @@
 
 #include <string>
 
+#include <fmt/format.h>
 #include <xxhash.h>
+
+#include "grammar/compile_cache.h"
 
 namespace mnemo::server {
 namespace {
@@ -45,13 +48,18 @@ std::optional<ApiError> prepare_tool_calls(const ChatTemplate& chat_template, Pa
   if (!request.tool_envelope) return std::nullopt;
   GenerationRequest& g = request.generation;
   if (g.format != OutputFormat::kText) {
-    return bad_request("'response_format' cannot be combined with tool calls here (tool calls are constrained output already)",
-                       "response_format");
+    const char* field = g.format == OutputFormat::kRegex ? "grammar" : "response_format";
+    return bad_request(fmt::format("'{}' cannot be combined with tool calls here (tool calls are constrained output already)", field),
+                       field);
   }
-  auto schema = envelope_schema(request.tool_use);
+  // Agents send the same tools every turn: their envelope is compiled once.
+  const ToolUse& use = request.tool_use;
+  std::string key = fmt::format("tools:{}:{}:{}", static_cast<int>(use.choice), use.forced_name, use.parallel);
+  for (const ToolSpec& tool : use.tools) key += fmt::format("\n{}\n{}\n{}", tool.name, tool.strict, tool.parameters.dump());
+  auto schema = grammar::schema_cache().get(key, [&use] { return envelope_schema(use); });
   if (!schema.ok()) return bad_request(schema.error().message(), "tools");
   g.format = OutputFormat::kJsonSchema;
-  g.schema = std::make_shared<const grammar::CompiledSchema>(std::move(*schema));
+  g.schema = std::move(*schema);
   return std::nullopt;
 }
 

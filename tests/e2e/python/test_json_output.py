@@ -6,6 +6,7 @@ a prefix of an object); the chat model ends a simple one."""
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 import openai
@@ -84,6 +85,11 @@ SCHEMAS = [
                     "required": ["name", "born"], "additionalProperties": False},
          "note": {"type": "null"}},
       "required": ["title", "author"]}),
+    ("event", "Describe a meeting: its date, a 3-letter room code and a short title.",
+     {"type": "object", "properties": {"date": {"type": "string", "format": "date"},
+                                       "room": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                                       "title": {"type": "string", "minLength": 1, "maxLength": 20}},
+      "required": ["date", "room", "title"]}),
     ("contact", "Give one way to reach Ann Lee: her email address or her phone number.",
      {"type": "object", "properties": {"contact": {"anyOf": [
          {"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]},
@@ -119,9 +125,42 @@ def test_json_schema_outputs_validate(which, server, chat_server):
         assert ended >= 8, ended
 
 
+@pytest.mark.parametrize("pattern", [r"(yes|no)", r"[0-9]{3}-[0-9]{4}", r"[A-Z][a-z]+( [A-Z][a-z]+)?\.",
+                                     r"(\d+, ){2}\d+"])
+def test_grammar_regex_outputs_match_whole(client, model_id, chat_server, pattern):
+    with openai.OpenAI(base_url=chat_server.base_url, api_key="unused", max_retries=0, timeout=300) as chat:
+        chat_model = chat.models.list().data[0].id
+        for c, model in ((client, model_id), (chat, chat_model)):
+            r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Answer briefly."}],
+                                          max_tokens=40, temperature=0.8, seed=4, n=2,
+                                          extra_body={"grammar": {"type": "regex", "regex": pattern}})
+            for choice in r.choices:
+                if choice.finish_reason == "stop":
+                    assert re.fullmatch(pattern, choice.message.content), (pattern, choice.message.content)
+            streamed = c.completions.create(model=model, prompt="Q: answer? A:", max_tokens=40, temperature=0, stream=True,
+                                            extra_body={"grammar": {"type": "regex", "regex": pattern}})
+            chunks = list(streamed)
+            text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+            if any(ch.choices and ch.choices[0].finish_reason == "stop" for ch in chunks):
+                assert re.fullmatch(pattern, text), (pattern, text)
+
+
+def test_grammar_errors_name_the_field(client, model_id):
+    for grammar in ('root ::= "a"', {"type": "regex", "regex": "(a"}, {"type": "gbnf", "grammar": "x"},
+                    {"type": "regex", "regex": "(?=a)"}):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model=model_id, messages=ASK, max_tokens=4, extra_body={"grammar": grammar})
+        assert info.value.param == "grammar"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=model_id, messages=ASK, max_tokens=4, response_format={"type": "json_object"},
+                                       extra_body={"grammar": {"type": "regex", "regex": "a"}})
+    assert info.value.param == "grammar"
+
+
 def test_unsupported_schemas_are_refused_by_keyword(client, model_id):
-    for schema, keyword in [({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}, "format"),
-                            ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}}, "pattern"),
+    for schema, keyword in [({"type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}, "hostname"),
+                            ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3}}}, "minimum"),
+                            ({"type": "object", "properties": {"a": {"type": "string", "pattern": "(a)\\1"}}}, "\\1"),
                             ({"type": "array", "items": {"type": "string"}}, "object")]:
         with pytest.raises(openai.BadRequestError) as info:
             client.chat.completions.create(model=model_id, messages=ASK, max_tokens=8, response_format={

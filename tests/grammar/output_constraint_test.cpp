@@ -1,4 +1,4 @@
-// JsonConstraint on the real vocabularies: the sorted walk's mask equals trying every token's
+// OutputConstraint on the real vocabularies: the sorted walk's mask equals trying every token's
 // bytes on a copy of the matcher (the reference), state after state of a schema-shaped document;
 // once the object is whole only the end of generation is allowed.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf_file.h"
-#include "grammar/json_constraint.h"
+#include "grammar/output_constraint.h"
 #include "util/paths.h"
 
 namespace mnemo::grammar {
@@ -21,13 +21,14 @@ std::unique_ptr<Tokenizer> load(const std::string& path) {
   return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
 }
 
+// `may_go_on`: a complete match may still be extended (a regex), unlike a whole JSON document.
 template <class Matcher>
-std::vector<uint8_t> reference_mask(const TokenBytes& v, const Matcher& m) {
+std::vector<uint8_t> reference_mask(const TokenBytes& v, const Matcher& m, bool may_go_on = false) {
   std::vector<uint8_t> allowed(static_cast<size_t>(v.size()), 0);
   for (TokenId t = 0; t < v.size(); ++t) {
     if (v.ends_generation(t)) {
       allowed[static_cast<size_t>(t)] = m.complete() ? 1 : 0;
-    } else if (!v.bytes(t).empty() && !m.complete()) {
+    } else if (!v.bytes(t).empty() && (may_go_on || !m.complete())) {
       Matcher trial = m;
       allowed[static_cast<size_t>(t)] = trial.feed(v.bytes(t)) ? 1 : 0;
     }
@@ -35,9 +36,9 @@ std::vector<uint8_t> reference_mask(const TokenBytes& v, const Matcher& m) {
   return allowed;
 }
 
-class JsonConstraintTest : public ::testing::TestWithParam<std::string> {};
+class OutputConstraintTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(JsonConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
+TEST_P(OutputConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
   const auto tokenizer = load(GetParam());
   ASSERT_NE(tokenizer, nullptr);
   auto vocabulary = std::make_shared<const TokenBytes>(*tokenizer);
@@ -48,8 +49,8 @@ TEST_P(JsonConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
   ASSERT_TRUE(compiled.ok());
   auto shared = std::make_shared<const CompiledSchema>(std::move(*compiled));
   const std::string doc = R"({"name": "Ann \"A\"", "age": 31, "pet": "dog", "tags": [1.5, -2]})";
-  JsonConstraint free(vocabulary);
-  JsonConstraint schematic(vocabulary, shared);
+  OutputConstraint free(vocabulary);
+  OutputConstraint schematic(vocabulary, shared);
   JsonMatcher free_ref;
   SchemaMatcher schema_ref(shared.get());
   std::vector<uint8_t> got;
@@ -79,7 +80,45 @@ TEST_P(JsonConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
   EXPECT_GE(ends, 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(RealVocabularies, JsonConstraintTest, ::testing::Values(chat_model_path(), reference_model_path()),
+// Feeds `text` one single-byte token at a time, comparing the constraint's mask with the
+// reference's at every prefix.
+template <class Matcher>
+void follow(const Tokenizer& tokenizer, const TokenBytes& vocabulary, OutputConstraint& constraint, Matcher reference,
+            const std::string& text, bool may_go_on) {
+  std::vector<uint8_t> got;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    constraint.allowed(got);
+    ASSERT_EQ(got, reference_mask(vocabulary, reference, may_go_on)) << "after " << text.substr(0, i);
+    if (i == text.size()) break;
+    const auto ids = tokenizer.encode(text.substr(i, 1), false, false);
+    ASSERT_EQ(ids.size(), 1u) << text.substr(i, 1);
+    ASSERT_TRUE(constraint.accept(ids[0])) << text.substr(0, i + 1);
+    ASSERT_TRUE(reference.feed(text.substr(i, 1)));
+  }
+  EXPECT_TRUE(constraint.complete());
+}
+
+TEST_P(OutputConstraintTest, AnyOfPatternsLengthsAndRegexGrammarsMaskExactly) {
+  const auto tokenizer = load(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  auto vocabulary = std::make_shared<const TokenBytes>(*tokenizer);
+  auto compiled = compile_schema(nlohmann::json::parse(R"({"type":"object","properties":{
+      "id":{"anyOf":[{"type":"string","format":"uuid"},{"type":"integer"}]},
+      "code":{"type":"string","pattern":"^[A-Z]{3}$"},"note":{"type":"string","maxLength":5}},
+      "required":["id","code"]})"));
+  ASSERT_TRUE(compiled.ok()) << compiled.error().message();
+  auto schema = std::make_shared<const CompiledSchema>(std::move(*compiled));
+  OutputConstraint constrained(vocabulary, schema);
+  follow(*tokenizer, *vocabulary, constrained, SchemaMatcherSet(schema.get()),
+         R"({"note": "a\"b", "id": "123e4567-e89b-12d3-a456-426614174000", "code": "ABC"})", false);
+  auto regex = Regex::compile("(yes|no), [0-9]+ items?", /*anchored=*/true);
+  ASSERT_TRUE(regex.ok());
+  auto shared_regex = std::make_shared<const Regex>(std::move(*regex));
+  OutputConstraint grammar(vocabulary, shared_regex);
+  follow(*tokenizer, *vocabulary, grammar, RegexMatcher(shared_regex.get()), "no, 12 item", true);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealVocabularies, OutputConstraintTest, ::testing::Values(chat_model_path(), reference_model_path()),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return param_info.param.find("gemma") != std::string::npos ? std::string("Gemma") : std::string("SmolLM2");
                          });

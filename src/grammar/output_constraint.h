@@ -1,7 +1,9 @@
-// Constrained decoding to JSON (response_format json_object, or json_schema with a compiled
-// schema): which tokens may come next so that the output stays a prefix of a JSON object (of the
-// schema's), and once the object is whole only the end of generation. One per sequence; the
-// vocabulary's bytes are shared (TokenBytes).
+// Constrained decoding: which tokens may come next so that the output stays a prefix of what the
+// request asks for: a JSON object (response_format json_object), one a compiled schema allows
+// (json_schema, tool-call envelopes), or a text a regex matches whole (the `grammar` extension).
+// A JSON document once whole allows only the end of generation; a regex's match allows the end
+// and whatever may still extend it. One per sequence; the vocabulary's bytes are shared
+// (TokenBytes).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 
 #include "grammar/json_matcher.h"
 #include "grammar/json_schema.h"
+#include "grammar/regex.h"
 #include "grammar/schema_matcher.h"
 #include "grammar/schema_matcher_set.h"
 #include "tokenizer/tokenizer.h"
@@ -42,10 +45,36 @@ class TokenBytes {
   std::vector<uint8_t> end_;
 };
 
-class JsonConstraint {
+// The whole output as a regex's text.
+class RegexMatcher {
+ public:
+  explicit RegexMatcher(const Regex* regex) : regex_(regex), states_(regex->start()) {}
+  bool feed(uint8_t byte) {
+    const Regex::StateSet next = regex_->step(states_, byte);
+    if (Regex::empty(next)) return false;
+    states_ = next;
+    return true;
+  }
+  bool feed(std::string_view bytes) {
+    for (const char c : bytes) {
+      if (!feed(static_cast<uint8_t>(c))) return false;
+    }
+    return true;
+  }
+  bool complete() const { return regex_->accepts(states_); }
+  bool in_string() const { return false; }
+
+ private:
+  const Regex* regex_;
+  Regex::StateSet states_;
+};
+
+class OutputConstraint {
  public:
   // Any JSON object; or, with a schema, the objects it allows.
-  explicit JsonConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const CompiledSchema> schema = nullptr);
+  explicit OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const CompiledSchema> schema = nullptr);
+  // Texts `regex` matches whole.
+  OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const Regex> regex);
 
   // allowed[t] = 1 for each token that may come next (resized to the vocabulary).
   void allowed(std::vector<uint8_t>& allowed) const;
@@ -64,7 +93,9 @@ class JsonConstraint {
 
   std::shared_ptr<const TokenBytes> vocabulary_;
   std::shared_ptr<const CompiledSchema> schema_;  // kept alive for the SchemaMatcher
-  std::variant<JsonMatcher, SchemaMatcher, SchemaMatcherSet> matcher_;  // the set only for a schema with anyOf
+  std::shared_ptr<const Regex> regex_;            // and the RegexMatcher
+  // The set only for a schema with anyOf.
+  std::variant<JsonMatcher, SchemaMatcher, SchemaMatcherSet, RegexMatcher> matcher_;
 };
 
 }  // namespace mnemo::grammar

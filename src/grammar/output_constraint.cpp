@@ -1,4 +1,4 @@
-#include "grammar/json_constraint.h"
+#include "grammar/output_constraint.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -32,7 +32,7 @@ TokenBytes::TokenBytes(const Tokenizer& tokenizer)
   }
 }
 
-JsonConstraint::JsonConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const CompiledSchema> schema)
+OutputConstraint::OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const CompiledSchema> schema)
     : vocabulary_(std::move(vocabulary)),
       schema_(std::move(schema)),
       matcher_(JsonMatcher(/*object_root=*/true)) {
@@ -43,8 +43,25 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const TokenBytes> vocabulary, std
   }
 }
 
+OutputConstraint::OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const Regex> regex)
+    : vocabulary_(std::move(vocabulary)), regex_(std::move(regex)), matcher_(RegexMatcher(regex_.get())) {}
+
+namespace {
+
+// Nothing may follow: a JSON document is whole once complete; a regex's match may go on.
 template <class Matcher>
-void JsonConstraint::walk_sorted(const Matcher& matcher, bool in_string, std::vector<uint8_t>& allowed) const {
+bool exhausted(const Matcher& matcher) {
+  return matcher.complete();
+}
+template <>
+bool exhausted(const RegexMatcher&) {
+  return false;
+}
+
+}  // namespace
+
+template <class Matcher>
+void OutputConstraint::walk_sorted(const Matcher& matcher, bool in_string, std::vector<uint8_t>& allowed) const {
   const TokenBytes& v = *vocabulary_;
   const std::vector<TokenId>& sorted = v.sorted();
   const std::vector<uint32_t>& common = v.common_prefix();
@@ -86,14 +103,14 @@ void JsonConstraint::walk_sorted(const Matcher& matcher, bool in_string, std::ve
 }
 
 template <class Matcher>
-void JsonConstraint::allowed_by(const Matcher& matcher, std::vector<uint8_t>& allowed) const {
+void OutputConstraint::allowed_by(const Matcher& matcher, std::vector<uint8_t>& allowed) const {
   const TokenBytes& v = *vocabulary_;
   allowed.assign(static_cast<size_t>(v.size()), 0);
   const bool done = matcher.complete();
   for (TokenId t = 0; t < v.size(); ++t) {
     if (v.ends_generation(t)) allowed[static_cast<size_t>(t)] = done ? 1 : 0;
   }
-  if (done) return;  // only the end of generation
+  if (exhausted(matcher)) return;  // only the end of generation
   const bool in_string = matcher.in_string();
   if (in_string) {
     for (TokenId t = 0; t < v.size(); ++t) {
@@ -103,11 +120,11 @@ void JsonConstraint::allowed_by(const Matcher& matcher, std::vector<uint8_t>& al
   walk_sorted(matcher, in_string, allowed);
 }
 
-void JsonConstraint::allowed(std::vector<uint8_t>& allowed) const {
+void OutputConstraint::allowed(std::vector<uint8_t>& allowed) const {
   std::visit([&](const auto& m) { allowed_by(m, allowed); }, matcher_);
 }
 
-bool JsonConstraint::accept(TokenId token) {
+bool OutputConstraint::accept(TokenId token) {
   const TokenBytes& v = *vocabulary_;
   if (token < 0 || token >= v.size()) return false;
   if (v.ends_generation(token)) return complete();
