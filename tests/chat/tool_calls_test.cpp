@@ -216,14 +216,14 @@ TEST(EnvelopeSchema, FollowsTheChoice) {
 }
 
 TEST(EnvelopeSchema, ParametersItCannotEnforce) {
-  ToolSpec loose{"search", "", json::parse(R"({"type":"object","properties":{"q":{"type":"string","minLength":1}}})"), false};
+  ToolSpec loose{"search", "", json::parse(R"({"type":"object","properties":{"q":{"type":"integer","minimum":1}}})"), false};
   auto lenient = envelope_schema(use_of({loose}, ToolChoice::kRequired));
   ASSERT_TRUE(lenient.ok());  // not strict: any object for its arguments
   EXPECT_TRUE(envelope_accepts(*lenient, R"({"tool_calls":[{"name":"search","arguments":{"anything":[1,2]}}]})"));
   loose.strict = true;
   auto strict = envelope_schema(use_of({loose}, ToolChoice::kRequired));
   ASSERT_FALSE(strict.ok());
-  EXPECT_NE(strict.error().message().find("minLength"), std::string::npos) << strict.error().message();
+  EXPECT_NE(strict.error().message().find("minimum"), std::string::npos) << strict.error().message();
   EXPECT_FALSE(envelope_forced(ToolFormat::kHermes, use_of({kWeather})));  // native auto: the model's own format
   EXPECT_TRUE(envelope_forced(ToolFormat::kHermes, use_of({kWeather}, ToolChoice::kRequired)));
   EXPECT_TRUE(envelope_forced(ToolFormat::kGeneric, use_of({kWeather})));
