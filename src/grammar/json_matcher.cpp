@@ -141,14 +141,7 @@ bool JsonMatcher::feed(uint8_t byte) {
       ok = whitespace(byte) || after_value(byte);
       break;
     case State::kString:
-      if (byte == '"') {
-        ok = string_is_key_ ? (state_ = State::kColon, true) : end_value();
-      } else if (byte == '\\') {
-        state_ = State::kEscape;
-        ok = true;
-      } else {
-        ok = byte >= 0x20;
-      }
+      ok = string_byte(byte);
       break;
     case State::kEscape:
       if (byte == 'u') {
@@ -179,6 +172,37 @@ bool JsonMatcher::feed(uint8_t byte) {
     return false;
   }
   if (!is_json_whitespace(byte)) whitespace_run_ = 0;
+  return true;
+}
+
+bool JsonMatcher::string_byte(uint8_t byte) {
+  if (utf8_left_ > 0) {
+    if (byte < utf8_lo_ || byte > utf8_hi_) return false;
+    --utf8_left_;
+    utf8_lo_ = 0x80;
+    utf8_hi_ = 0xBF;
+    return true;
+  }
+  if (byte == '"') return string_is_key_ ? (state_ = State::kColon, true) : end_value();
+  if (byte == '\\') {
+    state_ = State::kEscape;
+    return true;
+  }
+  if (byte < 0x80) return byte >= 0x20;
+  // A lead byte: how many continuation bytes follow, and the first one's range.
+  if (byte >= 0xC2 && byte <= 0xDF) {
+    utf8_left_ = 1;
+  } else if (byte >= 0xE0 && byte <= 0xEF) {
+    utf8_left_ = 2;
+    if (byte == 0xE0) utf8_lo_ = 0xA0;  // not overlong
+    if (byte == 0xED) utf8_hi_ = 0x9F;  // not a surrogate
+  } else if (byte >= 0xF0 && byte <= 0xF4) {
+    utf8_left_ = 3;
+    if (byte == 0xF0) utf8_lo_ = 0x90;
+    if (byte == 0xF4) utf8_hi_ = 0x8F;  // not above U+10FFFF
+  } else {
+    return false;
+  }
   return true;
 }
 

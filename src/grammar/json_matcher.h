@@ -1,7 +1,7 @@
 // A character-level acceptor of JSON text (RFC 8259), one byte at a time, for constrained
 // decoding: feed() says whether a byte can continue a valid document, and complete() whether the
 // bytes so far are one. Trivially copyable (a fixed stack), so a token mask can try every token
-// from a copy. Bounded: nesting at most kMaxDepth, at most kMaxWhitespace whitespace bytes in a
+// from a copy. Strings must be valid UTF-8, as JSON text is. Bounded: nesting at most kMaxDepth, at most kMaxWhitespace whitespace bytes in a
 // row (a model that loops on newlines must still end), a root that may be required to be an object.
 #pragma once
 
@@ -36,10 +36,15 @@ class JsonMatcher {
     }
     return true;
   }
+  // As feed, for a copy the caller drops when it fails (no state kept to undo with).
+  bool advance(uint8_t byte) { return feed(byte); }
   // The bytes so far are one whole document (nothing more may follow).
   bool complete() const { return state_ == State::kDone; }
-  // Inside a string's plain content: any byte but '"', '\\' and controls continues it.
-  bool in_string() const { return state_ == State::kString; }
+  // Inside a string's content, between characters: any whole UTF-8 text without '"', '\\' or
+  // controls continues it.
+  bool in_string() const { return state_ == State::kString && utf8_left_ == 0; }
+  // Inside a string's content, escapes aside (possibly within a multi-byte character).
+  bool in_string_content() const { return state_ == State::kString; }
   // A number is being read and may end here (the next byte then belongs to what follows).
   bool number_may_end() const {
     return state_ == State::kZero || state_ == State::kInteger || state_ == State::kFraction || state_ == State::kExponent;
@@ -86,6 +91,12 @@ class JsonMatcher {
   bool string_is_key_ = false;
   bool object_root_ = true;
   uint8_t unicode_left_ = 0;
+  // A multi-byte UTF-8 character under way: continuation bytes still to come, and the range the
+  // next one must be in (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
+  uint8_t utf8_left_ = 0;
+  uint8_t utf8_lo_ = 0x80;
+  uint8_t utf8_hi_ = 0xBF;
+  bool string_byte(uint8_t byte);
   uint8_t whitespace_run_ = 0;
   uint8_t literal_at_ = 0;
   const char* literal_ = nullptr;

@@ -5,6 +5,16 @@
 
 namespace mnemo::grammar {
 
+namespace {
+
+// Whole UTF-8 characters only (a token may carry part of one: a byte-fallback token).
+bool whole_utf8(const std::string& bytes) {
+  JsonMatcher m(/*object_root=*/false);
+  return m.feed('"') && m.feed(bytes) && m.in_string();
+}
+
+}  // namespace
+
 TokenBytes::TokenBytes(const Tokenizer& tokenizer)
     : bytes_(static_cast<size_t>(tokenizer.vocab_size())),
       plain_(static_cast<size_t>(tokenizer.vocab_size()), 0),
@@ -12,24 +22,55 @@ TokenBytes::TokenBytes(const Tokenizer& tokenizer)
   for (TokenId t = 0; t < tokenizer.vocab_size(); ++t) {
     const auto i = static_cast<size_t>(t);
     end_[i] = tokenizer.is_end_of_generation(t) ? 1 : 0;
+    if (end_[i] != 0) end_tokens_.push_back(t);
     // Control tokens add no text (special = false): never allowed but to end.
     bytes_[i] = tokenizer.token_to_piece(t, /*special=*/false);
-    bool plain = !bytes_[i].empty();
+    bool plain = !bytes_[i].empty() && end_[i] == 0;
     for (const char c : bytes_[i]) {
       const auto b = static_cast<uint8_t>(c);
       if (b == '"' || b == '\\' || b < 0x20) plain = false;
     }
-    plain_[i] = plain ? 1 : 0;
-    if (!bytes_[i].empty() && end_[i] == 0) sorted_.push_back(t);
+    plain_[i] = plain && whole_utf8(bytes_[i]) ? 1 : 0;
   }
-  std::sort(sorted_.begin(), sorted_.end(), [this](TokenId a, TokenId b) { return bytes(a) < bytes(b); });
-  common_prefix_.assign(sorted_.size(), 0);
-  for (size_t k = 1; k < sorted_.size(); ++k) {
-    const std::string& a = bytes(sorted_[k - 1]);
-    const std::string& b = bytes(sorted_[k]);
-    const auto mismatch = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
-    common_prefix_[k] = static_cast<uint32_t>(mismatch.first - a.begin());
+  all_ = build_trie(/*plain_too=*/true);
+  not_plain_ = build_trie(/*plain_too=*/false);
+}
+
+TokenTrie TokenBytes::build_trie(bool plain_too) const {
+  std::vector<TokenId> sorted;
+  for (TokenId t = 0; t < size(); ++t) {
+    if (!bytes(t).empty() && !ends_generation(t) && (plain_too || !plain(t))) sorted.push_back(t);
   }
+  std::sort(sorted.begin(), sorted.end(), [this](TokenId a, TokenId b) { return bytes(a) < bytes(b); });
+  TokenTrie trie;
+  // Breadth first, so that each node's children are appended together: a node covers the
+  // tokens sorted[lo, hi) that share its `depth` bytes.
+  struct Pending {
+    uint32_t node;
+    size_t lo, hi, depth;
+  };
+  trie.nodes.emplace_back();
+  std::vector<Pending> queue{{0, 0, sorted.size(), 0}};
+  for (size_t q = 0; q < queue.size(); ++q) {
+    const Pending p = queue[q];
+    size_t at = p.lo;
+    trie.nodes[p.node].first_token = static_cast<uint32_t>(trie.tokens.size());
+    while (at < p.hi && bytes(sorted[at]).size() == p.depth) trie.tokens.push_back(sorted[at++]);  // end here
+    trie.nodes[p.node].n_tokens = static_cast<uint32_t>(trie.tokens.size()) - trie.nodes[p.node].first_token;
+    trie.nodes[p.node].first_child = static_cast<uint32_t>(trie.nodes.size());
+    while (at < p.hi) {
+      const char byte = bytes(sorted[at])[p.depth];
+      size_t end = at;
+      while (end < p.hi && bytes(sorted[end])[p.depth] == byte) ++end;
+      TokenTrie::Node child;
+      child.byte = static_cast<uint8_t>(byte);
+      queue.push_back({static_cast<uint32_t>(trie.nodes.size()), at, end, p.depth + 1});
+      trie.nodes.push_back(child);
+      ++trie.nodes[p.node].n_children;
+      at = end;
+    }
+  }
+  return trie;
 }
 
 OutputConstraint::OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const CompiledSchema> schema)
@@ -61,63 +102,29 @@ bool exhausted(const RegexMatcher&) {
 }  // namespace
 
 template <class Matcher>
-void OutputConstraint::walk_sorted(const Matcher& matcher, bool in_string, std::vector<uint8_t>& allowed) const {
-  const TokenBytes& v = *vocabulary_;
-  const std::vector<TokenId>& sorted = v.sorted();
-  const std::vector<uint32_t>& common = v.common_prefix();
-  std::vector<Matcher> states{matcher};  // states[d]: after the first d bytes of the last token walked
-  // The common prefix of the next token with the last one walked: the least of the common
-  // prefixes of the tokens between (those skipped as plain string content count too).
-  uint32_t shared = UINT32_MAX;
-  size_t i = 0;
-  while (i < sorted.size()) {
-    const TokenId t = sorted[i];
-    shared = std::min(shared, common[i]);
-    if (in_string && v.plain(t)) {  // allowed already
-      ++i;
-      continue;
-    }
-    const std::string& bytes = v.bytes(t);
-    const size_t keep = std::min<size_t>(shared, states.size() - 1) + 1;
-    shared = UINT32_MAX;
-    states.erase(states.begin() + static_cast<std::ptrdiff_t>(keep), states.end());
-    size_t depth = states.size() - 1;
-    bool ok = true;
-    for (; depth < bytes.size(); ++depth) {
-      Matcher next = states.back();
-      if (!next.feed(static_cast<uint8_t>(bytes[depth]))) {
-        ok = false;
-        break;
-      }
-      states.push_back(next);
-    }
-    ++i;
-    if (ok) {
-      allowed[static_cast<size_t>(t)] = 1;
-      continue;
-    }
-    // Byte `depth` failed: every following token sharing the bytes up to it fails as well (and
-    // shares more than the states kept, so `shared` needs no update for them).
-    while (i < sorted.size() && common[i] > depth) ++i;
+void OutputConstraint::walk(const TokenTrie& trie, uint32_t node, const Matcher& matcher, std::vector<uint8_t>& allowed) const {
+  const TokenTrie::Node& n = trie.nodes[node];
+  for (uint32_t k = n.first_token; k < n.first_token + n.n_tokens; ++k) allowed[static_cast<size_t>(trie.tokens[k])] = 1;
+  for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
+    Matcher next = matcher;
+    if (next.advance(trie.nodes[c].byte)) walk(trie, c, next, allowed);  // `next` is dropped if not
   }
 }
 
 template <class Matcher>
 void OutputConstraint::allowed_by(const Matcher& matcher, std::vector<uint8_t>& allowed) const {
   const TokenBytes& v = *vocabulary_;
-  allowed.assign(static_cast<size_t>(v.size()), 0);
-  const bool done = matcher.complete();
-  for (TokenId t = 0; t < v.size(); ++t) {
-    if (v.ends_generation(t)) allowed[static_cast<size_t>(t)] = done ? 1 : 0;
+  const bool in_string = !exhausted(matcher) && matcher.in_string();
+  if (in_string) {
+    allowed = v.plain_mask();  // plain content continues a free string; only the others need a try
+  } else {
+    allowed.assign(static_cast<size_t>(v.size()), 0);
+  }
+  if (matcher.complete()) {
+    for (const TokenId t : v.end_tokens()) allowed[static_cast<size_t>(t)] = 1;
   }
   if (exhausted(matcher)) return;  // only the end of generation
-  const bool in_string = matcher.in_string();
-  if (in_string) {
-    for (TokenId t = 0; t < v.size(); ++t) {
-      if (v.plain(t)) allowed[static_cast<size_t>(t)] = 1;  // plain content continues a free string
-    }
-  }
-  walk_sorted(matcher, in_string, allowed);
+  walk(in_string ? v.not_plain() : v.all(), 0, matcher, allowed);
 }
 
 void OutputConstraint::allowed(std::vector<uint8_t>& allowed) const {

@@ -23,8 +23,22 @@
 
 namespace mnemo::grammar {
 
+// Tokens by their bytes as a trie: a walk tries each shared prefix once, and leaves a subtree
+// at its first impossible byte.
+struct TokenTrie {
+  struct Node {
+    uint32_t first_child = 0;  // children are contiguous
+    uint32_t n_children = 0;
+    uint32_t first_token = 0;  // the tokens whose bytes end here (TokenTrie::tokens)
+    uint32_t n_tokens = 0;
+    uint8_t byte = 0;
+  };
+  std::vector<Node> nodes;  // nodes[0]: the root (no bytes)
+  std::vector<TokenId> tokens;
+};
+
 // Every token's bytes as it adds them to the text, and which tokens are plain string content
-// (no quote, backslash or control byte): inside a string those pass without a try.
+// (whole UTF-8 with no quote, backslash or control byte): inside a string those pass without a try.
 class TokenBytes {
  public:
   explicit TokenBytes(const Tokenizer& tokenizer);
@@ -32,17 +46,22 @@ class TokenBytes {
   const std::string& bytes(TokenId t) const { return bytes_[static_cast<size_t>(t)]; }
   bool plain(TokenId t) const { return plain_[static_cast<size_t>(t)] != 0; }
   bool ends_generation(TokenId t) const { return end_[static_cast<size_t>(t)] != 0; }
-  // The tokens with bytes, sorted by them, and each one's common prefix with the one before: a
-  // walk in this order shares the work of common prefixes as a trie would.
-  const std::vector<TokenId>& sorted() const { return sorted_; }
-  const std::vector<uint32_t>& common_prefix() const { return common_prefix_; }
+  const std::vector<TokenId>& end_tokens() const { return end_tokens_; }
+  // Every token with bytes (not the end of generation), and those that are not plain.
+  const TokenTrie& all() const { return all_; }
+  const TokenTrie& not_plain() const { return not_plain_; }
+  // plain_mask()[t] = 1 for plain tokens: the mask inside a free string, before the others are tried.
+  const std::vector<uint8_t>& plain_mask() const { return plain_; }
 
  private:
-  std::vector<TokenId> sorted_;
-  std::vector<uint32_t> common_prefix_;
+  TokenTrie build_trie(bool plain_too) const;
+
+  TokenTrie all_;
+  TokenTrie not_plain_;
   std::vector<std::string> bytes_;
   std::vector<uint8_t> plain_;
   std::vector<uint8_t> end_;
+  std::vector<TokenId> end_tokens_;
 };
 
 // The whole output as a regex's text.
@@ -55,6 +74,7 @@ class RegexMatcher {
     states_ = next;
     return true;
   }
+  bool advance(uint8_t byte) { return feed(byte); }
   bool feed(std::string_view bytes) {
     for (const char c : bytes) {
       if (!feed(static_cast<uint8_t>(c))) return false;
@@ -87,9 +107,9 @@ class OutputConstraint {
  private:
   template <class Matcher>
   void allowed_by(const Matcher& matcher, std::vector<uint8_t>& allowed) const;
-  // The walk of TokenBytes::sorted(): a matcher state per depth of the current token.
+  // Marks the tokens below `node` of `trie` that `matcher` (the state after the node's bytes) accepts.
   template <class Matcher>
-  void walk_sorted(const Matcher& matcher, bool in_string, std::vector<uint8_t>& allowed) const;
+  void walk(const TokenTrie& trie, uint32_t node, const Matcher& matcher, std::vector<uint8_t>& allowed) const;
 
   std::shared_ptr<const TokenBytes> vocabulary_;
   std::shared_ptr<const CompiledSchema> schema_;  // kept alive for the SchemaMatcher

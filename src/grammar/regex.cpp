@@ -408,7 +408,10 @@ Result<Regex> Regex::compile(std::string_view pattern, bool anchored) {
 }
 
 Result<Regex> Regex::format(std::string_view name) {
-  static constexpr std::string_view kDate = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+  // Every date it allows exists (no year 0, no 31 April); 29 February is left out, as an
+  // automaton this small does not know leap years.
+  static constexpr std::string_view kDate =
+      R"(([1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8])))";
   static constexpr std::string_view kTime = R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
   static constexpr std::string_view kOctet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
   std::string pattern;

@@ -97,7 +97,7 @@ bool SchemaMatcher::step_leaf(uint8_t byte) {
     leaf_ = Leaf::kNone;  // no value is a prefix of another: the one matched is the value
     return value_done();
   }
-  if (leaf_ == Leaf::kJson && leaf_matcher_.in_string() && !string_content(byte)) return false;
+  if (leaf_ == Leaf::kJson && leaf_matcher_.in_string_content() && !string_content(byte)) return false;
   const bool number = leaf_ == Leaf::kNumber || leaf_ == Leaf::kInteger;
   if (leaf_ == Leaf::kInteger && (byte == '.' || byte == 'e' || byte == 'E')) {
     if (!leaf_matcher_.number_may_end()) return false;

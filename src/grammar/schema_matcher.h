@@ -27,6 +27,12 @@ class SchemaMatcher {
     }
     return true;
   }
+  // As feed, for a copy the caller drops when it fails: no copy is kept to undo with.
+  bool advance(uint8_t byte) {
+    if (!step(byte)) return false;
+    if (!is_json_whitespace(byte)) whitespace_run_ = 0;
+    return true;
+  }
   bool complete() const { return done_; }
   // Inside a free string value's content (not a key, not an enum value).
   // A string with a pattern, or too near its maxLength for any token, is not free.

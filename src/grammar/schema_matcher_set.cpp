@@ -30,7 +30,7 @@ bool SchemaMatcherSet::feed(uint8_t byte) {
   SchemaMatcherSet next;
   for (int i = 0; i < count_; ++i) {
     SchemaMatcher m = at(i);
-    if (m.feed(byte)) next.add_resolved(m, 0);
+    if (m.advance(byte)) next.add_resolved(m, 0);
   }
   if (next.count_ == 0) return false;
   *this = next;

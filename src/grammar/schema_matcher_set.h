@@ -37,6 +37,7 @@ class SchemaMatcherSet {
     }
     return true;
   }
+  bool advance(uint8_t byte) { return feed(byte); }
   bool complete() const;
   // Some matcher is inside a free string (its plain content is then allowed).
   bool in_string() const;

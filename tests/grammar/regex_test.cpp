@@ -68,7 +68,7 @@ TEST(Regex, StepsRefuseAtTheFirstImpossibleByte) {
 
 TEST(Regex, Formats) {
   const std::vector<std::tuple<std::string, std::vector<std::string>, std::vector<std::string>>> cases = {
-      {"date", {"2024-02-29", "1999-12-31"}, {"2024-13-01", "2024-1-01", "24-01-01", "2024-01-32"}},
+      {"date", {"2024-02-28", "1999-12-31", "0001-04-30"}, {"2024-13-01", "2024-1-01", "24-01-01", "2024-01-32", "0000-01-01", "2024-04-31", "2024-02-30"}},
       {"time", {"23:59:59Z", "08:00:00.123+02:00"}, {"24:00:00Z", "08:00:00", "8:00:00Z"}},
       {"date-time", {"2026-12-02T03:27:36Z"}, {"2026-12-02 03:27:36Z"}},
       {"email", {"ann.lee+x@example.co.uk", "a@b.io"}, {"a@b", "@b.io", "a b@c.io"}},
