@@ -43,6 +43,8 @@ class JsonMatcher {
   // Inside a string's content, between characters: any whole UTF-8 text without '"', '\\' or
   // controls continues it.
   bool in_string() const { return state_ == State::kString && utf8_left_ == 0; }
+  // A free string takes any number of characters.
+  int32_t string_room() const { return INT32_MAX; }
   // Inside a string's content, escapes aside (possibly within a multi-byte character).
   bool in_string_content() const { return state_ == State::kString; }
   // A number is being read and may end here (the next byte then belongs to what follows).

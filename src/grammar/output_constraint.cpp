@@ -18,6 +18,7 @@ bool whole_utf8(const std::string& bytes) {
 TokenBytes::TokenBytes(const Tokenizer& tokenizer)
     : bytes_(static_cast<size_t>(tokenizer.vocab_size())),
       plain_(static_cast<size_t>(tokenizer.vocab_size()), 0),
+      plain_chars_(static_cast<size_t>(tokenizer.vocab_size()), 255),
       end_(static_cast<size_t>(tokenizer.vocab_size()), 0) {
   for (TokenId t = 0; t < tokenizer.vocab_size(); ++t) {
     const auto i = static_cast<size_t>(t);
@@ -30,7 +31,10 @@ TokenBytes::TokenBytes(const Tokenizer& tokenizer)
       const auto b = static_cast<uint8_t>(c);
       if (b == '"' || b == '\\' || b < 0x20) plain = false;
     }
-    plain_[i] = plain && whole_utf8(bytes_[i]) ? 1 : 0;
+    size_t chars = 0;
+    for (const char c : bytes_[i]) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80 ? 1 : 0;
+    plain_[i] = plain && whole_utf8(bytes_[i]) && chars < 255 ? 1 : 0;
+    plain_chars_[i] = plain_[i] != 0 ? static_cast<uint8_t>(chars) : 255;
   }
   all_ = build_trie(/*plain_too=*/true);
   not_plain_ = build_trie(/*plain_too=*/false);
@@ -116,7 +120,17 @@ void OutputConstraint::allowed_by(const Matcher& matcher, std::vector<uint8_t>& 
   const TokenBytes& v = *vocabulary_;
   const bool in_string = !exhausted(matcher) && matcher.in_string();
   if (in_string) {
-    allowed = v.plain_mask();  // plain content continues a free string; only the others need a try
+    // Plain content continues a free string (as much of it as its maxLength leaves room for);
+    // only the other tokens need a try.
+    const int32_t room = matcher.string_room();
+    if (room >= 254) {
+      allowed = v.plain_mask();
+    } else {
+      const std::vector<uint8_t>& chars = v.plain_chars();
+      allowed.resize(chars.size());
+      const auto limit = static_cast<uint8_t>(std::max(0, room));
+      for (size_t t = 0; t < chars.size(); ++t) allowed[t] = chars[t] <= limit ? 1 : 0;
+    }
   } else {
     allowed.assign(static_cast<size_t>(v.size()), 0);
   }

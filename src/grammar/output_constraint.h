@@ -52,6 +52,8 @@ class TokenBytes {
   const TokenTrie& not_plain() const { return not_plain_; }
   // plain_mask()[t] = 1 for plain tokens: the mask inside a free string, before the others are tried.
   const std::vector<uint8_t>& plain_mask() const { return plain_; }
+  // Per token: the characters a plain token adds (at most 254), 255 for the others.
+  const std::vector<uint8_t>& plain_chars() const { return plain_chars_; }
 
  private:
   TokenTrie build_trie(bool plain_too) const;
@@ -60,6 +62,7 @@ class TokenBytes {
   TokenTrie not_plain_;
   std::vector<std::string> bytes_;
   std::vector<uint8_t> plain_;
+  std::vector<uint8_t> plain_chars_;
   std::vector<uint8_t> end_;
   std::vector<TokenId> end_tokens_;
 };
@@ -83,6 +86,7 @@ class RegexMatcher {
   }
   bool complete() const { return regex_->accepts(states_); }
   bool in_string() const { return false; }
+  int32_t string_room() const { return 0; }
 
  private:
   const Regex* regex_;

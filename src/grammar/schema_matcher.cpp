@@ -4,8 +4,6 @@ namespace mnemo::grammar {
 namespace {
 
 constexpr int kMaxCandidates = 64;
-// No token adds more characters than this: a string with more room left takes any plain token.
-constexpr int32_t kLongestToken = 512;
 
 }  // namespace
 
@@ -126,10 +124,15 @@ bool SchemaMatcher::string_content(uint8_t byte) {
   return true;
 }
 
-bool SchemaMatcher::string_constrained_near_end() const {
+bool SchemaMatcher::string_has_pattern() const {
   const SchemaNode& n = node(leaf_node_);
-  if (n.kind != SchemaNode::Kind::kString) return false;
-  return n.regex >= 0 || (n.max_length != INT32_MAX && n.max_length - chars_ < kLongestToken);
+  return n.kind == SchemaNode::Kind::kString && n.regex >= 0;
+}
+
+int32_t SchemaMatcher::string_room() const {
+  const SchemaNode& n = node(leaf_node_);
+  if (n.kind != SchemaNode::Kind::kString || n.max_length == INT32_MAX) return INT32_MAX;
+  return n.max_length - chars_;
 }
 
 bool SchemaMatcher::value_done() {

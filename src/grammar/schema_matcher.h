@@ -35,10 +35,10 @@ class SchemaMatcher {
   }
   bool complete() const { return done_; }
   // Inside a free string value's content (not a key, not an enum value).
-  // A string with a pattern, or too near its maxLength for any token, is not free.
-  bool in_string() const {
-    return leaf_ == Leaf::kJson && leaf_matcher_.in_string() && !string_constrained_near_end();
-  }
+  // Inside a string that takes plain content (whole UTF-8 without quote, backslash or control)
+  // up to string_room() characters: not a string with a pattern.
+  bool in_string() const { return leaf_ == Leaf::kJson && leaf_matcher_.in_string() && !string_has_pattern(); }
+  int32_t string_room() const;
 
   // anyOf (a SchemaMatcherSet drives these): the node of the value that begins next, or -1 when
   // no value begins next; choose() makes an alternative of that node the one to match.
@@ -68,7 +68,7 @@ class SchemaMatcher {
   bool key_byte(uint8_t byte);
   // A string value's length and pattern, checked on each byte of its content.
   bool string_content(uint8_t byte);
-  bool string_constrained_near_end() const;
+  bool string_has_pattern() const;
   bool may_close_object(const Frame& f) const;
   bool unseen_left(const Frame& f) const;
 

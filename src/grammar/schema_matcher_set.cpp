@@ -1,5 +1,7 @@
 #include "grammar/schema_matcher_set.h"
 
+#include <algorithm>
+
 namespace mnemo::grammar {
 
 SchemaMatcherSet::SchemaMatcherSet(const CompiledSchema* schema) { add_resolved(SchemaMatcher(schema), 0); }
@@ -45,10 +47,19 @@ bool SchemaMatcherSet::complete() const {
 }
 
 bool SchemaMatcherSet::in_string() const {
+  // All of them: a plain token is then allowed exactly when one of them takes it (string_room).
   for (int i = 0; i < count_; ++i) {
-    if (at(i).in_string()) return true;
+    if (!at(i).in_string()) return false;
   }
-  return false;
+  return count_ > 0;
+}
+
+int32_t SchemaMatcherSet::string_room() const {
+  int32_t room = 0;
+  for (int i = 0; i < count_; ++i) {
+    if (at(i).in_string()) room = std::max(room, at(i).string_room());
+  }
+  return room;
 }
 
 }  // namespace mnemo::grammar

@@ -39,8 +39,10 @@ class SchemaMatcherSet {
   }
   bool advance(uint8_t byte) { return feed(byte); }
   bool complete() const;
-  // Some matcher is inside a free string (its plain content is then allowed).
+  // Every matcher is inside a string that takes plain content.
   bool in_string() const;
+  // The most characters a plain token may add: the roomiest of the matchers inside a string.
+  int32_t string_room() const;
   int live() const { return count_; }
 
  private:
