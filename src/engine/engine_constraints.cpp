@@ -19,11 +19,12 @@ std::span<const float> Engine::constrained_logits(const grammar::OutputConstrain
                                                   int thread) {
   ConstrainedScratch& scratch = constrained_[static_cast<size_t>(thread)];
   constraint.allowed(scratch.allowed);
-  scratch.logits.assign(logits.begin(), logits.end());
-  const size_t n = std::min(scratch.logits.size(), scratch.allowed.size());
-  for (size_t i = 0; i < scratch.logits.size(); ++i) {
-    if (i >= n || scratch.allowed[i] == 0) scratch.logits[i] = -std::numeric_limits<float>::infinity();
-  }
+  scratch.logits.resize(logits.size());
+  const size_t n = std::min(logits.size(), scratch.allowed.size());
+  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  // One pass: the allowed tokens' logits, the others never drawn.
+  for (size_t i = 0; i < n; ++i) scratch.logits[i] = scratch.allowed[i] != 0 ? logits[i] : kNever;
+  for (size_t i = n; i < logits.size(); ++i) scratch.logits[i] = kNever;
   return scratch.logits;
 }
 
