@@ -81,7 +81,10 @@ std::optional<ApiError> refuse_unsupported_fields(const json& body, ApiEndpoint 
   for (const auto& [key, value] : body.items()) {
     if (value.is_null() || implemented(endpoint, key) || asks_for_the_default(key, value)) continue;
     if (!contains(kKnownUnimplemented, key)) return unrecognized(key);
-    ApiError error = bad_request(fmt::format("'{}' is not supported by this server", key), key);
+    ApiError error = bad_request(key == "suffix" ? std::string("'suffix' needs a model with fill-in-the-middle tokens; the models "
+                                                                 "served here have none")
+                                                 : fmt::format("'{}' is not supported by this server", key),
+                                 key);
     error.code = "unsupported_parameter";
     return error;
   }

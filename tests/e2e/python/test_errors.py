@@ -95,6 +95,7 @@ def test_unsupported_completions_and_responses_parameters_are_400(client, model_
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=model_id, prompt="Hi", max_tokens=2, suffix=" and so on.")
     assert info.value.param == "suffix"
+    assert "fill-in-the-middle" in info.value.message
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model=model_id, input="Hi", max_output_tokens=16,
                                 text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "array"}}})
