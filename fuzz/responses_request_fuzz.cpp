@@ -30,8 +30,11 @@ constexpr const char* kTarget = "responses_request_fuzz";
 
 void check(const ResponsesRequest& r) {
   for (const auto& m : r.turn) {
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") fail("an unknown role was accepted");
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") fail("an unknown role was accepted");
+    if (m.role == "tool" && m.tool_call_id.empty()) fail("a function_call_output without its call_id was accepted");
+    if (!m.tool_calls.empty() && m.role != "assistant") fail("calls outside an assistant turn");
   }
+  if (r.request.tool_use.tools.size() > 16) fail("more than 16 tools were accepted");
   const auto& g = r.request.generation;
   if (r.request.max_tokens_given && (g.max_tokens < 1 || g.max_tokens > (1 << 20))) fail("max_output_tokens out of range");
   if (!(g.sampling.temperature >= 0.0f && g.sampling.temperature <= 2.0f)) fail("temperature out of range");
