@@ -58,7 +58,7 @@ nlohmann::ordered_json function_json(const ToolSpec& tool) {
 std::string tools_description(const ToolUse& use) {
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();
   for (const ToolSpec& tool : use.tools) {
-    if (use.choice == ToolChoice::kNamed && tool.name != use.forced_name) continue;
+    if (!use.offers(tool)) continue;
     tools.push_back(function_json(tool));
   }
   std::string text = "You can call these tools:\n" + tools.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
@@ -268,7 +268,7 @@ Result<CompiledSchema> envelope_schema(const ToolUse& use) {
   schema.nodes.emplace_back();  // the root, filled last
   std::vector<int32_t> calls;
   for (const ToolSpec& tool : use.tools) {
-    if (use.choice == ToolChoice::kNamed && tool.name != use.forced_name) continue;
+    if (!use.offers(tool)) continue;
     MNEMO_ASSIGN_OR_RETURN(const int32_t call, append_call(schema, tool));
     calls.push_back(call);
   }

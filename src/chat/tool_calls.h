@@ -41,6 +41,8 @@ struct ToolUse {
   std::string forced_name;        // kNamed: the function that must be called
   bool parallel = true;           // several calls in one reply
   bool calls_possible() const { return !tools.empty() && choice != ToolChoice::kNone; }
+  // Whether the model may call `tool` (a named choice offers that one only).
+  bool offers(const ToolSpec& tool) const { return choice != ToolChoice::kNamed || tool.name == forced_name; }
 };
 
 enum class ToolFormat : uint8_t { kGeneric, kHermes, kLlama3, kMistral };

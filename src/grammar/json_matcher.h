@@ -21,6 +21,16 @@ inline bool bounded_whitespace(uint8_t byte, uint8_t& run, int max_run) {
   return true;
 }
 
+// Feeds `bytes` one at a time to any matcher (JsonMatcher, SchemaMatcher, SchemaMatcherSet,
+// RegexMatcher): false at the first it refuses, the bytes before it taken.
+template <class Matcher>
+bool feed_each(Matcher& matcher, std::string_view bytes) {
+  for (const char c : bytes) {
+    if (!matcher.feed(static_cast<uint8_t>(c))) return false;
+  }
+  return true;
+}
+
 class JsonMatcher {
  public:
   static constexpr int kMaxDepth = 32;
@@ -30,12 +40,7 @@ class JsonMatcher {
 
   // False (and no change) if `byte` cannot continue a valid document.
   bool feed(uint8_t byte);
-  bool feed(std::string_view bytes) {
-    for (const char c : bytes) {
-      if (!feed(static_cast<uint8_t>(c))) return false;
-    }
-    return true;
-  }
+  bool feed(std::string_view bytes) { return feed_each(*this, bytes); }
   // As feed, for a copy the caller drops when it fails (no state kept to undo with).
   bool advance(uint8_t byte) { return feed(byte); }
   // The bytes so far are one whole document (nothing more may follow).

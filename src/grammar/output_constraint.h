@@ -78,12 +78,7 @@ class RegexMatcher {
     return true;
   }
   bool advance(uint8_t byte) { return feed(byte); }
-  bool feed(std::string_view bytes) {
-    for (const char c : bytes) {
-      if (!feed(static_cast<uint8_t>(c))) return false;
-    }
-    return true;
-  }
+  bool feed(std::string_view bytes) { return feed_each(*this, bytes); }
   bool complete() const { return regex_->accepts(states_); }
   bool in_string() const { return false; }
   int32_t string_room() const { return 0; }

@@ -9,12 +9,9 @@ constexpr int kMaxCandidates = 64;
 
 bool SchemaMatcher::feed(uint8_t byte) {
   const SchemaMatcher before = *this;
-  if (!step(byte)) {
-    *this = before;
-    return false;
-  }
-  if (!is_json_whitespace(byte)) whitespace_run_ = 0;
-  return true;
+  if (advance(byte)) return true;
+  *this = before;
+  return false;
 }
 
 bool SchemaMatcher::step(uint8_t byte) {

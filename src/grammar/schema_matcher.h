@@ -21,12 +21,7 @@ class SchemaMatcher {
   explicit SchemaMatcher(const CompiledSchema* schema) : schema_(schema) {}
 
   bool feed(uint8_t byte);
-  bool feed(std::string_view bytes) {
-    for (const char c : bytes) {
-      if (!feed(static_cast<uint8_t>(c))) return false;
-    }
-    return true;
-  }
+  bool feed(std::string_view bytes) { return feed_each(*this, bytes); }
   // As feed, for a copy the caller drops when it fails: no copy is kept to undo with.
   bool advance(uint8_t byte) {
     if (!step(byte)) return false;

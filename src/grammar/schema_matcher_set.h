@@ -31,12 +31,7 @@ class SchemaMatcherSet {
   }
 
   bool feed(uint8_t byte);
-  bool feed(std::string_view bytes) {
-    for (const char c : bytes) {
-      if (!feed(static_cast<uint8_t>(c))) return false;
-    }
-    return true;
-  }
+  bool feed(std::string_view bytes) { return feed_each(*this, bytes); }
   bool advance(uint8_t byte) { return feed(byte); }
   bool complete() const;
   // Every matcher is inside a string that takes plain content.

@@ -8,29 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/schema_matcher_set.h"
+#include "grammar/schema_test_util.h"
 
 namespace mnemo::grammar {
 namespace {
 
 using nlohmann::json;
 
-CompiledSchema compiled(const json& schema) {
-  auto c = compile_schema(schema);
-  EXPECT_TRUE(c.ok()) << c.error().message();
-  return c.ok() ? std::move(*c) : CompiledSchema{};
-}
-
-size_t accepted_prefix(const CompiledSchema& schema, const std::string& text) {
-  SchemaMatcherSet m(&schema);
-  size_t i = 0;
-  while (i < text.size() && m.feed(static_cast<uint8_t>(text[i]))) ++i;
-  return i;
-}
-
-bool completes(const CompiledSchema& schema, const std::string& text) {
-  SchemaMatcherSet m(&schema);
-  return m.feed(text) && m.complete();
-}
+constexpr auto accepted_prefix = &accepted_prefix_with<SchemaMatcherSet>;
+constexpr auto completes = &completes_with<SchemaMatcherSet>;
 
 // A tool-call envelope: calls of two tools with different arguments, or a plain response.
 const json kEnvelope = json::parse(R"({"anyOf": [

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/schema_matcher.h"
+#include "grammar/schema_test_util.h"
 
 namespace mnemo::grammar {
 namespace {
@@ -30,23 +31,8 @@ const json kPerson = json::parse(R"({
   "additionalProperties": false
 })");
 
-CompiledSchema compiled(const json& schema) {
-  auto c = compile_schema(schema);
-  EXPECT_TRUE(c.ok()) << c.error().message();
-  return c.ok() ? std::move(*c) : CompiledSchema{};
-}
-
-size_t accepted_prefix(const CompiledSchema& schema, const std::string& text) {
-  SchemaMatcher m(&schema);
-  size_t i = 0;
-  while (i < text.size() && m.feed(static_cast<uint8_t>(text[i]))) ++i;
-  return i;
-}
-
-bool completes(const CompiledSchema& schema, const std::string& text) {
-  SchemaMatcher m(&schema);
-  return m.feed(text) && m.complete();
-}
+constexpr auto accepted_prefix = &accepted_prefix_with<SchemaMatcher>;
+constexpr auto completes = &completes_with<SchemaMatcher>;
 
 TEST(CompileSchema, RefusesWhatItDoesNotImplementByName) {
   for (const auto& [schema, keyword] : std::vector<std::pair<json, std::string>>{
