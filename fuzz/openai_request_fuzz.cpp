@@ -1,6 +1,7 @@
-// libFuzzer target for the OpenAI request parsers (server/openai_request.h), which read what any
-// client sends: the first byte picks chat completions (odd) or completions (even), the rest is
-// the body. parse_request must answer a ParsedRequest or an ApiError; never crash, throw, or
+// libFuzzer target for the OpenAI request parsers (server/openai_request.h, server/embeddings.h),
+// which read what any client sends: the first byte picks chat completions (odd) or completions
+// (even), or embeddings (bit 1 set, then the body is read as /v1/embeddings'), the rest is the
+// body. parse_request must answer a ParsedRequest or an ApiError; never crash, throw, or
 // accept values outside the ranges it promises. Whatever it accepts must also be accepted after a
 // round trip through parse_bounded_json and dump() (the body as the server would re-read it).
 // Seeds: fuzz/corpus/openai (each file's first byte is the selector); dictionary: fuzz/openai.dict.
@@ -16,7 +17,10 @@
 
 #include "api_error_check.h"
 
+#include "gguf/gguf_writer.h"
+#include "server/embeddings.h"
 #include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
 #include "util/bounded_json.h"
 
 namespace {
@@ -72,10 +76,73 @@ void check(const ParsedRequest& r, bool chat) {
 
 void check(const ApiError& e) { mnemo::fuzz::check_api_error(kTarget, e); }
 
+// A SentencePiece vocabulary of 300 tokens (bytes and letters), built once in memory.
+const mnemo::Tokenizer& tokenizer() {
+  static const std::unique_ptr<mnemo::Tokenizer> made = [] {
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    std::vector<int32_t> types = {2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+      char piece[8];
+      std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
+      tokens.emplace_back(piece);
+      types.push_back(6);
+    }
+    for (int i = 0; tokens.size() < 300; ++i) {
+      tokens.push_back(std::string("\xe2\x96\x81") + static_cast<char>('a' + i % 26) + std::to_string(i / 26));
+      types.push_back(1);
+    }
+    std::vector<float> scores(tokens.size());
+    for (size_t i = 0; i < scores.size(); ++i) scores[i] = -static_cast<float>(i);
+    mnemo::gguf::Writer w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_f32_array("tokenizer.ggml.scores", scores);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    auto file = mnemo::gguf::File::parse(w.to_bytes(), "fuzz-vocabulary");
+    if (!file.ok()) fail("the fuzzer's vocabulary does not parse");
+    auto t = mnemo::Tokenizer::from_gguf(*file);
+    if (!t.ok()) fail("the fuzzer's vocabulary is refused");
+    return std::move(*t);
+  }();
+  return *made;
+}
+
+// /v1/embeddings: every accepted input is non-empty, shorter than the context, inside the
+// vocabulary, and all of them within OpenAI's bounds.
+void check_embeddings(const std::string& body) {
+  auto json = mnemo::parse_bounded_json(body);
+  if (!json.ok()) return;  // the server answers 400 before reading further
+  constexpr int32_t kContext = 64;
+  const auto result = mnemo::server::read_embedding_request(*json, tokenizer(), kContext, 8);
+  if (const auto* error = std::get_if<ApiError>(&result)) {
+    check(*error);
+    return;
+  }
+  const auto& request = std::get<mnemo::server::EmbeddingRequest>(result);
+  if (request.inputs.empty() || request.inputs.size() > mnemo::server::kMaxEmbeddingInputs) fail("input count out of bounds");
+  int64_t total = 0;
+  for (const auto& input : request.inputs) {
+    if (input.empty() || static_cast<int32_t>(input.size()) >= kContext) fail("an input out of bounds was accepted");
+    for (const auto id : input) {
+      if (id < 0 || id >= tokenizer().vocab_size()) fail("a token outside the vocabulary was accepted");
+    }
+    total += static_cast<int64_t>(input.size());
+  }
+  if (total > mnemo::server::kMaxEmbeddingTokens) fail("more tokens than a request may hold");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
+  if ((data[0] & 2) != 0) {
+    check_embeddings(std::string(reinterpret_cast<const char*>(data) + 1, size - 1));
+    return 0;
+  }
   const bool chat = (data[0] & 1) != 0;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
 

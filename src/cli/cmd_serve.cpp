@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/prompt.h"
+#include "server/embeddings.h"
 #include "server/server.h"
 #include "transfer/kv_transport.h"
 #include "util/paths.h"
@@ -56,6 +57,7 @@ struct ServeArgs {
   std::string advertise;     // the address the router reaches this instance at
   int transfer_port = 0;     // of the KV transport (0: any free port)
   server::SamplingFlags sampling;
+  std::string pooling;  // of embeddings; empty: the model's (server/embeddings.h)
 };
 
 // This process's name in the cluster: host, port and a random part (a restart is a new instance).
@@ -211,6 +213,7 @@ struct LoadedModel {
   std::optional<ChatTemplate> chat_template;
   std::unique_ptr<Engine> engine;
   server::SamplingDefaults sampling;
+  Pooling pooling = Pooling::kMean;
 };
 
 // The files to serve: each --model, then every .gguf of --models-dir (by name); the ids clients
@@ -259,6 +262,9 @@ Result<LoadedModel> load_model(const ServeArgs& args, const std::string& path, s
   auto sampling = server::sampling_defaults_for(loaded.model->file(), args.sampling);
   if (!sampling.ok()) return sampling.error().with_context(path);
   loaded.sampling = *sampling;
+  auto pooling = server::pooling_for(loaded.model->file(), args.pooling);
+  if (!pooling.ok()) return pooling.error().with_context(path);
+  loaded.pooling = *pooling;
   std::printf("mnemo: %s: requests that leave them out sample with %s\n", loaded.id.c_str(), loaded.sampling.source.c_str());
   return loaded;
 }
@@ -367,7 +373,7 @@ int run_serve(ServeArgs args) {
   config.sampling = loaded[0].sampling;
   const std::string prompt_fingerprint = fmt::format("{:016x}", server::prompt_fingerprint(*loaded[0].tokenizer, *loaded[0].chat_template));
   std::vector<server::ServedModel> served;
-  for (LoadedModel& m : loaded) served.push_back({m.id, m.engine.get(), m.tokenizer.get(), *m.chat_template, m.sampling});
+  for (LoadedModel& m : loaded) served.push_back({m.id, m.engine.get(), m.tokenizer.get(), *m.chat_template, m.sampling, m.pooling});
   server::Server server(std::move(served), config);
   reservation->release();
   if (const Status bound = server.bind(); !bound.ok()) return fail(bound.error());
@@ -396,6 +402,10 @@ void add_request_default_flags(CLI::App* cmd, ServeArgs& args) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--min-p", args.sampling.min_p, "Min-p of requests that give none (default: the model's, else 0.05)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--pooling", args.pooling,
+                  "How /v1/embeddings pools a model's hidden states: mean (every token run) or last (the last token's; "
+                  "a cached prefix is reused). Default: the model's pooling_type, else mean")
+      ->check(CLI::IsMember({"mean", "last"}));
   cmd->add_option("--seed", args.server.seed,
                   "Sampling seed of requests that give none (default: a random one per request, so that asking "
                   "again gives a new answer)");

@@ -11,18 +11,6 @@
 
 namespace mnemo {
 
-struct Engine::Step {
-  struct Item {
-    Sequence* seq;
-    std::vector<QueryRange> ranges;  // holes taken (SPEC P5), then new tokens from n_computed
-    int32_t hole_tokens = 0;
-    int32_t new_tokens = 0;
-    bool sample = false;  // the run reaches the end of the sequence's tokens: sample the next one
-  };
-  std::vector<Item> items;
-  int32_t tokens = 0;
-};
-
 namespace {
 
 // Sequences are kept in FCFS order of (arrival, choice).
@@ -69,8 +57,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineConfig config)
       config_(config),
       pool_(config.threads),
       kv_(model.kv_layout(config.block_size, config.kv_dtype), pool_config(config, model.config())),
-      samplers_(static_cast<size_t>(pool_.size())),
-      constrained_(static_cast<size_t>(pool_.size())) {
+      samplers_(static_cast<size_t>(pool_.size())) {
   kv_.restore_from_disk();
   metrics_.update([&](MetricsSnapshot& m) {
     m.kv_blocks_total = config_.kv_blocks;
@@ -104,6 +91,12 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request,
   if (n_prompt == 0) return make_error("the prompt is empty");
   for (TokenId t : request.prompt) {
     if (t < 0 || t >= model_.n_vocab()) return make_error("prompt token {} is outside the vocabulary", t);
+  }
+  if (request.pooling != Pooling::kNone) {
+    if (request.n != 1 || request.format != OutputFormat::kText || !request.resume_tokens.empty() || request.top_logprobs >= 0) {
+      return make_error("an embedding request has one choice, no output format, no resumed tokens and no logprobs");
+    }
+    request.max_tokens = 1;  // nothing is generated; one token's room keeps the accounting as for any request
   }
   if (request.max_tokens < 1) return make_error("max_tokens must be at least 1");
   if (request.n < 1 || request.n > 128) return make_error("n must be between 1 and 128");
@@ -342,7 +335,8 @@ bool Engine::plan_work(Sequence& seq, int32_t budget, Step& step) {
 // the previous turn of a conversation). At least the last token is always computed: its logits
 // are needed.
 void Engine::reuse_cached_prefix(Sequence& seq) {
-  if (!config_.prefix_caching) return;
+  // A mean over every token's hidden state needs every token run.
+  if (!config_.prefix_caching || seq.request->request.pooling == Pooling::kMean) return;
   const int32_t bs = config_.block_size;
   const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / bs;
   PrefixMatch match = kv_.match_prefix(seq.request->request.cache_namespace, seq.tokens, max_blocks);
@@ -389,7 +383,12 @@ void Engine::persist_filled_chunks(Sequence& seq) {
   seq.persisted_chunks = filled;
 }
 
-void Engine::run_step(Step& step) {
+Batch Engine::batch_of(const Step& step) {
+  masked_.clear();
+  for (const Step::Item& item : step.items) {
+    if (item.sample && item.seq->constraint && !item.seq->allowed_current) masked_.push_back(item.seq);
+  }
+  compute_masks();
   Batch batch;
   batch.sequences.reserve(step.items.size());
   for (const Step::Item& item : step.items) {
@@ -399,9 +398,18 @@ void Engine::run_step(Step& step) {
     }
     in.ranges = item.ranges;
     in.block_table.assign(item.seq->kv.begin(), item.seq->kv.end());
-    in.logits = !item.sample ? LogitsFor::kNone : wants_argmax_only(*item.seq) ? LogitsFor::kArgmax : LogitsFor::kLast;
+    in.logits = item.seq->request->request.pooling != Pooling::kNone ? hidden_wanted(item)
+                : !item.sample                                      ? LogitsFor::kNone
+                : wants_argmax_only(*item.seq)                      ? LogitsFor::kArgmax
+                                                                    : LogitsFor::kLast;
+    if (in.logits == LogitsFor::kArgmax && item.seq->constraint) in.allowed_tokens = item.seq->allowed.words();
     batch.sequences.push_back(std::move(in));
   }
+  return batch;
+}
+
+void Engine::run_step(Step& step) {
+  Batch batch = batch_of(step);
   kv_.begin_background_work();  // swap-ins layer by layer, then copies ahead of need, beside the pass
   const std::vector<TappedChunks> taps = prompt_taps(step);
   const bool loads = kv_.has_pending_loads();
@@ -440,6 +448,10 @@ void Engine::run_step(Step& step) {
     if (seq.request->request.persist_running && seq.choice == 0 && seq.state != SequenceState::kFinished) {
       persist_filled_chunks(seq);
     }
+    if (seq.request->request.pooling != Pooling::kNone) {
+      pool_hidden(seq, item, i);
+      continue;
+    }
     if (!item.sample || seq.state == SequenceState::kFinished) continue;
     RequestState& state = *seq.request;
     if (output_.argmax[i] >= 0) {  // LogitsFor::kArgmax: the model found the greedy token
@@ -461,32 +473,6 @@ void Engine::run_step(Step& step) {
   sample_draws();
   for (const Draw& d : draws_) emit_token(*d.seq, d.token, d.logits);
   draws_.clear();  // kept for its capacity; no pointer outlives the step
-}
-
-bool Engine::wants_argmax_only(const Sequence& seq) {
-  const GenerationRequest& request = seq.request->request;
-  // Logprobs need the logits, and the choices of n > 1 draw their first tokens from one row; a
-  // constrained sequence's argmax is over the tokens its format allows.
-  return samples_argmax(seq.sampling) && request.top_logprobs < 0 && request.n == 1 && !seq.constraint;
-}
-
-void Engine::sample_draws() {
-  const auto sample = [this](int64_t begin, int64_t end, int thread) {
-    Sampler& sampler = samplers_[static_cast<size_t>(thread)];
-    for (int64_t i = begin; i < end; ++i) {
-      Draw& d = draws_[static_cast<size_t>(i)];
-      if (d.logits == nullptr) continue;  // decided by the model (LogitsFor::kArgmax)
-      std::span<const float> logits{d.logits, static_cast<size_t>(output_.n_vocab)};
-      if (d.seq->constraint) logits = constrained_logits(*d.seq->constraint, logits, thread);
-      d.token = sampler.sample(d.seq->sampling, logits, d.seq->tokens, d.step);
-    }
-  };
-  const auto n = static_cast<int64_t>(draws_.size());
-  if (n > 1 && pool_.size() > 1) {
-    pool_.parallel_for(n, sample);
-  } else {
-    sample(0, n, 0);
-  }
 }
 
 std::vector<Engine::TappedChunks> Engine::prompt_taps(const Step& step) const {
@@ -541,7 +527,10 @@ void Engine::emit_token(Sequence& seq, TokenId token, const float* logits) {
   }
   seq.last_token_seconds = t;
   seq.tokens.push_back(token);
-  if (seq.constraint) (void)seq.constraint->accept(token);  // sampled from its allowed tokens
+  if (seq.constraint) {
+    (void)seq.constraint->accept(token);  // sampled from its allowed tokens
+    seq.allowed_current = false;
+  }
   ++state.usage.completion_tokens;
   metrics_.update([&](MetricsSnapshot& m) { ++m.generation_tokens_total; });
 

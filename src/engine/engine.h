@@ -105,7 +105,18 @@ class Engine {
   MetricsSnapshot metrics() const;
 
  private:
-  struct Step;  // one step's plan (engine.cpp)
+  // One step's plan.
+  struct Step {
+    struct Item {
+      Sequence* seq;
+      std::vector<QueryRange> ranges;  // holes taken (SPEC P5), then new tokens from n_computed
+      int32_t hole_tokens = 0;
+      int32_t new_tokens = 0;
+      bool sample = false;  // the run reaches the end of the sequence's tokens: sample the next one
+    };
+    std::vector<Item> items;
+    int32_t tokens = 0;
+  };
 
   void loop();
   void admit_new_requests();
@@ -117,6 +128,8 @@ class Engine {
   bool grow(Sequence& seq, int32_t n_tokens);
   bool preempt_latest(const Sequence* keep);
   void preempt(std::list<std::unique_ptr<Sequence>>::iterator it);
+  // The step's pass: each item's ranges, block table and output wanted (its mask computed first).
+  Batch batch_of(const Step& step);
   void run_step(Step& step);
   // The chunks a step completes of prompts whose KV streams out layer by layer (SPEC D3).
   struct TappedChunks {
@@ -128,9 +141,17 @@ class Engine {
   std::vector<TappedChunks> prompt_taps(const Step& step) const;
   void fork_choices(Sequence& parent);
   std::unique_ptr<grammar::OutputConstraint> constraint_for(const GenerationRequest& request);
-  // The logits with every token the constraint forbids at -inf (the thread's scratch).
-  std::span<const float> constrained_logits(const grammar::OutputConstraint& constraint, std::span<const float> logits,
-                                            int thread);
+  // The sequence's mask of allowed tokens for its next token, computed if it is not yet.
+  static std::span<const uint64_t> ensure_mask(Sequence& seq);
+  // Embeddings (GenerationRequest::pooling, engine_pooling.cpp): what an item's pass must
+  // output, and after it the item's hidden states pooled into its sequence (`index`: its place
+  // in the step), which finishes once its prompt has run.
+  static LogitsFor hidden_wanted(const Step::Item& item);
+  void pool_hidden(Sequence& seq, const Step::Item& item, size_t index);
+  // Before a step's pass, in parallel: the masks of its constrained sequences that sample
+  // (masked_), so that a greedy one's argmax is found inside the output product
+  // (LogitsFor::kArgmax).
+  void compute_masks();
   void reuse_cached_prefix(Sequence& seq);
   void cache_chunks(Sequence& seq);
   // GenerationRequest::persist_running: the chunks `seq` filled since the last call, to the cache
@@ -154,14 +175,9 @@ class Engine {
   KvCache kv_;
   Sampler sampler_;                // the engine thread's (logprobs)
   std::vector<Sampler> samplers_;  // one per pool thread (sample_draws)
-  // Constrained decoding (GenerationRequest::format): the vocabulary's bytes, built on first use,
-  // and per pool thread the mask and the masked logits of the sequence it samples.
+  // Constrained decoding (GenerationRequest::format): the vocabulary's bytes, built on first use.
   std::shared_ptr<const grammar::TokenBytes> token_bytes_;
-  struct ConstrainedScratch {
-    std::vector<uint8_t> allowed;
-    std::vector<float> logits;
-  };
-  std::vector<ConstrainedScratch> constrained_;
+  std::vector<Sequence*> masked_;  // compute_masks's scratch
   // One token to sample: the sequence, its logits row (null when the model found the token:
   // LogitsFor::kArgmax), its step in the request.
   struct Draw {

@@ -42,6 +42,10 @@ class PromptKvTap {
 
 enum class OutputFormat { kText, kJsonObject, kJsonSchema, kRegex };
 
+// An embedding request's pooling of the prompt's final-normed hidden states: their mean (every
+// token computed: a cached prefix is not reused) or the last token's (a cached prefix is).
+enum class Pooling { kNone, kMean, kLast };
+
 struct GenerationRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
@@ -75,6 +79,10 @@ struct GenerationRequest {
   OutputFormat format = OutputFormat::kText;
   std::shared_ptr<const grammar::CompiledSchema> schema;
   std::shared_ptr<const grammar::Regex> regex;
+  // Not kNone: an embedding (/v1/embeddings). The prompt runs, nothing is generated, and the
+  // stream gets one PooledEmbedding before the choice finishes. n = 1, text format, no resume.
+  Pooling pooling = Pooling::kNone;
+  int32_t embedding_index = 0;  // echoed in its PooledEmbedding (inputs of one API request share a stream)
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -111,7 +119,12 @@ struct RequestDone {
   RequestUsage usage;
   std::string error;
 };
-using StreamEvent = std::variant<TokenDelta, ChoiceFinished, RequestDone>;
+// An embedding request's result: the pooled hidden state (n_embd floats, not normalised).
+struct PooledEmbedding {
+  int32_t index = 0;  // GenerationRequest::embedding_index
+  std::vector<float> values;
+};
+using StreamEvent = std::variant<TokenDelta, ChoiceFinished, RequestDone, PooledEmbedding>;
 
 
 class RequestStream {

@@ -29,8 +29,26 @@ float sanitized(float logit) {
 
 // Calls visit(token, logit) for every token in id order, the penalised logits (sorted by id)
 // replacing the raw ones: one pass over the vocabulary without copying it.
+// With `allowed` (TokenMask's words; empty: every token), only the tokens it holds are visited:
+// the others are as if their logits were -inf, and a constrained step's cost follows its mask's
+// words, not a masked copy of the vocabulary's logits.
 template <class Visit>
-void for_each_logit(std::span<const float> logits, std::span<const TokenCandidate> overrides, Visit&& visit) {
+void for_each_logit(std::span<const float> logits, std::span<const TokenCandidate> overrides,
+                    std::span<const uint64_t> allowed, Visit&& visit) {
+  if (!allowed.empty()) {
+    size_t o = 0;
+    const size_t words = std::min(allowed.size(), (logits.size() + 63) / 64);
+    for (size_t w = 0; w < words; ++w) {
+      for (uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+        const size_t token = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+        if (token >= logits.size()) return;
+        while (o < overrides.size() && static_cast<size_t>(overrides[o].token) < token) ++o;
+        const bool replaced = o < overrides.size() && static_cast<size_t>(overrides[o].token) == token;
+        visit(static_cast<int32_t>(token), sanitized(replaced ? overrides[o].logit : logits[token]));
+      }
+    }
+    return;
+  }
   size_t next = 0;
   for (const TokenCandidate& replaced : overrides) {
     const auto end = static_cast<size_t>(replaced.token);
@@ -41,12 +59,13 @@ void for_each_logit(std::span<const float> logits, std::span<const TokenCandidat
   for (; next < logits.size(); ++next) visit(static_cast<int32_t>(next), sanitized(logits[next]));
 }
 
-int32_t argmax(std::span<const float> logits, std::span<const TokenCandidate> overrides) {
-  // Without penalties, the SIMD kernel (the same answer: kernels/nn/argmax.h).
-  if (overrides.empty()) return kernels::argmax(logits.data(), static_cast<int64_t>(logits.size()));
+int32_t argmax(std::span<const float> logits, std::span<const TokenCandidate> overrides, std::span<const uint64_t> allowed) {
+  // Without penalties or a mask, the SIMD kernel (the same answer: kernels/nn/argmax.h).
+  if (overrides.empty() && allowed.empty()) return kernels::argmax(logits.data(), static_cast<int64_t>(logits.size()));
   TokenCandidate best{0, kNegInf};
-  // Strictly greater, visited in id order: ties keep the lowest id.
-  for_each_logit(logits, overrides, [&best](int32_t token, float logit) {
+  // Strictly greater, visited in id order: ties keep the lowest id; 0 when all are -inf (as the
+  // kernel answers).
+  for_each_logit(logits, overrides, allowed, [&best](int32_t token, float logit) {
     if (logit > best.logit) best = {token, logit};
   });
   return best.token;
@@ -109,21 +128,25 @@ bool samples_argmax(const SamplingParams& params) {
 }
 
 int32_t Sampler::sample(const SamplingParams& params, std::span<const float> logits,
-                        std::span<const int32_t> history, uint64_t step) {
+                        std::span<const int32_t> history, uint64_t step, std::span<const uint64_t> allowed) {
   assert(!logits.empty());
   if (logits.empty()) return 0;
+  allowed_ = allowed;
   if (!(params.temperature > 0.0f)) {
     apply_penalties(params, logits, history);
-    return argmax(logits, penalized_);
+    return argmax(logits, penalized_, allowed_);
   }
   const bool cuts = top_k_restricts(params, logits.size()) || params.top_p < 1.0f || params.min_p > 0.0f;
   if (!cuts) {
     apply_penalties(params, logits, history);
-    if (penalized_.empty()) return draw_from_all(params.temperature, logits, sampling_uniform(params.seed, step));
+    if (penalized_.empty() && allowed_.empty()) {
+      return draw_from_all(params.temperature, logits, sampling_uniform(params.seed, step));
+    }
     gather_all(logits);  // what candidates() would do without cuts, the penalties already applied
   } else {
-    candidates(params, logits, history);
+    candidates(params, logits, history, allowed);
   }
+  if (candidates_.empty()) return 0;  // the mask allowed nothing: no distribution to draw from
   return draw(params.temperature, sampling_uniform(params.seed, step));
 }
 
@@ -162,8 +185,9 @@ int32_t Sampler::draw_from_all(float temperature, std::span<const float> logits,
 }
 
 std::span<const TokenCandidate> Sampler::candidates(const SamplingParams& params, std::span<const float> logits,
-                                                    std::span<const int32_t> history) {
+                                                    std::span<const int32_t> history, std::span<const uint64_t> allowed) {
   assert(logits.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()));
+  allowed_ = allowed;
   apply_penalties(params, logits, history);
   const bool restricted = top_k_restricts(params, logits.size());
   if (restricted) {
@@ -223,7 +247,7 @@ void Sampler::penalize(const SamplingParams& params, std::span<const float> logi
 void Sampler::gather_all(std::span<const float> logits) {
   candidates_.clear();
   candidates_.reserve(logits.size());
-  for_each_logit(logits, penalized_, [this](int32_t token, float logit) { candidates_.push_back({token, logit}); });
+  for_each_logit(logits, penalized_, allowed_, [this](int32_t token, float logit) { candidates_.push_back({token, logit}); });
 }
 
 void Sampler::gather_top_k(std::span<const float> logits, std::span<const TokenCandidate> overrides, size_t k) {
@@ -240,7 +264,7 @@ void Sampler::gather_top_k(std::span<const float> logits, std::span<const TokenC
   candidates_.reserve(capacity);
   // Until the first compaction every token ranks before this sentinel (ids are below INT32_MAX).
   TokenCandidate kth{std::numeric_limits<int32_t>::max(), kNegInf};
-  for_each_logit(logits, overrides, [&](int32_t token, float logit) {
+  for_each_logit(logits, overrides, allowed_, [&](int32_t token, float logit) {
     const TokenCandidate candidate{token, logit};
     if (!ranks_before(candidate, kth)) return;
     candidates_.push_back(candidate);
@@ -339,6 +363,7 @@ Logprobs Sampler::logprobs(std::span<const float> logits, int32_t token, int32_t
   }
   if (top_n <= 0) return out;
   const size_t n = std::min(static_cast<size_t>(top_n), logits.size());
+  allowed_ = {};
   gather_top_k(logits, {}, n);
   out.top.reserve(n);
   for (const TokenCandidate& c : candidates_) out.top.push_back({c.token, logprob(c.logit)});

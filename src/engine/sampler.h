@@ -63,14 +63,16 @@ class Sampler {
   // step: index of the token being generated within its request (0 for the first token).
   // history: tokens seen so far by this request (prompt + generated), for the penalties.
   // logits must not be empty. NaN logits count as -inf, +inf as the largest float.
+  // allowed: TokenMask's words (util/token_mask.h), the only tokens that may be drawn (empty:
+  // all); the others count as -inf, penalties and logit_bias included. 0 when it holds none.
   int32_t sample(const SamplingParams& params, std::span<const float> logits, std::span<const int32_t> history,
-                 uint64_t step);
+                 uint64_t step, std::span<const uint64_t> allowed = {});
 
   // The tokens that survive penalties, top-k, top-p and min-p, with their penalised logits before
   // temperature: what sample() draws from. Ranked (best first) when top-k or top-p ran, else in
   // id order. Valid until the next call.
   std::span<const TokenCandidate> candidates(const SamplingParams& params, std::span<const float> logits,
-                                             std::span<const int32_t> history);
+                                             std::span<const int32_t> history, std::span<const uint64_t> allowed = {});
 
   // Log-probabilities (log-softmax of the raw logits, no penalties or temperature) of `token` and
   // of the `top_n` most likely tokens. -inf for a token outside the vocabulary, or when every
@@ -95,6 +97,7 @@ class Sampler {
   // the same token for a seed on every machine, not the same token as draw() for that seed.
   int32_t draw_from_all(float temperature, std::span<const float> logits, double uniform);
 
+  std::span<const uint64_t> allowed_;       // this call's mask (sample's or candidates'), read by the gathers
   std::vector<int32_t> window_;             // the penalty window, sorted to count repeats
   std::vector<TokenCandidate> penalized_;   // penalised (and biased) logits, by token id
   std::vector<TokenCandidate> merged_;      // add_bias's scratch

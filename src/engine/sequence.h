@@ -16,6 +16,7 @@
 #include "engine/request.h"
 #include "engine/stop_matcher.h"
 #include "grammar/output_constraint.h"
+#include "util/token_mask.h"
 #include "kv/kv_table.h"
 #include "model/batch.h"
 #include "tokenizer/tokenizer.h"
@@ -51,6 +52,15 @@ struct Sequence {
   SamplingParams sampling;           // seeded per choice
   // The request's output format, followed token by token (none: free text).
   std::unique_ptr<grammar::OutputConstraint> constraint;
+  // The tokens the constraint allows for the next token, once computed for it (Engine::
+  // ensure_mask); stale again once a token is accepted.
+  TokenMask allowed;
+  bool allowed_current = false;
+  // An embedding (GenerationRequest::pooling): the sum (mean pooling) or the last (last-token
+  // pooling) of the hidden states of positions [0, pooled_through); positions run again after
+  // a preemption are not counted twice.
+  std::vector<double> pooled;
+  int32_t pooled_through = 0;
 
   StreamingDetokenizer detokenizer;
   StopMatcher stop_matcher;

@@ -36,6 +36,10 @@ TokenBytes::TokenBytes(const Tokenizer& tokenizer)
     plain_[i] = plain && whole_utf8(bytes_[i]) && chars < 255 ? 1 : 0;
     plain_chars_[i] = plain_[i] != 0 ? static_cast<uint8_t>(chars) : 255;
   }
+  plain_mask_.clear(tokenizer.vocab_size());
+  for (TokenId t = 0; t < tokenizer.vocab_size(); ++t) {
+    if (plain_[static_cast<size_t>(t)] != 0) plain_mask_.set(t);
+  }
   all_ = build_trie(/*plain_too=*/true);
   not_plain_ = build_trie(/*plain_too=*/false);
 }
@@ -106,9 +110,9 @@ bool exhausted(const RegexMatcher&) {
 }  // namespace
 
 template <class Matcher>
-void OutputConstraint::walk(const TokenTrie& trie, uint32_t node, const Matcher& matcher, std::vector<uint8_t>& allowed) const {
+void OutputConstraint::walk(const TokenTrie& trie, uint32_t node, const Matcher& matcher, TokenMask& allowed) const {
   const TokenTrie::Node& n = trie.nodes[node];
-  for (uint32_t k = n.first_token; k < n.first_token + n.n_tokens; ++k) allowed[static_cast<size_t>(trie.tokens[k])] = 1;
+  for (uint32_t k = n.first_token; k < n.first_token + n.n_tokens; ++k) allowed.set(trie.tokens[k]);
   for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
     Matcher next = matcher;
     if (next.advance(trie.nodes[c].byte)) walk(trie, c, next, allowed);  // `next` is dropped if not
@@ -116,7 +120,7 @@ void OutputConstraint::walk(const TokenTrie& trie, uint32_t node, const Matcher&
 }
 
 template <class Matcher>
-void OutputConstraint::allowed_by(const Matcher& matcher, std::vector<uint8_t>& allowed) const {
+void OutputConstraint::allowed_by(const Matcher& matcher, TokenMask& allowed) const {
   const TokenBytes& v = *vocabulary_;
   const bool in_string = !exhausted(matcher) && matcher.in_string();
   if (in_string) {
@@ -126,22 +130,28 @@ void OutputConstraint::allowed_by(const Matcher& matcher, std::vector<uint8_t>& 
     if (room >= 254) {
       allowed = v.plain_mask();
     } else {
-      const std::vector<uint8_t>& chars = v.plain_chars();
-      allowed.resize(chars.size());
+      allowed.clear(v.size());
+      const uint8_t* chars = v.plain_chars().data();
       const auto limit = static_cast<uint8_t>(std::max(0, room));
-      for (size_t t = 0; t < chars.size(); ++t) allowed[t] = chars[t] <= limit ? 1 : 0;
+      uint64_t* words = allowed.data();
+      for (int32_t first = 0; first < v.size(); first += 64) {
+        uint64_t bits = 0;
+        const int32_t n = std::min(64, v.size() - first);
+        for (int32_t i = 0; i < n; ++i) bits |= uint64_t{chars[first + i] <= limit} << i;
+        words[first / 64] = bits;
+      }
     }
   } else {
-    allowed.assign(static_cast<size_t>(v.size()), 0);
+    allowed.clear(v.size());
   }
   if (matcher.complete()) {
-    for (const TokenId t : v.end_tokens()) allowed[static_cast<size_t>(t)] = 1;
+    for (const TokenId t : v.end_tokens()) allowed.set(t);
   }
   if (exhausted(matcher)) return;  // only the end of generation
   walk(in_string ? v.not_plain() : v.all(), 0, matcher, allowed);
 }
 
-void OutputConstraint::allowed(std::vector<uint8_t>& allowed) const {
+void OutputConstraint::allowed(TokenMask& allowed) const {
   std::visit([&](const auto& m) { allowed_by(m, allowed); }, matcher_);
 }
 

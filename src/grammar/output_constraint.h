@@ -20,6 +20,7 @@
 #include "grammar/schema_matcher.h"
 #include "grammar/schema_matcher_set.h"
 #include "tokenizer/tokenizer.h"
+#include "util/token_mask.h"
 
 namespace mnemo::grammar {
 
@@ -50,8 +51,8 @@ class TokenBytes {
   // Every token with bytes (not the end of generation), and those that are not plain.
   const TokenTrie& all() const { return all_; }
   const TokenTrie& not_plain() const { return not_plain_; }
-  // plain_mask()[t] = 1 for plain tokens: the mask inside a free string, before the others are tried.
-  const std::vector<uint8_t>& plain_mask() const { return plain_; }
+  // The plain tokens: the mask inside a free string, before the others are tried.
+  const TokenMask& plain_mask() const { return plain_mask_; }
   // Per token: the characters a plain token adds (at most 254), 255 for the others.
   const std::vector<uint8_t>& plain_chars() const { return plain_chars_; }
 
@@ -62,6 +63,7 @@ class TokenBytes {
   TokenTrie not_plain_;
   std::vector<std::string> bytes_;
   std::vector<uint8_t> plain_;
+  TokenMask plain_mask_;
   std::vector<uint8_t> plain_chars_;
   std::vector<uint8_t> end_;
   std::vector<TokenId> end_tokens_;
@@ -95,8 +97,8 @@ class OutputConstraint {
   // Texts `regex` matches whole.
   OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const Regex> regex);
 
-  // allowed[t] = 1 for each token that may come next (resized to the vocabulary).
-  void allowed(std::vector<uint8_t>& allowed) const;
+  // The tokens that may come next (over the whole vocabulary).
+  void allowed(TokenMask& allowed) const;
   // The token sampled: false if it was not allowed (the state is then unchanged).
   bool accept(TokenId token);
   bool complete() const {
@@ -105,10 +107,10 @@ class OutputConstraint {
 
  private:
   template <class Matcher>
-  void allowed_by(const Matcher& matcher, std::vector<uint8_t>& allowed) const;
+  void allowed_by(const Matcher& matcher, TokenMask& allowed) const;
   // Marks the tokens below `node` of `trie` that `matcher` (the state after the node's bytes) accepts.
   template <class Matcher>
-  void walk(const TokenTrie& trie, uint32_t node, const Matcher& matcher, std::vector<uint8_t>& allowed) const;
+  void walk(const TokenTrie& trie, uint32_t node, const Matcher& matcher, TokenMask& allowed) const;
 
   std::shared_ptr<const TokenBytes> vocabulary_;
   std::shared_ptr<const CompiledSchema> schema_;  // kept alive for the SchemaMatcher

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "kv/kv_layout.h"
@@ -30,13 +31,17 @@ struct QueryRange {
 
 // kArgmax: only the index of the last token's largest logit (greedy sampling with nothing that
 // alters the logits), which spares writing and reading a vocabulary of logits per sequence.
-enum class LogitsFor { kNone, kLast, kAll, kArgmax };
+// kHidden: no logits, the final-normed hidden state of every token run (embeddings).
+enum class LogitsFor { kNone, kLast, kAll, kArgmax, kHidden };
 
 struct SequenceInput {
   std::vector<TokenId> tokens;      // the ranges' tokens, concatenated in range order
   std::vector<QueryRange> ranges;   // ascending and disjoint
   std::vector<BlockId> block_table;  // logical block i -> pool block; covers every position <= the last one run
   LogitsFor logits = LogitsFor::kLast;
+  // kArgmax only: the argmax over these tokens alone (util/token_mask.h's words, its padding
+  // word included); empty: over every token. Constrained greedy decoding.
+  std::span<const uint64_t> allowed_tokens;
 };
 
 struct Batch {
@@ -55,6 +60,14 @@ struct ForwardOutput {
   // Per sequence: the index of its last token's largest logit (kernels/nn/argmax.h's semantics)
   // for kArgmax, -1 otherwise.
   std::vector<TokenId> argmax;
+  // kHidden: the final-normed hidden states (n_embd floats a token) of every token the sequence
+  // ran, in batch order, from row hidden_first[sequence] (-1 for the other sequences).
+  int32_t n_embd = 0;
+  std::vector<float> hidden;
+  std::vector<int32_t> hidden_first;
+  const float* hidden_row(size_t sequence, int32_t i) const {
+    return hidden.data() + static_cast<size_t>(hidden_first[sequence] + i) * static_cast<size_t>(n_embd);
+  }
 
   const float* row(size_t sequence, int32_t i = 0) const {
     return logits.data() + static_cast<size_t>(first_row[sequence] + i) * static_cast<size_t>(n_vocab);

@@ -90,6 +90,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
     attention_block(p, il);
     ffn_block(p, il);
   }
+  compute_hidden(p, out);
   compute_logits(p, out);
   return ok_status();
 }
@@ -223,6 +224,48 @@ void Model::ffn_block(Pass& p, int32_t il) {
                 p.pool);
 }
 
+namespace {
+
+// Per logits row, the mask of an argmax-only row that has one (null for the rest); empty when
+// no row has one.
+std::span<const uint64_t* const> row_masks(const Batch& batch, const ForwardOutput& out, std::vector<const uint64_t*>& masks) {
+  masks.clear();
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const std::span<const uint64_t> allowed = batch.sequences[s].allowed_tokens;
+    if (allowed.empty()) continue;
+    masks.resize(static_cast<size_t>(out.first_row.back() + out.row_count.back()), nullptr);
+    masks[static_cast<size_t>(out.first_row[s])] = allowed.data();
+  }
+  return masks;
+}
+
+}  // namespace
+
+// The final-normed hidden states of the kHidden sequences' tokens (what the output product
+// would read).
+void Model::compute_hidden(Pass& p, ForwardOutput& out) {
+  const Batch& batch = p.batch;
+  const int64_t n_embd = config_.n_embd;
+  out.n_embd = config_.n_embd;
+  out.hidden_first.assign(batch.sequences.size(), -1);
+  int64_t n_hidden = 0;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    if (batch.sequences[s].logits != LogitsFor::kHidden) continue;
+    out.hidden_first[s] = static_cast<int32_t>(n_hidden);
+    n_hidden += static_cast<int64_t>(batch.sequences[s].tokens.size());
+  }
+  out.hidden.resize(static_cast<size_t>(n_hidden * n_embd));
+  int64_t t = 0;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const auto n = static_cast<int64_t>(batch.sequences[s].tokens.size());
+    for (int64_t i = 0; out.hidden_first[s] >= 0 && i < n; ++i) {
+      kernels::rms_norm(scratch_.x.data() + (t + i) * n_embd, weights_.output_norm,
+                        out.hidden.data() + (out.hidden_first[s] + i) * n_embd, n_embd, config_.rms_eps);
+    }
+    t += n;
+  }
+}
+
 // Logits only for the rows that want them.
 void Model::compute_logits(Pass& p, ForwardOutput& out) {
   const ModelConfig& c = config_;
@@ -265,6 +308,7 @@ void Model::compute_logits(Pass& p, ForwardOutput& out) {
   argmax.folded = false;
   if (any_argmax && c.final_logit_softcap <= 0.0f) {
     argmax.wanted = argmax_only;
+    argmax.masks = row_masks(batch, out, b.argmax_masks);
     kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), p.pool, b.matmul, argmax);
   } else {
     kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), p.pool, b.matmul);
@@ -275,7 +319,10 @@ void Model::compute_logits(Pass& p, ForwardOutput& out) {
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     if (batch.sequences[s].logits != LogitsFor::kArgmax) continue;
     const int64_t row = out.first_row[s];
-    out.argmax[s] = argmax.folded ? kernels::argmax_of_lanes(argmax, row, n_out) : kernels::argmax(out.row(s), out.n_vocab);
+    const std::span<const uint64_t> allowed = batch.sequences[s].allowed_tokens;
+    out.argmax[s] = argmax.folded        ? kernels::argmax_of_lanes(argmax, row, n_out)
+                    : !allowed.empty() ? kernels::argmax_allowed(out.row(s), out.n_vocab, allowed.data())
+                                       : kernels::argmax(out.row(s), out.n_vocab);
   }
 }
 

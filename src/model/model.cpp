@@ -42,6 +42,10 @@ Status Model::validate(const Batch& batch, const KvStorage& kv) const {
     for (TokenId t : seq.tokens) {
       if (t < 0 || t >= n_vocab()) return fail(fmt::format("token id {} outside the vocabulary of {}", t, n_vocab()));
     }
+    if (!seq.allowed_tokens.empty() &&
+        (seq.logits != LogitsFor::kArgmax || static_cast<int64_t>(seq.allowed_tokens.size()) * 64 < int64_t{n_vocab()} + 64)) {
+      return fail("an allowed-token mask needs LogitsFor::kArgmax and a padded word per 64 tokens of the vocabulary");
+    }
     const int64_t needed_blocks = (previous_end + block_size - 1) / block_size;
     if (static_cast<int64_t>(seq.block_table.size()) < needed_blocks) {
       return fail(fmt::format("block table of {} blocks does not cover position {}", seq.block_table.size(), previous_end - 1));

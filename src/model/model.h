@@ -47,6 +47,7 @@ class Model {
   void attention_block(Pass& p, int32_t il);
   void position_and_store(Pass& p, int32_t il);
   void ffn_block(Pass& p, int32_t il);
+  void compute_hidden(Pass& p, ForwardOutput& out);
   void compute_logits(Pass& p, ForwardOutput& out);
 
   gguf::File file_;
@@ -58,6 +59,7 @@ class Model {
     std::vector<float> x, h, q, k, v, attn, gate, up, ffn, logits_in;
     kernels::MatmulScratch matmul;
     std::vector<uint8_t> argmax_only;  // per logits row
+    std::vector<const uint64_t*> argmax_masks;  // per logits row, when any has a mask
     kernels::ArgmaxRows argmax;
   } scratch_;
 };

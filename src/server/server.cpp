@@ -175,6 +175,7 @@ void Server::install_routes() {
     res.set_content(json{{"object", "list"}, {"data", std::move(cards)}}.dump(), "application/json");
   });
   http.route_prefix("GET", "/v1/models/", [this](http::Request& req, http::Response& res) { handle_model(req, res); });
+  http.route("POST", "/v1/embeddings", [this](http::Request& req, http::Response& res) { handle_embeddings(req, res); });
   http.route("POST", "/tokenize", [this](http::Request& req, http::Response& res) { handle_tokenize(req, res); });
   http.route("POST", "/detokenize", [this](http::Request& req, http::Response& res) { handle_detokenize(req, res); });
   http.route("POST", "/v1/chat/completions", [this](http::Request& req, http::Response& res) {

@@ -71,6 +71,7 @@ struct ServedModel {
   const Tokenizer* tokenizer = nullptr;
   ChatTemplate chat_template;
   SamplingDefaults sampling;  // of requests that leave them out
+  Pooling pooling = Pooling::kMean;  // of its embeddings (/v1/embeddings)
 };
 
 class Server {
@@ -160,6 +161,8 @@ class Server {
   // The model a tokenizer endpoint's optional "model" field names.
   std::variant<const ServedModel*, ApiError> model_of_body(const nlohmann::json& body) const;
   void handle_model(const http::Request& req, http::Response& res);
+  // POST /v1/embeddings (server/embeddings_endpoint.cpp).
+  void handle_embeddings(const http::Request& req, http::Response& res);
   void handle_delete_response(const http::Request& req, http::Response& res);
   // The tokens of a stored conversation as the model saw them: the last turn's instructions, the
   // history, its reply last (empty if the template fails).

@@ -36,6 +36,20 @@ std::vector<uint8_t> reference_mask(const TokenBytes& v, const Matcher& m, bool 
   return allowed;
 }
 
+// The mask as a byte per token, after checking that no bit past the vocabulary is set (readers
+// take 16 bits at a time, padding included).
+std::vector<uint8_t> bytes_of(const TokenMask& mask) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(mask.size()), 0);
+  int32_t set = 0;
+  for (TokenId t = 0; t < mask.size(); ++t) {
+    bytes[static_cast<size_t>(t)] = mask.test(t) ? 1 : 0;
+    set += bytes[static_cast<size_t>(t)];
+  }
+  EXPECT_EQ(mask.count(), set) << "bits set past the vocabulary";
+  EXPECT_GE(mask.words().size() * 64, static_cast<size_t>(mask.size()) + 64) << "no padding word";
+  return bytes;
+}
+
 class OutputConstraintTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OutputConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
@@ -53,14 +67,14 @@ TEST_P(OutputConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
   OutputConstraint schematic(vocabulary, shared);
   JsonMatcher free_ref;
   SchemaMatcher schema_ref(shared.get());
-  std::vector<uint8_t> got;
+  TokenMask got;
   // Advance byte by byte through tokens that are single bytes where the vocabulary has them;
   // compare masks at every prefix.
   for (size_t i = 0; i <= doc.size(); ++i) {
     free.allowed(got);
-    ASSERT_EQ(got, reference_mask(*vocabulary, free_ref)) << "json_object after " << doc.substr(0, i);
+    ASSERT_EQ(bytes_of(got), reference_mask(*vocabulary, free_ref)) << "json_object after " << doc.substr(0, i);
     schematic.allowed(got);
-    ASSERT_EQ(got, reference_mask(*vocabulary, schema_ref)) << "json_schema after " << doc.substr(0, i);
+    ASSERT_EQ(bytes_of(got), reference_mask(*vocabulary, schema_ref)) << "json_schema after " << doc.substr(0, i);
     if (i == doc.size()) break;
     const std::string byte = doc.substr(i, 1);
     const auto ids = tokenizer->encode(byte, false, false);
@@ -72,8 +86,8 @@ TEST_P(OutputConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
   }
   EXPECT_TRUE(free.complete() && schematic.complete());
   int ends = 0;
-  for (size_t t = 0; t < got.size(); ++t) {
-    if (got[t] == 0) continue;
+  for (TokenId t = 0; t < got.size(); ++t) {
+    if (!got.test(t)) continue;
     EXPECT_TRUE(vocabulary->ends_generation(static_cast<TokenId>(t))) << t;
     ++ends;
   }
@@ -85,10 +99,10 @@ TEST_P(OutputConstraintTest, TheWalkAllowsExactlyWhatTryingEveryTokenAllows) {
 template <class Matcher>
 void follow(const Tokenizer& tokenizer, const TokenBytes& vocabulary, OutputConstraint& constraint, Matcher reference,
             const std::string& text, bool may_go_on) {
-  std::vector<uint8_t> got;
+  TokenMask got;
   for (size_t i = 0; i <= text.size(); ++i) {
     constraint.allowed(got);
-    ASSERT_EQ(got, reference_mask(vocabulary, reference, may_go_on)) << "after " << text.substr(0, i);
+    ASSERT_EQ(bytes_of(got), reference_mask(vocabulary, reference, may_go_on)) << "after " << text.substr(0, i);
     if (i == text.size()) break;
     const auto ids = tokenizer.encode(text.substr(i, 1), false, false);
     ASSERT_EQ(ids.size(), 1u) << text.substr(i, 1);

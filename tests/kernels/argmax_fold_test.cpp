@@ -16,6 +16,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/nn/argmax.h"
+#include "util/token_mask.h"
 
 namespace mnemo::kernels {
 namespace {
@@ -116,6 +117,84 @@ TEST(ArgmaxFold, FoldedRowsGiveTheArgmaxOfTheFullRowAndOthersAreUnchanged) {
       }
     }
   }
+}
+
+// Masks of kOut outputs: every 20th, all but the tied best rows, a single one, nine in ten.
+std::vector<TokenMask> masks_over(int64_t out, int64_t tied, std::mt19937& rng) {
+  std::vector<TokenMask> masks(4);
+  for (TokenMask& m : masks) m.clear(static_cast<int32_t>(out));
+  std::bernoulli_distribution dense(0.9);
+  for (int32_t o = 0; o < out; ++o) {
+    if (o % 20 == 3) masks[0].set(o);
+    if (o != tied) masks[1].set(o);
+    if (dense(rng)) masks[3].set(o);
+  }
+  masks[2].set(static_cast<int32_t>(out - 7));  // in the partial last tile
+  return masks;
+}
+
+TEST(ArgmaxFold, MaskedRowsGiveTheArgmaxOverTheirAllowedOutputs) {
+  std::mt19937 rng(23);
+  constexpr int64_t kOut = 333;
+  for (const DType type : testing::weight_types()) {
+    const int64_t in = 2 * std::max<int64_t>(testing::block_elems(type), 32);
+    const TiedWeights tied = weights_with_ties(type, in, kOut, rng);
+    const std::vector<float> x = activations(tied, in, rng);
+    const int64_t n_rows = static_cast<int64_t>(x.size()) / in;
+    const std::vector<TokenMask> masks = masks_over(kOut, tied.tied, rng);
+    WeightMatrix w{type, in, kOut, tied.bytes.data()};
+    const PackedTiles tiles = prepack(w);
+    for (const int threads : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(type) << ", " << threads << " threads");
+      ThreadPool pool(threads);
+      MatmulScratch scratch;
+      std::vector<float> full(static_cast<size_t>(n_rows * kOut));
+      matmul(w, x.data(), n_rows, full.data(), pool, scratch);
+      // Every row folded; row r masked by masks[(r + 1) % 5] (the fifth: none), so that row 0,
+      // whose largest outputs are the tied rows, may not have them.
+      std::vector<uint8_t> wanted(static_cast<size_t>(n_rows), 1);
+      std::vector<const uint64_t*> row_masks(static_cast<size_t>(n_rows));
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const auto m = static_cast<size_t>((r + 1) % 5);
+        row_masks[static_cast<size_t>(r)] = m < 4 ? masks[m].words().data() : nullptr;
+      }
+      std::vector<float> y(full.size());
+      ArgmaxRows folds;
+      folds.wanted = wanted;
+      folds.masks = row_masks;
+      matmul(w, x.data(), n_rows, y.data(), pool, scratch, folds);
+      if (!folds.folded) continue;  // the model then takes argmax_allowed of the full row
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const float* row = full.data() + r * kOut;
+        const uint64_t* mask = row_masks[static_cast<size_t>(r)];
+        const int32_t expected = mask != nullptr ? argmax_allowed(row, kOut, mask) : argmax(row, kOut);
+        EXPECT_EQ(argmax_of_lanes(folds, r, n_rows), expected) << "row " << r;
+        if (r == 0) {
+          EXPECT_NE(expected, tied.tied) << "the mask leaves out the largest outputs";
+          EXPECT_TRUE(masks[1].test(expected));
+        }
+      }
+    }
+  }
+}
+
+TEST(ArgmaxFold, ArgmaxAllowedIsTheArgmaxOfTheRowWithTheOthersAtMinusInfinity) {
+  std::mt19937 rng(29);
+  constexpr int64_t kN = 1000;
+  std::vector<float> x = testing::random_floats(kN, rng);
+  x[500] = x[700] = 50.0f;  // a tie: the lower index
+  x[800] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<TokenMask> masks = masks_over(kN, 500, rng);
+  for (size_t m = 0; m < masks.size(); ++m) {
+    std::vector<float> masked(x);
+    for (int32_t i = 0; i < kN; ++i) {
+      if (!masks[m].test(i)) masked[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+    }
+    EXPECT_EQ(argmax_allowed(x.data(), kN, masks[m].words().data()), argmax(masked.data(), kN)) << "mask " << m;
+  }
+  TokenMask nothing;
+  nothing.clear(kN);
+  EXPECT_EQ(argmax_allowed(x.data(), kN, nothing.words().data()), 0);
 }
 
 }  // namespace

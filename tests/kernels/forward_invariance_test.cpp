@@ -63,7 +63,7 @@ class ForwardInvarianceTest : public ::testing::TestWithParam<Case> {
     ForwardOutput out;
     for (int32_t t = 0; t < kTokens; ++t) {
       Batch batch;
-      batch.sequences.push_back({{streams_[s][static_cast<size_t>(t)]}, {{t, 1}}, table, LogitsFor::kLast});
+      batch.sequences.push_back({{streams_[s][static_cast<size_t>(t)]}, {{t, 1}}, table, LogitsFor::kLast, {}});
       EXPECT_TRUE(model_->forward(batch, kv, pool, out).ok());
       logits.insert(logits.end(), out.row(0), out.row(0) + out.n_vocab);
     }

@@ -157,7 +157,7 @@ TEST(ModelLoad, PrepackingDoesNotChangeTheLogits) {
     ASSERT_TRUE((*model)->forward(batch, kv, pool, out).ok());
     logits.push_back(out.logits);
     Batch one;  // a single row: the one-row products
-    one.sequences.push_back(SequenceInput{{11}, {QueryRange{0, 1}}, {2}, LogitsFor::kLast});
+    one.sequences.push_back(SequenceInput{{11}, {QueryRange{0, 1}}, {2}, LogitsFor::kLast, {}});
     ASSERT_TRUE((*model)->forward(one, kv, pool, out).ok());
     logits.push_back(out.logits);
   }

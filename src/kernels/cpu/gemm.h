@@ -73,6 +73,9 @@ struct GemmArgs {
   // outputs are folded into argmax_lanes[r] (this thread's) instead of being written to y.
   const uint8_t* argmax_rows = nullptr;
   ArgmaxLanes* argmax_lanes = nullptr;
+  // Per activation row (null: none): a TokenMask's words (util/token_mask.h); a folded row's
+  // outputs outside its mask never count.
+  const uint64_t* const* argmax_masks = nullptr;
 };
 
 struct GemmKernel {

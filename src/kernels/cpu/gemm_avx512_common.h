@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
+#include "util/token_mask.h"
 
 namespace mnemo::kernels::avx512::gemm {
 namespace {
@@ -220,6 +221,8 @@ inline void fold_argmax(ArgmaxLanes& lanes, __mmask16 valid, int64_t o, __m512 v
 // A tile's outputs o..o+15 of activation row `row`: to y, or folded into the row's argmax lanes.
 inline void finish_outputs(const GemmArgs& args, int64_t row, int64_t o, __mmask16 mask, __m512 v) {
   if (args.argmax_rows != nullptr && args.argmax_rows[row] != 0) {
+    const uint64_t* allowed = args.argmax_masks != nullptr ? args.argmax_masks[row] : nullptr;
+    if (allowed != nullptr) mask &= static_cast<__mmask16>(mask_bits16(allowed, o));
     fold_argmax(args.argmax_lanes[row], mask, o, v);
   } else {
     store_outputs(args.y + row * args.y_stride + o, mask, v);

@@ -52,11 +52,13 @@ struct Format {
 
 // argmax_rows / argmax_lanes: as GemmArgs's (this thread's lanes), for a kernel that folds them.
 void multiply_tiles(const MatmulTask& task, const TaskPlan& plan, int64_t n_rows, int64_t row_begin, int64_t row_end,
-                    int64_t stream_row_end, const uint8_t* argmax_rows, ArgmaxLanes* argmax_lanes) {
+                    int64_t stream_row_end, const uint8_t* argmax_rows, ArgmaxLanes* argmax_lanes,
+                    const uint64_t* const* argmax_masks) {
   const WeightMatrix& w = *task.w;
   if (plan.gemm != nullptr) {
-    const GemmArgs args{w.data, w.row_bytes(), w.tiles, w.in_features, row_begin, row_end, plan.activations,
-                        n_rows, task.y, w.out_features, stream_row_end, argmax_rows, argmax_lanes};
+    const GemmArgs args{w.data,  w.row_bytes(),  w.tiles,          w.in_features, row_begin,    row_end,
+                        plan.activations, n_rows, task.y, w.out_features, stream_row_end, argmax_rows,
+                        argmax_lanes,     argmax_masks};
     plan.gemm->multiply(args);
     return;
   }
@@ -78,6 +80,7 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
   if (argmax != nullptr) argmax->folded = false;
   if (n_rows <= 0 || tasks.empty()) return;
   assert(argmax == nullptr || (tasks.size() == 1 && static_cast<int64_t>(argmax->wanted.size()) == n_rows));
+  assert(argmax == nullptr || argmax->masks.empty() || static_cast<int64_t>(argmax->masks.size()) == n_rows);
   const int64_t k = tasks[0].w->in_features;
 
   // Plan every task and collect the distinct activation formats (at most a few).
@@ -166,7 +169,8 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
       const int64_t stop = std::min(end, plan.first_tile + task_tiles);
       const auto row_of = [&](int64_t tile) { return std::min(tasks[t].w->out_features, (tile - plan.first_tile) * plan.tile_rows); };
       multiply_tiles(tasks[t], plan, n_rows, row_of(begin), row_of(stop), row_of(std::min(stream_end, plan.first_tile + task_tiles)),
-                     fold ? argmax->wanted.data() : nullptr, fold ? argmax->lanes.data() + thread * n_rows : nullptr);
+                     fold ? argmax->wanted.data() : nullptr, fold ? argmax->lanes.data() + thread * n_rows : nullptr,
+                     fold && !argmax->masks.empty() ? argmax->masks.data() : nullptr);
       begin = stop;
     }
   };

@@ -74,6 +74,9 @@ bool prepacked_tiles_replace_rows(const WeightMatrix& w);
 // Rows of a product wanted only through their largest output (greedy decoding).
 struct ArgmaxRows {
   std::span<const uint8_t> wanted;  // per activation row: non-zero = only its largest output
+  // Per activation row, or empty: null, or the outputs that may count (a TokenMask's words,
+  // util/token_mask.h): the largest of those alone.
+  std::span<const uint64_t* const> masks;
   // Set by matmul: whether the kernel folded those rows' outputs into `lanes` (then their rows
   // of y are left untouched); otherwise every row of y was written.
   bool folded = false;

@@ -53,6 +53,24 @@ int32_t argmax(const float* x, int64_t n) {
   return kernel(x, n);
 }
 
+int32_t argmax_allowed(const float* x, int64_t n, const uint64_t* allowed) {
+  constexpr float kLargest = std::numeric_limits<float>::max();
+  int32_t best = 0;
+  float best_value = -std::numeric_limits<float>::infinity();
+  for (int64_t w = 0; w * 64 < n; ++w) {
+    for (uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+      const int64_t i = w * 64 + __builtin_ctzll(bits);
+      if (i >= n) break;
+      const float v = x[i] > kLargest ? kLargest : x[i];
+      if (v > best_value) {
+        best_value = v;
+        best = static_cast<int32_t>(i);
+      }
+    }
+  }
+  return best;
+}
+
 int32_t argmax_of_lanes(const ArgmaxRows& rows, int64_t row, int64_t n_rows) {
   // Called per greedy row per step: the buffers keep their capacity.
   thread_local std::vector<float> values;

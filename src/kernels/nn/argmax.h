@@ -18,6 +18,11 @@ namespace mnemo::kernels {
 // On the detected ISA. n > 0.
 int32_t argmax(const float* x, int64_t n);
 
+// The same over the indices `allowed` holds (a TokenMask's words, util/token_mask.h) alone; 0
+// when none of them is above -inf. Scalar: the reference of a masked folding product, and the
+// answer where the product does not fold.
+int32_t argmax_allowed(const float* x, int64_t n, const uint64_t* allowed);
+
 // The index of row `row`'s largest output from the lanes a folding product left
 // (kernels/cpu/matmul.h's ArgmaxRows): the same answer as argmax over the row's outputs.
 int32_t argmax_of_lanes(const ArgmaxRows& rows, int64_t row, int64_t n_rows);
