@@ -1,6 +1,7 @@
 // The token mask of constrained decoding on the real vocabularies (Gemma 3: 262k tokens,
 // SmolLM2: 49k), at the states a JSON reply passes through: between structure (after '{' or ':'),
-// inside a free string, inside a string with a pattern, and a regex grammar. Google Benchmark;
+// inside a free string, inside a string with a pattern, a regex grammar, and a GBNF grammar of
+// JSON (structure, then inside a string). Google Benchmark;
 // run with the model cache in place (scripts/setup.sh).
 #include <benchmark/benchmark.h>
 
@@ -40,11 +41,28 @@ std::shared_ptr<const CompiledSchema> schema() {
   return compiled;
 }
 
-// The mask after `prefix` of a reply.
-void BM_Mask(benchmark::State& state, int which, std::string prefix, bool regex) {
-  const Vocabulary& v = vocabulary(which);
+std::shared_ptr<const Gbnf> json_gbnf() {
+  static auto compiled = std::make_shared<const Gbnf>(*Gbnf::compile(R"g(
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ["\\/bfnrt] )* "\""
+number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)?
+ws     ::= [ \t\n]*
+)g"));
+  return compiled;
+}
+
+// kGbnfCold: a GBNF grammar's mask computed afresh each time (a state met the first time: no
+// cached mask, no cached steps), where kGbnf meets the same state again (its mask cached).
+enum class Kind { kSchema, kRegex, kGbnf, kGbnfCold };
+
+std::unique_ptr<OutputConstraint> constraint_after(const Vocabulary& v, const std::string& prefix, Kind kind) {
   std::unique_ptr<OutputConstraint> constraint;
-  if (regex) {
+  if (kind == Kind::kGbnf || kind == Kind::kGbnfCold) {
+    constraint = std::make_unique<OutputConstraint>(v.bytes, json_gbnf());
+  } else if (kind == Kind::kRegex) {
     constraint = std::make_unique<OutputConstraint>(v.bytes, std::make_shared<const Regex>(*Regex::compile("(yes|no): [a-z ]+\\.", true)));
   } else {
     constraint = std::make_unique<OutputConstraint>(v.bytes, schema());
@@ -53,8 +71,20 @@ void BM_Mask(benchmark::State& state, int which, std::string prefix, bool regex)
     const auto ids = v.tokenizer->encode(std::string(1, c), false, false);
     if (ids.size() != 1 || !constraint->accept(ids[0])) throw std::runtime_error("prefix refused at " + std::string(1, c));
   }
+  return constraint;
+}
+
+// The mask after `prefix` of a reply.
+void BM_Mask(benchmark::State& state, int which, std::string prefix, Kind kind) {
+  const Vocabulary& v = vocabulary(which);
+  std::unique_ptr<OutputConstraint> constraint = constraint_after(v, prefix, kind);
   TokenMask allowed;
   for (auto _ : state) {
+    if (kind == Kind::kGbnfCold) {
+      state.PauseTiming();
+      constraint = constraint_after(v, prefix, kind);
+      state.ResumeTiming();
+    }
     constraint->allowed(allowed);
     benchmark::DoNotOptimize(allowed.data());
   }
@@ -64,12 +94,15 @@ void BM_Mask(benchmark::State& state, int which, std::string prefix, bool regex)
 void register_all() {
   for (const int which : {0, 1}) {
     const std::string model = which == 0 ? "gemma" : "smollm2";
-    for (const auto& [name, prefix, regex] : std::vector<std::tuple<std::string, std::string, bool>>{
-             {"start", "", false}, {"after_brace", "{", false}, {"after_colon", "{\"name\":", false},
-             {"in_string", "{\"name\": \"Ann Le", false}, {"in_pattern", "{\"code\": \"AB", false},
-             {"in_any_of", "{\"pet\": ", false}, {"regex", "yes: a b", true}}) {
+    for (const auto& [name, prefix, kind] : std::vector<std::tuple<std::string, std::string, Kind>>{
+             {"start", "", Kind::kSchema}, {"after_brace", "{", Kind::kSchema}, {"after_colon", "{\"name\":", Kind::kSchema},
+             {"in_string", "{\"name\": \"Ann Le", Kind::kSchema}, {"in_pattern", "{\"code\": \"AB", Kind::kSchema},
+             {"in_any_of", "{\"pet\": ", Kind::kSchema}, {"regex", "yes: a b", Kind::kRegex},
+             {"gbnf_after_colon", "{\"name\":", Kind::kGbnf}, {"gbnf_in_string", "{\"name\": \"Ann Le", Kind::kGbnf},
+             {"gbnf_after_colon_cold", "{\"name\":", Kind::kGbnfCold},
+             {"gbnf_in_string_cold", "{\"name\": \"Ann Le", Kind::kGbnfCold}}) {
       benchmark::RegisterBenchmark(("mask/" + model + "/" + name).c_str(),
-                                   [which = which, prefix = prefix, regex = regex](benchmark::State& s) { BM_Mask(s, which, prefix, regex); })
+                                   [which = which, prefix = prefix, kind = kind](benchmark::State& s) { BM_Mask(s, which, prefix, kind); })
           ->Unit(benchmark::kMicrosecond);
     }
   }

@@ -4,7 +4,9 @@
 //      byte by byte (a match must agree with matches());
 //   1: a JSON Schema (up to the first NUL) compiled, then the rest fed to its matcher (a set when
 //      it has anyOf): a document it completes must parse as JSON;
-//   2: model output parsed as a reply in each tool format; every call's arguments must be text.
+//   2: model output parsed as a reply in each tool format; every call's arguments must be text;
+//   3: a GBNF grammar (up to the first NUL) compiled, then the rest fed to its matcher byte by
+//      byte: a refused byte leaves the state as it was (the rest still matches as before).
 // Never a crash, a hang or a sanitizer report.
 //   build/fuzz/fuzz/grammar_fuzz -dict=fuzz/openai.dict -max_len=2048 CORPUS
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/tool_calls.h"
+#include "grammar/gbnf_matcher.h"
 #include "grammar/schema_matcher_set.h"
 
 namespace {
@@ -66,6 +69,22 @@ void reply(std::string_view text) {
   }
 }
 
+void gbnf(std::string_view text, std::string_view input) {
+  auto compiled = mnemo::grammar::Gbnf::compile(text);
+  if (!compiled.ok()) return;
+  mnemo::grammar::GbnfStacks stacks(&*compiled);
+  mnemo::grammar::GbnfMatcher m(&stacks);
+  for (const char c : input) {
+    mnemo::grammar::GbnfMatcher before = m;
+    if (!m.advance(static_cast<uint8_t>(c))) {
+      // Unchanged: what it completes and what its next byte does are as before.
+      if (m.complete() != before.complete()) fail("a refused byte changed the state");
+      continue;
+    }
+  }
+  (void)m.complete();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -74,10 +93,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t nul = input.find('\0');
   const std::string_view head = input.substr(0, nul);
   const std::string_view rest = nul == std::string_view::npos ? std::string_view() : input.substr(nul + 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: regex(head, rest); break;
     case 1: schema(head, rest); break;
-    default: reply(input); break;
+    case 2: reply(input); break;
+    default: gbnf(head, rest); break;
   }
   return 0;
 }

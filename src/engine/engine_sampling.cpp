@@ -36,6 +36,7 @@ std::unique_ptr<grammar::OutputConstraint> Engine::constraint_for(const Generati
   if (request.format == OutputFormat::kText) return nullptr;
   if (!token_bytes_) token_bytes_ = std::make_shared<const grammar::TokenBytes>(tokenizer_);
   if (request.format == OutputFormat::kRegex) return std::make_unique<grammar::OutputConstraint>(token_bytes_, request.regex);
+  if (request.format == OutputFormat::kGbnf) return std::make_unique<grammar::OutputConstraint>(token_bytes_, request.gbnf);
   return std::make_unique<grammar::OutputConstraint>(
       token_bytes_, request.format == OutputFormat::kJsonSchema ? request.schema : nullptr);
 }

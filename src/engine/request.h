@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "engine/sampler.h"
 #include "model/batch.h"
@@ -40,7 +41,7 @@ class PromptKvTap {
                         std::vector<uint8_t>&& slices) = 0;
 };
 
-enum class OutputFormat { kText, kJsonObject, kJsonSchema, kRegex };
+enum class OutputFormat { kText, kJsonObject, kJsonSchema, kRegex, kGbnf };
 
 // An embedding request's pooling of the prompt's final-normed hidden states: their mean (every
 // token computed: a cached prefix is not reused) or the last token's (a cached prefix is).
@@ -79,6 +80,7 @@ struct GenerationRequest {
   OutputFormat format = OutputFormat::kText;
   std::shared_ptr<const grammar::CompiledSchema> schema;
   std::shared_ptr<const grammar::Regex> regex;
+  std::shared_ptr<const grammar::Gbnf> gbnf;  // kGbnf: the text its root derives
   // Not kNone: an embedding (/v1/embeddings). The prompt runs, nothing is generated, and the
   // stream gets one PooledEmbedding before the choice finishes. n = 1, text format, no resume.
   Pooling pooling = Pooling::kNone;

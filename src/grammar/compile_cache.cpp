@@ -12,4 +12,9 @@ CompileCache<Regex>& regex_cache() {
   return cache;
 }
 
+CompileCache<Gbnf>& gbnf_cache() {
+  static CompileCache<Gbnf> cache(256);
+  return cache;
+}
+
 }  // namespace mnemo::grammar

@@ -1,4 +1,4 @@
-// Compiled schemas and regexes kept by their source text, so that a schema or tool set sent with
+// Compiled schemas, regexes and GBNF grammars kept by their source text, so that a schema or tool set sent with
 // every request (an agent's) is compiled once. Least recently used first out; thread-safe (the
 // server's handler threads share it). Only compilations that succeed are kept.
 #pragma once
@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "util/result.h"
@@ -64,5 +65,6 @@ class CompileCache {
 // The process's caches (256 entries each).
 CompileCache<CompiledSchema>& schema_cache();
 CompileCache<Regex>& regex_cache();
+CompileCache<Gbnf>& gbnf_cache();
 
 }  // namespace mnemo::grammar

@@ -95,6 +95,12 @@ OutputConstraint::OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary,
 OutputConstraint::OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const Regex> regex)
     : vocabulary_(std::move(vocabulary)), regex_(std::move(regex)), matcher_(RegexMatcher(regex_.get())) {}
 
+OutputConstraint::OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const Gbnf> gbnf)
+    : vocabulary_(std::move(vocabulary)),
+      gbnf_(std::move(gbnf)),
+      gbnf_stacks_(std::make_unique<GbnfStacks>(gbnf_.get())),
+      matcher_(GbnfMatcher(gbnf_stacks_.get())) {}
+
 namespace {
 
 // Nothing may follow: a JSON document is whole once complete; a regex's match may go on.
@@ -105,6 +111,10 @@ bool exhausted(const Matcher& matcher) {
 template <>
 bool exhausted(const RegexMatcher&) {
   return false;
+}
+template <>
+bool exhausted(const GbnfMatcher& m) {
+  return m.only_end();
 }
 
 }  // namespace
@@ -152,6 +162,18 @@ void OutputConstraint::allowed_by(const Matcher& matcher, TokenMask& allowed) co
 }
 
 void OutputConstraint::allowed(TokenMask& allowed) const {
+  if (const auto* gbnf = std::get_if<GbnfMatcher>(&matcher_)) {
+    const uint32_t set = gbnf->whole_set();
+    if (const auto it = gbnf_masks_.find(set); it != gbnf_masks_.end()) {
+      allowed = it->second;
+      return;
+    }
+    allowed_by(*gbnf, allowed);
+    if (set == GbnfStacks::kDead) return;
+    if (gbnf_masks_.size() >= kMaxCachedMasks) gbnf_masks_.clear();
+    gbnf_masks_.emplace(set, allowed);
+    return;
+  }
   std::visit([&](const auto& m) { allowed_by(m, allowed); }, matcher_);
 }
 

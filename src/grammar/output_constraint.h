@@ -1,6 +1,7 @@
 // Constrained decoding: which tokens may come next so that the output stays a prefix of what the
 // request asks for: a JSON object (response_format json_object), one a compiled schema allows
-// (json_schema, tool-call envelopes), or a text a regex matches whole (the `grammar` extension).
+// (json_schema, tool-call envelopes), or a text a regex matches whole or a GBNF grammar derives
+// (the `grammar` extension).
 // A JSON document once whole allows only the end of generation; a regex's match allows the end
 // and whatever may still extend it. One per sequence; the vocabulary's bytes are shared
 // (TokenBytes).
@@ -12,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <unordered_map>
 #include <variant>
 
+#include "grammar/gbnf_matcher.h"
 #include "grammar/json_matcher.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
@@ -96,6 +99,8 @@ class OutputConstraint {
   explicit OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const CompiledSchema> schema = nullptr);
   // Texts `regex` matches whole.
   OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const Regex> regex);
+  // Texts a GBNF grammar's root derives.
+  OutputConstraint(std::shared_ptr<const TokenBytes> vocabulary, std::shared_ptr<const Gbnf> gbnf);
 
   // The tokens that may come next (over the whole vocabulary).
   void allowed(TokenMask& allowed) const;
@@ -115,8 +120,14 @@ class OutputConstraint {
   std::shared_ptr<const TokenBytes> vocabulary_;
   std::shared_ptr<const CompiledSchema> schema_;  // kept alive for the SchemaMatcher
   std::shared_ptr<const Regex> regex_;            // and the RegexMatcher
+  std::shared_ptr<const Gbnf> gbnf_;              // and the GbnfMatcher, with its stacks
+  std::unique_ptr<GbnfStacks> gbnf_stacks_;
+  // A GBNF grammar's masks by live set: the same state recurs (the inside of a string, the same
+  // structure at the same depth), and its mask is then a copy. At most kMaxCachedMasks.
+  static constexpr size_t kMaxCachedMasks = 32;
+  mutable std::unordered_map<uint32_t, TokenMask> gbnf_masks_;
   // The set only for a schema with anyOf.
-  std::variant<JsonMatcher, SchemaMatcher, SchemaMatcherSet, RegexMatcher> matcher_;
+  std::variant<JsonMatcher, SchemaMatcher, SchemaMatcherSet, RegexMatcher, GbnfMatcher> matcher_;
 };
 
 }  // namespace mnemo::grammar

@@ -281,19 +281,30 @@ void read_response_format(FieldReader& r, GenerationRequest& g) {
   r.fail(fmt::format("'response_format' type '{}' is not one of text, json_object, json_schema", name), "response_format");
 }
 
-// The grammar extension: {"type": "regex", "regex": "..."}, the whole output matching it.
-// llama-server's GBNF strings are refused by name.
+// The grammar extension: a GBNF string as llama-server takes it (or {"type": "gbnf", "gbnf":
+// "..."}), or {"type": "regex", "regex": "..."}; the whole output is what the grammar derives
+// or the regex matches.
 void read_grammar(FieldReader& r, GenerationRequest& g) {
   const json* v = r.find("grammar");
   if (v == nullptr || r.failed()) return;
-  if (v->is_string()) {
-    return r.fail("'grammar' as a GBNF string is not supported here: give {\"type\": \"regex\", \"regex\": \"...\"}, "
-                  "or response_format json_schema",
-                  "grammar");
+  const bool gbnf_object = v->is_object() && v->value("type", json()) == "gbnf";
+  if (v->is_string() || gbnf_object) {
+    if (gbnf_object && (!v->contains("gbnf") || !(*v)["gbnf"].is_string() || v->size() != 2)) {
+      return r.fail("'grammar' must be {\"type\": \"gbnf\", \"gbnf\": \"<grammar>\"}", "grammar");
+    }
+    if (g.format != OutputFormat::kText) return r.fail("'grammar' cannot be combined with 'response_format'", "grammar");
+    const std::string& text = gbnf_object ? (*v)["gbnf"].get_ref<const std::string&>() : v->get_ref<const std::string&>();
+    auto gbnf = grammar::gbnf_cache().get(text, [&text] { return grammar::Gbnf::compile(text); });
+    if (!gbnf.ok()) return r.fail("'grammar': " + gbnf.error().message(), "grammar");
+    g.format = OutputFormat::kGbnf;
+    g.gbnf = std::move(*gbnf);
+    return;
   }
   if (!v->is_object() || v->value("type", json()) != "regex" || !v->contains("regex") || !(*v)["regex"].is_string() ||
       v->size() != 2) {
-    return r.fail("'grammar' must be {\"type\": \"regex\", \"regex\": \"<pattern>\"}", "grammar");
+    return r.fail("'grammar' must be a GBNF string, {\"type\": \"gbnf\", \"gbnf\": \"<grammar>\"} or {\"type\": \"regex\", "
+                  "\"regex\": \"<pattern>\"}",
+                  "grammar");
   }
   if (g.format != OutputFormat::kText) return r.fail("'grammar' cannot be combined with 'response_format'", "grammar");
   const std::string& pattern = (*v)["regex"].get_ref<const std::string&>();

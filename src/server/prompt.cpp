@@ -48,7 +48,8 @@ std::optional<ApiError> prepare_tool_calls(const ChatTemplate& chat_template, Pa
   if (!request.tool_envelope) return std::nullopt;
   GenerationRequest& g = request.generation;
   if (g.format != OutputFormat::kText) {
-    const char* field = g.format == OutputFormat::kRegex ? "grammar" : "response_format";
+    const bool grammar = g.format == OutputFormat::kRegex || g.format == OutputFormat::kGbnf;
+    const char* field = grammar ? "grammar" : "response_format";
     return bad_request(fmt::format("'{}' cannot be combined with tool calls here (tool calls are constrained output already)", field),
                        field);
   }

@@ -112,7 +112,7 @@ void follow(const Tokenizer& tokenizer, const TokenBytes& vocabulary, OutputCons
   EXPECT_TRUE(constraint.complete());
 }
 
-TEST_P(OutputConstraintTest, AnyOfPatternsLengthsAndRegexGrammarsMaskExactly) {
+TEST_P(OutputConstraintTest, AnyOfPatternsLengthsAndRegexAndGbnfGrammarsMaskExactly) {
   const auto tokenizer = load(GetParam());
   ASSERT_NE(tokenizer, nullptr);
   auto vocabulary = std::make_shared<const TokenBytes>(*tokenizer);
@@ -130,6 +130,12 @@ TEST_P(OutputConstraintTest, AnyOfPatternsLengthsAndRegexGrammarsMaskExactly) {
   auto shared_regex = std::make_shared<const Regex>(std::move(*regex));
   OutputConstraint grammar(vocabulary, shared_regex);
   follow(*tokenizer, *vocabulary, grammar, RegexMatcher(shared_regex.get()), "no, 12 item", true);
+  auto gbnf = Gbnf::compile("root ::= (\"yes\" | \"no\") \", \" [0-9]+ \" item\" \"s\"? (\"\\n\" note)?\nnote ::= [^\\n]{0,10}\n");
+  ASSERT_TRUE(gbnf.ok()) << gbnf.error().message();
+  auto shared_gbnf = std::make_shared<const Gbnf>(std::move(*gbnf));
+  OutputConstraint gbnf_grammar(vocabulary, shared_gbnf);
+  GbnfStacks reference_stacks(shared_gbnf.get());
+  follow(*tokenizer, *vocabulary, gbnf_grammar, GbnfMatcher(&reference_stacks), "no, 12 items\nok go", true);
 }
 
 INSTANTIATE_TEST_SUITE_P(RealVocabularies, OutputConstraintTest, ::testing::Values(chat_model_path(), reference_model_path()),

@@ -5,6 +5,7 @@ a prefix of an object); the chat model ends a simple one."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 
@@ -145,9 +146,42 @@ def test_grammar_regex_outputs_match_whole(client, model_id, chat_server, patter
                 assert re.fullmatch(pattern, text), (pattern, text)
 
 
+GBNF_CASES = [
+    # (grammar, how to check a whole output)
+    ('root ::= ("yes" | "no") ", because " [a-z ]{3,30} "."',
+     lambda text: re.fullmatch(r"(yes|no), because [a-z ]{3,30}\.", text)),
+    ('root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= [1-9] [0-9]{0,2} | "(" expr ")"\n',
+     lambda text: re.fullmatch(r"[0-9+\-()]+", text) and ast.parse(text, mode="eval")),
+]
+
+
+@pytest.mark.parametrize("case", range(len(GBNF_CASES)))
+def test_gbnf_grammar_outputs_are_derived_whole(client, model_id, chat_server, case):
+    """llama-server's GBNF strings, and the same as {"type": "gbnf", "gbnf": ...}; a recursive
+    grammar (arithmetic with nested parentheses) included."""
+    grammar, check = GBNF_CASES[case]
+    with openai.OpenAI(base_url=chat_server.base_url, api_key="unused", max_retries=0, timeout=300) as chat:
+        chat_model = chat.models.list().data[0].id
+        ended = 0
+        for c, model in ((client, model_id), (chat, chat_model)):
+            for form in (grammar, {"type": "gbnf", "gbnf": grammar}):
+                r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Answer briefly."}],
+                                              max_tokens=60, temperature=0.8, seed=5, n=2, extra_body={"grammar": form})
+                for choice in r.choices:
+                    if choice.finish_reason == "stop":
+                        assert check(choice.message.content), (grammar, choice.message.content)
+                        ended += 1
+            greedy = c.completions.create(model=model, prompt="Q: answer? A:", max_tokens=60, temperature=0,
+                                          extra_body={"grammar": grammar})
+            if greedy.choices[0].finish_reason == "stop":
+                assert check(greedy.choices[0].text), (grammar, greedy.choices[0].text)
+                ended += 1
+        assert ended >= 3, "too few outputs ended to check anything"
+
+
 def test_grammar_errors_name_the_field(client, model_id):
-    for grammar in ('root ::= "a"', {"type": "regex", "regex": "(a"}, {"type": "gbnf", "grammar": "x"},
-                    {"type": "regex", "regex": "(?=a)"}):
+    for grammar in ('root ::= item', 'root ::= root "a" | "b"', 'root ::= "a', {"type": "regex", "regex": "(a"},
+                    {"type": "gbnf", "grammar": "x"}, {"type": "regex", "regex": "(?=a)"}, 7):
         with pytest.raises(openai.BadRequestError) as info:
             client.chat.completions.create(model=model_id, messages=ASK, max_tokens=4, extra_body={"grammar": grammar})
         assert info.value.param == "grammar"
