@@ -1,5 +1,5 @@
-// Compiled schemas, regexes and GBNF grammars kept by their source text, so that a schema or tool set sent with
-// every request (an agent's) is compiled once. Least recently used first out; thread-safe (the
+// Compiled schemas, regexes and GBNF grammars kept by their source text, so that a schema or
+// tool set sent with every request (an agent's) is compiled once. Least recently used first out; thread-safe (the
 // server's handler threads share it). Only compilations that succeed are kept.
 #pragma once
 

@@ -162,19 +162,25 @@ void OutputConstraint::allowed_by(const Matcher& matcher, TokenMask& allowed) co
 }
 
 void OutputConstraint::allowed(TokenMask& allowed) const {
-  if (const auto* gbnf = std::get_if<GbnfMatcher>(&matcher_)) {
+  // A grammar's state as a key: its whole state (the regex's), or its live set when no character
+  // is half read (the GBNF's); none for JSON, whose masks are cheap and states rarely recur.
+  std::string key;
+  if (const auto* regex = std::get_if<RegexMatcher>(&matcher_)) {
+    key.assign(reinterpret_cast<const char*>(regex->states().data()), sizeof(Regex::StateSet));
+  } else if (const auto* gbnf = std::get_if<GbnfMatcher>(&matcher_); gbnf != nullptr && gbnf->whole_set() != GbnfStacks::kDead) {
     const uint32_t set = gbnf->whole_set();
-    if (const auto it = gbnf_masks_.find(set); it != gbnf_masks_.end()) {
+    key.assign(reinterpret_cast<const char*>(&set), sizeof(set));
+  }
+  if (!key.empty()) {
+    if (const auto it = masks_by_state_.find(key); it != masks_by_state_.end()) {
       allowed = it->second;
       return;
     }
-    allowed_by(*gbnf, allowed);
-    if (set == GbnfStacks::kDead) return;
-    if (gbnf_masks_.size() >= kMaxCachedMasks) gbnf_masks_.clear();
-    gbnf_masks_.emplace(set, allowed);
-    return;
   }
   std::visit([&](const auto& m) { allowed_by(m, allowed); }, matcher_);
+  if (key.empty()) return;
+  if (masks_by_state_.size() >= kMaxCachedMasks) masks_by_state_.clear();
+  masks_by_state_.emplace(std::move(key), allowed);
 }
 
 bool OutputConstraint::accept(TokenId token) {

@@ -87,6 +87,7 @@ class RegexMatcher {
   bool complete() const { return regex_->accepts(states_); }
   bool in_string() const { return false; }
   int32_t string_room() const { return 0; }
+  const Regex::StateSet& states() const { return states_; }
 
  private:
   const Regex* regex_;
@@ -122,10 +123,11 @@ class OutputConstraint {
   std::shared_ptr<const Regex> regex_;            // and the RegexMatcher
   std::shared_ptr<const Gbnf> gbnf_;              // and the GbnfMatcher, with its stacks
   std::unique_ptr<GbnfStacks> gbnf_stacks_;
-  // A GBNF grammar's masks by live set: the same state recurs (the inside of a string, the same
-  // structure at the same depth), and its mask is then a copy. At most kMaxCachedMasks.
+  // A grammar's masks (regex or GBNF) by its matcher's state: the same state recurs (the inside
+  // of a string or a class loop, the same structure at the same depth), and its mask is then a
+  // copy. At most kMaxCachedMasks.
   static constexpr size_t kMaxCachedMasks = 32;
-  mutable std::unordered_map<uint32_t, TokenMask> gbnf_masks_;
+  mutable std::unordered_map<std::string, TokenMask> masks_by_state_;
   // The set only for a schema with anyOf.
   std::variant<JsonMatcher, SchemaMatcher, SchemaMatcherSet, RegexMatcher, GbnfMatcher> matcher_;
 };
