@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -12,18 +13,22 @@ using nlohmann::json;
 constexpr size_t kMaxNodes = 1024;
 constexpr int kMaxNesting = 16;
 
-// Keywords that describe without constraining, accepted anywhere.
+// Keywords that describe without constraining, accepted anywhere (definitions are read where a
+// $ref points into them).
 bool descriptive(const std::string& key) {
   return key == "description" || key == "title" || key == "$schema" || key == "examples" || key == "default" ||
-         key == "$comment";
+         key == "$comment" || key == "$defs" || key == "definitions" || key == "$id";
 }
 
 class Compiler {
  public:
+  explicit Compiler(const json& root) : root_(root) {}
+
   Result<int32_t> node(const json& schema, int depth, const std::string& where) {
     if (depth > kMaxNesting) return make_error("{}: the schema nests deeper than {} levels", where, kMaxNesting);
     if (out_.nodes.size() >= kMaxNodes) return make_error("the schema has more than {} nodes", kMaxNodes);
     if (!schema.is_object()) return make_error("{}: a schema must be an object", where);
+    if (schema.contains("$ref")) return reference(schema, depth, where);
     const auto index = static_cast<int32_t>(out_.nodes.size());
     out_.nodes.emplace_back();
     if (schema.contains("enum") || schema.contains("const")) return literal(schema, index, where);
@@ -51,6 +56,35 @@ class Compiler {
   CompiledSchema take() { return std::move(out_); }
 
  private:
+  // A "$ref" to a definition of this schema ("#/$defs/Name", "#/definitions/Name" or any JSON
+  // pointer into it), as pydantic writes nested models: compiled once, its node shared by every
+  // reference. A definition that refers to itself, directly or not, is refused: the output would
+  // need a recursive grammar (the GBNF `grammar` extension can express one).
+  Result<int32_t> reference(const json& schema, int depth, const std::string& where) {
+    MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"$ref"}, where));
+    const json& ref = schema["$ref"];
+    if (!ref.is_string() || ref.get_ref<const std::string&>().rfind("#", 0) != 0) {
+      return make_error("{}: '$ref' must point into this schema (\"#/$defs/...\")", where);
+    }
+    const std::string& target = ref.get_ref<const std::string&>();
+    if (const auto done = compiled_refs_.find(target); done != compiled_refs_.end()) return done->second;
+    if (std::find(open_refs_.begin(), open_refs_.end(), target) != open_refs_.end()) {
+      return make_error("{}: '$ref' {} is recursive; recursive schemas are not supported here", where, target);
+    }
+    const json* definition = nullptr;
+    try {
+      definition = &root_.at(json::json_pointer(target.substr(1)));
+    } catch (const json::exception&) {
+      return make_error("{}: '$ref' {} points at nothing in the schema", where, target);
+    }
+    open_refs_.push_back(target);
+    auto compiled = node(*definition, depth + 1, target);
+    open_refs_.pop_back();
+    if (!compiled.ok()) return compiled.error();
+    compiled_refs_.emplace(target, *compiled);
+    return *compiled;
+  }
+
   Status only_keywords(const json& schema, std::initializer_list<const char*> allowed, const std::string& where) const {
     for (const auto& item : schema.items()) {
       const std::string& key = item.key();
@@ -164,7 +198,10 @@ class Compiler {
     return index;
   }
 
+  const json& root_;
   CompiledSchema out_;
+  std::map<std::string, int32_t> compiled_refs_;
+  std::vector<std::string> open_refs_;  // the references being compiled, outermost first
 };
 
 }  // namespace
@@ -191,7 +228,7 @@ int32_t append_any_object(CompiledSchema& into) {
 }
 
 Result<CompiledSchema> compile_schema(const json& schema) {
-  Compiler compiler;
+  Compiler compiler(schema);
   MNEMO_ASSIGN_OR_RETURN(int32_t root, compiler.node(schema, 0, "schema"));
   (void)root;
   return compiler.take();

@@ -7,8 +7,10 @@
 //            date-time, email, uuid, ipv4, uri); integer, number, boolean, null;
 //   enum     of strings, booleans or null (also `const`);
 //   anyOf    of at most 16 alternatives (grammar/schema_matcher_set.h follows them all at once);
-//   any object (only where a caller asks for it: a tool's parameters that do not compile).
-// Anything else ($ref, minimum/maximum, type lists, ...) is refused with the keyword named, never
+//   any object (only where a caller asks for it: a tool's parameters that do not compile);
+//   $ref     to a definition in the schema ($defs, definitions: pydantic's nested models),
+//            compiled once and shared; a recursive one is refused.
+// Anything else (minimum/maximum, type lists, ...) is refused with the keyword named, never
 // silently ignored.
 #pragma once
 

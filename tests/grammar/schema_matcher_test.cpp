@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/schema_matcher.h"
+#include "grammar/schema_matcher_set.h"
 #include "grammar/schema_test_util.h"
 
 namespace mnemo::grammar {
@@ -55,6 +56,41 @@ TEST(CompileSchema, RefusesWhatItDoesNotImplementByName) {
   json deep = {{"type", "string"}};
   for (int i = 0; i < 20; ++i) deep = {{"type", "array"}, {"items", deep}};
   EXPECT_FALSE(compile_schema(deep).ok());
+}
+
+TEST(CompileSchema, RefsToDefinitionsAreFollowedAsPydanticWritesThem) {
+  // What pydantic makes of a model with a nested model used twice, an enum and an optional field.
+  const json schema = json::parse(R"({
+    "$defs": {
+      "Point": {"properties": {"x": {"title": "X", "type": "integer"}, "y": {"title": "Y", "type": "integer"}},
+                "required": ["x", "y"], "title": "Point", "type": "object", "additionalProperties": false},
+      "Colour": {"enum": ["red", "green"], "title": "Colour", "type": "string"}
+    },
+    "properties": {"start": {"$ref": "#/$defs/Point"}, "end": {"$ref": "#/$defs/Point"},
+                   "colour": {"$ref": "#/$defs/Colour"},
+                   "label": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "Label"}},
+    "required": ["start", "end", "colour"], "title": "Segment", "type": "object", "additionalProperties": false})");
+  const CompiledSchema c = compiled(schema);
+  EXPECT_LE(c.nodes.size(), 10u) << "Point compiled once, shared by both references";
+  EXPECT_TRUE(completes_with<SchemaMatcherSet>(c, R"({"start": {"x": 1, "y": -2}, "end": {"x": 3, "y": 4}, "colour": "red"})"));
+  EXPECT_TRUE(completes_with<SchemaMatcherSet>(c, R"({"colour": "green", "end": {"y": 0, "x": 0}, "start": {"x": 5, "y": 6}, "label": null})"));
+  EXPECT_FALSE(completes_with<SchemaMatcherSet>(c, R"({"start": {"x": 1}, "end": {"x": 3, "y": 4}, "colour": "red"})"));
+  EXPECT_FALSE(completes_with<SchemaMatcherSet>(c, R"({"start": {"x": 1, "y": 2}, "end": {"x": 3, "y": 4}, "colour": "blue"})"));
+  // "definitions" (older pydantic) and a pointer with an escaped '/'.
+  EXPECT_TRUE(completes_with<SchemaMatcher>(compiled(json::parse(R"({"definitions": {"a/b": {"type": "boolean"}},
+      "type": "object", "properties": {"f": {"$ref": "#/definitions/a~1b"}}, "required": ["f"]})")), R"({"f": true})"));
+  for (const auto& [bad, words] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}},
+                "$ref": "#/$defs/Node"})", "recursive"},
+           {R"({"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"})", "recursive"},
+           {R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}})", "points at nothing"},
+           {R"({"type": "object", "properties": {"a": {"$ref": "https://example.com/schema"}}})", "into this schema"},
+           {R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/X", "type": "string"}}, "$defs": {"X": {"type": "null"}}})", "'type'"},
+       }) {
+    const auto c2 = compile_schema(json::parse(bad));
+    ASSERT_FALSE(c2.ok()) << bad;
+    EXPECT_NE(c2.error().message().find(words), std::string::npos) << c2.error().message();
+  }
 }
 
 TEST(SchemaMatcher, AcceptsWhatTheSchemaAllows) {

@@ -201,3 +201,33 @@ def test_unsupported_schemas_are_refused_by_keyword(client, model_id):
                 "type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
         assert info.value.param == "response_format"
         assert keyword in info.value.message
+
+
+def test_pydantic_models_parse_with_the_official_client(chat_server):
+    """client.chat.completions.parse(response_format=Model): the client sends the model's strict
+    schema (nested models as $defs and $ref) and parses the reply into the model."""
+    from typing import Literal, Optional
+
+    from pydantic import BaseModel
+
+    class Point(BaseModel):
+        x: int
+        y: int
+
+    class Segment(BaseModel):
+        start: Point
+        end: Point
+        colour: Literal["red", "green"]
+        label: Optional[str] = None
+
+    with openai.OpenAI(base_url=chat_server.base_url, api_key="unused", max_retries=0, timeout=300) as chat:
+        model = chat.models.list().data[0].id
+        parsed = 0
+        for seed in range(4):
+            r = chat.chat.completions.parse(model=model, response_format=Segment, temperature=0.7, seed=seed, max_tokens=120,
+                                            messages=[{"role": "user", "content": "Give a red segment from (1, 2) to (3, 4) as JSON."}])
+            if r.choices[0].finish_reason == "stop":
+                segment = r.choices[0].message.parsed
+                assert isinstance(segment, Segment) and isinstance(segment.start, Point)
+                parsed += 1
+        assert parsed >= 2, "too few replies ended to check anything"
