@@ -88,4 +88,9 @@ struct RequestState {
   double first_token_seconds = -1;
 };
 
+// The text a request streamed for its first generated `tokens` (through the detokenizer and the
+// stop matcher, as emit_token streams it): what the client of a resumed request already has,
+// and what a reply held back whole (tool calls) must start with.
+std::string streamed_text(const Tokenizer& tokenizer, const std::vector<std::string>& stops, const std::vector<TokenId>& tokens);
+
 }  // namespace mnemo

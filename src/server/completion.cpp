@@ -41,6 +41,11 @@ Completion::Completion(Endpoint endpoint, std::string model_id, ParsedRequest re
   if (request_.echo && request_.generation.resume_tokens.empty()) {
     echo_ = request_.prompt_tokens.empty() ? request_.prompt_text : tokenizer_.decode(request_.prompt_tokens);
   }
+  // A resumed reply that is read for tool calls was held back whole: its client has none of it,
+  // so it starts with what the failed instance generated.
+  if (reads_tool_calls() && !request_.generation.resume_tokens.empty()) {
+    texts_[0] = streamed_text(tokenizer_, request_.generation.stop, request_.generation.resume_tokens);
+  }
 }
 
 json cached_tokens_details(const RequestUsage& usage) {

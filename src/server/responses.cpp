@@ -225,7 +225,14 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
     if (error) std::fprintf(stderr, "mnemo: response %s not stored: %s\n", id.c_str(), error->message.c_str());
     return error;
   };
-  auto shaper = std::make_shared<ResponsesShaper>(std::move(identity), resumed.text, request.report_tokens, std::move(store_turn));
+  // A reply read for tool calls is held back whole: what the failed instance generated is its
+  // start, though its client saw none of it.
+  const std::vector<TokenId>& resume_tokens = request.generation.resume_tokens;
+  std::string resumed_text = identity.reads_tool_calls && !resume_tokens.empty()
+                                 ? streamed_text(*served(request.model).tokenizer, request.generation.stop, resume_tokens)
+                                 : resumed.text;
+  auto shaper = std::make_shared<ResponsesShaper>(std::move(identity), std::move(resumed_text), request.report_tokens,
+                                                  std::move(store_turn));
   // A router's Caching-3 copy back to a prefill instance (SPEC M4), or a failover copy, follows it.
   EventObserver observe = follow_run(req, run, *shaper);
   answer_with(res, run.stream, run.in_flight_guard, std::move(shaper), t.stream, std::move(observe));

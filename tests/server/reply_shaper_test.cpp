@@ -282,5 +282,48 @@ TEST_F(ReplyShaperTest, ThePumpDrivesAShaperFromARealStreamAsEventsArrive) {
   EXPECT_EQ(whole->status(), 200);
 }
 
+// A failover resumes a tool-call reply on another instance: its client got none of the held-back
+// text, so the reply must be whole from the resumed tokens plus what is generated after.
+TEST_F(ReplyShaperTest, AResumedToolCallReplyStartsWithTheResumedTokensText) {
+  const std::string envelope = R"({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]})";
+  std::vector<TokenId> tokens;  // the tiny vocabulary's byte tokens, <0x00> at id 3
+  for (const char c : envelope) tokens.push_back(3 + static_cast<uint8_t>(c));
+  const size_t split = tokens.size() / 2;
+  for (const bool stream : {false, true}) {
+    ParsedRequest r = request(1, stream);
+    r.tool_use.tools = {ToolSpec{"get_weather", "", json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}})")}};
+    r.tool_envelope = true;
+    r.generation.resume_tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(split));
+    Completion chat(Endpoint::kChat, "m", r, *tokenizer_);
+    const std::string first = streamed_text(*tokenizer_, {}, r.generation.resume_tokens);
+    ASSERT_TRUE(envelope.starts_with(first)) << first;
+    std::vector<StreamEvent> events = {TokenDelta{0, envelope.substr(first.size()), tokens.back(), std::nullopt},
+                                       ChoiceFinished{0, FinishReason::kStop}, RequestDone{usage(), ""}};
+    json call;
+    if (stream) {
+      std::string out = chat.open_stream();
+      for (const StreamEvent& e : events) chat.stream(e, out);
+      std::string arguments;
+      for (const auto& [name, data] : sse_events(out)) {
+        if (data == "[DONE]") continue;
+        const json chunk = json::parse(data);
+        for (const json& c : chunk["choices"]) {
+          if (!c["delta"].contains("tool_calls")) continue;
+          const json& d = c["delta"]["tool_calls"][0];
+          if (d.contains("function") && d["function"].contains("name")) call["name"] = d["function"]["name"];
+          if (d.contains("function") && d["function"].contains("arguments")) arguments += d["function"]["arguments"].get<std::string>();
+        }
+      }
+      call["arguments"] = arguments;
+    } else {
+      for (const StreamEvent& e : events) chat.gather(e);
+      const json body = json::parse(chat.whole().body);
+      call = body["choices"][0]["message"]["tool_calls"][0]["function"];
+    }
+    EXPECT_EQ(call["name"], "get_weather") << (stream ? "streamed" : "whole");
+    EXPECT_EQ(json::parse(call["arguments"].get<std::string>()), json::parse(R"({"city": "Paris"})")) << (stream ? "streamed" : "whole");
+  }
+}
+
 }  // namespace
 }  // namespace mnemo::server
