@@ -92,7 +92,7 @@ uint32_t GbnfStacks::next(uint32_t set, uint32_t code_point) {
     if (grammar_->matches(at, code_point)) expand(at + 1, parent(node), out, 0);
   }
   const uint32_t result = out.nodes.empty() || out.overflow ? kDead : intern_set(out);
-  steps_.emplace(key, result);
+  if (steps_.size() < kMaxSteps) steps_.emplace(key, result);  // past that, computed each time
   return result;
 }
 

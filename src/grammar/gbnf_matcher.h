@@ -28,6 +28,7 @@ class GbnfStacks {
   static constexpr uint32_t kDead = UINT32_MAX;  // no set: nothing can follow
   static constexpr size_t kMaxNodes = 1 << 20;
   static constexpr size_t kMaxSets = 1 << 16;
+  static constexpr size_t kMaxSteps = 1 << 20;  // steps kept for lookup (the arena's memory bound)
   static constexpr int kMaxStacks = 256;
 
   explicit GbnfStacks(const Gbnf* grammar);
