@@ -1,9 +1,13 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
+
+#include "grammar/integer_range.h"
 
 namespace mnemo::grammar {
 namespace {
@@ -41,9 +45,9 @@ class Compiler {
     if (name == "object") return object(schema, index, depth, where);
     if (name == "array") return array(schema, index, depth, where);
     if (name == "string") return string(schema, index, where);
-    static const std::pair<const char*, SchemaNode::Kind> kScalars[] = {
-        {"integer", SchemaNode::Kind::kInteger}, {"number", SchemaNode::Kind::kNumber},
+    static const std::pair<const char*, SchemaNode::Kind> kScalars[] = {{"number", SchemaNode::Kind::kNumber},
         {"boolean", SchemaNode::Kind::kBoolean}, {"null", SchemaNode::Kind::kNull}};
+    if (name == "integer") return integer(schema, index, where);
     for (const auto& [scalar, kind] : kScalars) {
       if (name != scalar) continue;
       MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"type"}, where));
@@ -129,6 +133,37 @@ class Compiler {
       out_.regexes.push_back(std::move(*regex));
       out_.nodes[static_cast<size_t>(index)].regex = static_cast<int32_t>(out_.regexes.size() - 1);
     }
+    return index;
+  }
+
+  // An integer, with its bounds as a pattern over its digits (grammar/integer_range.h).
+  Result<int32_t> integer(const json& schema, int32_t index, const std::string& where) {
+    MNEMO_RETURN_IF_ERROR(only_keywords(schema, {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}, where));
+    out_.nodes[static_cast<size_t>(index)].kind = SchemaNode::Kind::kInteger;
+    std::optional<int64_t> lo, hi;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!schema.contains(key)) continue;
+      const json& v = schema[key];
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || std::abs(v.get<double>()) > 1e15) {
+        return make_error("{}: '{}' must be a number within ±10^15", where, key);
+      }
+      const double x = v.get<double>();
+      const std::string_view k = key;
+      if (k == "minimum" || k == "exclusiveMinimum") {
+        const auto bound = static_cast<int64_t>(k == "minimum" ? std::ceil(x) : std::floor(x) + 1);
+        lo = lo ? std::max(*lo, bound) : bound;
+      } else {
+        const auto bound = static_cast<int64_t>(k == "maximum" ? std::floor(x) : std::ceil(x) - 1);
+        hi = hi ? std::min(*hi, bound) : bound;
+      }
+    }
+    if (!lo && !hi) return index;
+    auto pattern = integer_range_pattern(lo, hi);
+    if (!pattern.ok()) return make_error("{}: {}", where, pattern.error().message());
+    auto regex = Regex::compile(*pattern, /*anchored=*/true);
+    if (!regex.ok()) return make_error("{}: the integer bounds are too wide to follow here ({})", where, regex.error().message());
+    out_.regexes.push_back(std::move(*regex));
+    out_.nodes[static_cast<size_t>(index)].regex = static_cast<int32_t>(out_.regexes.size() - 1);
     return index;
   }
 

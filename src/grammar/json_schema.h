@@ -4,13 +4,15 @@
 //            most 64), no other keys (additionalProperties is false, as OpenAI's strict mode has it);
 //   array    items, minItems, maxItems;
 //   string   minLength, maxLength (characters), pattern (grammar/regex.h), format (date, time,
-//            date-time, email, uuid, ipv4, uri); integer, number, boolean, null;
+//            date-time, email, uuid, ipv4, uri);
+//   integer  minimum, maximum, exclusiveMinimum, exclusiveMaximum (within ±10^15: followed as a
+//            pattern over its digits, grammar/integer_range.h); number, boolean, null;
 //   enum     of strings, booleans or null (also `const`);
 //   anyOf    of at most 16 alternatives (grammar/schema_matcher_set.h follows them all at once);
 //   any object (only where a caller asks for it: a tool's parameters that do not compile);
 //   $ref     to a definition in the schema ($defs, definitions: pydantic's nested models),
 //            compiled once and shared; a recursive one is refused.
-// Anything else (minimum/maximum, type lists, ...) is refused with the keyword named, never
+// Anything else (a number's bounds, type lists, ...) is refused with the keyword named, never
 // silently ignored.
 #pragma once
 
@@ -41,7 +43,7 @@ struct SchemaNode {
   std::vector<int32_t> alternatives;  // anyOf: the alternatives' nodes
   int32_t min_length = 0;             // string: characters (code points; an escape is one)
   int32_t max_length = INT32_MAX;
-  int32_t regex = -1;                 // string: its pattern or format (CompiledSchema::regexes)
+  int32_t regex = -1;                 // string: its pattern or format; integer: its bounds (CompiledSchema::regexes)
 };
 
 struct CompiledSchema {

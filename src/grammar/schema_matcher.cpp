@@ -67,7 +67,15 @@ bool SchemaMatcher::begin_value(int32_t index, uint8_t byte) {
   leaf_matcher_ = JsonMatcher(/*object_root=*/false);
   if (!leaf_matcher_.feed(byte)) return false;
   chars_ = 0;
-  if (n.regex >= 0) pattern_ = schema_->regexes[static_cast<size_t>(n.regex)].start();
+  if (n.regex >= 0) {
+    const Regex& regex = schema_->regexes[static_cast<size_t>(n.regex)];
+    pattern_ = regex.start();
+    // An integer's bounds follow its text from its first byte (a string's pattern, its content).
+    if (n.kind == Kind::kInteger) {
+      pattern_ = regex.step(pattern_, byte);
+      if (Regex::empty(pattern_)) return false;
+    }
+  }
   leaf_ = n.kind == Kind::kInteger ? Leaf::kInteger : n.kind == Kind::kNumber ? Leaf::kNumber : Leaf::kJson;
   leaf_node_ = index;
   if (leaf_ == Leaf::kJson && leaf_matcher_.complete()) return value_done();
@@ -93,6 +101,7 @@ bool SchemaMatcher::step_leaf(uint8_t byte) {
     return value_done();
   }
   if (leaf_ == Leaf::kJson && leaf_matcher_.in_string_content() && !string_content(byte)) return false;
+  if (leaf_ == Leaf::kInteger && node(leaf_node_).regex >= 0) return bounded_integer(byte);
   const bool number = leaf_ == Leaf::kNumber || leaf_ == Leaf::kInteger;
   if (leaf_ == Leaf::kInteger && (byte == '.' || byte == 'e' || byte == 'E')) {
     if (!leaf_matcher_.number_may_end()) return false;
@@ -103,6 +112,23 @@ bool SchemaMatcher::step_leaf(uint8_t byte) {
   }
   // A number ends at the first byte that cannot extend it; that byte belongs to what follows.
   if (!number || !leaf_matcher_.number_may_end()) return false;
+  leaf_ = Leaf::kNone;
+  return value_done() && step(byte);
+}
+
+bool SchemaMatcher::bounded_integer(uint8_t byte) {
+  const Regex& bounds = schema_->regexes[static_cast<size_t>(node(leaf_node_).regex)];
+  const Regex::StateSet next = bounds.step(pattern_, byte);
+  if (!Regex::empty(next) && leaf_matcher_.feed(byte)) {
+    pattern_ = next;
+    if (!leaf_matcher_.complete()) return true;
+    if (!bounds.accepts(pattern_)) return false;
+    leaf_ = Leaf::kNone;
+    return value_done();
+  }
+  // The byte does not extend the integer: it ends here if it is within its bounds, and the byte
+  // belongs to what follows.
+  if (!leaf_matcher_.number_may_end() || !bounds.accepts(pattern_)) return false;
   leaf_ = Leaf::kNone;
   return value_done() && step(byte);
 }

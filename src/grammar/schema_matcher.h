@@ -63,6 +63,9 @@ class SchemaMatcher {
   bool key_byte(uint8_t byte);
   // A string value's length and pattern, checked on each byte of its content.
   bool string_content(uint8_t byte);
+  // A byte of an integer with bounds: its digits follow the bounds' pattern, and it ends only
+  // within them.
+  bool bounded_integer(uint8_t byte);
   bool string_has_pattern() const;
   bool may_close_object(const Frame& f) const;
   bool unseen_left(const Frame& f) const;

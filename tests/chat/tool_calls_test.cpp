@@ -216,7 +216,7 @@ TEST(EnvelopeSchema, FollowsTheChoice) {
 }
 
 TEST(EnvelopeSchema, ParametersItCannotEnforce) {
-  ToolSpec loose{"search", "", json::parse(R"({"type":"object","properties":{"q":{"type":"integer","minimum":1}}})"), false};
+  ToolSpec loose{"search", "", json::parse(R"({"type":"object","properties":{"q":{"type":"number","minimum":1}}})"), false};
   auto lenient = envelope_schema(use_of({loose}, ToolChoice::kRequired));
   ASSERT_TRUE(lenient.ok());  // not strict: any object for its arguments
   EXPECT_TRUE(envelope_accepts(*lenient, R"({"tool_calls":[{"name":"search","arguments":{"anything":[1,2]}}]})"));

@@ -39,7 +39,7 @@ TEST(CompileSchema, RefusesWhatItDoesNotImplementByName) {
   for (const auto& [schema, keyword] : std::vector<std::pair<json, std::string>>{
            {{{"anyOf", json::array()}}, "'anyOf'"},
            {{{"anyOf", json::array({{{"type", "string"}}})}, {"type", "string"}}, "'type'"},
-           {{{"type", "integer"}, {"minimum", 1}}, "minimum"},
+           {{{"type", "number"}, {"minimum", 1}}, "minimum"},
            {{{"type", "string"}, {"format", "hostname"}}, "hostname"},
            {{{"type", "string"}, {"pattern", "(?=a)"}}, "lookaround"},
            {{{"type", "string"}, {"minLength", 3}, {"maxLength", 2}}, "minLength"},
@@ -91,6 +91,38 @@ TEST(CompileSchema, RefsToDefinitionsAreFollowedAsPydanticWritesThem) {
     ASSERT_FALSE(c2.ok()) << bad;
     EXPECT_NE(c2.error().message().find(words), std::string::npos) << c2.error().message();
   }
+}
+
+TEST(SchemaMatcher, IntegerBoundsHoldDigitByDigit) {
+  const CompiledSchema c = compiled(json::parse(R"({"type": "object", "properties": {
+      "age": {"type": "integer", "minimum": 18, "maximum": 120},
+      "delta": {"type": "integer", "exclusiveMinimum": -10, "exclusiveMaximum": 10},
+      "count": {"anyOf": [{"type": "integer", "minimum": 1000}, {"type": "null"}]}},
+      "required": ["age", "delta"], "additionalProperties": false})"));
+  EXPECT_TRUE(completes_with<SchemaMatcherSet>(c, R"({"age": 18, "delta": -9})"));
+  EXPECT_TRUE(completes_with<SchemaMatcherSet>(c, R"({"delta": 9, "age": 120, "count": 123456})"));
+  EXPECT_TRUE(completes_with<SchemaMatcherSet>(c, R"({"age": 77, "delta": 0, "count": null})"));
+  // Refused at the first byte no number in range can have: "2" of 200 is fine (20..99 may
+  // follow), its second "0" is not (200 > 120); "1" of 17 is (18, 100..120), its "7" is not;
+  // 2 is refused at the byte after it, which ends it below 18.
+  const std::string over = R"({"age": 200, "delta": 0})";
+  EXPECT_EQ(accepted_prefix_with<SchemaMatcherSet>(c, over), over.find("200") + 2);
+  const std::string under = R"({"age": 17, "delta": 0})";
+  EXPECT_EQ(accepted_prefix_with<SchemaMatcherSet>(c, under), under.find("17") + 1);
+  const std::string small = R"({"age": 2, "delta": 0})";
+  EXPECT_EQ(accepted_prefix_with<SchemaMatcherSet>(c, small), small.find("2,") + 1);
+  EXPECT_FALSE(completes_with<SchemaMatcherSet>(c, R"({"age": 30, "delta": 10})"));
+  EXPECT_FALSE(completes_with<SchemaMatcherSet>(c, R"({"age": 30, "delta": -10})"));
+  EXPECT_FALSE(completes_with<SchemaMatcherSet>(c, R"({"age": 30, "delta": 1, "count": 999})"));
+  EXPECT_FALSE(completes_with<SchemaMatcherSet>(c, R"({"age": 18.5, "delta": 1})"));
+  // Fractional bounds round inwards; a number's bounds and bounds past 10^15 are refused.
+  const CompiledSchema fractional = compiled(json::parse(R"({"type": "integer", "minimum": 1.5, "maximum": 3.5})"));
+  EXPECT_EQ(fractional.regexes.size(), 1u);
+  EXPECT_TRUE(fractional.regexes[0].matches("2") && fractional.regexes[0].matches("3"));
+  EXPECT_FALSE(fractional.regexes[0].matches("1") || fractional.regexes[0].matches("4"));
+  EXPECT_FALSE(compile_schema(json::parse(R"({"type": "number", "minimum": 0})")).ok());
+  EXPECT_FALSE(compile_schema(json::parse(R"({"type": "integer", "maximum": 1e18})")).ok());
+  EXPECT_FALSE(compile_schema(json::parse(R"({"type": "integer", "minimum": 5, "maximum": 4})")).ok());
 }
 
 TEST(SchemaMatcher, AcceptsWhatTheSchemaAllows) {

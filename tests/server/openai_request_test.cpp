@@ -198,7 +198,7 @@ TEST(ParseRequest, ResponseFormatsCompileTheirSchemaOrSayWhatIsWrong) {
   for (const char* bad : {R"({"type": "json_schema"})",
                           R"({"type": "json_schema", "json_schema": {"schema": {"type": "array", "items": {"type": "string"}}}})",
                           R"({"type": "json_schema", "json_schema": {"schema": {"type": "object"}, "extra": 1}})",
-                          R"({"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 2}}}}})",
+                          R"({"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"type": "number", "minimum": 2}}}}})",
                           R"({"type": "xml"})", R"("json_object")"}) {
     EXPECT_EQ(refused({{"messages", messages}, {"response_format", json::parse(bad)}}, true).param, "response_format") << bad;
   }

@@ -66,8 +66,9 @@ def test_a_json_reply_cut_short_says_length(client, model_id):
 
 SCHEMAS = [
     ("cat", 'Write a JSON object for a cat named Tom who is 3.',
-     {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-      "required": ["name", "age"], "additionalProperties": False}),
+     {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0, "maximum": 30},
+                                       "lives": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}},
+      "required": ["name", "age", "lives"], "additionalProperties": False}),
     ("city", "Give the capital of France and its population as JSON.",
      {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "number"},
                                        "is_capital": {"type": "boolean"}},
@@ -193,7 +194,7 @@ def test_grammar_errors_name_the_field(client, model_id):
 
 def test_unsupported_schemas_are_refused_by_keyword(client, model_id):
     for schema, keyword in [({"type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}, "hostname"),
-                            ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3}}}, "minimum"),
+                            ({"type": "object", "properties": {"a": {"type": "number", "minimum": 3}}}, "minimum"),
                             ({"type": "object", "properties": {"a": {"type": "string", "pattern": "(a)\\1"}}}, "\\1"),
                             ({"type": "array", "items": {"type": "string"}}, "object")]:
         with pytest.raises(openai.BadRequestError) as info:

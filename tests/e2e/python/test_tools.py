@@ -174,7 +174,7 @@ def test_gemma_calls_parse_too(client, model_id):
     ({"tools": CHAT_TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "strict": True,
                                                   "parameters": {"type": "object", "properties": {
-                                                      "q": {"type": "integer", "minimum": 1}}}}}]}, "tools"),
+                                                      "q": {"type": "number", "minimum": 1}}}}}]}, "tools"),
     ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools"),
     ({"tools": CHAT_TOOLS, "response_format": {"type": "json_object"}}, "response_format"),
 ])
