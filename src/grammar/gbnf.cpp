@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <unicode/utf8.h>
 
 namespace mnemo::grammar {
 
@@ -176,15 +177,20 @@ class GbnfParser {
         default: fail(fmt::format("unknown escape '\\{}'", e)); return 0;
       }
     }
-    const int length = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xE ? 3 : (byte >> 3) == 0x1E ? 4 : 0;
-    if (length == 0 || pos_ + static_cast<size_t>(length) > text_.size()) {
+    // ICU's strict decoding: overlong forms, surrogates and truncated sequences are refused.
+    if (at_end()) {
+      fail("a character was expected");
+      return 0;
+    }
+    UChar32 cp = 0;
+    int32_t at = static_cast<int32_t>(pos_);
+    U8_NEXT(reinterpret_cast<const uint8_t*>(text_.data()), at, static_cast<int32_t>(text_.size()), cp);
+    pos_ = static_cast<size_t>(at);
+    if (cp < 0) {
       fail("the grammar is not valid UTF-8");
       return 0;
     }
-    uint32_t cp = length == 1 ? byte : byte & (0x7F >> length);
-    for (int i = 1; i < length; ++i) cp = cp << 6 | (static_cast<uint8_t>(text_[pos_ + static_cast<size_t>(i)]) & 0x3F);
-    pos_ += static_cast<size_t>(length);
-    return cp;
+    return static_cast<uint32_t>(cp);
   }
   uint32_t parse_hex(int digits) {
     uint32_t value = 0;

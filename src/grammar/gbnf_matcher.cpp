@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "grammar/json_matcher.h"
+#include "tokenizer/utf8.h"
 
 namespace mnemo::grammar {
 
@@ -115,7 +116,7 @@ bool GbnfMatcher::advance(uint8_t byte) {
   uint8_t length = length_;
   uint8_t pending = 0;
   if (pending_ == 0) {
-    length = (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xE ? 3 : (byte >> 3) == 0x1E ? 4 : 0;
+    length = static_cast<uint8_t>(tokenizer::utf8_strict_length(byte));
     if (length == 0) return false;
     cp = byte & (0x7Fu >> length);
     pending = length - 1;

@@ -23,6 +23,17 @@ inline size_t utf8_sequence_length(char lead) {
   return high_nibble == 0xE ? 3 : 4;
 }
 
+// Bytes in the well-formed sequence `lead` may start (2 to 4; 1 for ASCII), 0 for a byte that
+// starts none: a continuation byte, C0, C1 (only overlong forms), F5..FF (past U+10FFFF). The
+// strict counterpart of utf8_sequence_length, for byte-by-byte matchers of user text.
+inline int utf8_strict_length(uint8_t lead) {
+  if (lead < 0x80) return 1;
+  if (lead < 0xC2) return 0;
+  if (lead < 0xE0) return 2;
+  if (lead < 0xF0) return 3;
+  return lead < 0xF5 ? 4 : 0;
+}
+
 // Codepoints of `text` decoded leniently as llama.cpp's pre-tokenizer does: the lead byte's bit
 // pattern decides the length, continuation bytes must be 10xxxxxx, overlong forms and surrogates
 // are accepted; a byte that starts no well-formed sequence becomes U+FFFD and decoding resumes at

@@ -120,7 +120,7 @@ TEST(Gbnf, MalformedAndLeftRecursiveGrammarsAreRefusedByName) {
   for (const char* bad : {"root ::= \"abc", "root ::= [abc", "root ::= \"\\q\"", "root ::= [z-a]", "root ::= \"a\"{3,1}",
                           "root ::= \"a\"{5000}", "root := \"a\"", "root ::= * \"a\"", "root ::= (\"a\"", "::= \"a\"",
                           "root ::= \"a\" )", "root ::= \"a\"\nroot ::= \"b\"", "root ::= \"\\x4\"", "root ::= \"\\U00110000\"",
-                          "root ::= \"\xff\""}) {
+                          "root ::= \"\xff\"", "root ::= \"\xc0\xae\"", "root ::= [\xe2\x82]"}) {
     EXPECT_FALSE(refusal(bad).empty()) << bad;
   }
   std::string deep = "root ::= ";
