@@ -25,16 +25,8 @@ using nlohmann::json;
 class EmbeddingsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    testing::TinyModelSpec spec;
-    spec.n_vocab = 300;
-    spec.with_tokenizer = true;
-    const std::string path = testing::write_tiny_model(spec, "embeddings");
-    auto file = gguf::File::open(path);
-    ASSERT_TRUE(file.ok()) << file.error().message();
-    auto tokenizer = Tokenizer::from_gguf(*file);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message();
-    tokenizer_ = std::move(*tokenizer).release();
-    std::remove(path.c_str());
+    tokenizer_ = testing::tiny_tokenizer().release();
+    ASSERT_NE(tokenizer_, nullptr);
   }
   static void TearDownTestSuite() { delete tokenizer_; }
 

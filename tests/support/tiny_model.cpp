@@ -156,4 +156,16 @@ std::string write_tiny_model(const TinyModelSpec& spec, const std::string& name)
   return path;
 }
 
+std::unique_ptr<Tokenizer> tiny_tokenizer(int32_t n_vocab) {
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  add_tiny_vocabulary(w, n_vocab);
+  auto file = gguf::File::parse(w.to_bytes(), "tiny-vocabulary");
+  EXPECT_TRUE(file.ok()) << file.error().message();
+  if (!file.ok()) return nullptr;
+  auto tokenizer = Tokenizer::from_gguf(*file);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.error().message();
+  return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
+}
+
 }  // namespace mnemo::testing

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 
 #include "gguf/gguf_writer.h"
 #include "model/config.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mnemo::testing {
 
@@ -41,5 +43,10 @@ gguf::Writer make_tiny_model(const TinyModelSpec& spec);
 
 // Writes the model to a fresh file under the test temp dir and returns its path.
 std::string write_tiny_model(const TinyModelSpec& spec, const std::string& name);
+
+// The tiny SentencePiece vocabulary of `n_vocab` tokens (at least 260: <unk> <s> </s>, the 256
+// byte tokens at ids 3..258, then letter pieces) as a tokenizer; a test failure and null if it
+// cannot be made. For tests of the API layer, which need a tokenizer but no model.
+std::unique_ptr<Tokenizer> tiny_tokenizer(int32_t n_vocab = 300);
 
 }  // namespace mnemo::testing
