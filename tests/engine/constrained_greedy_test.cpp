@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/stream_collect.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "util/paths.h"
@@ -15,31 +16,8 @@
 namespace mnemo {
 namespace {
 
-struct Reply {
-  std::vector<TokenId> tokens;
-  std::string text;
-  FinishReason reason = FinishReason::kError;
-};
-
-Reply collect(RequestStream& stream) {
-  Reply r;
-  for (;;) {
-    auto event = stream.next(std::chrono::milliseconds(120000));
-    if (!event) {
-      ADD_FAILURE() << "timed out";
-      return r;
-    }
-    if (auto* d = std::get_if<TokenDelta>(&*event)) {
-      if (d->token >= 0) r.tokens.push_back(d->token);
-      r.text += d->text;
-    } else if (auto* f = std::get_if<ChoiceFinished>(&*event)) {
-      r.reason = f->reason;
-    } else if (auto* done = std::get_if<RequestDone>(&*event)) {
-      EXPECT_TRUE(done->error.empty()) << done->error;
-      return r;
-    }
-  }
-}
+using Reply = testing::Collected;
+using testing::collect;
 
 class ConstrainedGreedyTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -91,6 +69,7 @@ class ConstrainedGreedyTest : public ::testing::TestWithParam<bool> {
     std::vector<Reply> replies;
     for (auto& s : streams) {
       replies.push_back(collect(*s));
+      EXPECT_TRUE(replies.back().error.empty()) << replies.back().error;
       // With logprobs the end of generation comes as a token too.
       std::vector<TokenId>& tokens = replies.back().tokens;
       if (!tokens.empty() && tokenizer_->is_end_of_generation(tokens.back())) tokens.pop_back();

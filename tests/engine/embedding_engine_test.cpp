@@ -9,39 +9,15 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/stream_collect.h"
 #include "support/tiny_model.h"
 
 namespace mnemo {
 namespace {
 
-struct Result {
-  std::vector<float> embedding;
-  std::vector<TokenId> tokens;
-  RequestUsage usage;
-  std::string error;
-  int pooled_events = 0;
-};
+using Result = testing::Collected;
 
-Result collect(RequestStream& stream) {
-  Result r;
-  for (;;) {
-    auto event = stream.next(std::chrono::milliseconds(30000));
-    if (!event) {
-      ADD_FAILURE() << "timed out";
-      return r;
-    }
-    if (auto* p = std::get_if<PooledEmbedding>(&*event)) {
-      r.embedding = p->values;
-      ++r.pooled_events;
-    } else if (auto* d = std::get_if<TokenDelta>(&*event)) {
-      if (d->token >= 0) r.tokens.push_back(d->token);
-    } else if (auto* done = std::get_if<RequestDone>(&*event)) {
-      r.usage = done->usage;
-      r.error = done->error;
-      return r;
-    }
-  }
-}
+Result collect(RequestStream& stream) { return testing::collect(stream, std::chrono::milliseconds(30000)); }
 
 class EmbeddingEngineTest : public ::testing::Test {
  protected:
