@@ -17,9 +17,9 @@ bool whole_utf8(const std::string& bytes) {
 
 TokenBytes::TokenBytes(const Tokenizer& tokenizer)
     : bytes_(static_cast<size_t>(tokenizer.vocab_size())),
-      plain_(static_cast<size_t>(tokenizer.vocab_size()), 0),
       plain_chars_(static_cast<size_t>(tokenizer.vocab_size()), 255),
       end_(static_cast<size_t>(tokenizer.vocab_size()), 0) {
+  plain_mask_.clear(tokenizer.vocab_size());
   for (TokenId t = 0; t < tokenizer.vocab_size(); ++t) {
     const auto i = static_cast<size_t>(t);
     end_[i] = tokenizer.is_end_of_generation(t) ? 1 : 0;
@@ -33,12 +33,10 @@ TokenBytes::TokenBytes(const Tokenizer& tokenizer)
     }
     size_t chars = 0;
     for (const char c : bytes_[i]) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80 ? 1 : 0;
-    plain_[i] = plain && whole_utf8(bytes_[i]) && chars < 255 ? 1 : 0;
-    plain_chars_[i] = plain_[i] != 0 ? static_cast<uint8_t>(chars) : 255;
-  }
-  plain_mask_.clear(tokenizer.vocab_size());
-  for (TokenId t = 0; t < tokenizer.vocab_size(); ++t) {
-    if (plain_[static_cast<size_t>(t)] != 0) plain_mask_.set(t);
+    if (plain && whole_utf8(bytes_[i]) && chars < 255) {
+      plain_mask_.set(t);
+      plain_chars_[i] = static_cast<uint8_t>(chars);
+    }
   }
   all_ = build_trie(/*plain_too=*/true);
   not_plain_ = build_trie(/*plain_too=*/false);

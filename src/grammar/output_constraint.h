@@ -48,7 +48,7 @@ class TokenBytes {
   explicit TokenBytes(const Tokenizer& tokenizer);
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   const std::string& bytes(TokenId t) const { return bytes_[static_cast<size_t>(t)]; }
-  bool plain(TokenId t) const { return plain_[static_cast<size_t>(t)] != 0; }
+  bool plain(TokenId t) const { return plain_mask_.test(t); }
   bool ends_generation(TokenId t) const { return end_[static_cast<size_t>(t)] != 0; }
   const std::vector<TokenId>& end_tokens() const { return end_tokens_; }
   // Every token with bytes (not the end of generation), and those that are not plain.
@@ -65,7 +65,6 @@ class TokenBytes {
   TokenTrie all_;
   TokenTrie not_plain_;
   std::vector<std::string> bytes_;
-  std::vector<uint8_t> plain_;
   TokenMask plain_mask_;
   std::vector<uint8_t> plain_chars_;
   std::vector<uint8_t> end_;
