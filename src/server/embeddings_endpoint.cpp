@@ -25,11 +25,9 @@ void Server::handle_embeddings(const http::Request& req, http::Response& res) {
   if (auto* error = std::get_if<ApiError>(&read)) return send_error(res, *error);
   EmbeddingRequest request = std::move(std::get<EmbeddingRequest>(read));
 
-  if (in_flight_.fetch_add(1) >= config_.max_in_flight) {
-    in_flight_.fetch_sub(1);
-    return send_error(res, ApiError{429, "Too many concurrent requests; retry later.", "rate_limit_error", "", "rate_limit_exceeded"});
-  }
-  auto guard = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
+  auto slot = in_flight_slot();
+  if (auto* error = std::get_if<ApiError>(&slot)) return send_error(res, *error);
+  auto guard = std::move(std::get<std::shared_ptr<void>>(slot));
   auto stream = std::make_shared<RequestStream>();
   const uint64_t ns = cache_namespace(caller.tenant, "");
   for (size_t i = 0; i < request.inputs.size(); ++i) {

@@ -263,12 +263,9 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   // A replica follows every token, including those whose text is held back.
   g.report_every_token = request.report_tokens || (!request.replica_endpoints.empty() && replicator_);
 
-  if (in_flight_.fetch_add(1) >= config_.max_in_flight) {
-    in_flight_.fetch_sub(1);
-    return ApiError{429, "Too many concurrent requests; retry later.", "rate_limit_error", "", "rate_limit_exceeded"};
-  }
-  // Released when the request is fully answered (after the last streamed byte, too).
-  auto guard = std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
+  auto slot = in_flight_slot();
+  if (auto* error = std::get_if<ApiError>(&slot)) return *error;
+  auto guard = std::move(std::get<std::shared_ptr<void>>(slot));
   auto stream = std::make_shared<RequestStream>();
   // Replicas follow the cluster's model (a cluster instance serves one model).
   std::vector<std::shared_ptr<KvReplicator::Replica>> replicas;
@@ -277,6 +274,15 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   // A request the engine cannot run as asked (400), or an engine shutting down (503).
   if (!submitted.ok()) return api_error_of(submitted.error());
   return PreparedRun{std::move(stream), std::move(guard), std::move(replicas)};
+}
+
+std::variant<std::shared_ptr<void>, ApiError> Server::in_flight_slot() {
+  if (in_flight_.fetch_add(1) >= config_.max_in_flight) {
+    in_flight_.fetch_sub(1);
+    return ApiError{429, "Too many concurrent requests; retry later.", "rate_limit_error", "", "rate_limit_exceeded"};
+  }
+  // Released when the request is fully answered (after the last streamed byte, too).
+  return std::shared_ptr<void>(nullptr, [this](void*) { in_flight_.fetch_sub(1); });
 }
 
 std::vector<std::shared_ptr<KvReplicator::Replica>> Server::open_replicas(ParsedRequest& request,

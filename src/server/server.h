@@ -177,6 +177,9 @@ class Server {
   // GET /v1/internal/cache_events (server/cache_events_endpoint.cpp): the cache's insert and
   // evict events, long-polled by routers.
   void handle_cache_events(const http::Request& req, http::Response& res);
+  // One of the --max-in-flight slots, held by the guard until the request is fully answered; a
+  // 429 when none is free.
+  std::variant<std::shared_ptr<void>, ApiError> in_flight_slot();
   // Prompt tokens, limits, tenant, admission: everything between a parsed request and the engine.
   std::variant<PreparedRun, ApiError> prepare(const Caller& caller, ParsedRequest& request, Endpoint endpoint);
 
