@@ -28,7 +28,11 @@ std::optional<ApiError> read_token_input(const json& ids, const Tokenizer& token
 
 // The inputs as token lists: a string, strings, token ids, or lists of token ids.
 std::optional<ApiError> read_inputs(const json& input, const Tokenizer& tokenizer, std::vector<std::vector<TokenId>>& out) {
-  const auto text = [&](const json& s) { out.push_back(tokenizer.encode(s.get_ref<const std::string&>(), true, false)); };
+  // An empty text is an empty input (not the BOS its tokens would be).
+  const auto text = [&](const json& s) {
+    const std::string& t = s.get_ref<const std::string&>();
+    out.push_back(t.empty() ? std::vector<TokenId>() : tokenizer.encode(t, true, false));
+  };
   const char* expected = "'input' must be a string, an array of strings, an array of token ids or an array of arrays of token ids";
   if (input.is_string()) {
     text(input);
@@ -72,8 +76,7 @@ std::variant<EmbeddingRequest, ApiError> read_embedding_request(const json& body
   int64_t total = 0;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const auto n = static_cast<int64_t>(request.inputs[i].size());
-    // A text that tokenizes to the BOS alone is empty.
-    if (n == 0 || (n == 1 && input->is_string() && input->get_ref<const std::string&>().empty())) {
+    if (n == 0) {
       return bad_request(fmt::format("input {} is empty", i), "input");
     }
     if (n >= context) {

@@ -63,6 +63,7 @@ TEST_F(EmbeddingsTest, MalformedRequestsAre400sNamingTheField) {
   refused(R"({})", "input");
   refused(R"({"input": null})", "input");
   refused(R"({"input": ""})", "input");
+  refused(R"({"input": ["a", ""]})", "input");
   refused(R"({"input": []})", "input");
   refused(R"({"input": [[]]})", "input");
   refused(R"({"input": 7})", "input");
