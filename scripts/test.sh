@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it (.ci/run):
 #   1. set up and build the release preset (warnings are errors), run every test, including those
 #      on the real default model (label "model": they fail, never skip, if it is missing);
-#   2. build the asan preset (AddressSanitizer + UBSan) and run the unit tests under it;
+#   2. build the asan preset's unit tests (AddressSanitizer + UBSan) and run them under it;
 #   3. build the tsan preset's concurrent tests (label "concurrent") and run them under TSan;
 #   4. build the request parsers' libFuzzer targets (fuzz preset, clang) and fuzz each for
 #      MNEMO_FUZZ_SECONDS (default 30) seconds (fuzz/ci.sh): a crash fails the run.
@@ -20,7 +20,7 @@ ctest --preset release -j"$JOBS" --timeout 900
 if [ "${MNEMO_TEST_SKIP_ASAN:-0}" != 1 ]; then
   echo "== asan+ubsan: unit tests"
   cmake --preset asan > /dev/null
-  cmake --build --preset asan
+  cmake --build --preset asan --target unit_tests
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --preset asan -L unit -j"$JOBS" --timeout 900
 fi

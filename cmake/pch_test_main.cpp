@@ -1,2 +1,0 @@
-// The executable the tests' shared precompiled header is built for (cmake/Pch.cmake).
-int main() { return 0; }
