@@ -43,22 +43,64 @@ bool EvictionOrder::leaves_before(double s, const PrefixIndex::Chunk& c, double 
   // Ties (values in one flat stretch, or one conversation's chunks): the older, then the leading
   // chunk first.
   if (s != other_score) return s < other_score;
-  return c.last_use != other.last_use ? c.last_use < other.last_use : c.position < other.position;
+  if (c.last_use != other.last_use) return c.last_use < other.last_use;
+  if (c.position != other.position) return c.position < other.position;
+  return PrefixIndex::slot_of(c.node) < PrefixIndex::slot_of(other.node);
 }
 
-std::optional<PrefixIndex::Chunk> EvictionOrder::lowest(const PrefixIndex& index, Tier tier,
+PrefixIndex::RankClass EvictionOrder::rank_class() const {
+  switch (policy_) {
+    case RetentionPolicy::kLru:
+      return [](int32_t, int32_t) { return 0; };
+    case RetentionPolicy::kPensieve:
+      return [](int32_t position, int32_t) { return position; };
+    case RetentionPolicy::kMnemo:
+      break;
+  }
+  // Bytes per chunk (in the value's denominator) depend on the conversation's length only for a
+  // sliding-window model: then each length is a class of its own.
+  if (geometry_.global_layers != 0) return [](int32_t, int32_t end_chunks) { return std::max(1, end_chunks); };
+  return [this](int32_t, int32_t end_chunks) { return model_.class_of(std::max(1, end_chunks)); };
+}
+
+void EvictionOrder::rank(PrefixIndex& index) const { index.set_rank_class(this, rank_class()); }
+
+std::optional<PrefixIndex::Chunk> EvictionOrder::lowest(const PrefixIndex& index, PrefixIndex::Copies kind,
                                                         const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
                                                         double now) const {
+  if (index.ranked_for() != this) return lowest_by_scan(index, kind, eligible, now);
   std::optional<PrefixIndex::Chunk> best;
   double best_score = 0;
-  index.for_each_in(tier, [&](const PrefixIndex::Chunk& c) {
+  index.visit_oldest_per_class(kind, [&](const PrefixIndex::Chunk& c) {
+    if (!eligible(c)) return false;
+    const double s = score(c, now);
+    if (!best || leaves_before(s, c, best_score, *best)) {
+      best = c;
+      best_score = s;
+    }
+    return true;
+  });
+  return best;
+}
+
+std::optional<PrefixIndex::Chunk> EvictionOrder::lowest_by_scan(
+    const PrefixIndex& index, PrefixIndex::Copies kind, const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
+    double now) const {
+  std::optional<PrefixIndex::Chunk> best;
+  double best_score = 0;
+  const auto visit = [&](const PrefixIndex::Chunk& c) {
     if (!eligible(c)) return;
     const double s = score(c, now);
     if (!best || leaves_before(s, c, best_score, *best)) {
       best = c;
       best_score = s;
     }
-  });
+  };
+  if (kind == PrefixIndex::Copies::kDeviceSlot) {
+    index.for_each_device_slot(visit);
+  } else {
+    index.for_each_in(static_cast<Tier>(kind), visit);
+  }
   return best;
 }
 

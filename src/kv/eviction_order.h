@@ -42,13 +42,32 @@ class EvictionOrder {
   // is only usable with the whole chunks after it.
   double score(const PrefixIndex::Chunk& c, double now) const;
   // Whether `c` (score `s`) leaves before `other`: the lower score; among equals the older, then
-  // the leading chunk.
+  // the leading chunk, then the lower node slot (a total order: any search finds the same).
   static bool leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other);
-  // The chunk with a copy in `tier` that leaves it first; `eligible` filters. A linear scan:
-  // exact, and cheap next to a forward pass at the pool sizes a CPU serves.
-  std::optional<PrefixIndex::Chunk> lowest(const PrefixIndex& index, Tier tier,
+
+  // Victim search at scale. Within a class of chunks (rank_class) the score falls with the idle
+  // time alone: LRU's is one class; Pensieve's cost / idle time, a class per position; the learnt
+  // value, a class per return class of the model (per conversation length where a sliding-window
+  // model's bytes per chunk depend on it). So a class's oldest eligible chunk is its lowest, and
+  // the lowest of a tier is the lowest of the classes' oldest: O(classes x log n) in an index
+  // ranked for this order (rank()), instead of a scan of every chunk.
+  void rank(PrefixIndex& index) const;
+  PrefixIndex::RankClass rank_class() const;
+  // The chunk with a copy of this kind that leaves first; `eligible` filters (each class is
+  // walked oldest first until a chunk passes: cheap when few fail). By the classes if `index` is
+  // ranked for this order, else by a scan; both give the same chunk.
+  std::optional<PrefixIndex::Chunk> lowest(const PrefixIndex& index, PrefixIndex::Copies kind,
                                            const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
                                            double now) const;
+  std::optional<PrefixIndex::Chunk> lowest(const PrefixIndex& index, Tier tier,
+                                           const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
+                                           double now) const {
+    return lowest(index, PrefixIndex::copies_in(tier), eligible, now);
+  }
+  // The exact scan over every chunk, for tests and benchmarks to check the classes against.
+  std::optional<PrefixIndex::Chunk> lowest_by_scan(const PrefixIndex& index, PrefixIndex::Copies kind,
+                                                   const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
+                                                   double now) const;
 
   // What the learnt policy observes (the others ignore it): a conversation of `end_chunks`
   // cached (its last `chunks` chunks idle from `now`), a chunk's last copy gone, and a request

@@ -109,6 +109,7 @@ KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
       eviction_(config_.policy, config_.cost, config_.retention, geometry_of(layout, config_)),
       copier_(std::make_unique<BackgroundCopier>()) {
   index_.set_observer([events = events_.get()](uint64_t key, ChunkHold hold) { events->record(key, hold); });
+  eviction_.rank(index_);
   if (!config_.clock) {
     config_.clock = [] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -32,14 +32,10 @@ std::optional<KvCache::DeviceVictim> KvCache::next_device_victim() const {
   if (slabs_.n_used() == 0) return best;  // no compact copy on the device: no second scan
   // Compact copies compete by value: a conversation's leading chunks leave first, compact or not.
   const double t = now();
-  double best_score = block ? eviction_.score(*block, t) : 0;
-  index_.for_each_device_slot([&](const PrefixIndex::Chunk& c) {
-    const double s = eviction_.score(c, t);
-    if (!best || EvictionOrder::leaves_before(s, c, best_score, best->chunk)) {
-      best = DeviceVictim{c, true};
-      best_score = s;
-    }
-  });
+  const auto slot = eviction_.lowest(index_, PrefixIndex::Copies::kDeviceSlot, [](const auto&) { return true; }, t);
+  if (slot && (!best || EvictionOrder::leaves_before(eviction_.score(*slot, t), *slot, eviction_.score(*block, t), *block))) {
+    best = DeviceVictim{*slot, true};
+  }
   return best;
 }
 

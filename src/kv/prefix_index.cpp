@@ -55,7 +55,7 @@ std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const 
     const NodeId node = find_child(parent, key, chunk);
     if (node == kRoot || at(node).ns != ns) break;
     out.push_back(to_chunk(node));
-    at(node).last_use = now;
+    set_last_use(at(node), now);
     parent = node;
     parent_key = key;
   }
@@ -87,7 +87,7 @@ PrefixIndex::NodeId PrefixIndex::extend(NodeId parent, uint64_t ns, std::span<co
   const uint64_t key = chunk_key(parent == kRoot ? 0 : at(parent).key, ns, chunk);
   const NodeId existing = find_child(parent, key, chunk);
   if (existing != kRoot) {
-    at(existing).last_use = now;
+    set_last_use(at(existing), now);
     return existing;
   }
   return add_node(parent, ns, key, chunk, position, now);
@@ -101,7 +101,7 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::child(NodeId parent, uint64_t ns
 }
 
 void PrefixIndex::mark_path_end(std::span<const NodeId> path) {
-  for (NodeId id : path) at(id).end_chunks = static_cast<int32_t>(path.size());
+  for (NodeId id : path) set_end_chunks(at(id), static_cast<int32_t>(path.size()));
 }
 
 std::vector<PrefixIndex::NodeId> PrefixIndex::descendants(NodeId node) const {
@@ -177,7 +177,7 @@ std::vector<BlockId> PrefixIndex::insert(uint64_t ns, std::span<const TokenId> t
       set_device(node, blocks[c]);
       kept.push_back(blocks[c]);
     } else {
-      at(node).last_use = now;
+      set_last_use(at(node), now);
       if (at(node).device == kNoBlock && may_adopt) {
         set_device(node, blocks[c]);
         kept.push_back(blocks[c]);
@@ -187,7 +187,7 @@ std::vector<BlockId> PrefixIndex::insert(uint64_t ns, std::span<const TokenId> t
     parent = node;
     parent_key = key;
   }
-  for (NodeId id : *path) at(id).end_chunks = static_cast<int32_t>(path->size());
+  for (NodeId id : *path) set_end_chunks(at(id), static_cast<int32_t>(path->size()));
   return kept;
 }
 
@@ -332,7 +332,57 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::node_at_device_slot(SlotId slot)
 
 bool PrefixIndex::holds(BlockId block, Tier tier) const { return by_location_.count(location_key(tier, block)) != 0; }
 
-void PrefixIndex::tally(const Node& n, int sign) {
+void PrefixIndex::set_last_use(Node& n, double now) {
+  if (n.last_use == now) return;
+  tally(n, -1);
+  n.last_use = now;
+  tally(n, +1);
+}
+
+void PrefixIndex::set_end_chunks(Node& n, int32_t end_chunks) {
+  if (n.end_chunks == end_chunks) return;
+  tally(n, -1);
+  n.end_chunks = end_chunks;
+  tally(n, +1);
+}
+
+void PrefixIndex::rank(Node& n, int sign) {
+  if (sign > 0) n.rank_class = rank_class_ ? rank_class_(n.position, n.end_chunks) : 0;
+  const auto slot = static_cast<uint32_t>(&n - nodes_.data());
+  const RankKey key{n.last_use, n.position, slot};
+  const bool present[] = {n.device != kNoBlock, n.host != kNoBlock, n.disk == DiskCopy::kPresent, n.device_slot != kNoBlock};
+  for (size_t kind = 0; kind < ranked_.size(); ++kind) {
+    if (!present[kind]) continue;
+    auto& classes = ranked_[kind];
+    if (sign > 0) {
+      classes[n.rank_class].insert(key);
+      continue;
+    }
+    const auto group = classes.find(n.rank_class);
+    MNEMO_CHECK(group != classes.end() && group->second.erase(key) == 1, "chunk in slot {} was not ranked", slot);
+    if (group->second.empty()) classes.erase(group);
+  }
+}
+
+void PrefixIndex::set_rank_class(const void* owner, RankClass rank_class) {
+  for (auto& classes : ranked_) classes.clear();
+  rank_class_ = std::move(rank_class);
+  rank_owner_ = owner;
+  for (Node& n : nodes_) {
+    if (n.live) rank(n, +1);
+  }
+}
+
+void PrefixIndex::visit_oldest_per_class(Copies kind, const std::function<bool(const Chunk&)>& take) const {
+  for (const auto& [cls, group] : ranked_[static_cast<size_t>(kind)]) {
+    for (const RankKey& key : group) {
+      if (take(to_chunk(id_of(key.slot)))) break;
+    }
+  }
+}
+
+void PrefixIndex::tally(Node& n, int sign) {
+  rank(n, sign);
   device_count_ += n.device != kNoBlock ? sign : 0;
   host_count_ += n.host != kNoBlock ? sign : 0;
   disk_count_ += n.disk == DiskCopy::kPresent ? sign : 0;

@@ -17,9 +17,12 @@
 // every block the index keeps and drops it when the index lets the copy go.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -46,6 +49,7 @@ class PrefixIndex {
   // across an eviction is detected (live() is false; any other use fails MNEMO_CHECK) rather
   // than silently naming whatever chunk took its slot.
   using NodeId = int64_t;
+  static size_t slot_of(NodeId id) { return static_cast<size_t>(static_cast<uint64_t>(id) & 0xffffffffu); }
 
   struct Chunk {
     NodeId node = -1;
@@ -132,8 +136,23 @@ class PrefixIndex {
   std::vector<NodeId> descendants(NodeId node) const;
   int32_t n_children(NodeId node) const { return at(node).children; }
 
-  // The chunks that have a copy in `tier` (on the device: a whole block), in no particular
-  // order, for the retention policy.
+  // --- The eviction order's view (kv/eviction_order.h): victims found in O(classes x log n) ---
+  // Copies of one kind: a tier's, or the compact copies in device slots.
+  enum class Copies : uint8_t { kDevice, kHost, kDisk, kDeviceSlot };
+  static Copies copies_in(Tier tier) { return static_cast<Copies>(tier); }
+  // Groups the chunks into classes whose retention value falls with their idle time alone (a
+  // function of the chunk's position and its conversation's end), so that a class's oldest
+  // copy is its lowest. Regroups every chunk; `owner` is whoever the grouping is for.
+  using RankClass = std::function<int32_t(int32_t position, int32_t end_chunks)>;
+  void set_rank_class(const void* owner, RankClass rank_class);
+  const void* ranked_for() const { return rank_owner_; }
+  // For each class with copies of this kind: its chunks oldest first (then the leading, then the
+  // lowest slot first), until `take` returns true; then the next class.
+  void visit_oldest_per_class(Copies kind, const std::function<bool(const Chunk&)>& take) const;
+  size_t n_rank_classes(Copies kind) const { return ranked_[static_cast<size_t>(kind)].size(); }
+
+  // The chunks that have a copy in `tier` (on the device: a whole block), in slot order, for an
+  // exact scan.
   void for_each_in(Tier tier, const std::function<void(const Chunk&)>& visit) const;
   // The chunks with a compact copy on the device.
   void for_each_device_slot(const std::function<void(const Chunk&)>& visit) const;
@@ -171,6 +190,7 @@ class PrefixIndex {
     bool disk_compact = false;
     int32_t end_chunks = 0;
     SlotId device_slot = kNoBlock;
+    int32_t rank_class = 0;  // as ranked now (set_rank_class)
     int32_t children = 0;
     double last_use = 0;
     bool live = false;
@@ -185,8 +205,18 @@ class PrefixIndex {
   static int64_t location_key(Tier tier, BlockId block) {
     return (static_cast<int64_t>(tier) << 32) | static_cast<uint32_t>(block);
   }
-  // Keeps the per-tier counts: -1 before a node's copies change, +1 after.
-  void tally(const Node& n, int sign);
+  // Keeps the per-tier counts and the ranked view: -1 before a node's copies, last use or
+  // conversation end change, +1 after.
+  void tally(Node& n, int sign);
+  void set_last_use(Node& n, double now);
+  void set_end_chunks(Node& n, int32_t end_chunks);
+  struct RankKey {
+    double last_use;
+    int32_t position;
+    uint32_t slot;
+    auto operator<=>(const RankKey&) const = default;
+  };
+  void rank(Node& n, int sign);
   // A disk extent still being written counts: it is complete within moments.
   static ChunkHold hold_of(const Node& n) {
     if (n.device != kNoBlock || (n.host != kNoBlock && !n.host_compact) || (n.disk != DiskCopy::kNone && !n.disk_compact)) {
@@ -201,7 +231,6 @@ class PrefixIndex {
     const ChunkHold now = hold_of(n);
     if (now != before) observer_(n.key, now);
   }
-  static size_t slot_of(NodeId id) { return static_cast<size_t>(static_cast<uint64_t>(id) & 0xffffffffu); }
   static uint32_t generation_of(NodeId id) { return static_cast<uint32_t>(static_cast<uint64_t>(id) >> 32); }
   NodeId id_of(size_t slot) const {
     return static_cast<NodeId>((static_cast<uint64_t>(nodes_[slot].generation) << 32) | slot);
@@ -225,6 +254,10 @@ class PrefixIndex {
   int64_t device_count_ = 0, host_count_ = 0, disk_count_ = 0, dropped_count_ = 0;
   int64_t device_slot_count_ = 0;
   std::function<void(uint64_t key, ChunkHold hold)> observer_;
+  // Per kind of copy, per rank class: the chunks, oldest first. Empty classes are erased.
+  std::array<std::map<int32_t, std::set<RankKey>>, 4> ranked_;
+  RankClass rank_class_;
+  const void* rank_owner_ = nullptr;
 };
 
 }  // namespace mnemo
