@@ -4,9 +4,8 @@
     bench/simulate_report.py RESULT.json...
 
 Runs that differ only in their seed form one setting. The first table gives, per setting, the
-recomputed tokens of each policy in the run with the lowest seed and their ratio to LRU (with the
-device overcommits of that run, equal for every policy, and LRU's hit rate as a measure of
-pressure); the
+recomputed tokens of each policy in the run with the lowest seed and their ratio to LRU (with
+LRU's uncached chunks of running turns in that run, and its hit rate, as measures of pressure); the
 second, the ratio to LRU over all seeds of the setting: median (min-max), in tokens and, for
 Pensieve (which weighs cost) and mnemo, in recompute seconds under the run's cost model. Last, per
 policy, in how many runs it recomputed fewer tokens than LRU, as many, and more.
@@ -15,7 +14,7 @@ import json
 import statistics
 import sys
 
-POLICIES = ["pensieve", "lru", "tail-first", "mnemo", "mnemo-no-ghosts", "oracle"]
+POLICIES = ["pensieve", "lru", "tail-first", "mnemo", "oracle"]
 FIRST_TABLE = ["pensieve", "lru", "tail-first", "mnemo", "oracle"]
 SECONDS = ["pensieve", "mnemo"]
 
@@ -47,7 +46,7 @@ def main(paths):
     for key in runs:
         runs[key].sort(key=lambda r: r["config"]["seed"])
 
-    print("| think time | device | host | disk | overcommits | LRU hit rate | " + " | ".join(FIRST_TABLE) + " |")
+    print("| think time | device | host | disk | LRU uncached | LRU hit rate | " + " | ".join(FIRST_TABLE) + " |")
     print("|---|---|---|---|---|---|" + "---|" * len(FIRST_TABLE))
     for key in sorted(runs):
         think, device, host, disk, _ = key
@@ -62,7 +61,7 @@ def main(paths):
             ratio = p["recomputed_vs_lru"]
             cells.append(f"{p['recomputed_tokens']:,} ({ratio:.3f})" if ratio is not None else f"{p['recomputed_tokens']:,}")
         lru_hit = by_name["lru"]["hit_rate"] if "lru" in by_name else None
-        overcommits = first["policies"][0]["device_overcommits"]
+        overcommits = by_name["lru"]["device_overcommits"] if "lru" in by_name else "-"
         print(f"| {think_label(think)} | {mib(device)} | {mib(host)} | {mib(disk) if disk else '-'} | {overcommits} | "
               f"{'-' if lru_hit is None else f'{100 * lru_hit:.1f}%'} | " + " | ".join(cells) + " |")
 

@@ -1,6 +1,7 @@
 // `mnemo simulate`: replays ShareGPT conversations (Poisson arrivals, think times between turns)
-// against the KV cache's eviction policy alone, with no model, and reports per policy the tokens
-// recomputed, hits per tier and bytes moved. See src/sim/ and docs/benchmarks.md.
+// against the KV cache with no model (the policies `serve` runs through its own cache), and
+// reports per policy the tokens recomputed, hits per tier and bytes moved. See src/sim/ and
+// docs/benchmarks.md.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "model/config.h"
 #include "loadgen/report.h"
 #include "sim/byte_size.h"
+#include "sim/cache_replay.h"
 #include "sim/policy_report.h"
 #include "sim/simulation.h"
 #include "util/paths.h"
@@ -104,12 +106,11 @@ int run_simulate(SimulateArgs args) {
   std::printf("%s", sim::describe_trace(result->trace, o.cache.chunk_tokens, o.cache.kv_bytes_per_token).c_str());
   std::printf("%s", describe_capacities(o.cache).c_str());
   std::printf("cost model: %s\n\n%s", o.cache.cost.source.c_str(), sim::format_policy_table(result->outcomes).c_str());
-  // Pins do not depend on the policy, so neither does this count: one line for all.
-  const int64_t overcommits = result->outcomes.front().counters.device_overcommits;
-  if (overcommits > 0) {
-    std::printf("warning: %lld chunk placements found the device full of pinned chunks (running turns) and went over its "
-                "capacity; a device of at least the running peak above avoids it\n",
-                static_cast<long long>(overcommits));
+  for (const sim::PolicyOutcome& outcome : result->outcomes) {
+    if (outcome.counters.device_overcommits == 0) continue;
+    std::printf("warning: %s: %lld chunks of running turns found every device block held by other running turns; "
+                "those turns ran without caching (a device of at least the running peak above avoids it)\n",
+                outcome.policy.c_str(), static_cast<long long>(outcome.counters.device_overcommits));
   }
   if (!args.json_path.empty()) {
     const nlohmann::json json = {{"config", sim::simulation_options_json(o)},
@@ -129,7 +130,7 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
   sim::SimulationOptions& o = args->options;
   o.data_path = loadgen::default_dataset_path();
   o.model_path = reference_model_path();
-  o.policies = sim::eviction_policy_names();
+  o.policies = sim::simulated_policy_names();
   CLI::App* cmd = app.add_subcommand("simulate", "Replay conversations against the KV cache's eviction policies (no model)");
   cmd->add_option("--data", o.data_path, "ShareGPT-format conversations (JSONL)")->capture_default_str();
   cmd->add_option("-m,--model", o.model_path, "GGUF whose tokenizer and chat template count tokens")->capture_default_str();
@@ -169,10 +170,16 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--device-bytes", args->device_bytes, "Device tier capacity (e.g. 64M, 1.5G)")->capture_default_str();
   cmd->add_option("--host-bytes", args->host_bytes, "Host tier capacity (0: none)")->capture_default_str();
   cmd->add_option("--disk-bytes", args->disk_bytes, "Disk tier capacity (0: none)")->capture_default_str();
-  cmd->add_option("--policies", o.policies, "Policies to compare: pensieve, lru, tail-first, mnemo, mnemo-no-ghosts, oracle")
+  cmd->add_option("--host-compact-share", o.cache.host_compact_share,
+                  "With a sliding window, the share of --host-bytes for compact copies (a pool of their own, as in serve)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--policies", o.policies,
+                  "Policies to compare, each replayed through serve's own cache: pensieve, lru, mnemo (serve's "
+                  "--cache-policy), tail-first (a radix cache's order, no reuse past a gap), oracle (Belady)")
       ->capture_default_str()
       ->delimiter(',')
-      ->check(CLI::IsMember(sim::eviction_policy_names()));
+      ->check(CLI::IsMember(sim::simulated_policy_names()));
   cmd->add_option("--profile", args->profile_path, "Cost model JSON written by `mnemo profile` (default: the built-in costs)");
   cmd->add_option("--seed", o.seed, "Seed of the conversation order, arrivals and think times (0: file order)")->capture_default_str();
   cmd->add_option("--json", args->json_path, "Write the configuration, trace and per-policy results as JSON here");

@@ -26,12 +26,12 @@ void insert_in_order(std::list<std::unique_ptr<Sequence>>& list, std::unique_ptr
 KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
   KvPoolConfig c;
   if (model.sliding_window > 0) {
-    c.sliding_window = model.sliding_window;
+    std::vector<int32_t> global_layers;
     for (int32_t layer = 0; layer < model.n_layers; ++layer) {
-      if (!model.is_local(layer)) c.global_layers.push_back(layer);
+      if (!model.is_local(layer)) global_layers.push_back(layer);
     }
+    use_sliding_window(c, model.sliding_window, std::move(global_layers));
     c.host_compact_blocks = config.host_compact_blocks;
-    c.retention = retention_options_for(/*bytes_depend_on_length=*/true);
   }
   c.compact_on_device = config.compact_on_device;
   c.device_blocks = config.kv_blocks;

@@ -3,11 +3,15 @@
 #include <algorithm>
 
 #include "kv/chunk_reuse.h"
+#include "util/check.h"
 
 namespace mnemo {
 
-EvictionOrder::EvictionOrder(RetentionPolicy policy, CostModel cost, RetentionOptions options, ChunkGeometry geometry)
-    : policy_(policy), cost_(std::move(cost)), geometry_(geometry), model_(options) {}
+EvictionOrder::EvictionOrder(RetentionPolicy policy, CostModel cost, RetentionOptions options, ChunkGeometry geometry,
+                             NextUse next_use)
+    : policy_(policy), next_use_(std::move(next_use)), cost_(std::move(cost)), geometry_(geometry), model_(options) {
+  MNEMO_CHECK(policy_ != RetentionPolicy::kOracle || next_use_, "the oracle policy needs to be told the next uses");
+}
 
 ChunkFacts EvictionOrder::facts_of(const PrefixIndex::Chunk& c) const {
   ChunkFacts f;
@@ -28,9 +32,12 @@ double EvictionOrder::conversation_bytes_per_chunk(int32_t end_chunks) const {
 double EvictionOrder::score(const PrefixIndex::Chunk& c, double now) const {
   switch (policy_) {
     case RetentionPolicy::kLru:
+    case RetentionPolicy::kTailFirst:
       return c.last_use;
     case RetentionPolicy::kMnemo:
       return model_.log_value(facts_of(c), now);
+    case RetentionPolicy::kOracle:
+      return -next_use_(c);  // the farthest next use lowest; never (+infinity) lowest of all
     case RetentionPolicy::kPensieve:
       break;
   }
@@ -39,20 +46,24 @@ double EvictionOrder::score(const PrefixIndex::Chunk& c, double now) const {
 }
 
 bool EvictionOrder::leaves_before(double s, const PrefixIndex::Chunk& c, double other_score,
-                                  const PrefixIndex::Chunk& other) {
+                                  const PrefixIndex::Chunk& other) const {
   // Ties (values in one flat stretch, or one conversation's chunks): the older, then the leading
-  // chunk first.
+  // chunk first (tail-first: the trailing one).
   if (s != other_score) return s < other_score;
   if (c.last_use != other.last_use) return c.last_use < other.last_use;
-  if (c.position != other.position) return c.position < other.position;
+  if (c.position != other.position) {
+    return policy_ == RetentionPolicy::kTailFirst ? c.position > other.position : c.position < other.position;
+  }
   return PrefixIndex::slot_of(c.node) < PrefixIndex::slot_of(other.node);
 }
 
 PrefixIndex::RankClass EvictionOrder::rank_class() const {
   switch (policy_) {
     case RetentionPolicy::kLru:
+    case RetentionPolicy::kOracle:  // not ranked (rank()); one class if it were
       return [](int32_t, int32_t) { return 0; };
     case RetentionPolicy::kPensieve:
+    case RetentionPolicy::kTailFirst:
       return [](int32_t position, int32_t) { return position; };
     case RetentionPolicy::kMnemo:
       break;
@@ -63,7 +74,9 @@ PrefixIndex::RankClass EvictionOrder::rank_class() const {
   return [this](int32_t, int32_t end_chunks) { return model_.class_of(std::max(1, end_chunks)); };
 }
 
-void EvictionOrder::rank(PrefixIndex& index) const { index.set_rank_class(this, rank_class()); }
+void EvictionOrder::rank(PrefixIndex& index) const {
+  if (policy_ != RetentionPolicy::kOracle) index.set_rank_class(this, rank_class());
+}
 
 std::optional<PrefixIndex::Chunk> EvictionOrder::lowest(const PrefixIndex& index, PrefixIndex::Copies kind,
                                                         const std::function<bool(const PrefixIndex::Chunk&)>& eligible,

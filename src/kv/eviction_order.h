@@ -6,7 +6,10 @@
 // byte per second, from a return model learnt online from this cache's own events
 // (kv/retention_model.h); Pensieve's V = Cost(chunk)/T with Cost the recompute time of the chunk
 // at its position (kv/cost_model.h) and T the idle time of the conversations using it; or least
-// recently used.
+// recently used. Two more serve as baselines and bounds for `mnemo simulate`: tail-first, least
+// recently used with a conversation's last chunk first and no reuse past a missing chunk (what
+// radix caches do), and the oracle, which is told when each chunk is next used (Belady: the
+// farthest first).
 #pragma once
 
 #include <functional>
@@ -19,7 +22,10 @@
 
 namespace mnemo {
 
-enum class RetentionPolicy { kPensieve, kLru, kMnemo };
+enum class RetentionPolicy { kPensieve, kLru, kMnemo, kTailFirst, kOracle };
+
+// The oracle's knowledge: when a cached chunk is next used (+infinity: never).
+using NextUse = std::function<double(const PrefixIndex::Chunk&)>;
 
 // What a chunk's bytes are, for the value per byte: a sliding-window model's chunks a window
 // before their conversation's end keep only their global layers.
@@ -33,24 +39,31 @@ struct ChunkGeometry {
 
 class EvictionOrder {
  public:
-  EvictionOrder(RetentionPolicy policy, CostModel cost, RetentionOptions options, ChunkGeometry geometry);
+  // `next_use` is the oracle's (required for it, ignored by the others).
+  EvictionOrder(RetentionPolicy policy, CostModel cost, RetentionOptions options, ChunkGeometry geometry,
+                NextUse next_use = {});
 
   RetentionPolicy policy() const { return policy_; }
+  // SPEC P5: the cached chunks after a missing one are reused (the missing one is recomputed).
+  // Tail-first reuses only the prefix up to the first missing chunk.
+  bool reuses_after_gap() const { return policy_ != RetentionPolicy::kTailFirst; }
   // The retention value of a cached chunk, or any number in the same order: the lowest leaves
   // first. The same for each copy, and for each chunk of a conversation: which of them goes
   // first is the tie-break's (the leading one), since a sliding-window model's compact history
   // is only usable with the whole chunks after it.
   double score(const PrefixIndex::Chunk& c, double now) const;
   // Whether `c` (score `s`) leaves before `other`: the lower score; among equals the older, then
-  // the leading chunk, then the lower node slot (a total order: any search finds the same).
-  static bool leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other);
+  // the leading chunk (tail-first: the trailing one), then the lower node slot (a total order:
+  // any search finds the same).
+  bool leaves_before(double s, const PrefixIndex::Chunk& c, double other_score, const PrefixIndex::Chunk& other) const;
 
   // Victim search at scale. Within a class of chunks (rank_class) the score falls with the idle
   // time alone: LRU's is one class; Pensieve's cost / idle time, a class per position; the learnt
   // value, a class per return class of the model (per conversation length where a sliding-window
   // model's bytes per chunk depend on it). So a class's oldest eligible chunk is its lowest, and
   // the lowest of a tier is the lowest of the classes' oldest: O(classes x log n) in an index
-  // ranked for this order (rank()), instead of a scan of every chunk.
+  // ranked for this order (rank()), instead of a scan of every chunk. Tail-first ranks as
+  // Pensieve (a class per position); the oracle's score is no function of idle time: it scans.
   void rank(PrefixIndex& index) const;
   PrefixIndex::RankClass rank_class() const;
   // The chunk with a copy of this kind that leaves first; `eligible` filters (each class is
@@ -83,6 +96,7 @@ class EvictionOrder {
   double conversation_bytes_per_chunk(int32_t end_chunks) const;
 
   RetentionPolicy policy_;
+  NextUse next_use_;
   CostModel cost_;
   ChunkGeometry geometry_;
   RetentionModel model_;  // learns only under kMnemo

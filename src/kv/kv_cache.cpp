@@ -95,6 +95,12 @@ KvPoolConfig two_tier(int32_t device_blocks, int32_t host_blocks) {
 
 }  // namespace
 
+void use_sliding_window(KvPoolConfig& config, int32_t window, std::vector<int32_t> global_layers) {
+  config.sliding_window = window;
+  config.global_layers = std::move(global_layers);
+  config.retention = retention_options_for(/*bytes_depend_on_length=*/true);
+}
+
 KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
     : config_(std::move(config)),
       device_(layout, config_.device_blocks),
@@ -106,7 +112,7 @@ KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
       slabs_(slots_per_block(layout, config_)),
       compact_buffer_(compact_layout(layout, config_).block_bytes()),
       index_(layout.block_size),
-      eviction_(config_.policy, config_.cost, config_.retention, geometry_of(layout, config_)),
+      eviction_(config_.policy, config_.cost, config_.retention, geometry_of(layout, config_), config_.next_use),
       copier_(std::make_unique<BackgroundCopier>()) {
   index_.set_observer([events = events_.get()](uint64_t key, ChunkHold hold) { events->record(key, hold); });
   eviction_.rank(index_);
@@ -269,7 +275,7 @@ void KvCache::plan_ahead_copies() {
   if (reclaimable >= target || dirty.empty()) return;
   const double t = now();
   std::sort(dirty.begin(), dirty.end(), [&](const PrefixIndex::Chunk& a, const PrefixIndex::Chunk& b) {
-    return EvictionOrder::leaves_before(eviction_.score(a, t), a, eviction_.score(b, t), b);
+    return eviction_.leaves_before(eviction_.score(a, t), a, eviction_.score(b, t), b);
   });
   const int32_t wanted = std::min({target - reclaimable, config_.max_background_copies,
                                    static_cast<int32_t>(dirty.size()), host_alloc_.n_free()});

@@ -43,6 +43,7 @@ struct KvPoolConfig {
   int32_t device_blocks = 0;
   int32_t host_blocks = 0;
   RetentionPolicy policy = RetentionPolicy::kMnemo;
+  NextUse next_use;  // the oracle policy's knowledge of the future (simulations only)
   CostModel cost;
   RetentionOptions retention;  // for kMnemo
   // Copy cached chunks to the host ahead of need when the device's free plus freely reclaimable
@@ -64,6 +65,11 @@ struct KvPoolConfig {
   int32_t host_compact_blocks = 0;
   bool compact_on_device = true;
 };
+
+// A sliding-window model's pool: `global_layers` attend to the whole context, the others to the
+// last `window` tokens; a chunk's value per byte then depends on its conversation's length, which
+// the learnt policy's options allow for (kv/retention_model.h).
+void use_sliding_window(KvPoolConfig& config, int32_t window, std::vector<int32_t> global_layers);
 
 struct PrefixMatch {
   KvTable table;                         // device blocks for the first table.size() chunks
@@ -197,7 +203,10 @@ class KvCache {
     int64_t ahead_copied_chunks = 0; // cached chunks copied device -> host ahead of need
     int64_t disk_written_chunks = 0; // extents made durable
     int64_t disk_corrupt_chunks = 0; // extents that failed their checksum or read, dropped
-    int64_t evicted_chunks = 0;      // copies that left a tier
+    int64_t evicted_chunks = 0;      // copies that left a tier: the sum of the three below
+    int64_t evicted_device_copies = 0;  // blocks and compact slots
+    int64_t evicted_host_copies = 0;
+    int64_t evicted_disk_copies = 0;
     int64_t dropped_chunks = 0;      // chunks whose last copy went
     int64_t forgotten_chunks = 0;    // chunks deleted with their conversation
     int64_t exported_chunks = 0;     // chunks sent to another instance

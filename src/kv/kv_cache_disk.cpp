@@ -19,6 +19,7 @@ bool KvCache::make_disk_room(size_t bytes) {
     disk.remove(victim->key);
     index_.set_disk(victim->node, DiskCopy::kNone);
     ++counters_.evicted_chunks;
+    ++counters_.evicted_disk_copies;
     if (last_copy) note_dropped(*victim);
   }
   return true;

@@ -59,11 +59,13 @@ KvCache::Loaded KvCache::load_chunk(const PrefixIndex::Chunk& c, BlockId block, 
 PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks) {
   take_disk_completions();
   const double t = now();
-  const std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_chunks, t);
+  std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_chunks, t);
   eviction_.observe_returns(chain, t);
-  // Pin the chain's device blocks first, so making room for one chunk never evicts another.
+  // Pin the chain's device blocks and host copies first, so making room for one chunk never
+  // evicts another (a device block pushed to the host must not push out the chunk brought next).
   for (const auto& c : chain) {
     if (c.device != kNoBlock) device_alloc_.add_ref(c.device);
+    if (c.host != kNoBlock) (c.host_compact ? compact_alloc_ : host_alloc_).add_ref(c.host);
   }
   std::vector<ChunkUse> use(chain.size());
   std::vector<Tier> from(chain.size(), Tier::kDevice);
@@ -73,9 +75,24 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   // A chunk with only its global layers is usable only where no computed position reads its
   // local layers (kv/chunk_reuse.h: the router predicts this match with the same rules).
   enforce_sliding_windows(use, block_size(), config_.sliding_window);
+  // Without SPEC P5 (the tail-first baseline) nothing from a missing chunk on (dropped, or
+  // compact where a computed position reads it) is reused: the match ends there.
+  if (!eviction_.reuses_after_gap()) {
+    const auto gap = static_cast<size_t>(std::find(use.begin(), use.end(), ChunkUse::kRecompute) - use.begin());
+    for (size_t j = gap; j < chain.size(); ++j) {
+      if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
+      if (chain[j].host != kNoBlock) (chain[j].host_compact ? compact_alloc_ : host_alloc_).release(chain[j].host);
+    }
+    chain.resize(gap);
+    use.resize(gap);
+    from.resize(gap);
+  }
 
   PrefixMatch result;
   const size_t brought = bring_to_device(chain, use, from, result.table);
+  for (const auto& c : chain) {
+    if (c.host != kNoBlock) (c.host_compact ? compact_alloc_ : host_alloc_).release(c.host);
+  }
   for (size_t j = brought; j < chain.size(); ++j) {
     if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
   }

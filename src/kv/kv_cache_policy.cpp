@@ -33,7 +33,7 @@ std::optional<KvCache::DeviceVictim> KvCache::next_device_victim() const {
   // Compact copies compete by value: a conversation's leading chunks leave first, compact or not.
   const double t = now();
   const auto slot = eviction_.lowest(index_, PrefixIndex::Copies::kDeviceSlot, [](const auto&) { return true; }, t);
-  if (slot && (!best || EvictionOrder::leaves_before(eviction_.score(*slot, t), *slot, eviction_.score(*block, t), *block))) {
+  if (slot && (!best || eviction_.leaves_before(eviction_.score(*slot, t), *slot, eviction_.score(*block, t), *block))) {
     best = DeviceVictim{*slot, true};
   }
   return best;
@@ -110,6 +110,7 @@ void KvCache::evict_device_slot(const PrefixIndex::Chunk& c) {
   index_.set_device_slot(c.node, kNoBlock);  // may forget the node
   free_device_slot(c.device_slot);
   ++counters_.evicted_chunks;
+  ++counters_.evicted_device_copies;
   if (last_copy) note_dropped(c);
 }
 
@@ -166,6 +167,7 @@ void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
   index_.set_device(c.node, kNoBlock);  // may forget the node
   device_alloc_.release(c.device);
   ++counters_.evicted_chunks;
+  ++counters_.evicted_device_copies;
   if (last_copy) note_dropped(c);
 }
 
@@ -190,7 +192,9 @@ bool KvCache::make_host_room(int32_t n) {
 bool KvCache::make_compact_room(int32_t n) {
   if (n > compact_alloc_.n_blocks()) return false;
   while (compact_alloc_.n_free() < n) {
-    const auto victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) { return c.host_compact; });
+    const auto victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) {
+      return c.host_compact && compact_alloc_.ref_count(c.host) == 1;
+    });
     if (!victim) return false;
     evict_host_copy(*victim);
   }
@@ -213,6 +217,7 @@ void KvCache::evict_host_copy(const PrefixIndex::Chunk& c) {
   index_.set_host(c.node, kNoBlock);
   (c.host_compact ? compact_alloc_ : host_alloc_).release(c.host);
   ++counters_.evicted_chunks;
+  ++counters_.evicted_host_copies;
   if (last_copy) note_dropped(c);
 }
 

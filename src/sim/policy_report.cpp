@@ -40,7 +40,7 @@ std::string format_policy_table(const std::vector<PolicyOutcome>& outcomes) {
                        mib(o.moved_bytes(Tier::kDisk, Tier::kDevice)));
   }
   out += "(tokens; recompute s: their cost under the cost model; bytes moved in MiB; recomputed = tokens an\n"
-         " unbounded cache would have served)\n";
+         " unbounded cache would have served; every policy replayed through serve's own KV cache)\n";
   return out;
 }
 
@@ -64,13 +64,11 @@ nlohmann::json policy_outcome_json(const PolicyOutcome& o, const std::vector<Pol
       {"recomputed_tokens", o.recomputed_tokens},
       {"recomputed_vs_lru", ratio ? nlohmann::json(*ratio) : nlohmann::json(nullptr)},
       {"recomputed_seconds", o.recomputed_seconds},
-      {"stranded_tokens", o.stranded_tokens},
       {"hit_tokens", hits},
       {"hit_rate", hit_rate(o)},
       {"bytes_moved", moved},
       {"evicted_chunks", evicted},
       {"dropped_chunks", o.counters.dropped_chunks},
-      {"discarded_chunks", o.counters.discarded_chunks},
       {"device_overcommits", o.counters.device_overcommits},
       {"peak_device_bytes", o.counters.peak_device_units * o.unit_bytes},
   };

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/simulator.h"
+#include "sim/sim_config.h"
 
 namespace mnemo::sim {
 

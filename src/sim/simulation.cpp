@@ -2,13 +2,15 @@
 
 #include <memory>
 
+#include <fmt/ranges.h>
+
 #include "loadgen/dataset.h"
 #include "loadgen/think_time.h"
 #include "loadgen/token_counter.h"
 #include "sim/arrival_schedule.h"
+#include "sim/cache_replay.h"
 #include "sim/conversation_lengths.h"
 #include "sim/estimated_token_counter.h"
-#include "sim/eviction_policy.h"
 
 namespace mnemo::sim {
 namespace {
@@ -44,18 +46,18 @@ Result<Trace> build_trace(const SimulationOptions& o) {
 }
 
 Result<SimulationResult> run_simulation(const SimulationOptions& o) {
-  std::vector<std::unique_ptr<EvictionPolicy>> policies;
+  std::vector<RetentionPolicy> policies;
   for (const std::string& name : o.policies) {
-    MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy, 
-                           make_eviction_policy(name, o.cache.cost, o.cache.chunk_tokens, o.cache.chunk_sizes()));
-    policies.push_back(std::move(policy));
+    const std::optional<RetentionPolicy> policy = simulated_policy(name);
+    if (!policy) return make_error("unknown eviction policy '{}' ({})", name, fmt::join(simulated_policy_names(), ", "));
+    policies.push_back(*policy);
   }
   if (policies.empty()) return make_error("no policy to simulate");
   MNEMO_ASSIGN_OR_RETURN(const Trace trace, build_trace(o));
   SimulationResult result;
   result.trace = trace_stats(trace, o.cache.chunk_tokens);
-  for (const auto& policy : policies) {
-    MNEMO_ASSIGN_OR_RETURN(PolicyOutcome outcome, simulate_policy(trace, o.cache, *policy));
+  for (size_t i = 0; i < policies.size(); ++i) {
+    MNEMO_ASSIGN_OR_RETURN(PolicyOutcome outcome, replay_through_cache(trace, o.cache, policies[i], o.policies[i]));
     result.outcomes.push_back(std::move(outcome));
   }
   return result;
@@ -78,6 +80,7 @@ nlohmann::json simulation_options_json(const SimulationOptions& o) {
       {"sliding_window", o.cache.sliding_window},
       {"layers", o.cache.layers},
       {"global_layers", o.cache.global_layers},
+      {"host_compact_share", o.cache.host_compact_share},
       {"capacity_bytes", {{"device", o.cache.capacity_bytes[0]}, {"host", o.cache.capacity_bytes[1]}, {"disk", o.cache.capacity_bytes[2]}}},
       {"cost_model", {{"source", o.cache.cost.source},
                       {"per_token_seconds", o.cache.cost.per_token_seconds},

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kv/cost_model.h"
-#include "sim/simulator.h"
+#include "sim/sim_config.h"
 #include "sim/trace.h"
 #include "sim/trace_stats.h"
 #include "util/result.h"

@@ -2,6 +2,7 @@
 // the tie-break, the eligibility filter, and what the learnt policy observes.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 
 #include "kv/eviction_order.h"
@@ -66,16 +67,41 @@ TEST_F(EvictionOrderTest, PensieveTakesEveryHeadBeforeAnyTail) {
 }
 
 TEST_F(EvictionOrderTest, TiesGoToTheOlderThenTheLeadingChunk) {
+  const EvictionOrder lru(RetentionPolicy::kLru, steep_cost(), {}, two_token_chunks());
   PrefixIndex::Chunk a;
   a.last_use = 5;
   a.position = 3;
   PrefixIndex::Chunk b = a;
   b.position = 1;
-  EXPECT_TRUE(EvictionOrder::leaves_before(1.0, b, 1.0, a));
-  EXPECT_FALSE(EvictionOrder::leaves_before(1.0, a, 1.0, b));
+  EXPECT_TRUE(lru.leaves_before(1.0, b, 1.0, a));
+  EXPECT_FALSE(lru.leaves_before(1.0, a, 1.0, b));
+  // Tail-first: the trailing chunk of the same conversation.
+  const EvictionOrder tail_first(RetentionPolicy::kTailFirst, steep_cost(), {}, two_token_chunks());
+  EXPECT_TRUE(tail_first.leaves_before(1.0, a, 1.0, b));
+  EXPECT_FALSE(tail_first.leaves_before(1.0, b, 1.0, a));
   b.last_use = 6;
-  EXPECT_TRUE(EvictionOrder::leaves_before(1.0, a, 1.0, b));
-  EXPECT_TRUE(EvictionOrder::leaves_before(0.5, b, 1.0, a));  // the score first
+  EXPECT_TRUE(lru.leaves_before(1.0, a, 1.0, b));
+  EXPECT_TRUE(lru.leaves_before(0.5, b, 1.0, a));  // the score first
+}
+
+TEST_F(EvictionOrderTest, TheOracleTakesTheFarthestNextUseFirst) {
+  // Chunks told apart by position here: 0 is next used at 50, 1 never, 2 at 30, 3 at 80.
+  const auto next_use = [](const PrefixIndex::Chunk& c) {
+    constexpr double kAt[] = {50, std::numeric_limits<double>::infinity(), 30, 80};
+    return kAt[static_cast<size_t>(c.position) % 4];
+  };
+  const EvictionOrder oracle(RetentionPolicy::kOracle, steep_cost(), {}, two_token_chunks(), next_use);
+  PrefixIndex::Chunk c[4];
+  for (int32_t i = 0; i < 4; ++i) c[i].position = i;
+  const auto leaves_first = [&](int32_t x, int32_t y) {
+    return oracle.leaves_before(oracle.score(c[x], 0), c[x], oracle.score(c[y], 0), c[y]);
+  };
+  EXPECT_TRUE(leaves_first(1, 3));  // never before anything
+  EXPECT_TRUE(leaves_first(3, 0));
+  EXPECT_TRUE(leaves_first(0, 2));
+  EXPECT_FALSE(leaves_first(2, 0));
+  EXPECT_TRUE(oracle.reuses_after_gap());
+  EXPECT_FALSE(EvictionOrder(RetentionPolicy::kTailFirst, steep_cost(), {}, two_token_chunks()).reuses_after_gap());
 }
 
 TEST_F(EvictionOrderTest, OnlyTheLearntPolicyObservesEvents) {

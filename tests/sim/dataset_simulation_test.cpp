@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "sim/cache_replay.h"
 #include "sim/simulation.h"
 
 namespace mnemo::sim {
@@ -20,8 +21,8 @@ SimulationOptions small_run() {
   o.think_mean_s = 60;
   // The device holds every running turn (no overcommit); device and host together hold less than
   // the peak live working set.
-  o.cache.capacity_bytes = {192ll << 20, 96ll << 20, 0};
-  o.policies = eviction_policy_names();
+  o.cache.capacity_bytes = {256ll << 20, 96ll << 20, 0};
+  o.policies = simulated_policy_names();
   return o;
 }
 
@@ -31,9 +32,9 @@ TEST(DatasetSimulation, ShareGptUnderPressure) {
   EXPECT_EQ(result->trace.conversations, 120);
   EXPECT_GT(result->trace.turns, 120);
   // The capacities are well under the live working set: this is a cache under pressure.
-  const int64_t cache_chunks = ((192ll + 96) << 20) / (32 * 18432);
+  const int64_t cache_chunks = ((256ll + 96) << 20) / (32 * 18432);
   EXPECT_GT(result->trace.peak_live_chunks, cache_chunks);
-  ASSERT_EQ(result->outcomes.size(), eviction_policy_names().size());
+  ASSERT_EQ(result->outcomes.size(), simulated_policy_names().size());
   const PolicyOutcome* oracle = nullptr;
   for (const PolicyOutcome& o : result->outcomes) {
     if (o.policy == "oracle") oracle = &o;

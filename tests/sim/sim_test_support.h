@@ -6,12 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "kv/cost_model.h"
-#include "sim/eviction_policy.h"
-#include "sim/simulator.h"
+#include "sim/cache_replay.h"
+#include "sim/sim_config.h"
 #include "sim/trace.h"
 
 namespace mnemo::sim::testing {
@@ -45,13 +46,14 @@ inline TraceConversation conversation(std::string id, std::vector<TraceTurn> tur
   return {std::move(id), std::move(turns)};
 }
 
-// One replay of `trace` under the named policy, sized as `config` says; a failure fails the test.
+// One replay of `trace` through the serving cache under the named policy, sized as `config`
+// says, as `mnemo simulate` runs it; a failure fails the test.
 inline PolicyOutcome run_policy(const Trace& trace, const SimConfig& config, std::string_view name) {
-  auto policy = make_eviction_policy(name, config.cost, config.chunk_tokens, config.chunk_sizes());
-  EXPECT_TRUE(policy.ok());
-  auto outcome = simulate_policy(trace, config, **policy);
+  const std::optional<RetentionPolicy> policy = simulated_policy(name);
+  EXPECT_TRUE(policy.has_value()) << name;
+  auto outcome = replay_through_cache(trace, config, policy.value_or(RetentionPolicy::kLru), name);
   EXPECT_TRUE(outcome.ok()) << outcome.error().message();
-  return std::move(*outcome);
+  return outcome.ok() ? std::move(*outcome) : PolicyOutcome{};
 }
 
 }  // namespace mnemo::sim::testing

@@ -22,7 +22,7 @@ TEST(SimulateCli, PrintsTheTableAndWritesJson) {
   const auto r = run_mnemo("simulate --estimate-tokens -n 60 --rate 0.2 --think-mean 60 --device-bytes 16M --host-bytes 48M "
                            "--seed 3 --json " + json_path);
   ASSERT_EQ(r.status, 0) << r.output;
-  for (const char* name : {"pensieve", "lru", "tail-first", "mnemo", "mnemo-no-ghosts", "oracle", "live working set"}) {
+  for (const char* name : {"pensieve", "lru", "tail-first", "mnemo", "oracle", "live working set"}) {
     EXPECT_NE(r.output.find(name), std::string::npos) << name << "\n" << r.output;
   }
   std::ifstream in(json_path);
@@ -35,7 +35,7 @@ TEST(SimulateCli, PrintsTheTableAndWritesJson) {
   EXPECT_EQ(j["config"]["sliding_window"], 512);  // the default model's geometry
   EXPECT_EQ(j["config"]["global_layers"], 3);
   EXPECT_EQ(j["trace"]["conversations"], 60);
-  ASSERT_EQ(j["policies"].size(), 6u);
+  ASSERT_EQ(j["policies"].size(), 5u);
   for (const auto& p : j["policies"]) {
     EXPECT_EQ(p["hit_tokens"]["device"].get<int64_t>() + p["hit_tokens"]["host"].get<int64_t>() +
                   p["hit_tokens"]["disk"].get<int64_t>() + p["recomputed_tokens"].get<int64_t>(),

@@ -1,12 +1,15 @@
-// Replaying traces: exact recomputed and hit tokens per policy on hand-made scenarios, prefix-only
-// reuse against SPEC P5 reuse, the tier cascade's byte accounting, pins, and the oracle never
-// recomputing more than any other policy on random workloads.
+// Replaying traces through the serving cache under each policy: exact recomputed and hit tokens
+// on a hand-made scenario, configurations refused, what mnemo learns, and the oracle recomputing
+// less than the others on random workloads. (Tier moves and uncached turns: cache_replay_test.cpp.)
 #include <gtest/gtest.h>
 
-#include <random>
+#include <fmt/format.h>
 
-#include "sim/eviction_policy.h"
-#include "sim/simulator.h"
+#include <map>
+#include <random>
+#include <string>
+
+#include "sim/cache_replay.h"
 #include "sim_test_support.h"
 
 namespace mnemo::sim {
@@ -20,7 +23,7 @@ using testing::turn;
 
 // X (16 tokens of context after its first turn: chunks 0-3) comes back at 100 with a 20-token
 // prompt; Y (one chunk) never comes back; Z needs two chunks at 10 while the 5-chunk device is
-// full. Which two chunks Z evicts decides what X recomputes (see tiered_chunk_cache_test.cpp):
+// full. Which two chunks Z evicts decides what X recomputes:
 //   lru X0, X1 -> X recomputes 8 tokens;  tail-first X3, X2 -> 8;
 //   pensieve X0, Y0 -> 4;                 oracle Y0, X0 -> 4.
 // Priced by simple_costs (chunk j costs 16j + 10): lru 10 + 26, tail-first 42 + 58, the others 10.
@@ -39,7 +42,7 @@ TEST(Simulator, ExactRecomputeOfEachPolicyOnAHandMadeScenario) {
   };
   // mnemo has learnt nothing by 10 (no conversation has come back): its order is LRU's.
   for (const Expected& e : {Expected{"lru", 8, 36}, Expected{"tail-first", 8, 100}, Expected{"pensieve", 4, 10},
-                            Expected{"mnemo", 8, 36}, Expected{"mnemo-no-ghosts", 8, 36}, Expected{"oracle", 4, 10}}) {
+                            Expected{"mnemo", 8, 36}, Expected{"oracle", 4, 10}}) {
     const PolicyOutcome o = run_policy(trace, config, e.policy);
     EXPECT_EQ(o.recomputed_tokens, e.recomputed) << e.policy;
     EXPECT_DOUBLE_EQ(o.recomputed_seconds, e.seconds) << e.policy;
@@ -48,93 +51,23 @@ TEST(Simulator, ExactRecomputeOfEachPolicyOnAHandMadeScenario) {
     EXPECT_EQ(o.reusable_tokens, 16) << e.policy;  // X's 4 chunks; the last prompt token is never reused
     EXPECT_EQ(o.prompt_tokens, 8 + 20 + 4 + 8) << e.policy;
     EXPECT_EQ(o.turns, 4) << e.policy;
-    EXPECT_EQ(o.stranded_tokens, 0) << e.policy;
-  }
-}
-
-// LRU's eviction order, but only the prefix up to the first missing chunk is reused.
-class PrefixOnlyLru final : public EvictionPolicy {
- public:
-  std::string_view name() const override { return "prefix-only-lru"; }
-  EvictionKey key(const ConversationState& c, int32_t chunk, double) const override {
-    return {c.last_used_s, static_cast<double>(chunk)};
-  }
-  ChunkOrder chunk_order() const override { return ChunkOrder::kLeadingFirst; }
-  bool reuses_after_gap() const override { return false; }
-};
-
-TEST(Simulator, WithoutP5TheChunksAfterADroppedPrefixAreRecomputed) {
-  // LRU drops X0 and X1; with P5 X2 and X3 are reused, without it they are stranded.
-  const PrefixOnlyLru prefix_only;
-  const auto outcome = simulate_policy(two_idle_conversations(), small_config(5), prefix_only);
-  ASSERT_TRUE(outcome.ok());
-  EXPECT_EQ(outcome->recomputed_tokens, 16);
-  EXPECT_EQ(outcome->stranded_tokens, 8);
-  EXPECT_EQ(outcome->hit_tokens_total(), 0);
-  EXPECT_EQ(outcome->counters.discarded_chunks, 2);  // the stale X2, X3 are replaced
-  EXPECT_EQ(run_policy(two_idle_conversations(), small_config(5), "lru").recomputed_tokens, 8);
-}
-
-TEST(Simulator, TierCascadeHitsPerTierAndBytesMovedPerDirection) {
-  // Device 3 chunks, host 2, disk 2; LRU; 4-byte chunks. A, B, C each bring 2 chunks; A returns
-  // with a 12-token prompt: its 2 reusable chunks are found on the disk (A0) and the host (A1).
-  //   B arrives: A0 -> host.  C arrives: A1 -> host, then B0 -> host, which pushes A0 -> disk.
-  //   A returns: A0 disk -> device (B1 -> host, B0 -> disk); A1 host -> device (C0 -> host);
-  //   A2 is new (C1 -> host, B1 -> disk).
-  const Trace trace = {conversation("A", {turn(0, 1, 8, 0), turn(10, 11, 12, 0)}), conversation("B", {turn(2, 3, 8, 0)}),
-                       conversation("C", {turn(4, 5, 8, 0)})};
-  // Pensieve evicts the same chunks here (A's are the cheapest per idle second); the oracle
-  // evicts B's and C's first (they never return), so A1 stays on the device and A0 in the host.
-  for (const char* name : {"lru", "pensieve"}) {
-    const PolicyOutcome o = run_policy(trace, small_config(3, 2, 2), name);
-    EXPECT_EQ(o.recomputed_tokens, 0) << name;
-    EXPECT_EQ(o.hit_tokens[0], 0) << name;
-    EXPECT_EQ(o.hit_tokens[1], 4) << name;
-    EXPECT_EQ(o.hit_tokens[2], 4) << name;
-    if (std::string_view(name) != "lru") continue;  // the moves below are LRU's
-    EXPECT_EQ(o.moved_bytes(Tier::kDevice, Tier::kHost), 6 * 4);
-    EXPECT_EQ(o.moved_bytes(Tier::kHost, Tier::kDisk), 3 * 4);
-    EXPECT_EQ(o.moved_bytes(Tier::kHost, Tier::kDevice), 1 * 4);
-    EXPECT_EQ(o.moved_bytes(Tier::kDisk, Tier::kDevice), 1 * 4);
-    EXPECT_EQ(o.moved_bytes(Tier::kDevice, Tier::kDisk), 0);
-    EXPECT_EQ(o.counters.evicted_chunks[0], 6);
-    EXPECT_EQ(o.counters.evicted_chunks[1], 3);
-    EXPECT_EQ(o.counters.dropped_chunks, 0);
-  }
-  const PolicyOutcome oracle = run_policy(trace, small_config(3, 2, 2), "oracle");
-  EXPECT_EQ(oracle.recomputed_tokens, 0);
-  EXPECT_EQ(oracle.hit_tokens[0], 4);
-  EXPECT_EQ(oracle.hit_tokens[1], 4);
-  EXPECT_EQ(oracle.hit_tokens[2], 0);
-  // Without the disk the host drops instead, and A recomputes its first chunk.
-  const PolicyOutcome two_tiers = run_policy(trace, small_config(3, 2), "lru");
-  EXPECT_EQ(two_tiers.recomputed_tokens, 4);
-  EXPECT_EQ(two_tiers.hit_tokens[1], 4);
-}
-
-TEST(Simulator, RunningConversationsArePinned) {
-  // A's turn runs from 0 to 50 holding 2 chunks; B (1 to 2) and C (3 to 4) come and go on a
-  // 3-chunk device. B overcommits (A is pinned and B needs 2 chunks); A is never evicted although
-  // it is the least recently used, so its second turn hits all of its context.
-  const Trace trace = {conversation("A", {turn(0, 50, 8, 0), turn(60, 61, 12, 0)}), conversation("B", {turn(1, 2, 8, 0)}),
-                       conversation("C", {turn(3, 4, 4, 0)})};
-  for (const std::string& name : eviction_policy_names()) {
-    const PolicyOutcome o = run_policy(trace, small_config(3), name);
-    EXPECT_EQ(o.counters.device_overcommits, 1) << name;
-    EXPECT_EQ(o.counters.peak_device_chunks, 4) << name;
-    EXPECT_EQ(o.recomputed_tokens, 0) << name;
-    EXPECT_EQ(o.hit_tokens[0], 8) << name;
   }
 }
 
 TEST(Simulator, RejectsConfigurationsItCannotSimulate) {
-  const auto lru = make_eviction_policy("lru", CostModel{}, kChunk);
   SimConfig tiny = small_config(1);
   tiny.capacity_bytes[0] = 3;  // less than one 4-byte chunk
-  EXPECT_FALSE(simulate_policy(two_idle_conversations(), tiny, **lru).ok());
+  const auto no_room = replay_through_cache(two_idle_conversations(), tiny, RetentionPolicy::kLru, "lru");
+  ASSERT_FALSE(no_room.ok());
+  EXPECT_NE(no_room.error().message().find("holds no chunk"), std::string::npos);
   const Trace backwards = {conversation("bad", {turn(5, 4, 8, 1)})};
-  EXPECT_FALSE(simulate_policy(backwards, small_config(4), **lru).ok());
-  EXPECT_FALSE(make_eviction_policy("mru", CostModel{}, kChunk).ok());
+  const auto bad_trace = replay_through_cache(backwards, small_config(4), RetentionPolicy::kLru, "lru");
+  ASSERT_FALSE(bad_trace.ok());
+  EXPECT_NE(bad_trace.error().message().find("conversation 'bad' turn 0"), std::string::npos);
+  SimConfig negative = small_config(4);
+  negative.capacity_bytes[1] = -4;
+  EXPECT_FALSE(replay_through_cache(two_idle_conversations(), negative, RetentionPolicy::kLru, "lru").ok());
+  EXPECT_FALSE(simulated_policy("mru").has_value());
 }
 
 // Random conversations: growing prompts, random replies, arrivals and think times. Contexts stay
@@ -164,13 +97,15 @@ Trace random_trace(std::mt19937_64& rng) {
 
 // Belady's argument: every chunk of a conversation is next used at its next turn, so keeping the
 // chunks used soonest (and with P5, any subset of a prefix is worth its size) minimises what is
-// recomputed. It holds while the running turns fit on the device; when pinned chunks overcommit
-// the device the cache is outside the model (the oracle can then lose: such trials are skipped,
-// and counted so that most trials do test the bound).
-TEST(Simulator, OracleNeverRecomputesMoreThanAnyPolicy) {
+// recomputed, for one tier of chunks alike. The serving cache is not that model: a chunk leaving
+// the device goes to the host or is already on the disk, the host's and disk's own victims follow
+// the same order but matter less, and running turns take whole blocks. So the oracle is the bound
+// in total and in nearly every trial, not in each one (counted: the trials where another policy
+// recomputes less are few).
+TEST(Simulator, TheOracleRecomputesLeast) {
   std::mt19937_64 rng(2024);
-  int64_t oracle_total = 0;
-  int64_t lru_total = 0;
+  std::map<std::string, int64_t> totals;
+  std::map<std::string, int> oracle_lost;
   int tested = 0;
   constexpr int kTrials = 400;
   for (int trial = 0; trial < kTrials; ++trial) {
@@ -180,22 +115,25 @@ TEST(Simulator, OracleNeverRecomputesMoreThanAnyPolicy) {
     const PolicyOutcome oracle = run_policy(trace, config, "oracle");
     if (oracle.counters.device_overcommits > 0) continue;
     ++tested;
-    oracle_total += oracle.recomputed_tokens;
-    for (const char* name : {"lru", "tail-first", "pensieve", "mnemo", "mnemo-no-ghosts"}) {
+    totals["oracle"] += oracle.recomputed_tokens;
+    for (const char* name : {"lru", "tail-first", "pensieve", "mnemo"}) {
       const PolicyOutcome other = run_policy(trace, config, name);
       ASSERT_EQ(other.counters.device_overcommits, 0) << name;  // pins do not depend on the policy
-      ASSERT_LE(oracle.recomputed_tokens, other.recomputed_tokens) << name << " trial " << trial;
+      totals[name] += other.recomputed_tokens;
+      if (other.recomputed_tokens < oracle.recomputed_tokens) ++oracle_lost[name];
       // Every policy sees the same traffic and accounts every reusable token once.
       EXPECT_EQ(other.prompt_tokens, oracle.prompt_tokens);
       EXPECT_EQ(other.reusable_tokens, oracle.reusable_tokens);
       EXPECT_EQ(other.hit_tokens_total() + other.recomputed_tokens, other.reusable_tokens) << name;
-      if (std::string_view(name) == "lru") lru_total += other.recomputed_tokens;
     }
   }
   EXPECT_GT(tested, kTrials * 9 / 10);
   // The random workloads do put the caches under pressure, or the comparison would be empty.
-  EXPECT_GT(lru_total, 0);
-  EXPECT_LT(oracle_total, lru_total);
+  EXPECT_GT(totals["lru"], 0);
+  for (const char* name : {"lru", "tail-first", "pensieve", "mnemo"}) {
+    EXPECT_LT(totals["oracle"], totals[name]) << name;
+    EXPECT_LE(oracle_lost[name], tested / 20) << name;
+  }
 }
 
 // Every 100 s a short conversation (2 chunks) starts and comes back 60 s later, and two long
@@ -207,9 +145,9 @@ Trace short_ones_return_long_ones_end(int rounds) {
   Trace trace;
   for (int i = 0; i < rounds; ++i) {
     const double t = 100.0 * i;
-    trace.push_back(conversation("S" + std::to_string(i), {turn(t, t + 1, 8, 0), turn(t + 60, t + 61, 12, 0)}));
-    trace.push_back(conversation("L" + std::to_string(i), {turn(t + 5, t + 6, 32, 0)}));
-    trace.push_back(conversation("M" + std::to_string(i), {turn(t + 10, t + 11, 32, 0)}));
+    trace.push_back(conversation(fmt::format("S{}", i), {turn(t, t + 1, 8, 0), turn(t + 60, t + 61, 12, 0)}));
+    trace.push_back(conversation(fmt::format("L{}", i), {turn(t + 5, t + 6, 32, 0)}));
+    trace.push_back(conversation(fmt::format("M{}", i), {turn(t + 10, t + 11, 32, 0)}));
   }
   return trace;
 }
@@ -219,27 +157,24 @@ TEST(Simulator, MnemoLearnsWhichConversationsReturn) {
   const SimConfig config = small_config(10);
   const PolicyOutcome lru = run_policy(trace, config, "lru");
   const PolicyOutcome mnemo = run_policy(trace, config, "mnemo");
-  const PolicyOutcome no_ghosts = run_policy(trace, config, "mnemo-no-ghosts");
   const PolicyOutcome oracle = run_policy(trace, config, "oracle");
   EXPECT_EQ(lru.reusable_tokens, 100 * 8);  // each short conversation's 2 chunks
   EXPECT_EQ(lru.recomputed_tokens, 100 * 8);  // every short conversation loses both chunks
   // mnemo orders as LRU, and so loses the short ones, until the evidence that the classes differ
-  // passes the retention model's significance gate: 34 rounds of short conversations coming back
-  // and long ones idling on. From then on it loses none. Without ghosts a long conversation's
-  // evidence ends when it is dropped, seconds into its idling: 100 rounds are not enough for the
-  // gate, so it stays LRU.
-  EXPECT_EQ(mnemo.recomputed_tokens, 34 * 8);
-  EXPECT_EQ(no_ghosts.recomputed_tokens, 100 * 8);
+  // passes the retention model's significance gate. The cache keeps no ghosts: a long
+  // conversation's evidence ends when it is dropped, seconds into its idling, and 100 rounds are
+  // not enough for the gate, so it stays LRU. (The simulator's former chunk-table mnemo, with
+  // ghosts, passed it after 34 rounds and lost none after: ghosts in the cache are the next step.)
+  EXPECT_EQ(mnemo.recomputed_tokens, 100 * 8);
   EXPECT_EQ(oracle.recomputed_tokens, 0);
 }
 
 TEST(Simulator, EachReplayLearnsAfresh) {
   const Trace trace = short_ones_return_long_ones_end(30);
   const SimConfig config = small_config(10);
-  auto policy = make_eviction_policy("mnemo", config.cost, config.chunk_tokens);
-  ASSERT_TRUE(policy.ok());
-  const auto first = simulate_policy(trace, config, **policy);
-  const auto second = simulate_policy(trace, config, **policy);
+  // Each replay builds its own cache, and so its own retention model.
+  const auto first = replay_through_cache(trace, config, RetentionPolicy::kMnemo, "mnemo");
+  const auto second = replay_through_cache(trace, config, RetentionPolicy::kMnemo, "mnemo");
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(first->recomputed_tokens, second->recomputed_tokens);
   EXPECT_EQ(first->hit_tokens, second->hit_tokens);

@@ -1,13 +1,5 @@
-// Replays a trace against the chunk cache under one eviction policy and counts what the cache
-// saved and what it cost.
-//
-// Per turn, when it starts: the prompt's chunks that an unbounded cache would hold (the whole
-// chunks of the previous turn's prompt and reply, less the prompt's last token, which is always
-// computed) are looked up. A cached one is a hit in its tier and moves up to the device; a missing
-// one is recomputed. After a missing chunk, policies with SPEC P5 reuse the cached chunks that
-// follow; the others recompute everything after it (those chunks are "stranded"). The prompt's
-// whole chunks are then on the device, pinned. When the turn ends, its reply's whole chunks join
-// them there, and the pins are released.
+// What a cache simulation is configured with (tier capacities in the real model's bytes, its KV
+// geometry, the cost model) and what one policy's replay reports (sim/cache_replay.h).
 #pragma once
 
 #include <array>
@@ -15,10 +7,7 @@
 #include <string>
 
 #include "kv/cost_model.h"
-#include "sim/eviction_policy.h"
 #include "sim/tier.h"
-#include "sim/tiered_chunk_cache.h"
-#include "sim/trace.h"
 
 namespace mnemo::sim {
 
@@ -34,16 +23,33 @@ struct SimConfig {
   int32_t sliding_window = 0;
   int32_t layers = 18;
   int32_t global_layers = 3;
-  // Prices what is recomputed (recomputed_seconds); the policies that weigh cost take the same.
+  // With a window, the share of the host's bytes that holds compact copies (global layers only):
+  // `serve` keeps them in a pool of their own. 0.4: its default pools' split (65,536 tokens whole,
+  // 262,144 compact, on Gemma 3 270M).
+  double host_compact_share = 0.4;
+  // Prices what is recomputed (recomputed_seconds); Pensieve's policy weighs chunks by the same.
   CostModel cost;
 
   int64_t chunk_bytes() const { return kv_bytes_per_token * chunk_tokens; }
   // Whole chunks that fit in each tier.
-  std::array<int64_t, kTierCount> capacity_chunks() const;
-  // The cache's sizes: a layer's worth of a chunk per unit with a window, else a chunk per unit.
-  ChunkSizes chunk_sizes() const;
-  std::array<int64_t, kTierCount> capacity_units() const;
+  std::array<int64_t, kTierCount> capacity_chunks() const {
+    std::array<int64_t, kTierCount> chunks{};
+    for (size_t t = 0; t < chunks.size(); ++t) chunks[t] = capacity_bytes[t] / chunk_bytes();
+    return chunks;
+  }
+  // The unit bytes moved are counted in: a layer's worth of a chunk with a window (compact copies
+  // move too), else a chunk.
   int64_t unit_bytes() const { return sliding_window > 0 ? chunk_bytes() / layers : chunk_bytes(); }
+};
+
+struct CacheCounters {
+  std::array<std::array<int64_t, kTierCount>, kTierCount> moved_chunks{};  // [from][to]
+  std::array<std::array<int64_t, kTierCount>, kTierCount> moved_units{};   // the same in units
+  std::array<int64_t, kTierCount> evicted_chunks{};  // copies that left each tier for lack of room
+  int64_t dropped_chunks = 0;                        // chunks whose last copy left
+  int64_t device_overcommits = 0;                    // blocks a running turn lacked (it ran uncached)
+  int64_t peak_device_chunks = 0;
+  int64_t peak_device_units = 0;
 };
 
 struct PolicyOutcome {
@@ -53,7 +59,6 @@ struct PolicyOutcome {
   int64_t reusable_tokens = 0;                    // what an unbounded cache would serve
   std::array<int64_t, kTierCount> hit_tokens{};  // served from each tier
   int64_t recomputed_tokens = 0;                  // reusable, but computed again
-  int64_t stranded_tokens = 0;                    // of those: cached, but behind a missing chunk (or, compact, in a computed position's window)
   double recomputed_seconds = 0;                  // what recomputing them costs (SimConfig::cost)
   CacheCounters counters;
   int64_t chunk_bytes = 0;
@@ -64,8 +69,5 @@ struct PolicyOutcome {
     return counters.moved_units[static_cast<size_t>(tier_index(from))][static_cast<size_t>(tier_index(to))] * unit_bytes;
   }
 };
-
-// An Error when the configuration cannot be simulated (no device chunk fits, bad chunk size).
-Result<PolicyOutcome> simulate_policy(const Trace& trace, const SimConfig& config, const EvictionPolicy& policy);
 
 }  // namespace mnemo::sim

@@ -1,0 +1,46 @@
+// Replays a trace through the serving engine's own KV cache (kv/kv_cache.h), with the
+// simulation's clock and no model: the policies `mnemo serve --cache-policy` runs (lru, pensieve,
+// mnemo) are simulated by the code that serves, so a simulated figure is what the server would do,
+// and the baseline and bound it does not run (tail-first, oracle) by the same cache with their
+// eviction order (kv/eviction_order.h), so every policy is compared under the same tier rules.
+//
+// The trace (sim/trace.h): per turn, when it starts, the prompt's chunks that an unbounded cache
+// would hold (the whole chunks of the previous turn's prompt and reply, less the prompt's last
+// token, which is always computed) are reusable; each is a hit in the tier the cache finds it in,
+// or recomputed.
+//
+// The cache is built as `serve` builds it (the same pools, policy, retention options and copies
+// ahead of need), with a KV layout that keeps what the bookkeeping depends on (block size, layer
+// count, which layers are global) and shrinks only the bytes: every tier holds as many chunks as
+// the real model's bytes would give it. Per turn, as the engine does: the prompt's longest cached
+// prefix is matched (at most all but its last token), the rest of the prompt gets blocks; at the
+// end the reply's blocks are added, the whole sequence is offered to the cache and its table
+// released. A background step runs after every event (the engine runs one per forward pass).
+//
+// A turn whose blocks the device cannot give (every block held by running turns) runs without
+// them, as if the engine had queued it: counted in device_overcommits; its tokens are not cached.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include <string>
+#include <vector>
+
+#include "kv/eviction_order.h"
+#include "sim/sim_config.h"
+#include "sim/trace.h"
+#include "util/result.h"
+
+namespace mnemo::sim {
+
+// "pensieve", "lru", "tail-first", "mnemo", "oracle", and the cache's policy of each name.
+const std::vector<std::string>& simulated_policy_names();
+std::optional<RetentionPolicy> simulated_policy(std::string_view name);
+
+// An Error when the configuration cannot be simulated (no device chunk fits, a bad geometry or
+// trace, a disk tier that cannot be opened).
+Result<PolicyOutcome> replay_through_cache(const Trace& trace, const SimConfig& config, RetentionPolicy policy,
+                                           std::string_view name);
+
+}  // namespace mnemo::sim

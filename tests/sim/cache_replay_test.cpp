@@ -1,0 +1,117 @@
+// Replays through the serving KV cache (sim/cache_replay.h): the figures are what a KvCache driven
+// turn by turn, as the engine drives it, reports; the tier rules are the serving cache's (a disk
+// tier written through, the host copies a match brings back pinned, a turn without blocks not
+// cached).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "kv/kv_cache.h"
+#include "sim/cache_replay.h"
+#include "sim/sim_test_support.h"
+
+namespace mnemo::sim {
+namespace {
+
+using testing::conversation;
+using testing::run_policy;
+using testing::small_config;
+using testing::turn;
+
+TEST(CacheReplay, EveryPolicyIsTheCachesOwn) {
+  EXPECT_EQ(simulated_policy("lru"), RetentionPolicy::kLru);
+  EXPECT_EQ(simulated_policy("pensieve"), RetentionPolicy::kPensieve);
+  EXPECT_EQ(simulated_policy("mnemo"), RetentionPolicy::kMnemo);
+  EXPECT_EQ(simulated_policy("oracle"), RetentionPolicy::kOracle);
+  EXPECT_EQ(simulated_policy("tail-first"), RetentionPolicy::kTailFirst);
+  EXPECT_FALSE(simulated_policy("mnemo-no-ghosts").has_value());
+  for (const std::string& name : simulated_policy_names()) EXPECT_TRUE(simulated_policy(name).has_value()) << name;
+}
+
+// A (two turns) and B in between on a 4-chunk device and a 2-chunk host, followed by hand.
+TEST(CacheReplay, HandComputedTierMoves) {
+  const Trace trace = {conversation("A", {turn(0, 1, 8, 4), turn(10, 11, 16, 0)}), conversation("B", {turn(2, 3, 12, 0)})};
+  const PolicyOutcome o = run_policy(trace, small_config(4, 2), "lru");
+  // A's first turn leaves A0-A2 (12 tokens) on the device. B's 12-token prompt needs 3 blocks
+  // with 1 free: A0 and A1 leave for the host. A returns with 16 tokens: 3 reusable chunks, A2 on
+  // the device, A0 and A1 brought back from the host; the room they take pushes B's chunks out,
+  // and since the host's copies being matched are pinned, B's are dropped, not A's.
+  EXPECT_EQ(o.turns, 3);
+  EXPECT_EQ(o.reusable_tokens, 12);
+  EXPECT_EQ(o.hit_tokens[0], 4);
+  EXPECT_EQ(o.hit_tokens[1], 8);
+  EXPECT_EQ(o.recomputed_tokens, 0);
+  EXPECT_EQ(o.counters.device_overcommits, 0);
+  EXPECT_EQ(o.moved_bytes(Tier::kDevice, Tier::kHost), 2 * 4);
+  EXPECT_EQ(o.moved_bytes(Tier::kHost, Tier::kDevice), 2 * 4);
+  EXPECT_EQ(o.counters.dropped_chunks, 3);  // B0-B2
+  EXPECT_EQ(o.counters.peak_device_chunks, 4);
+}
+
+// Every policy sees the same traffic; whatever is reusable is a hit or a recompute.
+TEST(CacheReplay, EveryReusableTokenIsAHitOrARecompute) {
+  Trace trace;
+  for (int i = 0; i < 20; ++i) {
+    const double t = 7.0 * i;
+    trace.push_back(conversation(fmt::format("C{}", i),
+                                 {turn(t, t + 1, 9 + i % 5, 3), turn(t + 30, t + 31, 20 + i % 7, 2), turn(t + 90, t + 91, 40, 0)}));
+  }
+  for (const char* name : {"lru", "pensieve", "mnemo"}) {
+    for (const SimConfig& config : {small_config(12), small_config(12, 6), small_config(12, 6, 10)}) {
+      const PolicyOutcome o = run_policy(trace, config, name);
+      EXPECT_EQ(o.turns, 60) << name;
+      EXPECT_EQ(o.hit_tokens_total() + o.recomputed_tokens, o.reusable_tokens) << name;
+      EXPECT_GT(o.recomputed_tokens, 0) << name;  // 20 conversations of up to 10 chunks on 12 to 28
+      // A device alone thrashes under LRU here (each conversation's chunks are gone when it
+      // returns); a lower tier keeps some.
+      if (config.capacity_bytes[1] + config.capacity_bytes[2] > 0) {
+        EXPECT_GT(o.hit_tokens_total(), 0) << name;
+      }
+      if (config.capacity_bytes[2] == 0) {
+        EXPECT_EQ(o.hit_tokens[2], 0) << name;
+      }
+      if (config.capacity_bytes[1] == 0) {
+        EXPECT_EQ(o.hit_tokens[1], 0) << name;
+      }
+    }
+  }
+}
+
+// The serving cache writes every cached chunk through to the disk: a chunk evicted from the
+// device leaves for free, and the disk alone holds it until the disk needs the room.
+TEST(CacheReplay, TheDiskTierIsWrittenThrough) {
+  const Trace trace = {conversation("A", {turn(0, 1, 8, 0), turn(10, 11, 12, 0)}), conversation("B", {turn(2, 3, 8, 0)})};
+  const PolicyOutcome o = run_policy(trace, small_config(2, 0, 4), "lru");
+  // A0 and A1 are on the disk when B takes the device; A comes back and reads both from it.
+  EXPECT_EQ(o.hit_tokens[2], 8);
+  EXPECT_EQ(o.recomputed_tokens, 0);
+  EXPECT_EQ(o.moved_bytes(Tier::kDisk, Tier::kDevice), 2 * 4);
+  EXPECT_EQ(o.moved_bytes(Tier::kDevice, Tier::kHost), 0);
+  EXPECT_GE(o.moved_bytes(Tier::kHost, Tier::kDisk), 4 * 4);  // A's and B's chunks, written through
+  // Without the disk they are dropped.
+  EXPECT_EQ(run_policy(trace, small_config(2), "lru").recomputed_tokens, 8);
+}
+
+// A turn whose blocks the device cannot give runs uncached: A holds 2 of 3 blocks from 0 to 50;
+// B needs 2 at 1. A is never evicted, so its second turn hits all of its context.
+TEST(CacheReplay, ATurnWithoutBlocksRunsUncached) {
+  const Trace trace = {conversation("A", {turn(0, 50, 8, 0), turn(60, 61, 12, 0)}), conversation("B", {turn(1, 2, 8, 0), turn(5, 6, 12, 0)})};
+  for (const char* name : {"lru", "pensieve", "mnemo"}) {
+    const PolicyOutcome o = run_policy(trace, small_config(3), name);
+    EXPECT_EQ(o.counters.device_overcommits, 2 + 3) << name;  // B's turns: 2 blocks, then 3
+    EXPECT_EQ(o.counters.peak_device_chunks, 3) << name;
+    EXPECT_EQ(o.hit_tokens[0], 8) << name;  // A's
+    EXPECT_EQ(o.recomputed_tokens, 8) << name;  // B's first turn was never cached
+  }
+}
+
+TEST(CacheReplay, RefusesADeviceWithoutAChunk) {
+  SimConfig config = small_config(1);
+  config.capacity_bytes[0] = 3;
+  const auto o = replay_through_cache({}, config, RetentionPolicy::kLru, "lru");
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.error().message().find("holds no chunk"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mnemo::sim
