@@ -37,6 +37,7 @@ KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
   c.device_blocks = config.kv_blocks;
   c.host_blocks = config.host_swap_blocks;
   c.policy = config.cache_policy;
+  c.ghosts_per_chunk = kGhostsPerChunk;
   c.cost = config.cost;
   c.swap_out_threshold = config.prefix_caching ? config.swap_out_threshold : 0.0f;
   c.disk = config.prefix_caching ? config.disk : nullptr;

@@ -132,16 +132,17 @@ void EvictionOrder::observe_drop(const PrefixIndex::Chunk& c, double now) {
 
 void EvictionOrder::observe_returns(const std::vector<PrefixIndex::Chunk>& chain, double now) {
   if (policy_ != RetentionPolicy::kMnemo) return;
-  // Chunks cached together share their facts: one event per run of them. Dropped chunks were
-  // reported when they dropped.
+  // Chunks cached together share their facts: one event per run of them. Without ghosts, dropped
+  // chunks were reported when they dropped.
+  const auto observed = [&](const PrefixIndex::Chunk& c) { return ghosts_ || !c.dropped(); };
   size_t i = 0;
   while (i < chain.size()) {
-    if (chain[i].dropped()) {
+    if (!observed(chain[i])) {
       ++i;
       continue;
     }
     size_t j = i + 1;
-    while (j < chain.size() && !chain[j].dropped() && chain[j].last_use == chain[i].last_use &&
+    while (j < chain.size() && observed(chain[j]) && chain[j].last_use == chain[i].last_use &&
            chain[j].end_chunks == chain[i].end_chunks) {
       ++j;
     }

@@ -88,6 +88,9 @@ class EvictionOrder {
   void observe_insert(int32_t end_chunks, int32_t chunks, double now);
   void observe_drop(const PrefixIndex::Chunk& c, double now);
   void observe_returns(const std::vector<PrefixIndex::Chunk>& chain, double now);
+  // From now on a match reports the returns of dropped chunks too (the cache keeps ghosts:
+  // KvPoolConfig::ghost_chunks).
+  void observe_ghosts() { ghosts_ = true; }
   const RetentionModel& model() const { return model_; }
 
  private:
@@ -100,6 +103,7 @@ class EvictionOrder {
   CostModel cost_;
   ChunkGeometry geometry_;
   RetentionModel model_;  // learns only under kMnemo
+  bool ghosts_ = false;
 };
 
 }  // namespace mnemo

@@ -4,6 +4,7 @@
 #include "kv/kv_cache.h"
 #include "util/thread_name.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -116,6 +117,16 @@ KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
       copier_(std::make_unique<BackgroundCopier>()) {
   index_.set_observer([events = events_.get()](uint64_t key, ChunkHold hold) { events->record(key, hold); });
   eviction_.rank(index_);
+  if (config_.ghosts_per_chunk > 0) {
+    int64_t chunks = int64_t{config_.device_blocks} + config_.host_blocks + compact_alloc_.n_blocks();
+    if (config_.disk) {
+      chunks += config_.disk->capacity_bytes() /
+                static_cast<int64_t>(config_.disk->extent_bytes(static_cast<size_t>(layout.block_size)));
+    }
+    index_.keep_ghosts(static_cast<size_t>(std::max<int64_t>(1, chunks * config_.ghosts_per_chunk)));
+    eviction_.observe_ghosts();
+    index_.set_forget_listener([this](const PrefixIndex::Chunk& c) { eviction_.observe_drop(c, now()); });
+  }
   if (!config_.clock) {
     config_.clock = [] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

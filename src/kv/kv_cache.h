@@ -46,6 +46,13 @@ struct KvPoolConfig {
   NextUse next_use;  // the oracle policy's knowledge of the future (simulations only)
   CostModel cost;
   RetentionOptions retention;  // for kMnemo
+  // Ghosts: the index keeps chunks with no copy left (their key, tokens and facts), up to this
+  // many per chunk the pool holds (device, host and compact host blocks, disk extents), and
+  // kMnemo goes on observing them: a prompt that contains one again reports a return, and only its
+  // forgetting censors it, so eviction does not teach the model that what it evicted never comes
+  // back. 0: a drop censors (chunks with cached chunks below them stay indexed anyway).
+  // `serve` and `simulate` keep kGhostsPerChunk.
+  int32_t ghosts_per_chunk = 0;
   // Copy cached chunks to the host ahead of need when the device's free plus freely reclaimable
   // blocks fall below this share of the pool (0: only on demand).
   float swap_out_threshold = 0.25f;
@@ -65,6 +72,11 @@ struct KvPoolConfig {
   int32_t host_compact_blocks = 0;
   bool compact_on_device = true;
 };
+
+// Ghosts per cached chunk (KvPoolConfig::ghosts_per_chunk) where `serve` runs the learnt policy:
+// measured in `mnemo simulate` (docs/benchmarks.md, "Through the serving cache"), ghosts lowered
+// mnemo's recompute against LRU's; 4 chunks' bytes of index (~300 bytes each) per 576 KiB chunk.
+inline constexpr int32_t kGhostsPerChunk = 4;
 
 // A sliding-window model's pool: `global_layers` attend to the whole context, the others to the
 // last `window` tokens; a chunk's value per byte then depends on its conversation's length, which
@@ -223,7 +235,7 @@ class KvCache {
  private:
   double now() const;
   size_t chunk_bytes() const { return layout().block_bytes(); }
-  // The last copy of `c` left: counted, and the retention model stops observing it.
+  // The last copy of `c` left: counted, and (without ghosts) the retention model stops observing it.
   void note_dropped(const PrefixIndex::Chunk& c);
   // The cached chunk with a copy in `tier` that leaves it first; `eligible` filters.
   std::optional<PrefixIndex::Chunk> lowest_value(Tier tier,

@@ -52,7 +52,10 @@ void KvCache::take_disk_completions() {
     const auto node = index_.find_by_key(key);
     if (extents_to_delete_.erase(key) != 0) {  // its chunk was deleted while it was being written
       if (ok) config_.disk->remove(key);
-      if (node && index_.chunk(*node).disk == DiskCopy::kWriting) index_.set_disk(*node, DiskCopy::kNone);
+      if (node && index_.chunk(*node).disk == DiskCopy::kWriting) {
+        index_.set_disk(*node, DiskCopy::kNone);
+        index_.forget_now(*node);  // deleted: not kept as a ghost
+      }
       continue;
     }
     if (!node || index_.chunk(*node).disk != DiskCopy::kWriting) continue;

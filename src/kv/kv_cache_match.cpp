@@ -61,6 +61,8 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   const double t = now();
   std::vector<PrefixIndex::Chunk> chain = index_.match(ns, tokens, max_chunks, t);
   eviction_.observe_returns(chain, t);
+  // Ghosts at the end of the path were observed; there is nothing to bring back.
+  while (!chain.empty() && chain.back().dropped()) chain.pop_back();
   // Pin the chain's device blocks and host copies first, so making room for one chunk never
   // evicts another (a device block pushed to the host must not push out the chunk brought next).
   for (const auto& c : chain) {
@@ -227,7 +229,8 @@ int32_t KvCache::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t ke
     // An extent still being written goes once written (take_disk_completions); until then the
     // node keeps only that pending copy, which no match can read.
     if (c.disk == DiskCopy::kWriting) extents_to_delete_.insert(c.key);
-    eviction_.observe_drop(c, t);
+    // Its observation ends here (with ghosts, when the index forgets it: the listener).
+    if (config_.ghosts_per_chunk == 0 && !c.dropped()) eviction_.observe_drop(c, t);
     // Each copy goes; removing the last forgets the node.
     if (c.disk == DiskCopy::kPresent) {
       config_.disk->remove(c.key);
@@ -245,6 +248,7 @@ int32_t KvCache::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t ke
       index_.set_device_slot(node, kNoBlock);
       free_device_slot(c.device_slot);
     }
+    index_.forget_now(node);  // deleted: not kept as a ghost
     // Still indexed (its extent or a child's is being written): gone once the writes land.
     if (index_.live(node) && c.parent_key != 0) {
       if (const auto parent = index_.find_by_key(c.parent_key)) ++pending_children[*parent];

@@ -11,7 +11,7 @@ namespace mnemo {
 
 void KvCache::note_dropped(const PrefixIndex::Chunk& c) {
   ++counters_.dropped_chunks;
-  eviction_.observe_drop(c, now());
+  if (config_.ghosts_per_chunk == 0) eviction_.observe_drop(c, now());
 }
 
 bool KvCache::index_only_device(const PrefixIndex::Chunk& c) const {

@@ -59,7 +59,9 @@ std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const 
     parent = node;
     parent_key = key;
   }
-  while (!out.empty() && out.back().dropped()) out.pop_back();
+  if (ghost_capacity_ == 0) {
+    while (!out.empty() && out.back().dropped()) out.pop_back();
+  }
   return out;
 }
 
@@ -264,12 +266,53 @@ void PrefixIndex::set_disk(NodeId node, DiskCopy state, bool compact) {
 }
 
 void PrefixIndex::forget_if_empty(NodeId node) {
+  if (ghost_capacity_ == 0) {
+    if (node != kRoot && empty(at(node))) erase_empty(node);
+    return;
+  }
+  if (node != kRoot && empty(at(node)) && !at(node).ghost) {
+    Node& n = at(node);
+    n.ghost = true;
+    ++ghost_count_;
+    ghost_queue_.push_back({node, ++n.ghost_epoch});
+  }
+  // Entries of ghosts since erased or cached again are skipped when reached; where they pile up
+  // (the count stays under the capacity), they are swept.
+  if (ghost_queue_.size() > 2 * ghost_capacity_ + 64) {
+    std::erase_if(ghost_queue_, [&](const GhostEntry& g) {
+      return !live(g.node) || !at(g.node).ghost || at(g.node).ghost_epoch != g.epoch;
+    });
+  }
+  // Chunks without a copy (ghosts, and dropped chunks with cached chunks below) beyond the
+  // capacity: the earliest ghost goes, with its dropped parents left empty.
+  while (dropped_count_ > static_cast<int64_t>(ghost_capacity_) && !ghost_queue_.empty()) {
+    const GhostEntry oldest = ghost_queue_.front();
+    ghost_queue_.pop_front();
+    if (!live(oldest.node) || !at(oldest.node).ghost || at(oldest.node).ghost_epoch != oldest.epoch) continue;
+    if (empty(at(oldest.node))) {
+      erase_empty(oldest.node);
+    } else {  // cached again, or a chunk below it since: an ordinary chunk now
+      at(oldest.node).ghost = false;
+      --ghost_count_;
+    }
+  }
+}
+
+void PrefixIndex::forget_now(NodeId node) {
+  if (live(node) && empty(at(node))) erase_empty(node);
+}
+
+void PrefixIndex::keep_ghosts(size_t capacity) { ghost_capacity_ = capacity; }
+
+void PrefixIndex::erase_empty(NodeId node) {
   while (node != kRoot) {
     Node& n = at(node);
-    if (n.children != 0 || n.device != kNoBlock || n.device_slot != kNoBlock || n.host != kNoBlock ||
-        n.disk != DiskCopy::kNone) {
-      return;
+    if (!empty(n)) return;
+    if (n.ghost) {
+      n.ghost = false;
+      --ghost_count_;
     }
+    if (on_forget_) on_forget_(to_chunk(node));
     auto [begin, end] = by_key_.equal_range(n.key);
     for (auto it = begin; it != end; ++it) {
       if (it->second == node) {

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -165,6 +166,17 @@ class PrefixIndex {
   // its global layers (kCompact), or no copy left (kNone). What the router's prompt trees follow
   // (kv/cache_events.h). On the index's thread.
   void set_observer(std::function<void(uint64_t key, ChunkHold hold)> observer) { observer_ = std::move(observer); }
+  // Called with each chunk the index forgets (no copy left, nothing below it), as it was.
+  void set_forget_listener(std::function<void(const Chunk&)> listener) { on_forget_ = std::move(listener); }
+  // Ghosts: a chunk left with no copy and nothing below it is kept (its key, tokens and facts)
+  // while the chunks without a copy (ghosts, and dropped chunks with cached ones below) number at
+  // most `capacity`; beyond it the earliest ghost goes, with its dropped parents left empty.
+  // match() then reports the ghosts at the end of a path too. 0 (the default): such chunks are
+  // forgotten at once.
+  void keep_ghosts(size_t capacity);
+  // Forgets a chunk with no copy and nothing below it now, ghost or not (a deleted conversation).
+  void forget_now(NodeId node);
+  size_t n_ghosts() const { return ghost_count_; }
 
   // Whether the index keeps this block of this tier.
   bool holds(BlockId block, Tier tier) const;
@@ -194,6 +206,8 @@ class PrefixIndex {
     int32_t children = 0;
     double last_use = 0;
     bool live = false;
+    bool ghost = false;         // kept without copies or children (keep_ghosts)
+    uint32_t ghost_epoch = 0;   // which of its ghost_queue_ entries is current
     uint32_t generation = 0;  // of its slot: bumped when the node is freed (max 2^31, then wraps)
   };
 
@@ -202,6 +216,12 @@ class PrefixIndex {
                   double now);
   Chunk to_chunk(NodeId id) const;
   void forget_if_empty(NodeId node);
+  bool empty(const Node& n) const {
+    return n.children == 0 && n.device == kNoBlock && n.device_slot == kNoBlock && n.host == kNoBlock &&
+           n.disk == DiskCopy::kNone;
+  }
+  // Forgets an empty node, and its parents left empty.
+  void erase_empty(NodeId node);
   static int64_t location_key(Tier tier, BlockId block) {
     return (static_cast<int64_t>(tier) << 32) | static_cast<uint32_t>(block);
   }
@@ -254,6 +274,14 @@ class PrefixIndex {
   int64_t device_count_ = 0, host_count_ = 0, disk_count_ = 0, dropped_count_ = 0;
   int64_t device_slot_count_ = 0;
   std::function<void(uint64_t key, ChunkHold hold)> observer_;
+  std::function<void(const Chunk&)> on_forget_;
+  size_t ghost_capacity_ = 0;
+  size_t ghost_count_ = 0;
+  struct GhostEntry {
+    NodeId node;
+    uint32_t epoch;
+  };
+  std::deque<GhostEntry> ghost_queue_;  // oldest first; stale entries skipped
   // Per kind of copy, per rank class: the chunks, oldest first. Empty classes are erased.
   std::array<std::map<int32_t, std::set<RankKey>>, 4> ranked_;
   RankClass rank_class_;

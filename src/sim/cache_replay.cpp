@@ -167,6 +167,7 @@ class CacheReplay {
       c.host_compact_blocks = static_cast<int32_t>(compact_bytes / (config_.unit_bytes() * config_.global_layers));
     }
     c.policy = policy;
+    c.ghosts_per_chunk = kGhostsPerChunk;  // as `serve`
     if (policy == RetentionPolicy::kOracle) {
       c.next_use = [this](const PrefixIndex::Chunk& chunk) {
         const auto owner = owners_.find(chunk.key);

@@ -120,6 +120,32 @@ TEST_F(KvCacheTest, MnemoRetentionBeforeItHasLearntAnythingIsLru) {
   EXPECT_TRUE(kv.match_prefix(1, b, 2).table.empty());     // B gone
 }
 
+// A conversation's chunks are dropped, and the conversation comes back. Without ghosts the drop
+// ends their observation (censored: the model saw them leave, never return); with ghosts the
+// index keeps them, and the return is what the model sees.
+TEST_F(KvCacheTest, WithGhostsADroppedConversationsReturnIsObserved) {
+  for (const int32_t ghosts : {0, 4}) {
+    clock_ = 1000;
+    KvPoolConfig c = config(4, 0, RetentionPolicy::kMnemo);
+    c.ghosts_per_chunk = ghosts;
+    KvCache kv(tiny_layout(), c);
+    const auto a = tokens_from(100, 4);
+    run_and_cache(kv, 1, a);  // A0, A1 idle from 1000: one pending group
+    EXPECT_EQ(kv.retention_model().pending_groups(), 1u);
+    clock_ += 10;
+    KvTable table;
+    ASSERT_TRUE(kv.prepare_write(table, 0, 8));  // all 4 blocks: A's 2 chunks dropped
+    kv.release(table);
+    EXPECT_EQ(kv.counters().dropped_chunks, 2);
+    EXPECT_EQ(kv.retention_model().pending_groups(), ghosts == 0 ? 0u : 1u) << ghosts;
+    clock_ += 10;
+    const PrefixMatch back = kv.match_prefix(1, a, 2);
+    EXPECT_TRUE(back.table.empty());  // nothing to bring back: both are recomputed
+    EXPECT_EQ(kv.retention_model().pending_groups(), 0u) << ghosts;
+    EXPECT_EQ(kv.n_dropped_chunks(), ghosts == 0 ? 0u : 2u) << ghosts;
+  }
+}
+
 // Rounds of two conversations on a 10-block device: a short one (2 chunks) that comes back 50 s
 // later, and a long one (8 chunks) that never does. Each round's conversations push out the
 // previous round's. Then a short conversation idle for 40 s and a long one idle for 10 s share
