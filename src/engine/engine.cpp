@@ -42,6 +42,7 @@ KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
   c.swap_out_threshold = config.prefix_caching ? config.swap_out_threshold : 0.0f;
   c.disk = config.prefix_caching ? config.disk : nullptr;
   c.layerwise_swap_in = true;
+  c.clock = config.cache_clock;
   return c;
 }
 

@@ -55,6 +55,9 @@ struct EngineConfig {
   int32_t host_compact_blocks = 0;
   // Such history shrinks in place on the device (slots of shared device blocks) before it leaves.
   bool compact_on_device = true;
+  // Seconds, for the KV cache's idle times (the learnt retention policy's think times); default:
+  // a steady clock. Tests that replay a trace set their own.
+  std::function<double()> cache_clock;
 };
 
 class Engine {

@@ -89,7 +89,7 @@ class EvictionOrder {
   void observe_drop(const PrefixIndex::Chunk& c, double now);
   void observe_returns(const std::vector<PrefixIndex::Chunk>& chain, double now);
   // From now on a match reports the returns of dropped chunks too (the cache keeps ghosts:
-  // KvPoolConfig::ghost_chunks).
+  // KvPoolConfig::ghosts_per_chunk).
   void observe_ghosts() { ghosts_ = true; }
   const RetentionModel& model() const { return model_; }
 

@@ -177,6 +177,7 @@ class CacheReplay {
     }
     c.cost = config_.cost;
     c.layerwise_swap_in = true;
+    c.swap_out_threshold = config_.swap_out_threshold;
     c.clock = [this] { return now_; };
     return c;
   }

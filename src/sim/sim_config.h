@@ -27,6 +27,8 @@ struct SimConfig {
   // `serve` keeps them in a pool of their own. 0.4: its default pools' split (65,536 tokens whole,
   // 262,144 compact, on Gemma 3 270M).
   double host_compact_share = 0.4;
+  // Copies ahead of need below this free share of the device (`serve`'s default).
+  float swap_out_threshold = 0.25f;
   // Prices what is recomputed (recomputed_seconds); Pensieve's policy weighs chunks by the same.
   CostModel cost;
 
