@@ -46,8 +46,6 @@ void copy_bytes(void* dst, const void* src, size_t n) {
   if (n != 0) std::memcpy(dst, src, n);
 }
 
-size_t header_bytes(size_t n_tokens) { return sizeof(HeaderPrefix) + n_tokens * sizeof(int32_t) + sizeof(HeaderTrailer); }
-
 bool write_all(int fd, const uint8_t* data, size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd, data, n);
@@ -124,6 +122,10 @@ std::string DiskTier::path_of(uint64_t key) const {
   char name[32];
   std::snprintf(name, sizeof(name), "%016llx", static_cast<unsigned long long>(key));
   return dir_ + "/" + name + kExtentSuffix;
+}
+
+size_t DiskTier::header_bytes(size_t n_tokens) {
+  return sizeof(HeaderPrefix) + n_tokens * sizeof(int32_t) + sizeof(HeaderTrailer);
 }
 
 size_t DiskTier::extent_bytes(size_t n_tokens, bool compact) const {

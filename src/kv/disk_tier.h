@@ -94,6 +94,7 @@ class DiskTier {
   void flush();
 
   size_t extent_bytes(size_t n_tokens, bool compact = false) const;  // header and payload of one extent
+  static size_t header_bytes(size_t n_tokens);  // an extent's header for a chunk of `n_tokens`
   size_t payload_bytes() const { return payload_bytes_; }
   size_t compact_payload_bytes() const { return compact_payload_bytes_; }
   int64_t capacity_bytes() const { return capacity_bytes_; }

@@ -273,6 +273,8 @@ class KvCache {
     return device_.block(slabs_.slab_of(slot)) + static_cast<size_t>(slabs_.index_in_slab(slot)) * compact_bytes();
   }
   void evict_host_copy(const PrefixIndex::Chunk& c);
+  // The host pool holding `c`'s host copy: whole blocks, or a sliding-window model's compact ones.
+  BlockAllocator& host_pool_of(const PrefixIndex::Chunk& c) { return c.host_compact ? compact_alloc_ : host_alloc_; }
   void write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact);
   void take_disk_completions();
   // Whether no later query of the conversation through this chunk reads its local layers.

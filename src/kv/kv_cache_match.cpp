@@ -67,7 +67,7 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   // evicts another (a device block pushed to the host must not push out the chunk brought next).
   for (const auto& c : chain) {
     if (c.device != kNoBlock) device_alloc_.add_ref(c.device);
-    if (c.host != kNoBlock) (c.host_compact ? compact_alloc_ : host_alloc_).add_ref(c.host);
+    if (c.host != kNoBlock) host_pool_of(c).add_ref(c.host);
   }
   std::vector<ChunkUse> use(chain.size());
   std::vector<Tier> from(chain.size(), Tier::kDevice);
@@ -83,7 +83,7 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
     const auto gap = static_cast<size_t>(std::find(use.begin(), use.end(), ChunkUse::kRecompute) - use.begin());
     for (size_t j = gap; j < chain.size(); ++j) {
       if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
-      if (chain[j].host != kNoBlock) (chain[j].host_compact ? compact_alloc_ : host_alloc_).release(chain[j].host);
+      if (chain[j].host != kNoBlock) host_pool_of(chain[j]).release(chain[j].host);
     }
     chain.resize(gap);
     use.resize(gap);
@@ -93,7 +93,7 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   PrefixMatch result;
   const size_t brought = bring_to_device(chain, use, from, result.table);
   for (const auto& c : chain) {
-    if (c.host != kNoBlock) (c.host_compact ? compact_alloc_ : host_alloc_).release(c.host);
+    if (c.host != kNoBlock) host_pool_of(c).release(c.host);
   }
   for (size_t j = brought; j < chain.size(); ++j) {
     if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
@@ -222,7 +222,7 @@ int32_t KvCache::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t ke
     const auto pending = pending_children.find(node);
     if (index_.n_children(node) != (pending == pending_children.end() ? 0 : pending->second)) continue;
     const PrefixIndex::Chunk c = index_.chunk(node);
-    BlockAllocator& host_pool = c.host_compact ? compact_alloc_ : host_alloc_;
+    BlockAllocator& host_pool = host_pool_of(c);
     const bool in_use = (c.device != kNoBlock && device_alloc_.ref_count(c.device) > 1) ||
                         (c.host != kNoBlock && host_pool.ref_count(c.host) > 1);
     if (in_use) continue;

@@ -215,7 +215,7 @@ void KvCache::evict_host_copy(const PrefixIndex::Chunk& c) {
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
   const bool last_copy = now_c.device == kNoBlock && now_c.device_slot == kNoBlock && now_c.disk == DiskCopy::kNone;
   index_.set_host(c.node, kNoBlock);
-  (c.host_compact ? compact_alloc_ : host_alloc_).release(c.host);
+  host_pool_of(c).release(c.host);
   ++counters_.evicted_chunks;
   ++counters_.evicted_host_copies;
   if (last_copy) note_dropped(c);

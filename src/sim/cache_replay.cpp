@@ -89,13 +89,10 @@ class ScratchDirectory {
 // per extent, not per byte).
 Result<std::shared_ptr<DiskTier>> open_disk(const SimConfig& config, const std::string& dir) {
   const KvLayout layout = small_layout(config);
-  const size_t compact_bytes = compact_layout(config).block_bytes();
-  const int64_t extents = config.capacity_chunks()[2];
-  const auto probe_tokens = static_cast<size_t>(config.chunk_tokens);
-  MNEMO_ASSIGN_OR_RETURN(auto probe, DiskTier::open(dir + "/probe", 1, layout.block_bytes(), 1, compact_bytes));
-  const auto extent_bytes = static_cast<int64_t>(probe->extent_bytes(probe_tokens));
-  probe.reset();
-  MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(dir + "/kv", 1, layout.block_bytes(), extents * extent_bytes, compact_bytes));
+  const auto extent_bytes =
+      static_cast<int64_t>(DiskTier::header_bytes(static_cast<size_t>(config.chunk_tokens)) + layout.block_bytes());
+  MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(dir, 1, layout.block_bytes(), config.capacity_chunks()[2] * extent_bytes,
+                                                   compact_layout(config).block_bytes()));
   return std::shared_ptr<DiskTier>(std::move(disk));
 }
 
@@ -104,7 +101,8 @@ class CacheReplay {
   CacheReplay(const Trace& trace, const SimConfig& config, RetentionPolicy policy, std::string_view name,
               std::shared_ptr<DiskTier> disk)
       : trace_(trace), config_(config), c_(config.chunk_tokens), layout_(small_layout(config)),
-        next_use_(trace.size(), std::numeric_limits<double>::infinity()), owners_(chunk_owners(trace, config)),
+        next_use_(trace.size(), std::numeric_limits<double>::infinity()),
+        owners_(policy == RetentionPolicy::kOracle ? chunk_owners(trace, config) : std::unordered_map<uint64_t, int32_t>{}),
         disk_(std::move(disk)), kv_(layout_, pool_config(policy, disk_)), running_(trace.size()) {
     out_.policy = std::string(name);
     out_.chunk_bytes = config.chunk_bytes();
@@ -224,12 +222,14 @@ class CacheReplay {
     out_.hit_tokens[0] += static_cast<int64_t>(match.device_chunks) * c_;
     out_.hit_tokens[1] += static_cast<int64_t>(match.host_chunks) * c_;
     out_.hit_tokens[2] += static_cast<int64_t>(match.disk_chunks) * c_;
+    // Reusable chunks past the match, or recomputed inside it, are computed again.
+    std::vector<bool> recomputed(static_cast<size_t>(n_reusable), false);
+    for (int32_t j = static_cast<int32_t>(match.table.size()); j < n_reusable; ++j) recomputed[static_cast<size_t>(j)] = true;
+    for (const int32_t j : match.recompute) {
+      if (j < n_reusable) recomputed[static_cast<size_t>(j)] = true;
+    }
     for (int32_t j = 0; j < n_reusable; ++j) {
-      if (j < static_cast<int32_t>(match.table.size()) &&
-          std::find(match.recompute.begin(), match.recompute.end(), j) == match.recompute.end()) {
-        continue;
-      }
-      out_.recomputed_seconds += config_.cost.recompute_seconds(j * c_, (j + 1) * c_);
+      if (recomputed[static_cast<size_t>(j)]) out_.recomputed_seconds += config_.cost.recompute_seconds(j * c_, (j + 1) * c_);
     }
     out_.recomputed_tokens += static_cast<int64_t>(n_reusable - std::min(hits, n_reusable)) * c_;
     ++out_.turns;
@@ -308,7 +308,7 @@ class CacheReplay {
   KvLayout layout_;
   double now_ = 0;
   std::vector<double> next_use_;  // per conversation: its next turn's start (the oracle's)
-  std::unordered_map<uint64_t, int32_t> owners_;
+  std::unordered_map<uint64_t, int32_t> owners_;  // the oracle's only
   std::shared_ptr<DiskTier> disk_;
   KvCache kv_;
   std::vector<Running> running_;

@@ -3,7 +3,6 @@
 // frees the pool; finish reasons and usage are right.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -70,14 +69,11 @@ class EngineTest : public ::testing::Test {
     spec.n_vocab = 300;
     spec.with_tokenizer = true;
     spec.context_length = 256;
-    const std::string path = testing::write_tiny_model(spec, "engine");
-    auto model = Model::load(path);
-    ASSERT_TRUE(model.ok()) << model.error().message();
-    std::remove(path.c_str());
-    model_ = std::move(*model).release();
-    auto tokenizer = Tokenizer::from_gguf(model_->file());
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message();
-    tokenizer_ = std::move(*tokenizer).release();
+    testing::LoadedTinyModel loaded = testing::load_tiny_model(spec, "engine");
+    ASSERT_NE(loaded.model, nullptr);
+    ASSERT_NE(loaded.tokenizer, nullptr);
+    model_ = loaded.model.release();
+    tokenizer_ = loaded.tokenizer.release();
   }
   static void TearDownTestSuite() {
     delete tokenizer_;

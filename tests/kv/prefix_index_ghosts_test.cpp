@@ -2,25 +2,21 @@
 // to a capacity, the earliest forgotten first; a match reports them; a deletion forgets them.
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <vector>
 
+#include "kv/kv_test_support.h"
 #include "kv/prefix_index.h"
 
 namespace mnemo {
 namespace {
 
-std::vector<TokenId> seq(TokenId first, int n) {
-  std::vector<TokenId> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
+using testing::tokens_from;
 
 // Inserts a two-chunk sequence (2-token chunks) starting at `first` on device blocks b, b + 1 and
 // drops both (leaf first, as eviction does); returns its nodes.
 std::vector<PrefixIndex::NodeId> insert_and_drop(PrefixIndex& index, TokenId first, BlockId b, double now) {
-  index.insert(0, seq(first, 4), std::vector<BlockId>{b, b + 1}, now);
-  const auto nodes = index.path(0, seq(first, 4));
+  index.insert(0, tokens_from(first, 4), std::vector<BlockId>{b, b + 1}, now);
+  const auto nodes = index.path(0, tokens_from(first, 4));
   index.set_device(nodes[1], kNoBlock);
   index.set_device(nodes[0], kNoBlock);
   return nodes;
@@ -36,7 +32,7 @@ TEST(PrefixIndexGhosts, WithoutGhostsADroppedSequenceIsForgotten) {
   ASSERT_EQ(forgotten.size(), 2u);
   EXPECT_EQ(forgotten[0].position, 1);  // the leaf, then its parent
   EXPECT_EQ(forgotten[1].position, 0);
-  EXPECT_TRUE(index.match(0, seq(10, 4), 10, 5).empty());
+  EXPECT_TRUE(index.match(0, tokens_from(10, 4), 10, 5).empty());
 }
 
 TEST(PrefixIndexGhosts, GhostsAreKeptUpToTheCapacityOldestForgottenFirst) {
@@ -50,7 +46,7 @@ TEST(PrefixIndexGhosts, GhostsAreKeptUpToTheCapacityOldestForgottenFirst) {
   EXPECT_EQ(index.n_ghosts(), 1u);
   EXPECT_TRUE(forgotten_positions.empty());
   // A match reports both, with the facts they had (last use 1).
-  const auto chain = index.match(0, seq(10, 4), 10, 5);
+  const auto chain = index.match(0, tokens_from(10, 4), 10, 5);
   ASSERT_EQ(chain.size(), 2u);
   EXPECT_TRUE(chain[0].dropped() && chain[1].dropped());
   EXPECT_DOUBLE_EQ(chain[1].last_use, 1);
@@ -59,8 +55,8 @@ TEST(PrefixIndexGhosts, GhostsAreKeptUpToTheCapacityOldestForgottenFirst) {
   EXPECT_EQ(forgotten_positions, (std::vector<int32_t>{1, 0}));
   EXPECT_EQ(index.n_dropped(), 2u);
   EXPECT_EQ(index.n_ghosts(), 1u);
-  EXPECT_TRUE(index.match(0, seq(10, 4), 10, 7).empty());
-  EXPECT_EQ(index.match(0, seq(50, 4), 10, 7).size(), 2u);
+  EXPECT_TRUE(index.match(0, tokens_from(10, 4), 10, 7).empty());
+  EXPECT_EQ(index.match(0, tokens_from(50, 4), 10, 7).size(), 2u);
 }
 
 TEST(PrefixIndexGhosts, AGhostThatIsCachedAgainIsNoLongerOne) {
@@ -87,7 +83,7 @@ TEST(PrefixIndexGhosts, ForgetNowErasesAGhostAndItsEmptyParents) {
   EXPECT_EQ(forgotten_positions, (std::vector<int32_t>{1, 0}));
   EXPECT_EQ(index.size(), 0u);
   EXPECT_EQ(index.n_ghosts(), 0u);
-  EXPECT_TRUE(index.match(0, seq(10, 4), 10, 2).empty());
+  EXPECT_TRUE(index.match(0, tokens_from(10, 4), 10, 2).empty());
 }
 
 }  // namespace

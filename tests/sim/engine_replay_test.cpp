@@ -5,12 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/stream_collect.h"
 #include "sim/cache_replay.h"
 #include "support/tiny_model.h"
 
@@ -19,28 +19,6 @@ namespace {
 
 constexpr int32_t kBlock = 4;
 
-struct Finished {
-  std::vector<TokenId> tokens;
-  std::string error;
-};
-
-Finished collect(RequestStream& stream) {
-  Finished f;
-  for (;;) {
-    auto event = stream.next(std::chrono::milliseconds(30000));
-    if (!event) {
-      f.error = "timed out waiting for the engine";
-      return f;
-    }
-    if (auto* d = std::get_if<TokenDelta>(&*event)) {
-      if (d->token >= 0) f.tokens.push_back(d->token);
-    } else if (auto* done = std::get_if<RequestDone>(&*event)) {
-      f.error = done->error;
-      return f;
-    }
-  }
-}
-
 class EngineReplayTest : public ::testing::TestWithParam<RetentionPolicy> {
  protected:
   static void SetUpTestSuite() {
@@ -48,14 +26,11 @@ class EngineReplayTest : public ::testing::TestWithParam<RetentionPolicy> {
     spec.n_vocab = 300;
     spec.with_tokenizer = true;
     spec.context_length = 256;
-    const std::string path = mnemo::testing::write_tiny_model(spec, "engine_replay");
-    auto model = Model::load(path);
-    ASSERT_TRUE(model.ok()) << model.error().message();
-    std::remove(path.c_str());
-    model_ = std::move(*model).release();
-    auto tokenizer = Tokenizer::from_gguf(model_->file());
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message();
-    tokenizer_ = std::move(*tokenizer).release();
+    mnemo::testing::LoadedTinyModel loaded = mnemo::testing::load_tiny_model(spec, "engine_replay");
+    ASSERT_NE(loaded.model, nullptr);
+    ASSERT_NE(loaded.tokenizer, nullptr);
+    model_ = loaded.model.release();
+    tokenizer_ = loaded.tokenizer.release();
   }
   static void TearDownTestSuite() {
     delete tokenizer_;
@@ -109,7 +84,7 @@ TEST_P(EngineReplayTest, TheSimulatorsReplayIsTheEngines) {
     request.top_logprobs = 0;
     auto stream = engine.submit(request);
     ASSERT_TRUE(stream.ok()) << stream.error().message();
-    const Finished done = collect(**stream);
+    const mnemo::testing::Collected done = mnemo::testing::collect(**stream);
     ASSERT_TRUE(done.error.empty()) << done.error;
     ASSERT_EQ(done.tokens.size(), static_cast<size_t>(step.reply_tokens));
     // The engine caches the KV it computed: the prompt and every reply token but the last, which

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include <fmt/format.h>
@@ -166,6 +167,18 @@ std::unique_ptr<Tokenizer> tiny_tokenizer(int32_t n_vocab) {
   auto tokenizer = Tokenizer::from_gguf(*file);
   EXPECT_TRUE(tokenizer.ok()) << tokenizer.error().message();
   return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
+}
+
+LoadedTinyModel load_tiny_model(const TinyModelSpec& spec, const std::string& name) {
+  const std::string path = write_tiny_model(spec, name);
+  auto model = Model::load(path);
+  std::remove(path.c_str());
+  EXPECT_TRUE(model.ok()) << model.error().message();
+  if (!model.ok()) return {};
+  auto tokenizer = Tokenizer::from_gguf((*model)->file());
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.error().message();
+  if (!tokenizer.ok()) return {};
+  return {std::move(*model), std::move(*tokenizer)};
 }
 
 }  // namespace mnemo::testing

@@ -10,6 +10,7 @@
 
 #include "gguf/gguf_writer.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo::testing {
@@ -48,5 +49,13 @@ std::string write_tiny_model(const TinyModelSpec& spec, const std::string& name)
 // byte tokens at ids 3..258, then letter pieces) as a tokenizer; a test failure and null if it
 // cannot be made. For tests of the API layer, which need a tokenizer but no model.
 std::unique_ptr<Tokenizer> tiny_tokenizer(int32_t n_vocab = 300);
+
+// A tiny model written, loaded (its file then removed) and its tokenizer, for tests that run the
+// engine on it (`spec.with_tokenizer`); a test failure and nulls if either cannot be made.
+struct LoadedTinyModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+LoadedTinyModel load_tiny_model(const TinyModelSpec& spec, const std::string& name);
 
 }  // namespace mnemo::testing
