@@ -26,9 +26,10 @@ using tcp = asio::ip::tcp;
 Server::Core::Core(ServerOptions server_options)
     : options(std::move(server_options)),
       io(std::make_unique<asio::io_context>(std::max(options.io_threads, 1))),
-      acceptor(std::make_unique<tcp::acceptor>(*io)),
+      accept_strand(asio::make_strand(*io)),
+      acceptor(std::make_unique<tcp::acceptor>(*accept_strand)),
       handlers(std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(options.handler_threads, 1)))),
-      accept_retry(std::make_unique<asio::steady_timer>(*io)) {}
+      accept_retry(std::make_unique<asio::steady_timer>(*accept_strand)) {}
 
 Server::Core::~Core() {
   destroying = true;
@@ -38,6 +39,7 @@ Server::Core::~Core() {
   work.reset();
   accept_retry.reset();
   acceptor.reset();
+  accept_strand.reset();  // its implementation unlinks itself from the context's strand service
   io.reset();
 }
 
@@ -183,7 +185,7 @@ int Server::port() const { return core_->bound_port; }
 void Server::serve() {
   Core& core = *core_;
   core.work.emplace(core.io->get_executor());
-  asio::post(*core.io, [&core] {
+  asio::post(*core.accept_strand, [&core] {
     if (!core.stopping) core.accept();
   });
   std::vector<std::thread> threads;
@@ -200,7 +202,7 @@ void Server::serve() {
 void Server::stop() {
   Core& core = *core_;
   if (core.stopping.exchange(true)) return;
-  asio::post(*core.io, [&core] {
+  asio::post(*core.accept_strand, [&core] {
     boost::system::error_code ignored;
     core.acceptor->close(ignored);
     core.accept_retry->cancel();

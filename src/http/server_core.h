@@ -13,6 +13,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "http/server.h"
@@ -60,6 +61,9 @@ struct Server::Core {
   // connections), the acceptor, then the I/O context (which destroys the connections waiting in
   // it) while everything they touch still exists.
   std::unique_ptr<boost::asio::io_context> io;
+  // The acceptor, its retry timer and stop's close run on this strand: with several I/O threads
+  // an accept being started and the close would otherwise touch the acceptor at once.
+  std::optional<boost::asio::strand<boost::asio::io_context::executor_type>> accept_strand;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor;
   std::unique_ptr<boost::asio::thread_pool> handlers;
   std::unique_ptr<boost::asio::steady_timer> accept_retry;
