@@ -94,6 +94,13 @@ KvPoolConfig two_tier(int32_t device_blocks, int32_t host_blocks) {
   return c;
 }
 
+KvCodec codec_for(const KvLayout& layout, std::optional<KvType> type) {
+  if (!type) return KvCodec::identity(layout);
+  auto codec = KvCodec::make(layout, *type);
+  MNEMO_CHECK(codec.ok(), "KV pool: {} (KvCache::check_types first)", codec.ok() ? "" : codec.error().message());
+  return *codec;
+}
+
 }  // namespace
 
 void use_sliding_window(KvPoolConfig& config, int32_t window, std::vector<int32_t> global_layers) {
@@ -102,23 +109,45 @@ void use_sliding_window(KvPoolConfig& config, int32_t window, std::vector<int32_
   config.retention = retention_options_for(/*bytes_depend_on_length=*/true);
 }
 
+Status KvCache::check_types(const KvLayout& layout, const KvPoolConfig& config) {
+  for (const auto& type : {config.host_type, config.disk_type}) {
+    if (!type) continue;
+    if (auto codec = KvCodec::make(layout, *type); !codec.ok()) return codec.error();
+  }
+  return ok_status();
+}
+
+KvCache::DiskPayload KvCache::disk_payload(const KvLayout& layout, const KvPoolConfig& config) {
+  const KvCodec disk = codec_for(layout, config.disk_type);
+  const auto global = static_cast<size_t>(compact_layout(layout, config).n_layers);
+  return {disk.block_bytes(), global * disk.layer_bytes()};
+}
+
 KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
     : config_(std::move(config)),
+      device_codec_(KvCodec::identity(layout)),
+      host_codec_(codec_for(layout, config_.host_type)),
+      disk_codec_(codec_for(layout, config_.disk_type)),
+      lossy_host_(!host_codec_.exact()),
       device_(layout, config_.device_blocks),
       device_alloc_(config_.device_blocks),
-      host_(layout, config_.host_blocks),
+      host_(layout, config_.host_blocks, host_codec_.block_bytes()),
       host_alloc_(config_.host_blocks),
-      compact_(compact_layout(layout, config_), compact_layout(layout, config_).n_layers > 0 ? config_.host_compact_blocks : 0),
+      exact_(layout, lossy_host_ ? config_.host_exact_blocks : 0),
+      exact_alloc_(lossy_host_ ? config_.host_exact_blocks : 0),
+      compact_(compact_layout(layout, config_), compact_layout(layout, config_).n_layers > 0 ? config_.host_compact_blocks : 0,
+               host_codec_.layer_bytes() * static_cast<size_t>(compact_layout(layout, config_).n_layers)),
       compact_alloc_(compact_layout(layout, config_).n_layers > 0 ? config_.host_compact_blocks : 0),
       slabs_(slots_per_block(layout, config_)),
       compact_buffer_(compact_layout(layout, config_).block_bytes()),
+      disk_buffer_(disk_codec_.is_identity() ? 0 : disk_codec_.block_bytes()),
       index_(layout.block_size),
       eviction_(config_.policy, config_.cost, config_.retention, geometry_of(layout, config_), config_.next_use),
       copier_(std::make_unique<BackgroundCopier>()) {
   index_.set_observer([events = events_.get()](uint64_t key, ChunkHold hold) { events->record(key, hold); });
   eviction_.rank(index_);
   if (config_.ghosts_per_chunk > 0) {
-    int64_t chunks = int64_t{config_.device_blocks} + config_.host_blocks + compact_alloc_.n_blocks();
+    int64_t chunks = int64_t{config_.device_blocks} + config_.host_blocks + exact_alloc_.n_blocks() + compact_alloc_.n_blocks();
     if (config_.disk) {
       chunks += config_.disk->capacity_bytes() /
                 static_cast<int64_t>(config_.disk->extent_bytes(static_cast<size_t>(layout.block_size)));
@@ -191,19 +220,66 @@ KvTable KvCache::share(const KvTable& table) {
 }
 
 void KvCache::release(KvTable& table) {
-  BlockAllocator& from = table.on_host_ ? host_alloc_ : device_alloc_;
-  for (BlockId id : table) from.release(id);
+  for (BlockId id : table) {
+    if (table.on_host_) {
+      const HostCopy copy = host_copy(id, false);
+      copy.pool->release(copy.block);
+    } else {
+      device_alloc_.release(id);
+    }
+  }
   table.ids_.clear();
   table.on_host_ = false;
+}
+
+KvCache::HostCopy KvCache::host_copy(BlockId host, bool compact) {
+  if (compact) return {&compact_alloc_, host, compact_.block(host), &host_codec_};
+  if (in_exact_pool(host, false)) {
+    const BlockId local = host - host_alloc_.n_blocks();
+    return {&exact_alloc_, local, exact_.block(local), &device_codec_};
+  }
+  return {&host_alloc_, host, host_.block(host), &host_codec_};
+}
+
+int32_t KvCache::host_ref_count(const PrefixIndex::Chunk& c) const {
+  if (c.host_compact) return compact_alloc_.ref_count(c.host);
+  if (in_exact_pool(c.host, false)) return exact_alloc_.ref_count(c.host - host_alloc_.n_blocks());
+  return host_alloc_.ref_count(c.host);
+}
+
+std::optional<std::vector<BlockId>> KvCache::allocate_exact_host(int32_t n) {
+  if (!make_host_room(n, /*exact=*/true)) return std::nullopt;
+  if (!lossy_host_) return host_alloc_.allocate(n);
+  auto blocks = exact_alloc_.allocate(n);
+  if (blocks) {
+    for (BlockId& b : *blocks) b += host_alloc_.n_blocks();
+  }
+  return blocks;
+}
+
+const uint8_t* KvCache::convert(const uint8_t* bytes, int32_t n_layers, const KvCodec& from, const KvCodec& to,
+                                std::vector<uint8_t>& out) {
+  if (from.type() == to.type()) return bytes;
+  out.resize(static_cast<size_t>(n_layers) * to.layer_bytes());
+  if (from.is_identity()) {
+    to.encode(bytes, out.data(), n_layers);
+  } else if (to.is_identity()) {
+    from.decode(bytes, out.data(), n_layers);
+  } else {
+    convert_buffer_.resize(static_cast<size_t>(n_layers) * device_codec_.layer_bytes());
+    from.decode(bytes, convert_buffer_.data(), n_layers);
+    to.encode(convert_buffer_.data(), out.data(), n_layers);
+  }
+  return out.data();
 }
 
 bool KvCache::swap_out(KvTable& table) {
   MNEMO_CHECK(!table.on_host_, "swapping out a table already on the host");
   const auto n = static_cast<int32_t>(table.size());
-  if (!make_host_room(n)) return false;
-  auto host = host_alloc_.allocate(n);
+  // Into blocks of the device's type: a preempted sequence resumes exactly as it would have run.
+  auto host = allocate_exact_host(n);
   if (!host) return false;
-  for (size_t i = 0; i < table.size(); ++i) std::memcpy(host_.block((*host)[i]), device_.block(table[i]), chunk_bytes());
+  for (size_t i = 0; i < table.size(); ++i) std::memcpy(host_copy((*host)[i], false).bytes, device_.block(table[i]), chunk_bytes());
   swapped_out_blocks_ += n;
   counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes()) * n;
   release(table);
@@ -218,7 +294,7 @@ bool KvCache::swap_in(KvTable& table) {
   if (!make_room(n)) return false;
   auto device = device_alloc_.allocate(n);
   if (!device) return false;
-  for (size_t i = 0; i < table.size(); ++i) std::memcpy(device_.block((*device)[i]), host_.block(table[i]), chunk_bytes());
+  for (size_t i = 0; i < table.size(); ++i) std::memcpy(device_.block((*device)[i]), host_copy(table[i], false).bytes, chunk_bytes());
   counters_.bytes_host_to_device += static_cast<int64_t>(chunk_bytes()) * n;
   release(table);
   table.ids_ = std::move(*device);
@@ -232,21 +308,32 @@ void KvCache::begin_background_work() {
   // One job, swap-ins first (the forward pass waits for them layer by layer, SPEC P8), then the
   // copies ahead of need: swap-outs never compete with a swap-in in flight.
   layers_loaded_.store(0);
-  const size_t layer_bytes = layout().layer_elems() * layout().element_bytes();
-  std::vector<std::pair<const uint8_t*, uint8_t*>> loads;
-  for (const PendingLoad& l : pending_loads_) loads.emplace_back(host_.block(l.host), device_.block(l.device));
+  struct Load {
+    const uint8_t* from;
+    uint8_t* to;
+    const KvCodec* codec;  // how `from` is held
+  };
+  std::vector<Load> loads;
+  for (const PendingLoad& l : pending_loads_) {
+    const HostCopy copy = host_copy(l.host, false);
+    loads.push_back({copy.bytes, device_.block(l.device), copy.codec});
+  }
   std::vector<std::pair<const uint8_t*, uint8_t*>> copies;
   for (const PendingCopy& c : pending_copies_) copies.emplace_back(device_.block(c.device), host_.block(c.host));
-  const size_t bytes = chunk_bytes();
+  const size_t device_layer_bytes = device_codec_.layer_bytes();
   const int32_t n_layers = layout().n_layers;
-  copier_->start([this, loads = std::move(loads), copies = std::move(copies), layer_bytes, bytes, n_layers] {
+  // Conversions run here too, beside the forward pass: decoding a compressed copy costs the
+  // engine thread nothing unless the pass reaches the layer first.
+  copier_->start([this, loads = std::move(loads), copies = std::move(copies), device_layer_bytes, n_layers] {
     for (int32_t layer = 0; layer < n_layers; ++layer) {
-      const size_t offset = static_cast<size_t>(layer) * layer_bytes;
-      for (const auto& [from, to] : loads) std::memcpy(to + offset, from + offset, layer_bytes);
+      for (const Load& l : loads) {
+        l.codec->decode(l.from + static_cast<size_t>(layer) * l.codec->layer_bytes(),
+                        l.to + static_cast<size_t>(layer) * device_layer_bytes, 1);
+      }
       layers_loaded_.store(layer + 1, std::memory_order_release);
       layers_loaded_.notify_all();
     }
-    for (const auto& [from, to] : copies) std::memcpy(to, from, bytes);
+    for (const auto& [from, to] : copies) host_codec_.encode(from, to, n_layers);
   });
   loads_started_ = true;
 }
@@ -267,7 +354,7 @@ void KvCache::finish_loads() {
 }
 
 void KvCache::plan_ahead_copies() {
-  if (config_.swap_out_threshold <= 0 || config_.host_blocks == 0) return;
+  if (config_.swap_out_threshold <= 0 || host_alloc_.n_blocks() == 0) return;
   const auto target = static_cast<int32_t>(config_.swap_out_threshold * static_cast<float>(n_blocks()));
   // Every step: free blocks alone usually suffice, and then the index is not scanned.
   if (device_alloc_.n_free() >= target) return;
@@ -304,14 +391,17 @@ void KvCache::end_background_work() {
   if (!loads_started_) return;
   copier_->wait();
   loads_started_ = false;
-  for (const PendingLoad& l : pending_loads_) host_alloc_.release(l.host);  // the pins
+  for (const PendingLoad& l : pending_loads_) {  // the pins
+    const HostCopy copy = host_copy(l.host, false);
+    copy.pool->release(copy.block);
+  }
   pending_loads_.clear();
   for (const PendingCopy& p : pending_copies_) {
     device_alloc_.release(p.device);
     if (index_.live(p.node) && index_.chunk(p.node).device == p.device && !index_.chunk(p.node).has(Tier::kHost)) {
       index_.set_host(p.node, p.host);
       ++counters_.ahead_copied_chunks;
-      counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes());
+      counters_.bytes_device_to_host += static_cast<int64_t>(host_codec_.block_bytes());
     } else {
       host_alloc_.release(p.host);
     }

@@ -31,6 +31,7 @@
 #include "kv/compact_slabs.h"
 #include "kv/cost_model.h"
 #include "kv/disk_tier.h"
+#include "kv/kv_codec.h"
 #include "kv/eviction_order.h"
 #include "kv/kv_storage.h"
 #include "kv/kv_table.h"
@@ -71,6 +72,15 @@ struct KvPoolConfig {
   std::vector<int32_t> global_layers;   // the layers that attend to the whole context
   int32_t host_compact_blocks = 0;
   bool compact_on_device = true;
+  // The element types the host tier (its whole and compact blocks) and the disk tier hold
+  // (kv/kv_codec.h); nullopt: the device's. Chunks are converted as they are demoted and again
+  // as they come back. A host of a lossy type keeps `host_exact_blocks` more blocks of the
+  // device's type for what must come back unchanged: preempted sequences (swap_out) and other
+  // instances' chunks (import_prefix: a replica resumes a stream token for token). Check the
+  // geometry first with KvCache::check_types.
+  std::optional<KvType> host_type;
+  std::optional<KvType> disk_type;
+  int32_t host_exact_blocks = 0;
 };
 
 // Ghosts per cached chunk (KvPoolConfig::ghosts_per_chunk) where `serve` runs the learnt policy:
@@ -100,6 +110,15 @@ class KvCache {
   // Convenience for the common two-tier pool.
   KvCache(const KvLayout& layout, int32_t device_blocks, int32_t host_blocks);
   ~KvCache();
+  // Whether the layout's geometry fits the element types the config names.
+  static Status check_types(const KvLayout& layout, const KvPoolConfig& config);
+  // The payload of a disk extent for this layout and config: a whole chunk, and a compact one
+  // (0 without a sliding window), of the disk's element type (DiskTier::open takes them).
+  struct DiskPayload {
+    size_t whole = 0;
+    size_t compact = 0;
+  };
+  static DiskPayload disk_payload(const KvLayout& layout, const KvPoolConfig& config);
 
   const KvLayout& layout() const { return device_.layout(); }
   KvStorage& device() { return device_; }
@@ -110,7 +129,11 @@ class KvCache {
   int32_t n_host_free() const { return host_alloc_.n_free(); }
   int32_t n_host_blocks() const { return host_alloc_.n_blocks(); }
   int32_t n_host_compact_free() const { return compact_alloc_.n_free(); }
-  size_t compact_bytes() const { return compact_.layout().block_bytes(); }
+  int32_t n_host_exact_blocks() const { return exact_alloc_.n_blocks(); }
+  int32_t n_host_exact_free() const { return exact_alloc_.n_free(); }
+  KvTypes kv_types() const { return {device_codec_.type(), host_codec_.type(), disk_codec_.type()}; }
+  // A compact copy in the device's form (a device slot's bytes).
+  size_t compact_bytes() const { return compact_buffer_.size(); }
   const DiskTier* disk() const { return config_.disk.get(); }
 
   // Blocks that writing positions [begin, end) would need: new ones past the table's end plus
@@ -254,7 +277,8 @@ class KvCache {
   // first; then the lowest value among those blocks and the device's compact copies.
   std::optional<DeviceVictim> next_device_victim() const;
   bool make_room(int32_t n);
-  bool make_host_room(int32_t n);
+  // Room in the host pool, or (`exact`, a lossy host) in its exact pool.
+  bool make_host_room(int32_t n, bool exact = false);
   bool make_compact_room(int32_t n);
   bool make_disk_room(size_t bytes);
   void evict_device_copy(const PrefixIndex::Chunk& c);
@@ -272,15 +296,37 @@ class KvCache {
   uint8_t* slot_bytes(SlotId slot) {
     return device_.block(slabs_.slab_of(slot)) + static_cast<size_t>(slabs_.index_in_slab(slot)) * compact_bytes();
   }
+  int32_t n_global_layers() const { return static_cast<int32_t>(config_.global_layers.size()); }
   void evict_host_copy(const PrefixIndex::Chunk& c);
-  // The host pool holding `c`'s host copy: whole blocks, or a sliding-window model's compact ones.
-  BlockAllocator& host_pool_of(const PrefixIndex::Chunk& c) { return c.host_compact ? compact_alloc_ : host_alloc_; }
-  void write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact);
+  // A host copy as the index names it (`host`, whole or compact): its pool and block there (the
+  // exact pool's blocks are numbered after the host pool's), its bytes and their element type.
+  struct HostCopy {
+    BlockAllocator* pool;
+    BlockId block;
+    uint8_t* bytes;
+    const KvCodec* codec;
+  };
+  HostCopy host_copy(BlockId host, bool compact);
+  HostCopy host_copy(const PrefixIndex::Chunk& c) { return host_copy(c.host, c.host_compact); }
+  bool in_exact_pool(BlockId host, bool compact) const { return !compact && lossy_host_ && host >= host_alloc_.n_blocks(); }
+  int32_t host_ref_count(const PrefixIndex::Chunk& c) const;
+  // Where what must come back unchanged goes: the exact pool when the host is lossy, else the
+  // host pool. Returns index-numbered blocks, or nullopt without room.
+  std::optional<std::vector<BlockId>> allocate_exact_host(int32_t n);
+  bool has_exact_host() const { return lossy_host_ ? exact_alloc_.n_blocks() > 0 : host_alloc_.n_blocks() > 0; }
+  // `bytes` (whole, or compact: the global layers) held as `codec` holds them, written to disk
+  // as the disk holds them.
+  void write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact, const KvCodec& codec);
+  // `n_layers` layers held as `from` holds them, as `to` holds them (through the device's form
+  // when they differ); returns `bytes` itself when they are the same.
+  const uint8_t* convert(const uint8_t* bytes, int32_t n_layers, const KvCodec& from, const KvCodec& to, std::vector<uint8_t>& out);
   void take_disk_completions();
   // Whether no later query of the conversation through this chunk reads its local layers.
   bool compactable(const PrefixIndex::Chunk& c) const;
-  void pack_global_layers(const uint8_t* block, uint8_t* compact) const;
-  void unpack_global_layers(const uint8_t* compact, uint8_t* block) const;
+  // The global layers of a block into a compact copy, both held as `codec` holds them; and a
+  // compact copy held so into a device block (its local layers zero).
+  void pack_global_layers(const uint8_t* block, uint8_t* compact, const KvCodec& codec) const;
+  void unpack_global_layers(const uint8_t* compact, uint8_t* block, const KvCodec& codec) const;
   // Brings a chunk to the device into `block`: all of its layers, only the global ones, or none.
   enum class Loaded { kFull, kCompact, kNothing };
   Loaded load_chunk(const PrefixIndex::Chunk& c, BlockId block, bool allow_compact, Tier& from);
@@ -297,14 +343,22 @@ class KvCache {
                           PrefixIndex::NodeId parent, int32_t first_position, const std::vector<BlockId>& blocks);
 
   KvPoolConfig config_;
+  KvCodec device_codec_;  // the identity
+  KvCodec host_codec_;
+  KvCodec disk_codec_;
+  bool lossy_host_;
   KvStorage device_;
   BlockAllocator device_alloc_;
-  KvStorage host_;
+  KvStorage host_;  // of the host's type
   BlockAllocator host_alloc_;
-  KvStorage compact_;  // host blocks of a sliding-window model's global layers
+  KvStorage exact_;  // of the device's type, beside a lossy host (else empty)
+  BlockAllocator exact_alloc_;
+  KvStorage compact_;  // host blocks of a sliding-window model's global layers, of the host's type
   BlockAllocator compact_alloc_;
   CompactSlabs slabs_;  // device blocks holding compact copies
-  std::vector<uint8_t> compact_buffer_;  // a compact disk extent on its way to the device
+  std::vector<uint8_t> compact_buffer_;  // a compact copy in the device's form, on its way somewhere
+  std::vector<uint8_t> disk_buffer_;     // an extent's payload of the disk's type, on its way somewhere
+  std::vector<uint8_t> convert_buffer_;  // a block in the device's form between two other types
   // Before index_: the index's observer records here.
   std::unique_ptr<CacheEventLog> events_ = std::make_unique<CacheEventLog>();
   PrefixIndex index_;
@@ -322,7 +376,7 @@ class KvCache {
   };
   std::vector<PendingCopy> pending_copies_;
   struct PendingLoad {
-    BlockId host;    // pinned until the copy is done
+    BlockId host;    // the index's number, pinned until the copy is done
     BlockId device;
   };
   std::vector<PendingLoad> pending_loads_;

@@ -25,7 +25,7 @@ bool KvCache::make_disk_room(size_t bytes) {
   return true;
 }
 
-void KvCache::write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact) {
+void KvCache::write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact, const KvCodec& codec) {
   DiskTier& disk = *config_.disk;
   if (c.disk != DiskCopy::kNone) return;
   if (compact && disk.compact_payload_bytes() == 0) return;
@@ -39,8 +39,10 @@ void KvCache::write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, b
   header.ns = index_.chunk_namespace(c.node);
   const auto tokens = index_.chunk_tokens_of(c.node);
   header.tokens.assign(tokens.begin(), tokens.end());
-  const size_t n = compact ? compact_bytes() : chunk_bytes();
-  if (disk.write(header, {bytes, n})) {
+  const int32_t n_layers = compact ? n_global_layers() : layout().n_layers;
+  const uint8_t* payload = convert(bytes, n_layers, codec, disk_codec_, disk_buffer_);
+  const size_t n = static_cast<size_t>(n_layers) * disk_codec_.layer_bytes();
+  if (disk.write(header, {payload, n})) {
     index_.set_disk(c.node, DiskCopy::kWriting, compact);
     counters_.bytes_to_disk += static_cast<int64_t>(n);
   }
@@ -69,7 +71,7 @@ size_t KvCache::restore_from_disk() {
   size_t restored = 0;
   const double t = now();
   for (const ExtentHeader& h : config_.disk->scan()) {
-    if (h.compact && compact_.layout().n_layers == 0) {
+    if (h.compact && n_global_layers() == 0) {
       config_.disk->remove(h.key);  // this configuration cannot use it
       continue;
     }

@@ -13,20 +13,25 @@ namespace mnemo {
 KvCache::Loaded KvCache::load_chunk(const PrefixIndex::Chunk& c, BlockId block, bool allow_compact, Tier& from) {
   uint8_t* to = device_.block(block);
   if (c.host != kNoBlock && !c.host_compact) {
+    const HostCopy copy = host_copy(c);
     if (config_.layerwise_swap_in) {
-      host_alloc_.add_ref(c.host);  // kept until the layer-by-layer copy is done
+      copy.pool->add_ref(copy.block);  // kept until the layer-by-layer copy is done
       pending_loads_.push_back({c.host, block});
     } else {
-      std::memcpy(to, host_.block(c.host), chunk_bytes());
+      copy.codec->decode(copy.bytes, to, layout().n_layers);
     }
-    counters_.bytes_host_to_device += static_cast<int64_t>(chunk_bytes());
+    counters_.bytes_host_to_device += static_cast<int64_t>(static_cast<size_t>(layout().n_layers) * copy.codec->layer_bytes());
     from = Tier::kHost;
     return Loaded::kFull;
   }
-  const auto read_disk = [&](std::span<uint8_t> out) {
-    const Status read = config_.disk->read(c.key, out);
+  // Reads the extent, of the disk's type, into `out` in the device's form.
+  const auto read_disk = [&](int32_t n_layers, uint8_t* out) {
+    const size_t bytes = static_cast<size_t>(n_layers) * disk_codec_.layer_bytes();
+    uint8_t* landing = disk_codec_.is_identity() ? out : disk_buffer_.data();
+    const Status read = config_.disk->read(c.key, {landing, bytes});
     if (read.ok()) {
-      counters_.bytes_disk_to_device += static_cast<int64_t>(out.size());
+      if (landing != out) disk_codec_.decode(landing, out, n_layers);
+      counters_.bytes_disk_to_device += static_cast<int64_t>(bytes);
       from = Tier::kDisk;
       return true;
     }
@@ -36,21 +41,21 @@ KvCache::Loaded KvCache::load_chunk(const PrefixIndex::Chunk& c, BlockId block, 
     index_.set_disk(c.node, DiskCopy::kNone);
     return false;
   };
-  if (c.disk == DiskCopy::kPresent && !c.disk_compact) return read_disk({to, chunk_bytes()}) ? Loaded::kFull : Loaded::kNothing;
+  if (c.disk == DiskCopy::kPresent && !c.disk_compact) return read_disk(layout().n_layers, to) ? Loaded::kFull : Loaded::kNothing;
   if (!allow_compact) return Loaded::kNothing;
   if (c.device_slot != kNoBlock) {
-    unpack_global_layers(slot_bytes(c.device_slot), to);
+    unpack_global_layers(slot_bytes(c.device_slot), to, device_codec_);
     from = Tier::kDevice;
     return Loaded::kCompact;
   }
   if (c.host != kNoBlock) {
-    unpack_global_layers(compact_.block(c.host), to);
-    counters_.bytes_host_to_device += static_cast<int64_t>(compact_bytes());
+    unpack_global_layers(compact_.block(c.host), to, host_codec_);
+    counters_.bytes_host_to_device += static_cast<int64_t>(compact_.block_bytes());
     from = Tier::kHost;
     return Loaded::kCompact;
   }
-  if (c.disk == DiskCopy::kPresent && read_disk({compact_buffer_.data(), compact_bytes()})) {
-    unpack_global_layers(compact_buffer_.data(), to);
+  if (c.disk == DiskCopy::kPresent && read_disk(n_global_layers(), compact_buffer_.data())) {
+    unpack_global_layers(compact_buffer_.data(), to, device_codec_);
     return Loaded::kCompact;
   }
   return Loaded::kNothing;
@@ -67,7 +72,10 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   // evicts another (a device block pushed to the host must not push out the chunk brought next).
   for (const auto& c : chain) {
     if (c.device != kNoBlock) device_alloc_.add_ref(c.device);
-    if (c.host != kNoBlock) host_pool_of(c).add_ref(c.host);
+    if (c.host != kNoBlock) {
+      const HostCopy copy = host_copy(c);
+      copy.pool->add_ref(copy.block);
+    }
   }
   std::vector<ChunkUse> use(chain.size());
   std::vector<Tier> from(chain.size(), Tier::kDevice);
@@ -83,7 +91,10 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
     const auto gap = static_cast<size_t>(std::find(use.begin(), use.end(), ChunkUse::kRecompute) - use.begin());
     for (size_t j = gap; j < chain.size(); ++j) {
       if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
-      if (chain[j].host != kNoBlock) host_pool_of(chain[j]).release(chain[j].host);
+      if (chain[j].host != kNoBlock) {
+        const HostCopy copy = host_copy(chain[j]);
+        copy.pool->release(copy.block);
+      }
     }
     chain.resize(gap);
     use.resize(gap);
@@ -93,7 +104,10 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   PrefixMatch result;
   const size_t brought = bring_to_device(chain, use, from, result.table);
   for (const auto& c : chain) {
-    if (c.host != kNoBlock) host_pool_of(c).release(c.host);
+    if (c.host != kNoBlock) {
+      const HostCopy copy = host_copy(c);
+      copy.pool->release(copy.block);
+    }
   }
   for (size_t j = brought; j < chain.size(); ++j) {
     if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
@@ -190,10 +204,10 @@ void KvCache::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t
       if (const auto node = index_.node_at(id, Tier::kDevice)) {
         const PrefixIndex::Chunk c = index_.chunk(*node);
         if (compactable(c) && config_.disk->compact_payload_bytes() != 0) {
-          pack_global_layers(device_.block(id), compact_buffer_.data());
-          write_to_disk(c, compact_buffer_.data(), /*compact=*/true);
+          pack_global_layers(device_.block(id), compact_buffer_.data(), device_codec_);
+          write_to_disk(c, compact_buffer_.data(), /*compact=*/true, device_codec_);
         } else {
-          write_to_disk(c, device_.block(id), /*compact=*/false);
+          write_to_disk(c, device_.block(id), /*compact=*/false, device_codec_);
         }
       }
     }
@@ -222,9 +236,8 @@ int32_t KvCache::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t ke
     const auto pending = pending_children.find(node);
     if (index_.n_children(node) != (pending == pending_children.end() ? 0 : pending->second)) continue;
     const PrefixIndex::Chunk c = index_.chunk(node);
-    BlockAllocator& host_pool = host_pool_of(c);
     const bool in_use = (c.device != kNoBlock && device_alloc_.ref_count(c.device) > 1) ||
-                        (c.host != kNoBlock && host_pool.ref_count(c.host) > 1);
+                        (c.host != kNoBlock && host_ref_count(c) > 1);
     if (in_use) continue;
     // An extent still being written goes once written (take_disk_completions); until then the
     // node keeps only that pending copy, which no match can read.
@@ -237,8 +250,9 @@ int32_t KvCache::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t ke
       index_.set_disk(node, DiskCopy::kNone);
     }
     if (c.host != kNoBlock) {
+      const HostCopy copy = host_copy(c);
       index_.set_host(node, kNoBlock);
-      host_pool.release(c.host);
+      copy.pool->release(copy.block);
     }
     if (c.device != kNoBlock) {
       index_.set_device(node, kNoBlock);

@@ -55,7 +55,7 @@ bool KvCache::make_room(int32_t n) {
 void KvCache::compact_on_device(const PrefixIndex::Chunk& c) {
   ++counters_.device_compacted_chunks;
   if (const auto slot = slabs_.allocate()) {
-    pack_global_layers(device_.block(c.device), slot_bytes(*slot));
+    pack_global_layers(device_.block(c.device), slot_bytes(*slot), device_codec_);
     index_.set_device_slot(c.node, *slot);
     index_.set_device(c.node, kNoBlock);
     device_alloc_.release(c.device);
@@ -63,7 +63,7 @@ void KvCache::compact_on_device(const PrefixIndex::Chunk& c) {
   }
   // The block becomes a slab with the chunk in its first slot; the index's reference to the
   // block is now the slab's.
-  pack_global_layers(device_.block(c.device), compact_buffer_.data());
+  pack_global_layers(device_.block(c.device), compact_buffer_.data(), device_codec_);
   const SlotId slot = slabs_.add_slab(c.device);
   std::memcpy(slot_bytes(slot), compact_buffer_.data(), compact_bytes());
   index_.set_device_slot(c.node, slot);
@@ -102,7 +102,7 @@ void KvCache::evict_device_slot(const PrefixIndex::Chunk& c) {
     if (make_compact_room(1)) {
       demote_compact(c, slot_bytes(c.device_slot));
     } else if (config_.disk) {
-      write_to_disk(c, slot_bytes(c.device_slot), /*compact=*/true);
+      write_to_disk(c, slot_bytes(c.device_slot), /*compact=*/true, device_codec_);
     }
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
@@ -115,32 +115,32 @@ void KvCache::evict_device_slot(const PrefixIndex::Chunk& c) {
 }
 
 bool KvCache::compactable(const PrefixIndex::Chunk& c) const {
-  return compact_.layout().n_layers != 0 && mnemo::compactable(c.position, c.end_chunks, block_size(), config_.sliding_window);
+  return n_global_layers() != 0 && mnemo::compactable(c.position, c.end_chunks, block_size(), config_.sliding_window);
 }
 
-void KvCache::pack_global_layers(const uint8_t* block, uint8_t* compact) const {
-  const size_t layer_bytes = layout().layer_elems() * layout().element_bytes();
+void KvCache::pack_global_layers(const uint8_t* block, uint8_t* compact, const KvCodec& codec) const {
+  const size_t layer_bytes = codec.layer_bytes();
   for (size_t i = 0; i < config_.global_layers.size(); ++i) {
     std::memcpy(compact + i * layer_bytes, block + static_cast<size_t>(config_.global_layers[i]) * layer_bytes, layer_bytes);
   }
 }
 
-void KvCache::unpack_global_layers(const uint8_t* compact, uint8_t* block) const {
+void KvCache::unpack_global_layers(const uint8_t* compact, uint8_t* block, const KvCodec& codec) const {
   // Local layers are zeros: never read (out of every query's window), and harmless if a masked
   // kernel loads them.
   std::memset(block, 0, chunk_bytes());
-  const size_t layer_bytes = layout().layer_elems() * layout().element_bytes();
+  const size_t layer_bytes = device_codec_.layer_bytes();
   for (size_t i = 0; i < config_.global_layers.size(); ++i) {
-    std::memcpy(block + static_cast<size_t>(config_.global_layers[i]) * layer_bytes, compact + i * layer_bytes, layer_bytes);
+    codec.decode(compact + i * codec.layer_bytes(), block + static_cast<size_t>(config_.global_layers[i]) * layer_bytes, 1);
   }
 }
 
 void KvCache::demote_compact(const PrefixIndex::Chunk& c, const uint8_t* compact) {
   const BlockId host = (*compact_alloc_.allocate(1))[0];
-  std::memcpy(compact_.block(host), compact, compact_bytes());
+  host_codec_.encode(compact, compact_.block(host), n_global_layers());
   index_.set_host(c.node, host, /*compact=*/true);
   ++counters_.demoted_chunks;
-  counters_.bytes_device_to_host += static_cast<int64_t>(compact_bytes());
+  counters_.bytes_device_to_host += static_cast<int64_t>(compact_.block_bytes());
 }
 
 void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
@@ -150,16 +150,16 @@ void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
   }
   if (!c.has(Tier::kHost) && !c.has(Tier::kDisk) && c.disk != DiskCopy::kWriting && c.device_slot == kNoBlock) {
     if (compactable(c) && make_compact_room(1)) {
-      pack_global_layers(device_.block(c.device), compact_buffer_.data());
+      pack_global_layers(device_.block(c.device), compact_buffer_.data(), device_codec_);
       demote_compact(c, compact_buffer_.data());
     } else if (make_host_room(1)) {
       const BlockId host = (*host_alloc_.allocate(1))[0];
-      std::memcpy(host_.block(host), device_.block(c.device), chunk_bytes());
+      host_codec_.encode(device_.block(c.device), host_.block(host), layout().n_layers);
       index_.set_host(c.node, host);
       ++counters_.demoted_chunks;
-      counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes());
+      counters_.bytes_device_to_host += static_cast<int64_t>(host_codec_.block_bytes());
     } else if (config_.disk) {
-      write_to_disk(c, device_.block(c.device), /*compact=*/false);
+      write_to_disk(c, device_.block(c.device), /*compact=*/false, device_codec_);
     }
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
@@ -171,18 +171,19 @@ void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
   if (last_copy) note_dropped(c);
 }
 
-bool KvCache::make_host_room(int32_t n) {
-  if (n > host_alloc_.n_blocks()) return false;
-  while (host_alloc_.n_free() < n) {
+bool KvCache::make_host_room(int32_t n, bool exact) {
+  exact = exact && lossy_host_;  // an exact host is its own exact pool
+  const BlockAllocator& pool = exact ? exact_alloc_ : host_alloc_;
+  if (n > pool.n_blocks()) return false;
+  const auto evictable = [&](const PrefixIndex::Chunk& c) {
+    return !c.host_compact && in_exact_pool(c.host, false) == exact && host_ref_count(c) == 1;
+  };
+  while (pool.n_free() < n) {
     const auto free_copy = [&](const PrefixIndex::Chunk& c) {
-      return !c.host_compact && host_alloc_.ref_count(c.host) == 1 && (c.device != kNoBlock || c.has(Tier::kDisk));
+      return evictable(c) && (c.device != kNoBlock || c.has(Tier::kDisk));
     };
     auto victim = lowest_value(Tier::kHost, free_copy);
-    if (!victim) {
-      victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) {
-        return !c.host_compact && host_alloc_.ref_count(c.host) == 1;
-      });
-    }
+    if (!victim) victim = lowest_value(Tier::kHost, evictable);
     if (!victim) return false;
     evict_host_copy(*victim);
   }
@@ -202,20 +203,22 @@ bool KvCache::make_compact_room(int32_t n) {
 }
 
 void KvCache::evict_host_copy(const PrefixIndex::Chunk& c) {
+  const HostCopy copy = host_copy(c);
   if (c.device == kNoBlock && c.device_slot == kNoBlock && c.disk == DiskCopy::kNone && config_.disk) {
     if (c.host_compact) {
-      write_to_disk(c, compact_.block(c.host), /*compact=*/true);
+      write_to_disk(c, copy.bytes, /*compact=*/true, *copy.codec);
     } else if (compactable(c)) {
-      pack_global_layers(host_.block(c.host), compact_buffer_.data());
-      write_to_disk(c, compact_buffer_.data(), /*compact=*/true);
+      std::vector<uint8_t> packed(static_cast<size_t>(n_global_layers()) * copy.codec->layer_bytes());
+      pack_global_layers(copy.bytes, packed.data(), *copy.codec);
+      write_to_disk(c, packed.data(), /*compact=*/true, *copy.codec);
     } else {
-      write_to_disk(c, host_.block(c.host), /*compact=*/false);
+      write_to_disk(c, copy.bytes, /*compact=*/false, *copy.codec);
     }
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
   const bool last_copy = now_c.device == kNoBlock && now_c.device_slot == kNoBlock && now_c.disk == DiskCopy::kNone;
   index_.set_host(c.node, kNoBlock);
-  host_pool_of(c).release(c.host);
+  copy.pool->release(copy.block);
   ++counters_.evicted_chunks;
   ++counters_.evicted_host_copies;
   if (last_copy) note_dropped(c);

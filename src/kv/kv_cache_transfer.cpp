@@ -35,11 +35,19 @@ KvCache::ExportedPrefix KvCache::export_prefix(uint64_t ns, std::span<const Toke
     const size_t at = out.payload.size();
     out.payload.resize(at + chunk_bytes());
     uint8_t* to = out.payload.data() + at;
+    // Sent in the device's form whatever tier holds it: the receiver converts for its own tiers.
+    const auto read_disk = [&] {
+      if (disk_codec_.is_identity()) return config_.disk->read(c.key, {to, chunk_bytes()}).ok();
+      if (!config_.disk->read(c.key, {disk_buffer_.data(), disk_codec_.block_bytes()}).ok()) return false;
+      disk_codec_.decode(disk_buffer_.data(), to, layout().n_layers);
+      return true;
+    };
     if (c.device != kNoBlock) {
       std::memcpy(to, device_.block(c.device), chunk_bytes());
     } else if (c.host != kNoBlock && !c.host_compact) {
-      std::memcpy(to, host_.block(c.host), chunk_bytes());
-    } else if (c.disk != DiskCopy::kPresent || c.disk_compact || !config_.disk->read(c.key, {to, chunk_bytes()}).ok()) {
+      const HostCopy copy = host_copy(c);
+      copy.codec->decode(copy.bytes, to, layout().n_layers);
+    } else if (c.disk != DiskCopy::kPresent || c.disk_compact || !read_disk()) {
       out.payload.resize(at);  // a gap: the chunks after it are useless without it
       break;
     }
@@ -98,12 +106,16 @@ Result<int32_t> KvCache::import_prefix(uint64_t ns, std::span<const TokenId> tok
     wanted = static_cast<int32_t>(n - existing.size());
     for (const PrefixIndex::NodeId node : existing) wanted += index_.chunk(node).dropped() ? 1 : 0;
   }
-  const bool to_host = host_alloc_.n_blocks() > 0;
-  BlockAllocator& pool = to_host ? host_alloc_ : device_alloc_;
+  // Into host blocks of the device's type: a replica resumes its stream token for token.
+  const bool to_host = has_exact_host();
   std::vector<BlockId> blocks;
   if (wanted > 0) {
     std::optional<std::vector<BlockId>> got;
-    if (to_host ? make_host_room(wanted) : make_room(wanted)) got = pool.allocate(wanted);
+    if (to_host) {
+      got = allocate_exact_host(wanted);
+    } else if (make_room(wanted)) {
+      got = device_alloc_.allocate(wanted);
+    }
     if (!got) {
       return make_error(ErrorCode::kResourceExhausted, "KV import: no room for {} chunks in the {} tier", wanted,
                         to_host ? "host" : "device");
@@ -112,7 +124,14 @@ Result<int32_t> KvCache::import_prefix(uint64_t ns, std::span<const TokenId> tok
   }
   parent = import_parent(ns, parent_key, first_position);
   if (!parent) {  // making room dropped the parent's last trace
-    for (BlockId b : blocks) pool.release(b);
+    for (BlockId b : blocks) {
+      if (to_host) {
+        const HostCopy copy = host_copy(b, false);
+        copy.pool->release(copy.block);
+      } else {
+        device_alloc_.release(b);
+      }
+    }
     return make_error(ErrorCode::kNotFound, "KV import: the chunk before position {} left the cache", first_position);
   }
   return insert_imported(ns, tokens, payload, *parent, first_position, blocks);
@@ -142,7 +161,7 @@ std::vector<PrefixIndex::NodeId> KvCache::indexed_path(PrefixIndex::NodeId paren
 int32_t KvCache::insert_imported(uint64_t ns, std::span<const TokenId> tokens, std::span<const uint8_t> payload,
                                  PrefixIndex::NodeId parent, int32_t first_position, const std::vector<BlockId>& blocks) {
   const auto chunk_tokens = static_cast<size_t>(block_size());
-  const bool to_host = host_alloc_.n_blocks() > 0;
+  const bool to_host = has_exact_host();
   const double t = now();
   std::vector<PrefixIndex::NodeId> path;
   int32_t inserted = 0;
@@ -158,7 +177,7 @@ int32_t KvCache::insert_imported(uint64_t ns, std::span<const TokenId> tokens, s
     if (next_block == blocks.size()) break;  // eviction took more than was planned for
     const PrefixIndex::NodeId node = found ? *found : index_.extend(at, ns, chunk, first_position + static_cast<int32_t>(i), t);
     const BlockId block = blocks[next_block++];
-    std::memcpy(to_host ? host_.block(block) : device_.block(block), payload.data() + i * chunk_bytes(), chunk_bytes());
+    std::memcpy(to_host ? host_copy(block, false).bytes : device_.block(block), payload.data() + i * chunk_bytes(), chunk_bytes());
     if (to_host) {
       index_.set_host(node, block);
     } else {
@@ -167,8 +186,14 @@ int32_t KvCache::insert_imported(uint64_t ns, std::span<const TokenId> tokens, s
     path.push_back(node);
     ++inserted;
   }
-  BlockAllocator& pool = to_host ? host_alloc_ : device_alloc_;
-  for (size_t b = next_block; b < blocks.size(); ++b) pool.release(blocks[b]);
+  for (size_t b = next_block; b < blocks.size(); ++b) {
+    if (to_host) {
+      const HostCopy copy = host_copy(blocks[b], false);
+      copy.pool->release(copy.block);
+    } else {
+      device_alloc_.release(blocks[b]);
+    }
+  }
   index_.mark_path_end(path);
   // Not written through, unlike the chunks computed here: an import is another instance's copy
   // (a replica, a transfer), which keeps its own durable one, and writing and syncing a file per

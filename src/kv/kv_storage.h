@@ -13,12 +13,16 @@ namespace mnemo {
 class KvStorage {
  public:
   KvStorage(const KvLayout& layout, int32_t n_blocks);
+  // Blocks of `block_bytes` each: copies of the layout's blocks in another element type
+  // (kv/kv_codec.h), whose keys() and values() are not the layout's and are not to be used.
+  KvStorage(const KvLayout& layout, int32_t n_blocks, size_t block_bytes);
 
   const KvLayout& layout() const { return layout_; }
   int32_t n_blocks() const { return n_blocks_; }
 
-  uint8_t* block(BlockId id) { return data_.data() + static_cast<size_t>(id) * layout_.block_bytes(); }
-  const uint8_t* block(BlockId id) const { return data_.data() + static_cast<size_t>(id) * layout_.block_bytes(); }
+  size_t block_bytes() const { return block_bytes_; }
+  uint8_t* block(BlockId id) { return data_.data() + static_cast<size_t>(id) * block_bytes_; }
+  const uint8_t* block(BlockId id) const { return data_.data() + static_cast<size_t>(id) * block_bytes_; }
 
   // [slot][dim] planes of one head in one layer of one block, of the layout's element type.
   void* keys(BlockId id, int32_t layer, int32_t head) { return element(id, layout_.k_offset(layer, head)); }
@@ -35,6 +39,7 @@ class KvStorage {
 
   KvLayout layout_;
   int32_t n_blocks_;
+  size_t block_bytes_;
   // Pages are zero and only become resident when first written, so a large pool costs nothing
   // until it is used; huge pages where the kernel has them (attention streams the pool).
   AnonymousMemory data_;
