@@ -40,7 +40,10 @@ struct ServeArgs {
   std::string models_dir;                // every .gguf in it is served too
   server::ServerConfig server;
   EngineConfig engine;
-  std::string kv_type = "f16";
+  // Cold tiers hold q8_0: inside llama.cpp's noise band on both default models
+  // (tests/model/kv_type_fidelity_test.cpp), 0.53 of F16's bytes.
+  std::string kv_types = "device=f16,host=q8_0,disk=q8_0";
+  float host_exact_share = 0.1f;
   ModelFlags model_flags;
   EdgeFlags edge;
   int32_t kv_tokens = 65536;
@@ -155,22 +158,45 @@ Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const st
                                                  const EngineConfig& config, int64_t disk_bytes) {
   if (disk_bytes == 0 || !config.prefix_caching) return std::shared_ptr<DiskTier>();
   const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
-  const uint64_t fingerprint = layout_fingerprint(model_path, model, config);
+  const KvType disk_type = config.disk_kv_type.value_or(config.kv_dtype == DType::F32 ? KvType::kF32 : KvType::kF16);
+  MNEMO_ASSIGN_OR_RETURN(const KvCodec disk_codec, KvCodec::make(layout, disk_type));
+  // Extents of another element type are another layout: the disk's type joins the fingerprint
+  // (left out for the device's own type, so existing folders keep theirs).
+  uint64_t fingerprint = layout_fingerprint(model_path, model, config);
+  if (!disk_codec.is_identity()) fingerprint ^= 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(disk_type) + 1);
   // Sliding-window models store history a window before its conversation's end compact: the
   // global layers only.
   size_t compact_bytes = 0;
   if (model.config().sliding_window > 0) {
-    KvLayout compact = layout;
-    compact.n_layers = 0;
-    for (int32_t l = 0; l < model.config().n_layers; ++l) compact.n_layers += model.config().is_local(l) ? 0 : 1;
-    compact_bytes = compact.block_bytes();
+    int32_t global_layers = 0;
+    for (int32_t l = 0; l < model.config().n_layers; ++l) global_layers += model.config().is_local(l) ? 0 : 1;
+    compact_bytes = static_cast<size_t>(global_layers) * disk_codec.layer_bytes();
   }
   // One folder per fingerprint: chunk keys do not depend on the model, so two models' extents
   // must not share a folder (one would overwrite the other's files).
   const std::string dir = fmt::format("{}/kv/{:016x}", args.state_dir, fingerprint);
-  MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(dir, fingerprint, layout.block_bytes(),
-                                                   disk_bytes, compact_bytes));
+  MNEMO_ASSIGN_OR_RETURN(auto disk, DiskTier::open(dir, fingerprint, disk_codec.block_bytes(), disk_bytes, compact_bytes));
   return std::shared_ptr<DiskTier>(std::move(disk));
+}
+
+// The tiers' element types, and the host's blocks at equal bytes: --host-swap-tokens and
+// --host-compact-tokens count F16 tokens' worth of memory, which a compressed host fills with
+// more chunks, keeping --host-exact-share of it in the device's type.
+Status apply_kv_types(const ServeArgs& args, const Model& model, EngineConfig& config) {
+  MNEMO_ASSIGN_OR_RETURN(const KvTypes types, parse_kv_types(args.kv_types));
+  config.kv_dtype = types.device == KvType::kF32 ? DType::F32 : DType::F16;
+  config.host_kv_type = types.host;
+  config.disk_kv_type = types.disk;
+  const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
+  MNEMO_ASSIGN_OR_RETURN(const KvCodec host, KvCodec::make(layout, types.host));
+  if (auto disk = KvCodec::make(layout, types.disk); !disk.ok()) return disk.error();
+  if (host.exact()) return ok_status();
+  const double bytes_ratio = static_cast<double>(layout.block_bytes()) / static_cast<double>(host.block_bytes());
+  const int32_t whole = config.host_swap_blocks;
+  config.host_exact_blocks = static_cast<int32_t>(args.host_exact_share * static_cast<float>(whole));
+  config.host_swap_blocks = static_cast<int32_t>(static_cast<double>(whole - config.host_exact_blocks) * bytes_ratio);
+  config.host_compact_blocks = static_cast<int32_t>(static_cast<double>(config.host_compact_blocks) * bytes_ratio);
+  return ok_status();
 }
 
 // The edge's configuration and the port, before the model loads: a mistake there is reported
@@ -192,10 +218,10 @@ Result<PortReservation> prepare_edge(ServeArgs& args) {
 // One model's engine: its share of the KV memory when `models` share the server.
 Result<EngineConfig> engine_config_for(const ServeArgs& args, const std::string& model_path, const Model& model, int models) {
   EngineConfig engine_config = args.engine;
-  engine_config.kv_dtype = args.kv_type == "f32" ? DType::F32 : DType::F16;
   engine_config.kv_blocks = std::max(1, args.kv_tokens / models / engine_config.block_size);
   engine_config.host_swap_blocks = std::max(0, args.host_swap_tokens / models / engine_config.block_size);
   engine_config.host_compact_blocks = std::max(0, args.host_compact_tokens / models / engine_config.block_size);
+  MNEMO_RETURN_IF_ERROR(apply_kv_types(args, model, engine_config));
   engine_config.cache_policy = args.cache_policy == "lru"        ? RetentionPolicy::kLru
                                : args.cache_policy == "pensieve" ? RetentionPolicy::kPensieve
                                                                  : RetentionPolicy::kMnemo;
@@ -382,6 +408,10 @@ int run_serve(ServeArgs args) {
   for (const LoadedModel& m : loaded) {
     std::printf("mnemo: serving %s as '%s' at %s://%s:%d/ (OpenAI API under /v1)\n", m.path.c_str(), m.id.c_str(),
                 config.tls.enabled() ? "https" : "http", config.host.c_str(), server.port());
+    const EngineConfig& e = m.engine->config();
+    std::printf("mnemo: KV %s: device %d blocks, host %d + %d exact%s\n", args.kv_types.c_str(), e.kv_blocks, e.host_swap_blocks,
+                e.host_exact_blocks,
+                m.model->config().sliding_window > 0 ? fmt::format(" + {} compact", e.host_compact_blocks).c_str() : "");
   }
   std::fflush(stdout);
   serve_until_signalled(signals, args.grace_seconds, loaded, server, *cluster);
@@ -444,7 +474,15 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "Shrink sliding-window history to its global layers on the device before it leaves it")
       ->capture_default_str();
   args->model_flags.add_to(cmd);
-  cmd->add_option("--kv-type", args->kv_type, "KV element type")->capture_default_str()->check(CLI::IsMember({"f16", "f32"}));
+  cmd->add_option("--kv-types", args->kv_types,
+                  "KV element type of each tier: f16 or f32 everywhere, or device=f16|f32,host=TYPE,disk=TYPE with TYPE one of "
+                  "f16, f32, q8_0, q4_0, kivi4 (the host and disk hold compressed copies; they come back within the model's noise band)")
+      ->capture_default_str();
+  cmd->add_option("--host-exact-share", args->host_exact_share,
+                  "With a compressed host: the share of its memory kept in the device's type, for preempted sequences and "
+                  "other instances' chunks (replicas resume token for token)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens, "Tokens per forward pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "gguf/gguf_file.h"
+#include "kv/kv_codec.h"
 #include "loadgen/loadgen.h"
 #include "model/config.h"
 #include "loadgen/report.h"
@@ -32,6 +33,8 @@ struct SimulateArgs {
   std::string device_bytes = "128M";
   std::string host_bytes = "256M";
   std::string disk_bytes = "0";
+  std::string kv_types = "device=f16,host=q8_0,disk=q8_0";  // `serve`'s
+  double host_exact_share = 0.1;
   std::string profile_path;
   std::string json_path;
 };
@@ -64,9 +67,33 @@ Status resolve_geometry(SimulateArgs& args) {
   return ok_status();
 }
 
+// The bytes a chunk's copy takes in a tier of `type` per byte of F16 (the ratios do not depend on
+// the head dimensions; KIVI's keys depend on the chunk's length).
+Result<double> bytes_ratio(KvType type, int32_t chunk_tokens) {
+  KvLayout layout;
+  layout.n_layers = 1;
+  layout.n_kv_heads = 1;
+  layout.head_dim_k = layout.head_dim_v = 64;
+  layout.block_size = chunk_tokens;
+  MNEMO_ASSIGN_OR_RETURN(const KvCodec codec, KvCodec::make(layout, type));
+  return static_cast<double>(codec.block_bytes()) / static_cast<double>(layout.block_bytes());
+}
+
+Status resolve_kv_types(SimulateArgs& args) {
+  sim::SimConfig& cache = args.options.cache;
+  MNEMO_ASSIGN_OR_RETURN(const KvTypes types, parse_kv_types(args.kv_types));
+  if (types.device != KvType::kF16) return make_error("the simulation counts the device's KV in f16");
+  cache.kv_types = kv_types_string(types);
+  MNEMO_ASSIGN_OR_RETURN(cache.host_bytes_ratio, bytes_ratio(types.host, cache.chunk_tokens));
+  MNEMO_ASSIGN_OR_RETURN(cache.disk_bytes_ratio, bytes_ratio(types.disk, cache.chunk_tokens));
+  cache.host_exact_share = kv_type_exact(types.host, DType::F16) ? 0.0 : args.host_exact_share;
+  return ok_status();
+}
+
 Status resolve(SimulateArgs& args) {
   sim::SimulationOptions& o = args.options;
   if (Status geometry = resolve_geometry(args); !geometry.ok()) return geometry.error().with_context("the KV geometry");
+  if (Status types = resolve_kv_types(args); !types.ok()) return types.error().with_context("--kv-types");
   const std::string* texts[] = {&args.device_bytes, &args.host_bytes, &args.disk_bytes};
   for (size_t t = 0; t < o.cache.capacity_bytes.size(); ++t) {
     auto bytes = sim::parse_byte_size(*texts[t]);
@@ -86,6 +113,8 @@ std::string describe_capacities(const sim::SimConfig& cache) {
                        sim::format_byte_size(cache.unit_bytes() * cache.global_layers), cache.global_layers, cache.layers,
                        cache.sliding_window);
   }
+  out += fmt::format("; KV {}", cache.kv_types);
+  if (cache.host_exact_share > 0) out += fmt::format(" ({:.0f}% of the host in f16, empty here)", 100.0 * cache.host_exact_share);
   out += ";";
   const auto chunks = cache.capacity_chunks();
   for (const sim::Tier t : sim::kTiers) {
@@ -170,6 +199,13 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--device-bytes", args->device_bytes, "Device tier capacity (e.g. 64M, 1.5G)")->capture_default_str();
   cmd->add_option("--host-bytes", args->host_bytes, "Host tier capacity (0: none)")->capture_default_str();
   cmd->add_option("--disk-bytes", args->disk_bytes, "Disk tier capacity (0: none)")->capture_default_str();
+  cmd->add_option("--kv-types", args->kv_types,
+                  "Element type of each tier, as `serve --kv-types`: a compressed host or disk holds more chunks in its bytes")
+      ->capture_default_str();
+  cmd->add_option("--host-exact-share", args->host_exact_share,
+                  "With a compressed host: the share of its bytes `serve` keeps in f16 (for preempted and imported chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--host-compact-share", o.cache.host_compact_share,
                   "With a sliding window, the share of --host-bytes for compact copies (a pool of their own, as in serve)")
       ->capture_default_str()

@@ -36,6 +36,9 @@ KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
   c.compact_on_device = config.compact_on_device;
   c.device_blocks = config.kv_blocks;
   c.host_blocks = config.host_swap_blocks;
+  c.host_type = config.host_kv_type;
+  c.disk_type = config.disk_kv_type;
+  c.host_exact_blocks = config.host_exact_blocks;
   c.policy = config.cache_policy;
   c.ghosts_per_chunk = kGhostsPerChunk;
   c.cost = config.cost;

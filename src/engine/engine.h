@@ -55,6 +55,11 @@ struct EngineConfig {
   int32_t host_compact_blocks = 0;
   // Such history shrinks in place on the device (slots of shared device blocks) before it leaves.
   bool compact_on_device = true;
+  // The element types of the host and disk tiers (kv/kv_codec.h; nullopt: kv_dtype), and the
+  // host blocks of kv_dtype a lossy host keeps for preempted sequences and imported chunks.
+  std::optional<KvType> host_kv_type;
+  std::optional<KvType> disk_kv_type;
+  int32_t host_exact_blocks = 0;
   // Seconds, for the KV cache's idle times (the learnt retention policy's think times); default:
   // a steady clock. Tests that replay a trace set their own.
   std::function<double()> cache_clock;

@@ -27,6 +27,15 @@ struct SimConfig {
   // `serve` keeps them in a pool of their own. 0.4: its default pools' split (65,536 tokens whole,
   // 262,144 compact, on Gemma 3 270M).
   double host_compact_share = 0.4;
+  // The element types of the tiers (`serve --kv-types`), as the bytes a host and a disk copy of a
+  // chunk take per byte of the device's F16 (kv/kv_codec.h: q8_0 0.53, kivi4 ~0.31, q4_0 0.28),
+  // and the share of a lossy host kept in the device's type (`serve --host-exact-share`): a
+  // replay has no preempted sequences or imported chunks to put there, so it is capacity `serve`
+  // reserves and the replay leaves empty.
+  std::string kv_types = "device=f16,host=f16,disk=f16";
+  double host_bytes_ratio = 1.0;
+  double disk_bytes_ratio = 1.0;
+  double host_exact_share = 0.0;
   // Copies ahead of need below this free share of the device (`serve`'s default).
   float swap_out_threshold = 0.25f;
   // Prices what is recomputed (recomputed_seconds); Pensieve's policy weighs chunks by the same.
@@ -37,6 +46,9 @@ struct SimConfig {
   std::array<int64_t, kTierCount> capacity_chunks() const {
     std::array<int64_t, kTierCount> chunks{};
     for (size_t t = 0; t < chunks.size(); ++t) chunks[t] = capacity_bytes[t] / chunk_bytes();
+    chunks[1] = static_cast<int64_t>(static_cast<double>(capacity_bytes[1]) * (1.0 - host_exact_share) /
+                                     (static_cast<double>(chunk_bytes()) * host_bytes_ratio));
+    chunks[2] = static_cast<int64_t>(static_cast<double>(capacity_bytes[2]) / (static_cast<double>(chunk_bytes()) * disk_bytes_ratio));
     return chunks;
   }
   // The unit bytes moved are counted in: a layer's worth of a chunk with a window (compact copies

@@ -46,6 +46,29 @@ TEST(SimulateCli, PrintsTheTableAndWritesJson) {
   }
 }
 
+// A compressed host holds more chunks in the same bytes, less the share `serve` keeps in F16;
+// with F16 everywhere the capacities are the bytes' own. Fewer tokens recomputed at equal bytes.
+TEST(SimulateCli, ACompressedHostHoldsMoreChunksInTheSameBytes) {
+  const std::string base = "simulate --estimate-tokens -n 60 --rate 0.2 --think-mean 60 --device-bytes 16M --host-bytes 32M "
+                           "--seed 3 --policies lru ";
+  const auto f16 = run_mnemo(base + "--kv-types f16");
+  const auto q8 = run_mnemo(base + "--kv-types device=f16,host=q8_0,disk=q8_0 --host-exact-share 0.1");
+  ASSERT_EQ(f16.status, 0) << f16.output;
+  ASSERT_EQ(q8.status, 0) << q8.output;
+  // 576 KiB chunks: 32 MiB hold 56 of F16; q8_0 (306 KiB a chunk) in 90% of them: 96.
+  EXPECT_NE(f16.output.find("host 32 MiB (56 chunks"), std::string::npos) << f16.output;
+  EXPECT_NE(q8.output.find("KV device=f16,host=q8_0,disk=q8_0 (10% of the host in f16, empty here)"), std::string::npos) << q8.output;
+  EXPECT_NE(q8.output.find("host 32 MiB (96 chunks"), std::string::npos) << q8.output;
+  const auto recomputed = [](const std::string& out) {
+    const size_t row = out.find("\nlru ");
+    return row == std::string::npos ? -1L : std::stol(out.substr(row + 5));
+  };
+  EXPECT_LT(recomputed(q8.output), recomputed(f16.output)) << f16.output << q8.output;
+  const auto bad = run_mnemo(base + "--kv-types host=q3");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("unknown KV element type 'q3'"), std::string::npos) << bad.output;
+}
+
 TEST(SimulateCli, RefusesBadSizesAndUnknownPolicies) {
   const auto bad_size = run_mnemo("simulate --estimate-tokens -n 5 --device-bytes 12Q");
   EXPECT_NE(bad_size.status, 0);

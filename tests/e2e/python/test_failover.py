@@ -395,7 +395,8 @@ def test_a_restarted_instance_resumes_its_streams_from_its_own_disk(etcd, mnemo_
     name = f"d{os.getpid()}"
     state = tempfile.mkdtemp(prefix="mnemo-disk-replica-")
     serve = [mnemo_bin, "serve", "--model", reference_model_path(), "--host", "127.0.0.1", "--port", "0", "--state-dir", state, "--cluster", etcd,
-             "--cluster-name", name, "--kv-tokens", "16384", "--model-name", "m", "--threads", "1"]
+             "--cluster-name", name, "--kv-tokens", "16384", "--model-name", "m", "--threads", "1",
+             "--kv-types", "f16"]  # resumed from the disk: identical only if the disk holds F16
     started = [MnemoServer(serve).start()]
     router = MnemoServer([mnemo_bin, "route", "--cluster", etcd, "--cluster-name", name, "--port", "0",
                           "--disk-replica", "true", "--resume-wait", "60"])
