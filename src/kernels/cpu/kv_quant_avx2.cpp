@@ -105,11 +105,16 @@ void q4_0_encode(const uint16_t* src, BlockQ4_0* dst, int64_t n) {
     // The first element of that magnitude, with its sign (the reference keeps the first).
     const float amax = hmax(amax_v);
     float max = 0.0f;
-    for (int i = 0; i < kQK; ++i) {
-      const float v = half_to_float(src[i]);
-      if (amax != 0.0f && (v == amax || v == -amax)) {
-        max = v;
-        break;
+    if (amax != 0.0f) {
+      const __m256 target = _mm256_set1_ps(amax);
+      for (int j = 0; j < 4; ++j) {
+        const int hits = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(x[j]), target, _CMP_EQ_OQ));
+        if (hits != 0) {
+          alignas(32) float lanes[8];
+          _mm256_store_ps(lanes, x[j]);
+          max = lanes[__builtin_ctz(static_cast<unsigned>(hits))];
+          break;
+        }
       }
     }
     const float d = max / -8.0f;
