@@ -357,7 +357,8 @@ class KvCache {
   BlockAllocator compact_alloc_;
   CompactSlabs slabs_;  // device blocks holding compact copies
   std::vector<uint8_t> compact_buffer_;  // a compact copy in the device's form, on its way somewhere
-  std::vector<uint8_t> disk_buffer_;     // an extent's payload of the disk's type, on its way somewhere
+  std::vector<uint8_t> disk_buffer_;     // an extent's payload of the disk's type read, on its way to the device
+  std::vector<uint8_t> disk_staging_;    // an extent's payload of the disk's type, on its way to the writer
   std::vector<uint8_t> convert_buffer_;  // a block in the device's form between two other types
   // Before index_: the index's observer records here.
   std::unique_ptr<CacheEventLog> events_ = std::make_unique<CacheEventLog>();

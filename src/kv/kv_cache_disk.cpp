@@ -40,7 +40,7 @@ void KvCache::write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, b
   const auto tokens = index_.chunk_tokens_of(c.node);
   header.tokens.assign(tokens.begin(), tokens.end());
   const int32_t n_layers = compact ? n_global_layers() : layout().n_layers;
-  const uint8_t* payload = convert(bytes, n_layers, codec, disk_codec_, disk_buffer_);
+  const uint8_t* payload = convert(bytes, n_layers, codec, disk_codec_, disk_staging_);
   const size_t n = static_cast<size_t>(n_layers) * disk_codec_.layer_bytes();
   if (disk.write(header, {payload, n})) {
     index_.set_disk(c.node, DiskCopy::kWriting, compact);
