@@ -441,6 +441,30 @@ void add_request_default_flags(CLI::App* cmd, ServeArgs& args) {
                   "again gives a new answer)");
 }
 
+// How much KV memory each tier has and in which element type.
+void add_kv_memory_flags(CLI::App* cmd, ServeArgs& args) {
+  cmd->add_option("--kv-tokens", args.kv_tokens, "KV pool size in tokens")->capture_default_str()->check(CLI::Range(16, 1 << 26));
+  cmd->add_option("--host-swap-tokens", args.host_swap_tokens, "Host swap space for preempted sequences, in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 26));
+  cmd->add_option("--host-compact-tokens", args.host_compact_tokens,
+                  "Host space, in tokens, for sliding-window history kept as its global layers only")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 28));
+  cmd->add_option("--device-compact", args.engine.compact_on_device,
+                  "Shrink sliding-window history to its global layers on the device before it leaves it")
+      ->capture_default_str();
+  cmd->add_option("--kv-types", args.kv_types,
+                  "KV element type of each tier: f16 or f32 everywhere, or device=f16|f32,host=TYPE,disk=TYPE with TYPE one of "
+                  "f16, f32, q8_0, q4_0, kivi4 (the host and disk hold compressed copies; they come back within the model's noise band)")
+      ->capture_default_str();
+  cmd->add_option("--host-exact-share", args.host_exact_share,
+                  "With a compressed host: the share of its memory kept in the device's type, for preempted sequences and "
+                  "other instances' chunks (replicas resume token for token)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 1.0f));
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app, std::function<int()>& run) {
@@ -462,27 +486,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   args->edge.add_etcd_to(cmd);
   cmd->add_option("--ui-dir", args->server.ui_dir, "Folder of the web chat page")->capture_default_str();
   cmd->add_option("-t,--threads", args->engine.threads, "Kernel worker threads (0: one per core)")->capture_default_str();
-  cmd->add_option("--kv-tokens", args->kv_tokens, "KV pool size in tokens")->capture_default_str()->check(CLI::Range(16, 1 << 26));
-  cmd->add_option("--host-swap-tokens", args->host_swap_tokens, "Host swap space for preempted sequences, in tokens")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 26));
-  cmd->add_option("--host-compact-tokens", args->host_compact_tokens,
-                  "Host space, in tokens, for sliding-window history kept as its global layers only")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 28));
-  cmd->add_option("--device-compact", args->engine.compact_on_device,
-                  "Shrink sliding-window history to its global layers on the device before it leaves it")
-      ->capture_default_str();
+  add_kv_memory_flags(cmd, *args);
   args->model_flags.add_to(cmd);
-  cmd->add_option("--kv-types", args->kv_types,
-                  "KV element type of each tier: f16 or f32 everywhere, or device=f16|f32,host=TYPE,disk=TYPE with TYPE one of "
-                  "f16, f32, q8_0, q4_0, kivi4 (the host and disk hold compressed copies; they come back within the model's noise band)")
-      ->capture_default_str();
-  cmd->add_option("--host-exact-share", args->host_exact_share,
-                  "With a compressed host: the share of its memory kept in the device's type, for preempted sequences and "
-                  "other instances' chunks (replicas resume token for token)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens, "Tokens per forward pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
