@@ -2,6 +2,7 @@
 // folder of them), each with its own engine and its share of the KV memory. SIGTERM/SIGINT stop it gracefully:
 // no new connections; requests in flight finish, or are cancelled after the grace period.
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -190,10 +191,15 @@ Status apply_kv_types(const ServeArgs& args, const Model& model, EngineConfig& c
   const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
   MNEMO_ASSIGN_OR_RETURN(const KvCodec host, KvCodec::make(layout, types.host));
   if (auto disk = KvCodec::make(layout, types.disk); !disk.ok()) return disk.error();
-  if (host.exact()) return ok_status();
+  if (host.is_identity()) return ok_status();
   const double bytes_ratio = static_cast<double>(layout.block_bytes()) / static_cast<double>(host.block_bytes());
   const int32_t whole = config.host_swap_blocks;
-  config.host_exact_blocks = static_cast<int32_t>(args.host_exact_share * static_cast<float>(whole));
+  // At least one block when there is a share: a preempted sequence larger than the exact blocks
+  // is recomputed, never compressed.
+  config.host_exact_blocks =
+      args.host_exact_share > 0 && whole > 0
+          ? std::min(whole, std::max(1, static_cast<int32_t>(std::ceil(args.host_exact_share * static_cast<float>(whole)))))
+          : 0;
   config.host_swap_blocks = static_cast<int32_t>(static_cast<double>(whole - config.host_exact_blocks) * bytes_ratio);
   config.host_compact_blocks = static_cast<int32_t>(static_cast<double>(config.host_compact_blocks) * bytes_ratio);
   return ok_status();

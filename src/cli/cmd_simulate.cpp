@@ -86,7 +86,7 @@ Status resolve_kv_types(SimulateArgs& args) {
   cache.kv_types = kv_types_string(types);
   MNEMO_ASSIGN_OR_RETURN(cache.host_bytes_ratio, bytes_ratio(types.host, cache.chunk_tokens));
   MNEMO_ASSIGN_OR_RETURN(cache.disk_bytes_ratio, bytes_ratio(types.disk, cache.chunk_tokens));
-  cache.host_exact_share = kv_type_exact(types.host, DType::F16) ? 0.0 : args.host_exact_share;
+  cache.host_exact_share = types.host == KvType::kF16 ? 0.0 : args.host_exact_share;
   return ok_status();
 }
 

@@ -66,7 +66,8 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, EngineConfig config)
   kv_.restore_from_disk();
   metrics_.update([&](MetricsSnapshot& m) {
     m.kv_blocks_total = config_.kv_blocks;
-    m.host_blocks_total = config_.host_swap_blocks;
+    m.host_blocks_total = kv_.n_host_blocks() + kv_.n_host_exact_blocks();
+    m.host_exact_blocks_total = kv_.n_host_exact_blocks();
     m.host_compact_blocks_total = kv_.n_host_compact_blocks();
   });
   publish_cache_metrics();

@@ -33,7 +33,8 @@ struct MetricsSnapshot {
   int64_t kv_blocks_used = 0;    // referenced by sequences
   int64_t kv_blocks_cached = 0;  // kept by the prefix index (reusable, evictable when unused)
   int64_t host_blocks_cached = 0;
-  int64_t host_blocks_total = 0;
+  int64_t host_blocks_total = 0;        // of the host's type and, beside a lossy host, of the device's
+  int64_t host_exact_blocks_total = 0;  // of the device's type beside a lossy host
   int64_t host_compact_blocks_cached = 0;  // global-layer-only copies of sliding-window history
   int64_t host_compact_blocks_total = 0;
   int64_t device_compact_chunks_cached = 0;  // the same on the device, in slots of shared blocks

@@ -128,7 +128,9 @@ KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
       device_codec_(KvCodec::identity(layout)),
       host_codec_(codec_for(layout, config_.host_type)),
       disk_codec_(codec_for(layout, config_.disk_type)),
-      lossy_host_(!host_codec_.exact()),
+      // Any other type than the device's gets exact blocks beside it: what must come back
+      // unchanged is copied there as it is (an F32 host of an F16 device is exact, not the same bytes).
+      lossy_host_(!host_codec_.is_identity()),
       device_(layout, config_.device_blocks),
       device_alloc_(config_.device_blocks),
       host_(layout, config_.host_blocks, host_codec_.block_bytes()),
@@ -144,6 +146,11 @@ KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
       index_(layout.block_size),
       eviction_(config_.policy, config_.cost, config_.retention, geometry_of(layout, config_), config_.next_use),
       copier_(std::make_unique<BackgroundCopier>()) {
+  if (config_.disk) {
+    const DiskPayload payload = disk_payload(layout, config_);
+    MNEMO_CHECK(config_.disk->payload_bytes() == payload.whole, "the disk tier holds {}-byte extents, the disk's type {}",
+                config_.disk->payload_bytes(), payload.whole);
+  }
   index_.set_observer([events = events_.get()](uint64_t key, ChunkHold hold) { events->record(key, hold); });
   eviction_.rank(index_);
   if (config_.ghosts_per_chunk > 0) {

@@ -309,6 +309,7 @@ class KvCache {
   HostCopy host_copy(BlockId host, bool compact);
   HostCopy host_copy(const PrefixIndex::Chunk& c) { return host_copy(c.host, c.host_compact); }
   bool in_exact_pool(BlockId host, bool compact) const { return !compact && lossy_host_ && host >= host_alloc_.n_blocks(); }
+  // lossy_host_: the host's type is not the device's own (exact blocks are kept beside it).
   int32_t host_ref_count(const PrefixIndex::Chunk& c) const;
   // Where what must come back unchanged goes: the exact pool when the host is lossy, else the
   // host pool. Returns index-numbered blocks, or nullopt without room.

@@ -67,6 +67,8 @@ std::string render_metrics(const MetricsSnapshot& m) {
   gauge(out, "kv_blocks_cached", "Device KV blocks kept by the prefix cache.", static_cast<double>(m.kv_blocks_cached));
   gauge(out, "host_blocks_cached", "Host KV blocks kept by the prefix cache.", static_cast<double>(m.host_blocks_cached));
   gauge(out, "host_blocks_total", "KV blocks in the host pool.", static_cast<double>(m.host_blocks_total));
+  gauge(out, "host_exact_blocks_total", "Host KV blocks of the device's element type beside a compressed host (--kv-types).",
+        static_cast<double>(m.host_exact_blocks_total));
   gauge(out, "host_compact_blocks_cached", "Host blocks holding only the global layers of sliding-window history.",
         static_cast<double>(m.host_compact_blocks_cached));
   gauge(out, "host_compact_blocks_total", "Host blocks for global-layer-only copies (sliding-window models).",

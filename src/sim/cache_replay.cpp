@@ -159,11 +159,13 @@ class CacheReplay {
       for (int32_t l = 0; l < config_.global_layers; ++l) global[static_cast<size_t>(l)] = l;
       use_sliding_window(c, config_.sliding_window, std::move(global));
       // The host's bytes split between whole and compact copies as `serve`'s pools are.
-      // Both hold the host's type: more of each at equal bytes.
-      const double host = static_cast<double>(config_.capacity_bytes[1]) * (1.0 - config_.host_exact_share);
+      // Both hold the host's type: more of each at equal bytes. `serve` takes its exact blocks
+      // from the whole pool's share.
+      const auto host = static_cast<double>(config_.capacity_bytes[1]);
       const double compact_bytes = host * config_.host_compact_share;
       const double ratio = config_.host_bytes_ratio;
-      c.host_blocks = static_cast<int32_t>((host - compact_bytes) / (static_cast<double>(config_.chunk_bytes()) * ratio));
+      c.host_blocks = static_cast<int32_t>((host - compact_bytes) * (1.0 - config_.host_exact_share) /
+                                           (static_cast<double>(config_.chunk_bytes()) * ratio));
       c.host_compact_blocks =
           static_cast<int32_t>(compact_bytes / (static_cast<double>(config_.unit_bytes() * config_.global_layers) * ratio));
     }

@@ -47,7 +47,7 @@ struct SimConfig {
     std::array<int64_t, kTierCount> chunks{};
     for (size_t t = 0; t < chunks.size(); ++t) chunks[t] = capacity_bytes[t] / chunk_bytes();
     chunks[1] = static_cast<int64_t>(static_cast<double>(capacity_bytes[1]) * (1.0 - host_exact_share) /
-                                     (static_cast<double>(chunk_bytes()) * host_bytes_ratio));
+                                     (static_cast<double>(chunk_bytes()) * host_bytes_ratio));  // whole chunks, without a window
     chunks[2] = static_cast<int64_t>(static_cast<double>(capacity_bytes[2]) / (static_cast<double>(chunk_bytes()) * disk_bytes_ratio));
     return chunks;
   }

@@ -205,25 +205,33 @@ TEST_F(KvTypesTest, PreemptedSequencesComeBackFromTheExactBlocksBitForBit) {
   kv.release(big);
 }
 
-TEST_F(KvTypesTest, ImportedChunksStayExactBesideALossyHost) {
-  KvCache sender(small_layout(), config(4, 0, std::nullopt));
-  const auto a = tokens_from(300, 4);
-  run_and_cache(sender, 0, a);
-  KvCache::ExportedPrefix exported = sender.export_prefix(0, a, 2);
-  ASSERT_EQ(exported.chunks, 2);
-  KvCache receiver(small_layout(), config(2, 4, KvType::kKivi4, 2));
-  const auto imported = receiver.import_prefix(0, exported.tokens, exported.payload);
-  ASSERT_TRUE(imported.ok()) << imported.error().message();
-  EXPECT_EQ(*imported, 2);
-  EXPECT_EQ(receiver.n_host_exact_free(), 0);
-  EXPECT_EQ(receiver.n_host_free(), 4);
-  PrefixMatch match = receiver.match_prefix(0, a, 2);
-  receiver.finish_loads();
-  ASSERT_EQ(match.table.size(), 2u);
-  EXPECT_EQ(match.host_chunks, 2);
-  EXPECT_TRUE(compare(receiver, match.table[0], a[0]).second);
-  EXPECT_TRUE(compare(receiver, match.table[1], a[2]).second);
-  receiver.release(match.table);
+// Any host type other than the device's own keeps exact blocks: kivi4 (lossy) and F32 (exact
+// values, other bytes: an F16 payload copied into an F32 block as it is would be garbage).
+TEST_F(KvTypesTest, ImportedChunksStayExactBesideAHostOfAnotherType) {
+  for (const KvType host_type : {KvType::kKivi4, KvType::kF32}) {
+    SCOPED_TRACE(kv_type_name(host_type));
+    KvCache sender(small_layout(), config(4, 0, std::nullopt));
+    const auto a = tokens_from(300, 4);
+    run_and_cache(sender, 0, a);
+    KvCache::ExportedPrefix exported = sender.export_prefix(0, a, 2);
+    ASSERT_EQ(exported.chunks, 2);
+    KvCache receiver(small_layout(), config(2, 4, host_type, 2));
+    const auto imported = receiver.import_prefix(0, exported.tokens, exported.payload);
+    ASSERT_TRUE(imported.ok()) << imported.error().message();
+    EXPECT_EQ(*imported, 2);
+    EXPECT_EQ(receiver.n_host_exact_free(), 0);
+    EXPECT_EQ(receiver.n_host_free(), 4);
+    // Exported again, from the exact blocks: the device's bytes.
+    const KvCache::ExportedPrefix again = receiver.export_prefix(0, a, 2);
+    EXPECT_EQ(again.payload, exported.payload);
+    PrefixMatch match = receiver.match_prefix(0, a, 2);
+    receiver.finish_loads();
+    ASSERT_EQ(match.table.size(), 2u);
+    EXPECT_EQ(match.host_chunks, 2);
+    EXPECT_TRUE(compare(receiver, match.table[0], a[0]).second);
+    EXPECT_TRUE(compare(receiver, match.table[1], a[2]).second);
+    receiver.release(match.table);
+  }
 }
 
 TEST_F(KvTypesTest, ACompressedDiskTierHoldsCodedExtentsAndServesThemBack) {
