@@ -44,6 +44,7 @@ struct ServeArgs {
   // Cold tiers hold q8_0: inside llama.cpp's noise band on both default models
   // (tests/model/kv_type_fidelity_test.cpp), 0.53 of F16's bytes.
   std::string kv_types = "device=f16,host=q8_0,disk=q8_0";
+  const CLI::Option* kv_types_flag = nullptr;  // given: a type the model cannot hold is an error
   float host_exact_share = 0.1f;
   ModelFlags model_flags;
   EdgeFlags edge;
@@ -184,13 +185,23 @@ Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const st
 // --host-compact-tokens count F16 tokens' worth of memory, which a compressed host fills with
 // more chunks, keeping --host-exact-share of it in the device's type.
 Status apply_kv_types(const ServeArgs& args, const Model& model, EngineConfig& config) {
-  MNEMO_ASSIGN_OR_RETURN(const KvTypes types, parse_kv_types(args.kv_types));
+  MNEMO_ASSIGN_OR_RETURN(KvTypes types, parse_kv_types(args.kv_types));
   config.kv_dtype = types.device == KvType::kF32 ? DType::F32 : DType::F16;
+  const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
+  // The default's compressed types need rows of 32 elements: a model whose heads are narrower
+  // keeps its tiers in the device's type. Named on the command line, such a type is an error.
+  const bool given = args.kv_types_flag != nullptr && args.kv_types_flag->count() > 0;
+  for (KvType* tier : {&types.host, &types.disk}) {
+    if (auto codec = KvCodec::make(layout, *tier); !codec.ok()) {
+      if (given) return codec.error().with_context("--kv-types");
+      std::fprintf(stderr, "mnemo: %s: its KV stays %s in every tier\n", codec.error().message().c_str(),
+                   std::string(kv_type_name(types.device)).c_str());
+      *tier = types.device;
+    }
+  }
   config.host_kv_type = types.host;
   config.disk_kv_type = types.disk;
-  const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
   MNEMO_ASSIGN_OR_RETURN(const KvCodec host, KvCodec::make(layout, types.host));
-  if (auto disk = KvCodec::make(layout, types.disk); !disk.ok()) return disk.error();
   if (host.is_identity()) return ok_status();
   const double bytes_ratio = static_cast<double>(layout.block_bytes()) / static_cast<double>(host.block_bytes());
   const int32_t whole = config.host_swap_blocks;
@@ -415,7 +426,9 @@ int run_serve(ServeArgs args) {
     std::printf("mnemo: serving %s as '%s' at %s://%s:%d/ (OpenAI API under /v1)\n", m.path.c_str(), m.id.c_str(),
                 config.tls.enabled() ? "https" : "http", config.host.c_str(), server.port());
     const EngineConfig& e = m.engine->config();
-    std::printf("mnemo: KV %s: device %d blocks, host %d + %d exact%s\n", args.kv_types.c_str(), e.kv_blocks, e.host_swap_blocks,
+    const KvType device_type = e.kv_dtype == DType::F32 ? KvType::kF32 : KvType::kF16;
+    const KvTypes types{device_type, e.host_kv_type.value_or(device_type), e.disk_kv_type.value_or(device_type)};
+    std::printf("mnemo: KV %s: device %d blocks, host %d + %d exact%s\n", kv_types_string(types).c_str(), e.kv_blocks, e.host_swap_blocks,
                 e.host_exact_blocks,
                 m.model->config().sliding_window > 0 ? fmt::format(" + {} compact", e.host_compact_blocks).c_str() : "");
   }
@@ -460,7 +473,7 @@ void add_kv_memory_flags(CLI::App* cmd, ServeArgs& args) {
   cmd->add_option("--device-compact", args.engine.compact_on_device,
                   "Shrink sliding-window history to its global layers on the device before it leaves it")
       ->capture_default_str();
-  cmd->add_option("--kv-types", args.kv_types,
+  args.kv_types_flag = cmd->add_option("--kv-types", args.kv_types,
                   "KV element type of each tier: f16 or f32 everywhere, or device=f16|f32,host=TYPE,disk=TYPE with TYPE one of "
                   "f16, f32, q8_0, q4_0, kivi4 (the host and disk hold compressed copies; they come back within the model's noise band)")
       ->capture_default_str();

@@ -305,3 +305,22 @@ def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
     for i in range(6):
         r = complete(router, f"echo {i}: " + PROMPT)
         assert instance_by_id(cluster, r.headers["X-Mnemo-Instance"]) is not victim
+
+
+def test_kv_types_a_model_cannot_hold_are_refused_when_named_and_left_out_by_default(mnemo_bin, tiny_model):
+    # The tiny model's heads are 16 wide: q8_0 needs rows of 32. Named, it is a clear error; by
+    # default (serve's host=q8_0,disk=q8_0) the model keeps F16 tiers and says so.
+    state = tempfile.mkdtemp(prefix="mnemo-tiny-kv-")
+    named = subprocess.run([mnemo_bin, "serve", "-m", tiny_model, "--port", "0", "--state-dir", state,
+                            "--kv-types", "device=f16,host=q8_0"], capture_output=True, text=True, timeout=60)
+    assert named.returncode != 0
+    assert "--kv-types: KV element type q8_0 needs head dimensions that are multiples of 32" in named.stderr, named.stderr
+    default = MnemoServer([mnemo_bin, "serve", "-m", tiny_model, "--host", "127.0.0.1", "--port", "0", "--state-dir", state])
+    default.start()
+    try:
+        r = requests.post(default.url + "/v1/completions", json={**COMPLETION, "prompt": "one two three"}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert "its KV stays f16 in every tier" in default.log_tail()
+        assert read_metrics(default.url)["mnemo_host_exact_blocks_total"] == 0
+    finally:
+        default.terminate()
