@@ -21,6 +21,11 @@ static inline uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(_mm_extract_epi16(half, 0));
 }
 
+// Eight F16 values (unaligned) as floats: exact.
+static inline __m256 load_f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 static inline float hsum(__m256 v) {
   __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));

@@ -13,8 +13,8 @@ namespace {
 
 using simd::float_to_half;
 using simd::half_to_float;
+using simd::load_f16x8;
 
-__m256 load_f16x8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 void store_f16x8(uint16_t* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
@@ -54,15 +54,20 @@ __m256i asymmetric_codes(__m256 x, __m256 min, __m256 inverse) {
   return _mm256_min_epi32(_mm256_cvttps_epi32(scaled), _mm256_set1_epi32(15));
 }
 
+// A 32-element block as four vectors; returns its largest magnitude.
+float load_block(const uint16_t* src, __m256 x[4]) {
+  __m256 amax = _mm256_setzero_ps();
+  for (int j = 0; j < 4; ++j) {
+    x[j] = load_f16x8(src + 8 * j);
+    amax = _mm256_max_ps(amax, abs_ps(x[j]));
+  }
+  return hmax(amax);
+}
+
 void q8_0_encode(const uint16_t* src, BlockQ8_0* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
     __m256 x[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int j = 0; j < 4; ++j) {
-      x[j] = load_f16x8(src + 8 * j);
-      amax = _mm256_max_ps(amax, abs_ps(x[j]));
-    }
-    const float d = hmax(amax) / 127.0f;
+    const float d = load_block(src, x) / 127.0f;
     const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
     dst[b].d = float_to_half(d);
     const __m256 scale = _mm256_set1_ps(inverse);
@@ -97,13 +102,8 @@ void store_nibbles(const __m256i codes[4], uint8_t* qs) {
 void q4_0_encode(const uint16_t* src, BlockQ4_0* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b, src += kQK) {
     __m256 x[4];
-    __m256 amax_v = _mm256_setzero_ps();
-    for (int j = 0; j < 4; ++j) {
-      x[j] = load_f16x8(src + 8 * j);
-      amax_v = _mm256_max_ps(amax_v, abs_ps(x[j]));
-    }
+    const float amax = load_block(src, x);
     // The first element of that magnitude, with its sign (the reference keeps the first).
-    const float amax = hmax(amax_v);
     float max = 0.0f;
     if (amax != 0.0f) {
       const __m256 target = _mm256_set1_ps(amax);

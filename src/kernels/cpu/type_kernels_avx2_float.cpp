@@ -11,12 +11,10 @@
 namespace mnemo::kernels::avx2 {
 namespace {
 
+using simd::load_f16x8;
+
 constexpr int64_t kLanes = 8;
 constexpr int64_t kUnroll = 4 * kLanes;
-
-__m256 load_f16x8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
 __m256 load_bf16x8(const uint16_t* p) {
   const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
