@@ -82,6 +82,21 @@ class KvTypeFidelityTest : public ::testing::TestWithParam<Case> {
     }
   }
 
+  // Runs `context[begin, end)` (its KV before `begin` in blocks 0.. of `kv`, in order) with logits
+  // for `logits`.
+  Result<ForwardOutput> run(KvStorage& kv, const std::vector<TokenId>& context, int32_t begin, int32_t end, LogitsFor logits) {
+    SequenceInput seq;
+    seq.tokens.assign(context.begin() + begin, context.begin() + end);
+    seq.ranges = {{begin, end - begin}};
+    for (BlockId b = 0; b <= (end - 1) / kBlock; ++b) seq.block_table.push_back(b);
+    seq.logits = logits;
+    Batch batch;
+    batch.sequences.push_back(seq);
+    ForwardOutput out;
+    MNEMO_RETURN_IF_ERROR(model_->forward(batch, kv, pool_, out));
+    return out;
+  }
+
   Model* model_ = nullptr;
   KvLayout layout_;
   std::optional<KvCodec> codec_;
@@ -103,19 +118,11 @@ TEST_P(KvTypeFidelityTest, TeacherForcedLogitsStayInLlamaCppsBand) {
     KvStorage kv(layout_, 512 / kBlock);
     for (int32_t begin = 0; begin < 512; begin += kSegment) {
       if (pass == 1) round_trip(kv, 0, begin / kBlock);
-      SequenceInput seq;
-      seq.tokens.assign(tokens.begin() + begin, tokens.begin() + begin + kSegment);
-      seq.ranges = {{begin, kSegment}};
-      for (BlockId b = 0; b < (begin + kSegment) / kBlock; ++b) seq.block_table.push_back(b);
-      seq.logits = LogitsFor::kAll;
-      Batch batch;
-      batch.sequences.push_back(seq);
-      ForwardOutput out;
-      const Status ran = model_->forward(batch, kv, pool_, out);
-      ASSERT_TRUE(ran.ok()) << ran.error().message();
+      const auto out = run(kv, tokens, begin, begin + kSegment, LogitsFor::kAll);
+      ASSERT_TRUE(out.ok()) << out.error().message();
       for (int32_t i = 0; i < kSegment; ++i) {
-        const float* row = out.row(0, i);
-        rows[pass].emplace_back(row, row + out.n_vocab);
+        const float* row = out->row(0, i);
+        rows[pass].emplace_back(row, row + out->n_vocab);
       }
     }
   }
@@ -166,18 +173,10 @@ TEST_P(KvTypeFidelityTest, GreedyContinuationsStayInLlamaCppsBand) {
       std::vector<TokenId> context = prompt;
       int32_t computed = 0;
       while (generated[pass].size() < kGreedyTokens) {
-        SequenceInput seq;
-        seq.tokens.assign(context.begin() + computed, context.end());
-        seq.ranges = {{computed, static_cast<int32_t>(context.size()) - computed}};
-        for (BlockId b = 0; b <= static_cast<BlockId>((context.size() - 1) / kBlock); ++b) seq.block_table.push_back(b);
-        seq.logits = LogitsFor::kLast;
-        Batch batch;
-        batch.sequences.push_back(seq);
-        ForwardOutput out;
-        const Status ran = model_->forward(batch, kv, pool_, out);
-        ASSERT_TRUE(ran.ok()) << ran.error().message();
-        const float* row = out.row(0, 0);
-        const auto next = static_cast<TokenId>(std::max_element(row, row + out.n_vocab) - row);
+        const auto out = run(kv, context, computed, static_cast<int32_t>(context.size()), LogitsFor::kLast);
+        ASSERT_TRUE(out.ok()) << out.error().message();
+        const float* row = out->row(0, 0);
+        const auto next = static_cast<TokenId>(std::max_element(row, row + out->n_vocab) - row);
         if (pass == 1) round_trip(kv, computed / kBlock, static_cast<int32_t>(context.size()) / kBlock);
         computed = static_cast<int32_t>(context.size());
         context.push_back(next);
