@@ -229,8 +229,7 @@ KvTable KvCache::share(const KvTable& table) {
 void KvCache::release(KvTable& table) {
   for (BlockId id : table) {
     if (table.on_host_) {
-      const HostCopy copy = host_copy(id, false);
-      copy.pool->release(copy.block);
+      release_host(id);
     } else {
       device_alloc_.release(id);
     }
@@ -398,10 +397,7 @@ void KvCache::end_background_work() {
   if (!loads_started_) return;
   copier_->wait();
   loads_started_ = false;
-  for (const PendingLoad& l : pending_loads_) {  // the pins
-    const HostCopy copy = host_copy(l.host, false);
-    copy.pool->release(copy.block);
-  }
+  for (const PendingLoad& l : pending_loads_) release_host(l.host);  // the pins
   pending_loads_.clear();
   for (const PendingCopy& p : pending_copies_) {
     device_alloc_.release(p.device);

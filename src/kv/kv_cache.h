@@ -308,6 +308,15 @@ class KvCache {
   };
   HostCopy host_copy(BlockId host, bool compact);
   HostCopy host_copy(const PrefixIndex::Chunk& c) { return host_copy(c.host, c.host_compact); }
+  // A reference to a host copy more or less, in whichever pool holds it.
+  void add_host_ref(BlockId host, bool compact = false) {
+    const HostCopy copy = host_copy(host, compact);
+    copy.pool->add_ref(copy.block);
+  }
+  void release_host(BlockId host, bool compact = false) {
+    const HostCopy copy = host_copy(host, compact);
+    copy.pool->release(copy.block);
+  }
   bool in_exact_pool(BlockId host, bool compact) const { return !compact && lossy_host_ && host >= host_alloc_.n_blocks(); }
   // lossy_host_: the host's type is not the device's own (exact blocks are kept beside it).
   int32_t host_ref_count(const PrefixIndex::Chunk& c) const;

@@ -72,10 +72,7 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   // evicts another (a device block pushed to the host must not push out the chunk brought next).
   for (const auto& c : chain) {
     if (c.device != kNoBlock) device_alloc_.add_ref(c.device);
-    if (c.host != kNoBlock) {
-      const HostCopy copy = host_copy(c);
-      copy.pool->add_ref(copy.block);
-    }
+    if (c.host != kNoBlock) add_host_ref(c.host, c.host_compact);
   }
   std::vector<ChunkUse> use(chain.size());
   std::vector<Tier> from(chain.size(), Tier::kDevice);
@@ -91,10 +88,7 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
     const auto gap = static_cast<size_t>(std::find(use.begin(), use.end(), ChunkUse::kRecompute) - use.begin());
     for (size_t j = gap; j < chain.size(); ++j) {
       if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
-      if (chain[j].host != kNoBlock) {
-        const HostCopy copy = host_copy(chain[j]);
-        copy.pool->release(copy.block);
-      }
+      if (chain[j].host != kNoBlock) release_host(chain[j].host, chain[j].host_compact);
     }
     chain.resize(gap);
     use.resize(gap);
@@ -104,10 +98,7 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
   PrefixMatch result;
   const size_t brought = bring_to_device(chain, use, from, result.table);
   for (const auto& c : chain) {
-    if (c.host != kNoBlock) {
-      const HostCopy copy = host_copy(c);
-      copy.pool->release(copy.block);
-    }
+    if (c.host != kNoBlock) release_host(c.host, c.host_compact);
   }
   for (size_t j = brought; j < chain.size(); ++j) {
     if (chain[j].device != kNoBlock) device_alloc_.release(chain[j].device);
@@ -250,9 +241,8 @@ int32_t KvCache::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t ke
       index_.set_disk(node, DiskCopy::kNone);
     }
     if (c.host != kNoBlock) {
-      const HostCopy copy = host_copy(c);
       index_.set_host(node, kNoBlock);
-      copy.pool->release(copy.block);
+      release_host(c.host, c.host_compact);
     }
     if (c.device != kNoBlock) {
       index_.set_device(node, kNoBlock);

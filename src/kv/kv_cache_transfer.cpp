@@ -126,8 +126,7 @@ Result<int32_t> KvCache::import_prefix(uint64_t ns, std::span<const TokenId> tok
   if (!parent) {  // making room dropped the parent's last trace
     for (BlockId b : blocks) {
       if (to_host) {
-        const HostCopy copy = host_copy(b, false);
-        copy.pool->release(copy.block);
+        release_host(b);
       } else {
         device_alloc_.release(b);
       }
@@ -188,8 +187,7 @@ int32_t KvCache::insert_imported(uint64_t ns, std::span<const TokenId> tokens, s
   }
   for (size_t b = next_block; b < blocks.size(); ++b) {
     if (to_host) {
-      const HostCopy copy = host_copy(blocks[b], false);
-      copy.pool->release(copy.block);
+      release_host(blocks[b]);
     } else {
       device_alloc_.release(blocks[b]);
     }
