@@ -115,6 +115,7 @@ std::string describe_capacities(const sim::SimConfig& cache) {
   }
   out += fmt::format("; KV {}", cache.kv_types);
   if (cache.host_exact_share > 0) out += fmt::format(" ({:.0f}% of the host in f16, empty here)", 100.0 * cache.host_exact_share);
+  if (cache.end_signal_share > 0) out += fmt::format("; {:.0f}% of conversations ended by their client", 100.0 * cache.end_signal_share);
   out += ";";
   const auto chunks = cache.capacity_chunks();
   for (const sim::Tier t : sim::kTiers) {
@@ -208,6 +209,11 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--host-compact-share", o.cache.host_compact_share,
                   "With a sliding window, the share of --host-bytes for compact copies (a pool of their own, as in serve)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--end-signal", o.cache.end_signal_share,
+                  "The share of conversations whose client ends them with their last turn (cache_control end), "
+                  "which the mnemo policy ranks to leave first")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--policies", o.policies,

@@ -568,7 +568,12 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
     std::string rest = seq.stop_matcher.push(seq.detokenizer.flush()).text + seq.stop_matcher.flush();
     if (!rest.empty()) state.stream->push(TokenDelta{seq.choice, std::move(rest), -1, std::nullopt});
   }
-  if (reason != FinishReason::kError) cache_chunks(seq);
+  if (reason != FinishReason::kError) {
+    cache_chunks(seq);
+    if (state.request.end_conversation && config_.prefix_caching) {
+      kv_.end_conversation(state.request.cache_namespace, seq.tokens);
+    }
+  }
   kv_.release(seq.kv);
   seq.state = SequenceState::kFinished;
   state.stream->push(ChoiceFinished{seq.choice, reason});

@@ -54,6 +54,7 @@ struct MetricsSnapshot {
   uint64_t cache_evicted_copies = 0;
   uint64_t cache_dropped_chunks = 0;
   uint64_t cache_forgotten_chunks = 0;
+  uint64_t cache_ended_chunks = 0;
   uint64_t cache_exported_chunks = 0;  // sent to other instances
   uint64_t cache_imported_chunks = 0;  // received from other instances
   uint64_t cache_disk_written_chunks = 0;

@@ -58,6 +58,9 @@ struct GenerationRequest {
   // Cached KV is shared only within a namespace (a tenant: API key and/or cache_salt), so one
   // tenant's prompts never hit, nor time, another's.
   uint64_t cache_namespace = 0;
+  // The client's end of its conversation (cache_control {"type": "end"}): once the request has
+  // finished, the chunks it cached are ranked to leave first (KvCache::end_conversation).
+  bool end_conversation = false;
   // Failover (SPEC D7): the tokens this request already generated on an instance that failed,
   // all of them streamed to its client (n = 1 only). They follow the prompt (their KV found in
   // the cache where a replica put it, else computed), count towards max_tokens, and sampling

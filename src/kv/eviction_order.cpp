@@ -19,6 +19,7 @@ ChunkFacts EvictionOrder::facts_of(const PrefixIndex::Chunk& c) const {
   f.chunk_tokens = geometry_.chunk_tokens;
   f.end_chunks = std::max(1, c.end_chunks);
   f.bytes = static_cast<int64_t>(conversation_bytes_per_chunk(f.end_chunks));
+  f.ended = c.ended && honours_end();
   return f;
 }
 
@@ -61,17 +62,22 @@ PrefixIndex::RankClass EvictionOrder::rank_class() const {
   switch (policy_) {
     case RetentionPolicy::kLru:
     case RetentionPolicy::kOracle:  // not ranked (rank()); one class if it were
-      return [](int32_t, int32_t) { return 0; };
+      return [](int32_t, int32_t, bool) { return 0; };
     case RetentionPolicy::kPensieve:
     case RetentionPolicy::kTailFirst:
-      return [](int32_t position, int32_t) { return position; };
+      return [](int32_t position, int32_t, bool) { return position; };
     case RetentionPolicy::kMnemo:
       break;
   }
-  // Bytes per chunk (in the value's denominator) depend on the conversation's length only for a
-  // sliding-window model: then each length is a class of its own.
-  if (geometry_.global_layers != 0) return [](int32_t, int32_t end_chunks) { return std::max(1, end_chunks); };
-  return [this](int32_t, int32_t end_chunks) { return model_.class_of(std::max(1, end_chunks)); };
+  // Ended conversations' chunks all score -infinity: one class, oldest first. Bytes per chunk (in
+  // the value's denominator) depend on the conversation's length only for a sliding-window model:
+  // then each length is a class of its own.
+  if (geometry_.global_layers != 0) {
+    return [](int32_t, int32_t end_chunks, bool ended) { return ended ? kEndedClass : std::max(1, end_chunks); };
+  }
+  return [this](int32_t, int32_t end_chunks, bool ended) {
+    return ended ? kEndedClass : model_.class_of(std::max(1, end_chunks));
+  };
 }
 
 void EvictionOrder::rank(PrefixIndex& index) const {
@@ -127,14 +133,23 @@ void EvictionOrder::observe_insert(int32_t end_chunks, int32_t chunks, double no
 }
 
 void EvictionOrder::observe_drop(const PrefixIndex::Chunk& c, double now) {
-  if (policy_ == RetentionPolicy::kMnemo) model_.observe_drop(facts_of(c), now);
+  // An ended chunk's observation ended with it (observe_end).
+  if (policy_ == RetentionPolicy::kMnemo && !c.ended) model_.observe_drop(facts_of(c), now);
+}
+
+void EvictionOrder::observe_end(const std::vector<PrefixIndex::Chunk>& chunks, double now) {
+  if (policy_ != RetentionPolicy::kMnemo) return;
+  for (const PrefixIndex::Chunk& c : chunks) {
+    if (!c.ended) model_.observe_end(facts_of(c), now);
+  }
 }
 
 void EvictionOrder::observe_returns(const std::vector<PrefixIndex::Chunk>& chain, double now) {
   if (policy_ != RetentionPolicy::kMnemo) return;
   // Chunks cached together share their facts: one event per run of them. Without ghosts, dropped
   // chunks were reported when they dropped.
-  const auto observed = [&](const PrefixIndex::Chunk& c) { return ghosts_ || !c.dropped(); };
+  // Nor are chunks of an ended conversation: they left the model's observation then.
+  const auto observed = [&](const PrefixIndex::Chunk& c) { return (ghosts_ || !c.dropped()) && !c.ended; };
   size_t i = 0;
   while (i < chain.size()) {
     if (!observed(chain[i])) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -44,6 +45,11 @@ class EvictionOrder {
                 NextUse next_use = {});
 
   RetentionPolicy policy() const { return policy_; }
+  // Whether a client's end of its conversation (PrefixIndex::set_ended) ranks its chunks first:
+  // the learnt policy's (their value is 0); the others are the published baselines, as published.
+  bool honours_end() const { return policy_ == RetentionPolicy::kMnemo; }
+  // The rank class of ended chunks (below every other).
+  static constexpr int32_t kEndedClass = std::numeric_limits<int32_t>::min();
   // SPEC P5: the cached chunks after a missing one are reused (the missing one is recomputed).
   // Tail-first reuses only the prefix up to the first missing chunk.
   bool reuses_after_gap() const { return policy_ != RetentionPolicy::kTailFirst; }
@@ -87,6 +93,8 @@ class EvictionOrder {
   // finding cached chunks again.
   void observe_insert(int32_t end_chunks, int32_t chunks, double now);
   void observe_drop(const PrefixIndex::Chunk& c, double now);
+  // Chunks about to be marked ended (as they were before): they leave the model's observation.
+  void observe_end(const std::vector<PrefixIndex::Chunk>& chunks, double now);
   void observe_returns(const std::vector<PrefixIndex::Chunk>& chain, double now);
   // From now on a match reports the returns of dropped chunks too (the cache keeps ghosts:
   // KvPoolConfig::ghosts_per_chunk).

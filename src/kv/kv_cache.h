@@ -167,6 +167,11 @@ class KvCache {
   // exactly). Spared: chunks another branch still goes through, chunks a running sequence
   // holds, and disk extents still being written. Returns the chunks forgotten.
   int32_t forget(uint64_t ns, std::span<const TokenId> tokens, int32_t keep_chunks);
+  // The client says the conversation along `tokens` is over (a request's cache_control end): its
+  // own chunks (from the path's end back to where another branch leaves it) stay cached, ranked
+  // to leave before every other chunk by a policy that honours the end (EvictionOrder), until a
+  // request uses them again. Returns the chunks marked.
+  int32_t end_conversation(uint64_t ns, std::span<const TokenId> tokens);
   // --- Transfer between instances (SPEC M1/M2: transfer, transfer_with_insert) ---
   // Chunks [first_chunk, first_chunk + chunks) of a prefix; earlier chunks are named by the key
   // of the last of them (PrefixIndex::chunk_key), so a receiver that already holds them (an
@@ -244,6 +249,7 @@ class KvCache {
     int64_t evicted_disk_copies = 0;
     int64_t dropped_chunks = 0;      // chunks whose last copy went
     int64_t forgotten_chunks = 0;    // chunks deleted with their conversation
+    int64_t ended_chunks = 0;        // chunks whose conversation its client ended
     int64_t exported_chunks = 0;     // chunks sent to another instance
     int64_t imported_chunks = 0;     // chunks received from another instance
     int64_t bytes_device_to_host = 0;

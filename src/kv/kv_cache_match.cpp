@@ -1,6 +1,6 @@
 // KvCache, prefixes: a prompt's longest cached prefix brought to the device from whichever tier
 // holds each chunk (dropped ones handed back for recompute, SPEC P5), finished chunks offered to
-// the index, and a conversation forgotten from every tier.
+// the index, a conversation forgotten from every tier, and one its client ended.
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
@@ -261,6 +261,22 @@ int32_t KvCache::forget(uint64_t ns, std::span<const TokenId> tokens, int32_t ke
   }
   counters_.forgotten_chunks += forgotten;
   return forgotten;
+}
+
+int32_t KvCache::end_conversation(uint64_t ns, std::span<const TokenId> tokens) {
+  const std::vector<PrefixIndex::NodeId> path = index_.path(ns, tokens);
+  // The conversation's own chunks: from its end back to where another branch leaves the path
+  // (a shared system prompt, or an earlier turn another conversation forked from), which
+  // someone else may still come back for.
+  std::vector<PrefixIndex::Chunk> own;
+  for (size_t i = path.size(); i-- > 0;) {
+    if (index_.n_children(path[i]) > 1) break;
+    own.push_back(index_.chunk(path[i]));
+  }
+  eviction_.observe_end(own, now());
+  for (const PrefixIndex::Chunk& c : own) index_.set_ended(c.node);
+  counters_.ended_chunks += static_cast<int64_t>(own.size());
+  return static_cast<int32_t>(own.size());
 }
 
 }  // namespace mnemo

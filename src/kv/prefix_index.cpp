@@ -39,8 +39,8 @@ PrefixIndex::NodeId PrefixIndex::find_child(NodeId parent, uint64_t key, std::sp
 PrefixIndex::Chunk PrefixIndex::to_chunk(NodeId id) const {
   const Node& n = at(id);
   const uint64_t parent_key = n.parent == kRoot ? 0 : at(n.parent).key;
-  return Chunk{id,         n.position, n.device,        n.host,     n.disk,       n.host_compact,
-               n.disk_compact, n.key,   parent_key,      n.last_use, n.end_chunks, n.device_slot};
+  return Chunk{id,           n.position, n.device,   n.host,     n.disk,       n.host_compact, n.disk_compact,
+               n.key,        parent_key, n.last_use, n.end_chunks, n.device_slot, n.ended};
 }
 
 std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks,
@@ -376,9 +376,18 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::node_at_device_slot(SlotId slot)
 bool PrefixIndex::holds(BlockId block, Tier tier) const { return by_location_.count(location_key(tier, block)) != 0; }
 
 void PrefixIndex::set_last_use(Node& n, double now) {
-  if (n.last_use == now) return;
+  if (n.last_use == now && !n.ended) return;
   tally(n, -1);
   n.last_use = now;
+  n.ended = false;  // used again: whoever ended its conversation, someone goes on with it
+  tally(n, +1);
+}
+
+void PrefixIndex::set_ended(NodeId node) {
+  Node& n = at(node);
+  if (n.ended) return;
+  tally(n, -1);
+  n.ended = true;
   tally(n, +1);
 }
 
@@ -390,7 +399,7 @@ void PrefixIndex::set_end_chunks(Node& n, int32_t end_chunks) {
 }
 
 void PrefixIndex::rank(Node& n, int sign) {
-  if (sign > 0) n.rank_class = rank_class_ ? rank_class_(n.position, n.end_chunks) : 0;
+  if (sign > 0) n.rank_class = rank_class_ ? rank_class_(n.position, n.end_chunks, n.ended) : 0;
   const auto slot = static_cast<uint32_t>(&n - nodes_.data());
   const RankKey key{n.last_use, n.position, slot};
   const bool present[] = {n.device != kNoBlock, n.host != kNoBlock, n.disk == DiskCopy::kPresent, n.device_slot != kNoBlock};

@@ -65,6 +65,7 @@ class PrefixIndex {
     double last_use = 0;
     int32_t end_chunks = 0;  // where the last conversation cached through this chunk ended
     SlotId device_slot = kNoBlock;  // a compact copy on the device
+    bool ended = false;  // the last request through it ended its conversation (set_ended)
 
     // A copy with every layer's KV exists (a device block always has).
     bool has_full() const {
@@ -133,6 +134,9 @@ class PrefixIndex {
   std::optional<NodeId> child(NodeId parent, uint64_t ns, std::span<const TokenId> chunk) const;
   // Every node of `path` records the path's length as its conversation's end (as insert does).
   void mark_path_end(std::span<const NodeId> path);
+  // The chunk's conversation was ended by its client (KvCache::end_conversation): it stays
+  // cached, and ranks as ended (RankClass) until its next use, a match or an insert through it.
+  void set_ended(NodeId node);
   // The nodes below `node` (not itself), children before their parents.
   std::vector<NodeId> descendants(NodeId node) const;
   int32_t n_children(NodeId node) const { return at(node).children; }
@@ -142,9 +146,10 @@ class PrefixIndex {
   enum class Copies : uint8_t { kDevice, kHost, kDisk, kDeviceSlot };
   static Copies copies_in(Tier tier) { return static_cast<Copies>(tier); }
   // Groups the chunks into classes whose retention value falls with their idle time alone (a
-  // function of the chunk's position and its conversation's end), so that a class's oldest
-  // copy is its lowest. Regroups every chunk; `owner` is whoever the grouping is for.
-  using RankClass = std::function<int32_t(int32_t position, int32_t end_chunks)>;
+  // function of the chunk's position, its conversation's end and whether that conversation was
+  // ended), so that a class's oldest copy is its lowest. Regroups every chunk; `owner` is whoever
+  // the grouping is for.
+  using RankClass = std::function<int32_t(int32_t position, int32_t end_chunks, bool ended)>;
   void set_rank_class(const void* owner, RankClass rank_class);
   const void* ranked_for() const { return rank_owner_; }
   // For each class with copies of this kind: its chunks oldest first (then the leading, then the
@@ -202,6 +207,7 @@ class PrefixIndex {
     bool disk_compact = false;
     int32_t end_chunks = 0;
     SlotId device_slot = kNoBlock;
+    bool ended = false;
     int32_t rank_class = 0;  // as ranked now (set_rank_class)
     int32_t children = 0;
     double last_use = 0;

@@ -131,12 +131,21 @@ void RetentionModel::resolve(const ChunkFacts& c, double now, int32_t chunks, bo
   }
   // No longer pending. A chunk never reported idle has nothing to take back; one already
   // censored at the horizon is counted twice, which the horizon makes rare.
-  const auto it = pending_.find({c.last_use, cls});
-  if (it != pending_.end()) {
-    it->second -= w;
-    if (it->second <= 1e-9) pending_.erase(it);
-  }
+  take_pending(cls, c.last_use, w);
   maybe_refresh(now);
+}
+
+void RetentionModel::observe_end(const ChunkFacts& c, double now, int32_t chunks) {
+  if (chunks <= 0) return;
+  take_pending(class_of(c.end_chunks), c.last_use, weight_of(c) * chunks);
+  maybe_refresh(now);
+}
+
+void RetentionModel::take_pending(int32_t cls, double last_use, double w) {
+  const auto it = pending_.find({last_use, cls});
+  if (it == pending_.end()) return;
+  it->second -= w;
+  if (it->second <= 1e-9) pending_.erase(it);
 }
 
 void RetentionModel::maybe_refresh(double now) {

@@ -63,6 +63,7 @@
 //                   they had before the match updated last_use.
 //   observe_drop    idle chunks are no longer observed: their last copy was dropped (without
 //                   ghosts), or their ghost was forgotten.
+//   observe_end     idle chunks' conversation was ended by its client: no longer observed.
 //   value           for the victim choice; O(1) (tables built by refresh).
 // The observe_ calls refresh the fit when refresh_interval_s has passed since the last refresh.
 // An idle chunk is known by (last_use, class): report each one once, with the facts it was
@@ -143,6 +144,10 @@ class RetentionModel {
   void observe_insert(const ChunkFacts& c, double now, int32_t chunks = 1);
   void observe_return(const ChunkFacts& c, double now, int32_t chunks = 1);
   void observe_drop(const ChunkFacts& c, double now, int32_t chunks = 1);
+  // Idle chunks whose conversation its client ended (ChunkFacts::ended): no longer observed,
+  // neither a return nor a censoring, so the model learns how conversations that were not ended
+  // come back (the ended ones are ranked apart: value 0).
+  void observe_end(const ChunkFacts& c, double now, int32_t chunks = 1);
 
   // --- Victim choice: the lowest leaves first ---
   // Expected tokens of recompute saved per byte per second kept; 0 for an ended conversation. O(1).
@@ -180,6 +185,7 @@ class RetentionModel {
   // One observation ending at `idle` seconds, of weight `w`, into a (count, time in bin) pair.
   void add(std::vector<double>& count, std::vector<double>& in_bin, int32_t cls, double idle, double w) const;
   void resolve(const ChunkFacts& c, double now, int32_t chunks, bool returned);
+  void take_pending(int32_t cls, double last_use, double w);
   void maybe_refresh(double now);
   // The EM fit of the hazards and return probabilities, in its steps (retention_model.cpp).
   struct FitState;

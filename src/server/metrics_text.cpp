@@ -100,6 +100,8 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "cache_imported_chunks_total", "Chunks received from another instance and cached.", m.cache_imported_chunks);
   counter(out, "cache_forgotten_chunks_total", "Cached chunks deleted with their conversation (DELETE /v1/responses).",
           m.cache_forgotten_chunks);
+  counter(out, "cache_ended_chunks_total", "Cached chunks whose conversation its client ended (cache_control end).",
+          m.cache_ended_chunks);
   counter(out, "cache_disk_written_chunks_total", "Extents made durable in the disk tier.", m.cache_disk_written_chunks);
   counter(out, "cache_disk_corrupt_chunks_total", "Disk extents that failed their checksum and were dropped.", m.cache_disk_corrupt_chunks);
   counter(out, "cache_persisted_running_chunks_total",

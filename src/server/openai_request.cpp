@@ -430,6 +430,13 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
     if (!salt->is_string()) return bad_request("'cache_salt' must be a string", "cache_salt");
     out.cache_salt = salt->get<std::string>();
   }
+  if (const json* control = r.find("cache_control")) {
+    // The one hint implemented: the conversation is over, its cached KV can leave first.
+    if (!control->is_object() || control->size() != 1 || control->value("type", json()) != "end") {
+      return bad_request(R"('cache_control' must be {"type": "end"} (this turn ends the conversation))", "cache_control");
+    }
+    out.generation.end_conversation = true;
+  }
   read_internal_fields(r, out);
   read_logprobs(r, out, chat);
   if (!chat) r.boolean("echo", out.echo);

@@ -259,12 +259,23 @@ class CacheReplay {
     if (r.cached && !kv_.prepare_write(r.table, static_cast<int32_t>(turn.prompt_tokens), static_cast<int32_t>(end))) {
       overcommit(r, end);
     }
-    if (r.cached) {
+    if (r.cached || ends_explicitly(id, t)) {
       const std::vector<TokenId> tokens = tokens_of(id, end);
-      kv_.cache_prefix(/*ns=*/0, tokens, static_cast<int32_t>(end), r.table, r.partial);
+      if (r.cached) kv_.cache_prefix(/*ns=*/0, tokens, static_cast<int32_t>(end), r.table, r.partial);
+      if (ends_explicitly(id, t)) kv_.end_conversation(/*ns=*/0, tokens);
     }
     kv_.release(r.table);
     r = Running{};
+  }
+
+  // Whether turn t is its conversation's last and its client says so (SimConfig::end_signal_share).
+  bool ends_explicitly(int32_t id, int32_t t) const {
+    if (static_cast<size_t>(t) + 1 != trace_[static_cast<size_t>(id)].turns.size()) return false;
+    uint64_t h = static_cast<uint64_t>(id) + 0x9e3779b97f4a7c15ull;  // splitmix64 of the place
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return static_cast<double>(h >> 11) * 0x1.0p-53 < config_.end_signal_share;
   }
 
   // The turn cannot have the blocks it needs: it runs without caching anything.

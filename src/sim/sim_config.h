@@ -36,6 +36,10 @@ struct SimConfig {
   double host_bytes_ratio = 1.0;
   double disk_bytes_ratio = 1.0;
   double host_exact_share = 0.0;
+  // The share of conversations whose client ends them explicitly with their last turn (a
+  // request's cache_control {"type": "end"}: KvCache::end_conversation), chosen by a hash of the
+  // conversation's place in the trace. 0: none (what a server knows without the hint).
+  double end_signal_share = 0.0;
   // Copies ahead of need below this free share of the device (`serve`'s default).
   float swap_out_threshold = 0.25f;
   // Prices what is recomputed (recomputed_seconds); Pensieve's policy weighs chunks by the same.

@@ -116,5 +116,34 @@ TEST_F(EvictionOrderTest, OnlyTheLearntPolicyObservesEvents) {
   EXPECT_GT(mnemo.model().observed_conversations(), 0);  // the return resolved the insert
 }
 
+TEST_F(EvictionOrderTest, AnEndedConversationLeavesFirstUnderTheLearntPolicyOnly) {
+  // B (the newer conversation, blocks 2 3) is ended by its client: the learnt policy takes it
+  // before A, in its own rank class and by the scan alike; LRU, a baseline, keeps its order.
+  EvictionOrder lru(RetentionPolicy::kLru, steep_cost(), {}, two_token_chunks());
+  EvictionOrder mnemo(RetentionPolicy::kMnemo, steep_cost(), {}, two_token_chunks());
+  mnemo.observe_insert(2, 2, 10);
+  mnemo.observe_insert(2, 2, 12);
+  ASSERT_EQ(mnemo.model().pending_groups(), 2u);
+  std::vector<PrefixIndex::Chunk> b;
+  for (const PrefixIndex::NodeId node : index_.path(1, run_of(200, 4))) b.push_back(index_.chunk(node));
+  mnemo.observe_end(b, 20);
+  EXPECT_EQ(mnemo.model().pending_groups(), 1u);  // B's chunks left the model's observation
+  for (const PrefixIndex::Chunk& c : b) index_.set_ended(c.node);
+  EXPECT_TRUE(index_.chunk(b[1].node).ended);
+  EXPECT_EQ(order(lru, 20), (std::vector<BlockId>{0, 1, 2, 3}));
+  EXPECT_EQ(order(mnemo, 20), (std::vector<BlockId>{2, 3, 0, 1}));
+  mnemo.rank(index_);
+  EXPECT_EQ(index_.n_rank_classes(PrefixIndex::Copies::kDevice), 2u);  // A's class and the ended
+  EXPECT_EQ(order(mnemo, 20), (std::vector<BlockId>{2, 3, 0, 1}));
+  // An ended chunk dropped is not observed again (its observation ended with the end).
+  mnemo.observe_drop(index_.chunk(b[0].node), 25);
+  EXPECT_EQ(mnemo.model().observed_conversations(), 0);
+  // A request through B again: it is a conversation like any other.
+  index_.match(1, run_of(200, 4), 2, 30);
+  EXPECT_FALSE(index_.chunk(b[0].node).ended);
+  EXPECT_FALSE(index_.chunk(b[1].node).ended);
+  EXPECT_EQ(order(mnemo, 30), (std::vector<BlockId>{0, 1, 2, 3}));
+}
+
 }  // namespace
 }  // namespace mnemo::testing

@@ -120,6 +120,34 @@ TEST_F(KvCacheTest, MnemoRetentionBeforeItHasLearntAnythingIsLru) {
   EXPECT_TRUE(kv.match_prefix(1, b, 2).table.empty());     // B gone
 }
 
+// Two conversations share a system prompt (chunk S); B, the newer, is ended by its client. Its own
+// chunks are marked, the shared one is not, and under the learnt policy B's own chunks leave
+// before A's older ones; under LRU the end changes nothing.
+TEST_F(KvCacheTest, AnEndedConversationsOwnChunksLeaveFirst) {
+  for (const RetentionPolicy policy : {RetentionPolicy::kMnemo, RetentionPolicy::kLru}) {
+    clock_ = 1000;
+    KvCache kv(tiny_layout(), config(5, 0, policy));
+    std::vector<TokenId> a = tokens_from(1, 2);  // S, then A's 2 chunks
+    std::vector<TokenId> b = a;
+    for (TokenId t : tokens_from(100, 4)) a.push_back(t);
+    for (TokenId t : tokens_from(200, 4)) b.push_back(t);
+    run_and_cache(kv, 1, a);
+    clock_ += 2;
+    run_and_cache(kv, 1, b);
+    EXPECT_EQ(kv.end_conversation(1, b), 2);  // B1, B2: S has two branches below it
+    EXPECT_EQ(kv.counters().ended_chunks, 2);
+    EXPECT_EQ(kv.end_conversation(2, b), 0);  // another tenant's namespace holds nothing
+    clock_ += 10;
+    KvTable table;
+    ASSERT_TRUE(kv.prepare_write(table, 0, 4));  // 2 blocks: two chunks must go
+    kv.release(table);
+    EXPECT_EQ(kv.counters().dropped_chunks, 2);
+    const bool ended_first = policy == RetentionPolicy::kMnemo;
+    EXPECT_EQ(kv.match_prefix(1, a, 3).device_chunks, ended_first ? 3 : 1) << ended_first;
+    EXPECT_EQ(kv.match_prefix(1, b, 3).device_chunks, ended_first ? 1 : 3) << ended_first;
+  }
+}
+
 // A conversation's chunks are dropped, and the conversation comes back. Without ghosts the drop
 // ends their observation (censored: the model saw them leave, never return); with ghosts the
 // index keeps them, and the return is what the model sees.

@@ -107,6 +107,9 @@ TEST(ParseRequest, RefusesEachBadFieldNamingIt) {
            {"stop", json::array({1})},
            {"stream", "yes"},
            {"cache_salt", 5},
+           {"cache_control", {{"type", "ephemeral"}}},  // only the end is implemented
+           {"cache_control", "end"},
+           {"cache_control", {{"type", "end"}, {"ttl", "5m"}}},
            {"top_logprobs", 3},  // without logprobs
            {"mnemo_resume_tokens", json::array({-3})},
            {"mnemo_replica", json::array({""})}}) {
@@ -118,6 +121,14 @@ TEST(ParseRequest, RefusesEachBadFieldNamingIt) {
   EXPECT_EQ(refused({{"messages", json::array()}}, true).param, "messages");
   EXPECT_EQ(refused({{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}, true).param, "messages[0].role");
   EXPECT_EQ(refused(json::array({1}), true).status, 400);  // not an object
+}
+
+TEST(ParseRequest, CacheControlEndsTheConversation) {
+  const json end = {{"type", "end"}};
+  EXPECT_FALSE(accepted({{"prompt", "x"}}, false).generation.end_conversation);
+  EXPECT_TRUE(accepted({{"prompt", "x"}, {"cache_control", end}}, false).generation.end_conversation);
+  EXPECT_TRUE(accepted({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"cache_control", end}}, true)
+                  .generation.end_conversation);
 }
 
 TEST(ParseRequest, AStopListIsBoundedInCountAndLength) {
@@ -236,6 +247,11 @@ TEST(ParseResponsesRequest, ToolsAndStructuredFormatsAreRefusedPlainTextAccepted
   EXPECT_EQ(error_of({{"input", "hi"}, {"messages", json::array()}}), "messages");  // chat's field, not this API's
   EXPECT_EQ(error_of({{"input", "hi"}, {"text", {{"format", {{"type", "text"}}}}}, {"store", true}, {"metadata", json::object()}}),
             "(accepted)");
+  EXPECT_EQ(error_of({{"input", "hi"}, {"cache_control", {{"type", "end"}}}}), "(accepted)");
+  EXPECT_EQ(error_of({{"input", "hi"}, {"cache_control", {{"type", "keep"}}}}), "cache_control");
+  auto ended = parse_responses_request({{"input", "hi"}, {"cache_control", {{"type", "end"}}}}, "m");
+  ASSERT_TRUE(std::holds_alternative<ResponsesRequest>(ended));
+  EXPECT_TRUE(std::get<ResponsesRequest>(ended).request.generation.end_conversation);
 }
 
 }  // namespace

@@ -48,6 +48,20 @@ TEST(CacheReplay, HandComputedTierMoves) {
   EXPECT_EQ(o.counters.peak_device_chunks, 4);
 }
 
+// B (1 chunk) comes back at 20; A (3 chunks, newer) has one turn, and its client says so. C needs
+// a block of the full 4-chunk device at 5: LRU takes B's older chunk (recomputed at 20), and so
+// does the learnt policy unless A's end is signalled: then A's chunk goes and B hits.
+TEST(CacheReplay, TheLearntPolicyLetsAnEndedConversationGoFirst) {
+  const Trace trace = {conversation("B", {turn(0, 1, 4, 0), turn(20, 21, 8, 0)}), conversation("A", {turn(2, 3, 8, 4)}),
+                       conversation("C", {turn(5, 6, 4, 0)})};
+  for (const double share : {0.0, 1.0}) {
+    SimConfig config = small_config(4);
+    config.end_signal_share = share;
+    EXPECT_EQ(run_policy(trace, config, "lru").recomputed_tokens, 4) << share;
+    EXPECT_EQ(run_policy(trace, config, "mnemo").recomputed_tokens, share == 0 ? 4 : 0) << share;
+  }
+}
+
 // Every policy sees the same traffic; whatever is reusable is a hit or a recompute.
 TEST(CacheReplay, EveryReusableTokenIsAHitOrARecompute) {
   Trace trace;

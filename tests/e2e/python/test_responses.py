@@ -151,6 +151,32 @@ def test_delete_also_deletes_the_conversations_kv_but_not_earlier_turns(state_se
     assert again["usage"]["input_tokens_details"]["cached_tokens"] >= first["usage"]["input_tokens"] // 32 * 32 > 0
 
 
+def test_cache_control_end_marks_the_conversations_own_chunks_and_keeps_them(state_server):
+    server, _ = state_server
+    long_input = ("Tell me about the lighthouse keeper's day on a small island: the lamp, the weather log, the supply "
+                  "boat, the birds on the cliffs and the long evenings.")
+    first = create(server.url, input=long_input, max_output_tokens=40, ignore_eos=True, temperature=0).json()
+    before = metric(server.url, "cache_ended_chunks_total")
+    last = create(server.url, input="Thanks, that is all.", previous_response_id=first["id"], max_output_tokens=8,
+                  temperature=0, cache_control={"type": "end"}).json()
+    ended = metric(server.url, "cache_ended_chunks_total") - before
+    total_tokens = last["usage"]["input_tokens"] + last["usage"]["output_tokens"]
+    assert 1 <= ended <= total_tokens // 32
+    # Ended is not deleted: nothing pressed the cache, so continuing still hits it, and the new
+    # turn takes the conversation back (its chunks are no longer ended).
+    again = create(server.url, input="One more thing: the storms?", previous_response_id=last["id"],
+                   max_output_tokens=4, temperature=0).json()
+    assert again["usage"]["input_tokens_details"]["cached_tokens"] >= last["usage"]["input_tokens"] // 32 * 32 > 0
+    for value in ({"type": "ephemeral"}, "end", {"type": "end", "ttl": "5m"}):
+        refused = create(server.url, input="Hello", max_output_tokens=2, cache_control=value)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["param"] == "cache_control"
+    chat = requests.post(server.url + "/v1/chat/completions", timeout=60,
+                         json={"messages": [{"role": "user", "content": long_input}], "max_tokens": 4,
+                               "cache_control": {"type": "end"}})
+    assert chat.status_code == 200
+
+
 def test_store_false_is_not_retrievable(state_server):
     server, _ = state_server
     body = create(server.url, input="Hello", max_output_tokens=2, store=False).json()
