@@ -218,7 +218,8 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--policies", o.policies,
                   "Policies to compare, each replayed through serve's own cache: pensieve, lru, mnemo (serve's "
-                  "--cache-policy), tail-first (a radix cache's order, no reuse past a gap), oracle (Belady)")
+                  "--cache-policy), tail-first (a radix cache's order, no reuse past a gap), oracle (Belady), slru and arc "
+                  "(recency-frequency)")
       ->capture_default_str()
       ->delimiter(',')
       ->check(CLI::IsMember(sim::simulated_policy_names()));

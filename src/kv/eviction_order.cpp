@@ -39,6 +39,12 @@ double EvictionOrder::score(const PrefixIndex::Chunk& c, double now) const {
       return model_.log_value(facts_of(c), now);
     case RetentionPolicy::kOracle:
       return -next_use_(c);  // the farthest next use lowest; never (+infinity) lowest of all
+    case RetentionPolicy::kSlru:
+    case RetentionPolicy::kArc:
+      // As if reused chunks were used a year later: once-used ones first. Only where chunks of
+      // different kinds are compared (a device slot against a block; copies ahead of need) does
+      // this stand for the segment rule of lowest().
+      return c.last_use + (c.reused ? 3.15e7 : 0.0);
     case RetentionPolicy::kPensieve:
       break;
   }
@@ -62,10 +68,13 @@ PrefixIndex::RankClass EvictionOrder::rank_class() const {
   switch (policy_) {
     case RetentionPolicy::kLru:
     case RetentionPolicy::kOracle:  // not ranked (rank()); one class if it were
-      return [](int32_t, int32_t, bool) { return 0; };
+      return [](const PrefixIndex::RankFacts&) { return 0; };
     case RetentionPolicy::kPensieve:
     case RetentionPolicy::kTailFirst:
-      return [](int32_t position, int32_t, bool) { return position; };
+      return [](const PrefixIndex::RankFacts& f) { return f.position; };
+    case RetentionPolicy::kSlru:
+    case RetentionPolicy::kArc:
+      return [](const PrefixIndex::RankFacts& f) { return f.reused ? 1 : 0; };
     case RetentionPolicy::kMnemo:
       break;
   }
@@ -73,21 +82,39 @@ PrefixIndex::RankClass EvictionOrder::rank_class() const {
   // the value's denominator) depend on the conversation's length only for a sliding-window model:
   // then each length is a class of its own.
   if (geometry_.global_layers != 0) {
-    return [](int32_t, int32_t end_chunks, bool ended) { return ended ? kEndedClass : std::max(1, end_chunks); };
+    return [](const PrefixIndex::RankFacts& f) { return f.ended ? kEndedClass : std::max(1, f.end_chunks); };
   }
-  return [this](int32_t, int32_t end_chunks, bool ended) {
-    return ended ? kEndedClass : model_.class_of(std::max(1, end_chunks));
+  return [this](const PrefixIndex::RankFacts& f) {
+    return f.ended ? kEndedClass : model_.class_of(std::max(1, f.end_chunks));
   };
 }
 
 void EvictionOrder::rank(PrefixIndex& index) const {
   if (policy_ != RetentionPolicy::kOracle) index.set_rank_class(this, rank_class());
+  ranked_index_ = &index;
+}
+
+std::optional<PrefixIndex::Chunk> EvictionOrder::pick_segment(const std::optional<PrefixIndex::Chunk>& recent,
+                                                              const std::optional<PrefixIndex::Chunk>& reused,
+                                                              size_t n_recent, size_t n_reused) const {
+  const bool from_recent = n_reused == 0 || static_cast<double>(n_recent) > recent_share() * static_cast<double>(n_recent + n_reused);
+  if (from_recent) return recent ? recent : reused;
+  return reused ? reused : recent;
 }
 
 std::optional<PrefixIndex::Chunk> EvictionOrder::lowest(const PrefixIndex& index, PrefixIndex::Copies kind,
                                                         const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
                                                         double now) const {
   if (index.ranked_for() != this) return lowest_by_scan(index, kind, eligible, now);
+  if (segmented()) {
+    std::optional<PrefixIndex::Chunk> oldest[2];
+    index.visit_oldest_per_class(kind, [&](const PrefixIndex::Chunk& c) {
+      if (!eligible(c)) return false;
+      oldest[c.reused ? 1 : 0] = c;
+      return true;
+    });
+    return pick_segment(oldest[0], oldest[1], index.class_size(kind, 0), index.class_size(kind, 1));
+  }
   std::optional<PrefixIndex::Chunk> best;
   double best_score = 0;
   index.visit_oldest_per_class(kind, [&](const PrefixIndex::Chunk& c) {
@@ -107,7 +134,15 @@ std::optional<PrefixIndex::Chunk> EvictionOrder::lowest_by_scan(
     double now) const {
   std::optional<PrefixIndex::Chunk> best;
   double best_score = 0;
+  std::optional<PrefixIndex::Chunk> oldest[2];
+  size_t counts[2] = {0, 0};
   const auto visit = [&](const PrefixIndex::Chunk& c) {
+    if (segmented()) {
+      ++counts[c.reused ? 1 : 0];
+      std::optional<PrefixIndex::Chunk>& o = oldest[c.reused ? 1 : 0];
+      if (eligible(c) && (!o || leaves_before(c.last_use, c, o->last_use, *o))) o = c;
+      return;
+    }
     if (!eligible(c)) return;
     const double s = score(c, now);
     if (!best || leaves_before(s, c, best_score, *best)) {
@@ -120,6 +155,7 @@ std::optional<PrefixIndex::Chunk> EvictionOrder::lowest_by_scan(
   } else {
     index.for_each_in(static_cast<Tier>(kind), visit);
   }
+  if (segmented()) return pick_segment(oldest[0], oldest[1], counts[0], counts[1]);
   return best;
 }
 
@@ -145,6 +181,10 @@ void EvictionOrder::observe_end(const std::vector<PrefixIndex::Chunk>& chunks, d
 }
 
 void EvictionOrder::observe_returns(const std::vector<PrefixIndex::Chunk>& chain, double now) {
+  if (policy_ == RetentionPolicy::kArc) {
+    adapt_arc_target(chain);
+    return;
+  }
   if (policy_ != RetentionPolicy::kMnemo) return;
   // Chunks cached together share their facts: one event per run of them. Without ghosts, dropped
   // chunks were reported when they dropped.
@@ -163,6 +203,16 @@ void EvictionOrder::observe_returns(const std::vector<PrefixIndex::Chunk>& chain
     }
     model_.observe_return(facts_of(chain[i]), now, static_cast<int32_t>(j - i));
     i = j;
+  }
+}
+
+void EvictionOrder::adapt_arc_target(const std::vector<PrefixIndex::Chunk>& chain) {
+  // ARC's step: a ghost of a once-used chunk (its B1) says the once-used group was cut too
+  // short, one of a reused chunk (B2) the reverse; a step is one chunk of the index.
+  const double step = 1.0 / static_cast<double>(std::max<size_t>(1, ranked_index_ ? ranked_index_->size() : 1));
+  for (const PrefixIndex::Chunk& c : chain) {
+    if (!c.dropped()) continue;
+    arc_recent_share_ = std::clamp(arc_recent_share_ + (c.reused ? -step : step), 0.0, 1.0);
   }
 }
 

@@ -8,8 +8,12 @@
 // at its position (kv/cost_model.h) and T the idle time of the conversations using it; or least
 // recently used. Two more serve as baselines and bounds for `mnemo simulate`: tail-first, least
 // recently used with a conversation's last chunk first and no reuse past a missing chunk (what
-// radix caches do), and the oracle, which is told when each chunk is next used (Belady: the
-// farthest first).
+// radix caches do), the oracle, which is told when each chunk is next used (Belady: the
+// farthest first), and two recency-frequency policies in the style of SLRU and ARC (vLLM's CPU
+// offloader runs ARC): chunks a match found again (reused) are kept apart from those cached once,
+// each group least recently used first; SLRU takes from the once-used group while the reused
+// ones are within 80% of a tier, ARC while the once-used exceed a target share it adapts on the
+// returns of dropped chunks (a ghost cached once raises it, a reused ghost lowers it).
 #pragma once
 
 #include <functional>
@@ -23,7 +27,7 @@
 
 namespace mnemo {
 
-enum class RetentionPolicy { kPensieve, kLru, kMnemo, kTailFirst, kOracle };
+enum class RetentionPolicy { kPensieve, kLru, kMnemo, kTailFirst, kOracle, kSlru, kArc };
 
 // The oracle's knowledge: when a cached chunk is next used (+infinity: never).
 using NextUse = std::function<double(const PrefixIndex::Chunk&)>;
@@ -87,6 +91,9 @@ class EvictionOrder {
   std::optional<PrefixIndex::Chunk> lowest_by_scan(const PrefixIndex& index, PrefixIndex::Copies kind,
                                                    const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
                                                    double now) const;
+  // SLRU's and ARC's share of a tier the once-used chunks may hold before the reused ones go.
+  double recent_share() const { return policy_ == RetentionPolicy::kArc ? arc_recent_share_ : kSlruProbationShare; }
+  static constexpr double kSlruProbationShare = 0.2;
 
   // What the learnt policy observes (the others ignore it): a conversation of `end_chunks`
   // cached (its last `chunks` chunks idle from `now`), a chunk's last copy gone, and a request
@@ -103,6 +110,13 @@ class EvictionOrder {
 
  private:
   ChunkFacts facts_of(const PrefixIndex::Chunk& c) const;
+  void adapt_arc_target(const std::vector<PrefixIndex::Chunk>& chain);
+  bool segmented() const { return policy_ == RetentionPolicy::kSlru || policy_ == RetentionPolicy::kArc; }
+  // SLRU/ARC: of the oldest eligible once-used and reused chunks, the one that leaves, given how
+  // many copies of this kind each group has.
+  std::optional<PrefixIndex::Chunk> pick_segment(const std::optional<PrefixIndex::Chunk>& recent,
+                                                 const std::optional<PrefixIndex::Chunk>& reused, size_t n_recent,
+                                                 size_t n_reused) const;
   // What a conversation of `end_chunks` takes per chunk, its compactable history counted compact.
   double conversation_bytes_per_chunk(int32_t end_chunks) const;
 
@@ -112,6 +126,8 @@ class EvictionOrder {
   ChunkGeometry geometry_;
   RetentionModel model_;  // learns only under kMnemo
   bool ghosts_ = false;
+  double arc_recent_share_ = 0;  // ARC's target p, as a share of a tier; adapted on ghost returns
+  mutable const PrefixIndex* ranked_index_ = nullptr;  // the index rank() grouped (ARC's step size)
 };
 
 }  // namespace mnemo

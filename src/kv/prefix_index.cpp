@@ -40,7 +40,7 @@ PrefixIndex::Chunk PrefixIndex::to_chunk(NodeId id) const {
   const Node& n = at(id);
   const uint64_t parent_key = n.parent == kRoot ? 0 : at(n.parent).key;
   return Chunk{id,           n.position, n.device,   n.host,     n.disk,       n.host_compact, n.disk_compact,
-               n.key,        parent_key, n.last_use, n.end_chunks, n.device_slot, n.ended};
+               n.key,        parent_key, n.last_use, n.end_chunks, n.device_slot, n.ended,       n.reused};
 }
 
 std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks,
@@ -55,7 +55,7 @@ std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const 
     const NodeId node = find_child(parent, key, chunk);
     if (node == kRoot || at(node).ns != ns) break;
     out.push_back(to_chunk(node));
-    set_last_use(at(node), now);
+    set_last_use(at(node), now, /*reused=*/true);
     parent = node;
     parent_key = key;
   }
@@ -375,11 +375,12 @@ std::optional<PrefixIndex::NodeId> PrefixIndex::node_at_device_slot(SlotId slot)
 
 bool PrefixIndex::holds(BlockId block, Tier tier) const { return by_location_.count(location_key(tier, block)) != 0; }
 
-void PrefixIndex::set_last_use(Node& n, double now) {
-  if (n.last_use == now && !n.ended) return;
+void PrefixIndex::set_last_use(Node& n, double now, bool reused) {
+  if (n.last_use == now && !n.ended && (n.reused || !reused)) return;
   tally(n, -1);
   n.last_use = now;
   n.ended = false;  // used again: whoever ended its conversation, someone goes on with it
+  n.reused = n.reused || reused;
   tally(n, +1);
 }
 
@@ -399,7 +400,7 @@ void PrefixIndex::set_end_chunks(Node& n, int32_t end_chunks) {
 }
 
 void PrefixIndex::rank(Node& n, int sign) {
-  if (sign > 0) n.rank_class = rank_class_ ? rank_class_(n.position, n.end_chunks, n.ended) : 0;
+  if (sign > 0) n.rank_class = rank_class_ ? rank_class_({n.position, n.end_chunks, n.ended, n.reused}) : 0;
   const auto slot = static_cast<uint32_t>(&n - nodes_.data());
   const RankKey key{n.last_use, n.position, slot};
   const bool present[] = {n.device != kNoBlock, n.host != kNoBlock, n.disk == DiskCopy::kPresent, n.device_slot != kNoBlock};

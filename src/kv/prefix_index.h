@@ -66,6 +66,7 @@ class PrefixIndex {
     int32_t end_chunks = 0;  // where the last conversation cached through this chunk ended
     SlotId device_slot = kNoBlock;  // a compact copy on the device
     bool ended = false;  // the last request through it ended its conversation (set_ended)
+    bool reused = false;  // a match found it after it was cached (recency-frequency policies)
 
     // A copy with every layer's KV exists (a device block always has).
     bool has_full() const {
@@ -149,13 +150,25 @@ class PrefixIndex {
   // function of the chunk's position, its conversation's end and whether that conversation was
   // ended), so that a class's oldest copy is its lowest. Regroups every chunk; `owner` is whoever
   // the grouping is for.
-  using RankClass = std::function<int32_t(int32_t position, int32_t end_chunks, bool ended)>;
+  struct RankFacts {
+    int32_t position = 0;
+    int32_t end_chunks = 0;
+    bool ended = false;
+    bool reused = false;
+  };
+  using RankClass = std::function<int32_t(const RankFacts&)>;
   void set_rank_class(const void* owner, RankClass rank_class);
   const void* ranked_for() const { return rank_owner_; }
   // For each class with copies of this kind: its chunks oldest first (then the leading, then the
   // lowest slot first), until `take` returns true; then the next class.
   void visit_oldest_per_class(Copies kind, const std::function<bool(const Chunk&)>& take) const;
   size_t n_rank_classes(Copies kind) const { return ranked_[static_cast<size_t>(kind)].size(); }
+  // The copies of this kind in one class.
+  size_t class_size(Copies kind, int32_t cls) const {
+    const auto& classes = ranked_[static_cast<size_t>(kind)];
+    const auto group = classes.find(cls);
+    return group == classes.end() ? 0 : group->second.size();
+  }
 
   // The chunks that have a copy in `tier` (on the device: a whole block), in slot order, for an
   // exact scan.
@@ -208,6 +221,7 @@ class PrefixIndex {
     int32_t end_chunks = 0;
     SlotId device_slot = kNoBlock;
     bool ended = false;
+    bool reused = false;
     int32_t rank_class = 0;  // as ranked now (set_rank_class)
     int32_t children = 0;
     double last_use = 0;
@@ -234,7 +248,8 @@ class PrefixIndex {
   // Keeps the per-tier counts and the ranked view: -1 before a node's copies, last use or
   // conversation end change, +1 after.
   void tally(Node& n, int sign);
-  void set_last_use(Node& n, double now);
+  // A match (`reused`) or an insert through the node.
+  void set_last_use(Node& n, double now, bool reused = false);
   void set_end_chunks(Node& n, int32_t end_chunks);
   struct RankKey {
     double last_use;

@@ -334,7 +334,7 @@ class CacheReplay {
 }  // namespace
 
 const std::vector<std::string>& simulated_policy_names() {
-  static const std::vector<std::string> names = {"pensieve", "lru", "tail-first", "mnemo", "oracle"};
+  static const std::vector<std::string> names = {"pensieve", "lru", "tail-first", "mnemo", "oracle", "slru", "arc"};
   return names;
 }
 
@@ -344,6 +344,8 @@ std::optional<RetentionPolicy> simulated_policy(std::string_view name) {
   if (name == "mnemo") return RetentionPolicy::kMnemo;
   if (name == "tail-first") return RetentionPolicy::kTailFirst;
   if (name == "oracle") return RetentionPolicy::kOracle;
+  if (name == "slru") return RetentionPolicy::kSlru;
+  if (name == "arc") return RetentionPolicy::kArc;
   return std::nullopt;
 }
 

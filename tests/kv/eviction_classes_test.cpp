@@ -1,6 +1,6 @@
 // The eviction order's victim search by classes (EvictionOrder::rank) against the exact scan
 // over every chunk: on random caches (conversations sharing prefixes, copies moving between
-// tiers, chunks dropped, touched and re-ended), with a learnt model whose classes split, and with
+// tiers, chunks dropped, touched, re-ended and ended by a client), with a learnt model whose classes split, and with
 // eligibility filters, every policy and every kind of copy gives the same victim, step by step.
 #include <gtest/gtest.h>
 
@@ -57,6 +57,8 @@ void step(RandomCache& cache, EvictionOrder& order, std::mt19937& rng) {
     cache.index.set_host(node, cache.next_block++, rng() % 4 == 0);
   } else if (what == 4) {
     cache.index.set_disk(node, rng() % 2 == 0 ? DiskCopy::kPresent : DiskCopy::kWriting);
+  } else if (rng() % 8 == 0) {
+    cache.index.set_ended(node);  // its conversation's client ended it
   } else {
     const PrefixIndex::Chunk c = cache.index.chunk(node);
     if (c.device != kNoBlock && rng() % 2 == 0) {
@@ -153,6 +155,10 @@ TEST(EvictionClasses, TheLearntPolicyRanksByItsReturnClasses) {
   });
   EXPECT_EQ(visited, 7u);
 }
+
+TEST(EvictionClasses, SlruFindsWhatTheScanFinds) { replay_and_compare(RetentionPolicy::kSlru, full_layers(), 5); }
+
+TEST(EvictionClasses, ArcFindsWhatTheScanFinds) { replay_and_compare(RetentionPolicy::kArc, full_layers(), 6); }
 
 }  // namespace
 }  // namespace mnemo::testing

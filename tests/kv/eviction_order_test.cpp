@@ -116,6 +116,35 @@ TEST_F(EvictionOrderTest, OnlyTheLearntPolicyObservesEvents) {
   EXPECT_GT(mnemo.model().observed_conversations(), 0);  // the return resolved the insert
 }
 
+TEST_F(EvictionOrderTest, SlruAndArcTakeOnceUsedChunksBeforeReusedOnes) {
+  // A is matched again at 11 (reused, yet older than B, cached once at 12).
+  index_.match(1, run_of(100, 4), 2, 11);
+  const EvictionOrder lru(RetentionPolicy::kLru, steep_cost(), {}, two_token_chunks());
+  EXPECT_EQ(order(lru, 20), (std::vector<BlockId>{0, 1, 2, 3}));
+  EvictionOrder slru(RetentionPolicy::kSlru, steep_cost(), {}, two_token_chunks());
+  EvictionOrder arc(RetentionPolicy::kArc, steep_cost(), {}, two_token_chunks());
+  for (EvictionOrder* e : {&slru, &arc}) {
+    EXPECT_EQ(order(*e, 20), (std::vector<BlockId>{2, 3, 0, 1}));  // by the scan
+    e->rank(index_);
+    EXPECT_EQ(order(*e, 20), (std::vector<BlockId>{2, 3, 0, 1}));  // by the classes
+    EXPECT_EQ(index_.class_size(PrefixIndex::Copies::kDevice, 0), 2u);
+    EXPECT_EQ(index_.class_size(PrefixIndex::Copies::kDevice, 1), 2u);
+  }
+  // SLRU: the reused group may hold 80% of a tier; past that its oldest goes first. Here half.
+  EXPECT_DOUBLE_EQ(slru.recent_share(), 0.2);
+  // ARC starts with no room for once-used chunks and adapts: the return of a dropped chunk that
+  // was cached once widens their share by a chunk of the index (4), a reused one's narrows it.
+  EXPECT_DOUBLE_EQ(arc.recent_share(), 0.0);
+  PrefixIndex::Chunk ghost;  // no copy: a return of a dropped chunk
+  arc.observe_returns({ghost, ghost}, 21);
+  EXPECT_DOUBLE_EQ(arc.recent_share(), 0.5);
+  ghost.reused = true;
+  arc.observe_returns({ghost}, 22);
+  EXPECT_DOUBLE_EQ(arc.recent_share(), 0.25);
+  arc.observe_returns({ghost, ghost, ghost}, 23);
+  EXPECT_DOUBLE_EQ(arc.recent_share(), 0.0);  // never below 0
+}
+
 TEST_F(EvictionOrderTest, AnEndedConversationLeavesFirstUnderTheLearntPolicyOnly) {
   // B (the newer conversation, blocks 2 3) is ended by its client: the learnt policy takes it
   // before A, in its own rank class and by the scan alike; LRU, a baseline, keeps its order.
