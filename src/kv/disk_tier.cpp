@@ -184,6 +184,7 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> payloa
     queue_.push_back(Job{header.key, std::move(bytes)});
   }
   work_ready_.notify_one();
+  if (each_write_waits_) flush();
   return true;
 }
 

@@ -92,6 +92,9 @@ class DiskTier {
   void remove(uint64_t key);
   // Blocks until every queued write and removal is done (tests, shutdown).
   void flush();
+  // From now on each write() returns once the extent is durable and its completion taken-ready:
+  // for simulations, whose replays must not depend on when the writer thread runs.
+  void wait_for_each_write() { each_write_waits_ = true; }
 
   size_t extent_bytes(size_t n_tokens, bool compact = false) const;  // header and payload of one extent
   static size_t header_bytes(size_t n_tokens);  // an extent's header for a chunk of `n_tokens`
@@ -151,6 +154,7 @@ class DiskTier {
   size_t queued_bytes_ = 0;            // guarded by mutex_
   bool busy_ = false;                  // guarded by mutex_
   bool stopping_ = false;              // guarded by mutex_
+  bool each_write_waits_ = false;      // set before use, on the writing thread
   std::vector<std::pair<uint64_t, bool>> completed_;  // guarded by mutex_
   std::unordered_map<uint64_t, int64_t> extents_;     // key -> bytes, on disk or queued; guarded by mutex_
   int64_t used_bytes_ = 0;             // guarded by mutex_

@@ -9,16 +9,11 @@
 // token, which is always computed) are reusable; each is a hit in the tier the cache finds it in,
 // or recomputed.
 //
-// The cache is built as `serve` builds it (the same pools, policy, retention options and copies
-// ahead of need), with a KV layout that keeps what the bookkeeping depends on (block size, layer
-// count, which layers are global) and shrinks only the bytes: every tier holds as many chunks as
-// the real model's bytes would give it. Per turn, as the engine does: the prompt's longest cached
-// prefix is matched (at most all but its last token), the rest of the prompt gets blocks; at the
-// end the reply's blocks are added, the whole sequence is offered to the cache and its table
-// released. A background step runs after every event (the engine runs one per forward pass).
-//
-// A turn whose blocks the device cannot give (every block held by running turns) runs without
-// them, as if the engine had queued it: counted in device_overcommits; its tokens are not cached.
+// The cache is one SimulatedInstance (sim/simulated_instance.h): serve's KvCache built as `serve`
+// builds it, driven turn by turn as the engine drives it. Per turn: the prompt's longest cached
+// prefix is matched (at most all but its last token); at the end the turn's sequence is offered
+// to the cache and released (a client's end signalled for SimConfig::end_signal_share of the
+// conversations, at their last turn).
 #pragma once
 
 #include <optional>
