@@ -90,9 +90,10 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--host", args->config.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->config.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--policy", args->policy, "Where requests go: cache-aware (least predicted queue + compute given the "
-                                            "cached prefix), session (a conversation stays on one instance), round-robin")
+                                            "cached prefix), session (a conversation stays on one instance), "
+                                            "least-loaded (fewest requests in flight), round-robin")
       ->capture_default_str()
-      ->check(CLI::IsMember({"cache-aware", "session", "round-robin"}));
+      ->check(CLI::IsMember({"cache-aware", "session", "least-loaded", "round-robin"}));
   cmd->add_option("--prefill-tokens-per-second", args->config.cost.prefill_tokens_per_second,
                   "Cost model: the prompt throughput of instances that publish no `mnemo profile` (those that do are "
                   "charged their own profiled cost per token and context position)")

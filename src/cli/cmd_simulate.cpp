@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/simulate_cluster.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_codec.h"
 #include "loadgen/loadgen.h"
@@ -37,6 +38,7 @@ struct SimulateArgs {
   double host_exact_share = 0.1;
   std::string profile_path;
   std::string json_path;
+  ClusterArgs cluster;
 };
 
 int fail(const Error& error) {
@@ -130,6 +132,7 @@ std::string describe_capacities(const sim::SimConfig& cache) {
 int run_simulate(SimulateArgs args) {
   if (const Status resolved = resolve(args); !resolved.ok()) return fail(resolved.error());
   const sim::SimulationOptions& o = args.options;
+  if (!args.cluster.instances.empty()) return run_cluster_simulation(args.cluster, o, args.json_path);
   auto result = sim::run_simulation(o);
   if (!result.ok()) return fail(result.error());
 
@@ -226,6 +229,8 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--profile", args->profile_path, "Cost model JSON written by `mnemo profile` (default: the built-in costs)");
   cmd->add_option("--seed", o.seed, "Seed of the conversation order, arrivals and think times (0: file order)")->capture_default_str();
   cmd->add_option("--json", args->json_path, "Write the configuration, trace and per-policy results as JSON here");
+  args->cluster.mooncake_path = loadgen::default_mooncake_trace_path();
+  add_cluster_flags(cmd, args->cluster);
   cmd->callback([&run, args] { run = [args] { return run_simulate(*args); }; });
 }
 

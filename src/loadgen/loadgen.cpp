@@ -13,6 +13,10 @@ std::string default_dataset_path() {
   return (std::filesystem::path(MNEMO_SOURCE_DIR) / "data/sharegpt_en.jsonl").lexically_normal().string();
 }
 
+std::string default_mooncake_trace_path() {
+  return (std::filesystem::path(MNEMO_SOURCE_DIR) / "data/mooncake_conversation_trace.jsonl").lexically_normal().string();
+}
+
 Result<Loadgen> Loadgen::prepare(LoadgenOptions options) {
   Loadgen loadgen;
   MNEMO_ASSIGN_OR_RETURN(loadgen.endpoint_, parse_server_url(options.url));

@@ -43,6 +43,8 @@ struct LoadgenOptions {
 
 // Where the data set lives by default: data/sharegpt_en.jsonl in the repository.
 std::string default_dataset_path();
+// The Mooncake production trace in the repository (data/).
+std::string default_mooncake_trace_path();
 
 struct RunOutcome {
   double rate = 0.0;

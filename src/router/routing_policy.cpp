@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include <xxhash.h>
 
@@ -11,7 +12,8 @@ Result<Policy> parse_policy(std::string_view name) {
   if (name == "round-robin") return Policy::kRoundRobin;
   if (name == "session") return Policy::kSession;
   if (name == "cache-aware") return Policy::kCacheAware;
-  return make_error("unknown routing policy '{}' (round-robin, session, cache-aware)", name);
+  if (name == "least-loaded") return Policy::kLeastLoaded;
+  return make_error("unknown routing policy '{}' (round-robin, session, cache-aware, least-loaded)", name);
 }
 
 std::string_view policy_name(Policy policy) {
@@ -20,6 +22,8 @@ std::string_view policy_name(Policy policy) {
       return "round-robin";
     case Policy::kSession:
       return "session";
+    case Policy::kLeastLoaded:
+      return "least-loaded";
     case Policy::kCacheAware:
       break;
   }
@@ -69,6 +73,13 @@ std::optional<size_t> RoutingPolicy::transfer_source(const std::vector<Candidate
   return best;
 }
 
+size_t least_loaded(const std::vector<Candidate>& candidates) {
+  const auto best = std::min_element(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.in_flight, a.queued_tokens, a.routed) < std::tie(b.in_flight, b.queued_tokens, b.routed);
+  });
+  return static_cast<size_t>(best - candidates.begin());
+}
+
 size_t rendezvous(const std::vector<Candidate>& candidates, std::string_view session_key) {
   // Rendezvous hashing: a conversation keeps its instance while that instance lives, and only
   // the conversations of an instance that leaves move.
@@ -95,6 +106,9 @@ std::optional<Decision> RoutingPolicy::choose(const std::vector<Candidate>& cand
       break;
     case Policy::kSession:
       d.index = rendezvous(candidates, session_key);
+      break;
+    case Policy::kLeastLoaded:
+      d.index = least_loaded(candidates);
       break;
     case Policy::kCacheAware: {
       double best = 0;

@@ -1,5 +1,6 @@
-// Where a request goes (SPEC M6, M7): round-robin, session affinity, or cache-aware, which picks
-// argmin over instances of (queued work + exec(prompt, cached prefix)). Pure: the router gathers
+// Where a request goes (SPEC M6, M7): round-robin, session affinity, least-loaded (fewest
+// requests in flight, then fewest queued tokens), or cache-aware, which picks argmin over
+// instances of (queued work + exec(prompt, cached prefix)). Pure: the router gathers
 // the candidates' loads and prompt-tree matches, this decides. Device-free and unit-tested.
 #pragma once
 
@@ -15,8 +16,8 @@
 
 namespace mnemo::router {
 
-enum class Policy { kRoundRobin, kSession, kCacheAware };
-Result<Policy> parse_policy(std::string_view name);  // "round-robin", "session", "cache-aware"
+enum class Policy { kRoundRobin, kSession, kCacheAware, kLeastLoaded };
+Result<Policy> parse_policy(std::string_view name);  // "round-robin", "session", "cache-aware", "least-loaded"
 std::string_view policy_name(Policy policy);
 
 // The router's own counts drive the queue term: they are exact for its own traffic, while what an
@@ -98,6 +99,9 @@ struct RoutePlan {
 // instance by rendezvous hash, whatever the policy.
 RoutePlan plan_route(RoutingPolicy& policy, const std::vector<Candidate>& candidates, int64_t prompt_tokens,
                      std::string_view session_key, bool may_push, std::string_view pinned_session = {});
+// The candidate with the fewest requests in flight, then queued tokens, then routed so far, then
+// the first (candidates non-empty).
+size_t least_loaded(const std::vector<Candidate>& candidates);
 // The candidate a session key maps to by rendezvous hashing (candidates non-empty).
 size_t rendezvous(const std::vector<Candidate>& candidates, std::string_view session_key);
 

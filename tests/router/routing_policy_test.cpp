@@ -35,6 +35,22 @@ TEST(RoutingPolicy, RoundRobinCyclesThroughTheCandidates) {
   EXPECT_FALSE(p.choose({}, 100, "").has_value());
 }
 
+TEST(RoutingPolicy, LeastLoadedTakesFewestInFlightThenQueuedThenRouted) {
+  RoutingPolicy p(Policy::kLeastLoaded, {});
+  auto c = three();
+  c[0].in_flight = 2;
+  c[1].in_flight = 1;
+  c[2].in_flight = 1;
+  c[1].queued_tokens = 50;
+  c[2].matched_tokens = 100;  // a cached prefix does not count
+  EXPECT_EQ(p.choose(c, 100, "")->index, 2u);
+  c[2].queued_tokens = 50;
+  c[2].routed = 3;
+  EXPECT_EQ(p.choose(c, 100, "")->index, 1u);
+  EXPECT_EQ(parse_policy("least-loaded").value(), Policy::kLeastLoaded);
+  EXPECT_EQ(policy_name(Policy::kLeastLoaded), "least-loaded");
+}
+
 TEST(RoutingPolicy, SessionKeepsAConversationOnOneInstanceAndMovesOnlyTheLeaversConversations) {
   RoutingPolicy p(Policy::kSession, {});
   std::map<std::string, std::string> home;
