@@ -18,7 +18,7 @@
 #
 #   bench/run_multiturn.sh [OUT_DIR]          (default bench/results/multiturn-DATE)
 #
-# Knobs (environment): DATA (a ShareGPT-format file; default: loadgen's, the English set), RATES, DURATION, DRAIN, MAX_CONTEXT, MAX_OUTPUT, THINK, KV_TOKENS, HOST_TOKENS, DISK_BYTES, SLOTS,
+# Knobs (environment): DATA (a ShareGPT-format file; default: loadgen's, the English set), RATES, DURATION, DRAIN, MAX_CONTEXT, MAX_OUTPUT, THINK, KV_TOKENS, HOST_TOKENS, DISK_BYTES, COMPACT_TOKENS, SLOTS,
 # THREADS, SLO_TTFT, SLO_TPOT, STOP_AFTER, SYSTEMS, SEED, NICE, MODEL, MNEMO_BIN, LLAMA_SERVER,
 # FIRST_POINT (to rerun the later rates of an earlier sweep on the same conversations).
 # Needs a release build (scripts/setup.sh), llama.cpp (bench/build_llama_cpp.sh), the project
@@ -44,6 +44,7 @@ STOP_AFTER=${STOP_AFTER:-1}          # stop a system's sweep after this many rat
 SYSTEMS=${SYSTEMS:-mnemo mnemo-stateless llama-server}
 HOST_TOKENS=${HOST_TOKENS:-}         # Mnemo's --host-swap-tokens (empty: serve's default)
 DISK_BYTES=${DISK_BYTES:-}           # Mnemo's --disk-cache-bytes (empty: serve's default)
+COMPACT_TOKENS=${COMPACT_TOKENS:-}   # Mnemo's --host-compact-tokens (empty: serve's default)
 SEED=${SEED:-1}
 DATA=${DATA:-}                       # empty: loadgen's default data set
 FIRST_POINT=${FIRST_POINT:-0}        # rate i of RATES replays conversations from (FIRST_POINT + i) x 100
@@ -85,6 +86,7 @@ start_system() {  # NAME PORT
       [ "$1" = mnemo-f16 ] && extra=(--kv-types f16)
       [ -n "$HOST_TOKENS" ] && extra+=(--host-swap-tokens "$HOST_TOKENS")
       [ -n "$DISK_BYTES" ] && extra+=(--disk-cache-bytes "$DISK_BYTES")
+      [ -n "$COMPACT_TOKENS" ] && extra+=(--host-compact-tokens "$COMPACT_TOKENS")
       nice -n "$NICE" "$MNEMO_BIN" serve -m "$MODEL" --host 127.0.0.1 --port "$2" -t "$THREADS" --kv-tokens "$KV_TOKENS" \
         --max-running "$SLOTS" --state-dir "$OUT/state-$1" "${extra[@]}" >> "$log" 2>&1 &
       ;;
@@ -107,7 +109,7 @@ start_system() {  # NAME PORT
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores visible"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "settings: rates $RATES, conversations arriving for $DURATION s per rate (drain $DRAIN s), max context $MAX_CONTEXT, max output $MAX_OUTPUT," \
-       "think time $THINK s, KV $KV_TOKENS tokens (host ${HOST_TOKENS:-default}, disk ${DISK_BYTES:-default}), $SLOTS slots, $THREADS threads, nice $NICE," \
+       "think time $THINK s, KV $KV_TOKENS tokens (host ${HOST_TOKENS:-default}, compact ${COMPACT_TOKENS:-default}, disk ${DISK_BYTES:-default}), $SLOTS slots, $THREADS threads, nice $NICE," \
        "SLO p90 TTFT $SLO_TTFT s, p90 TPOT $SLO_TPOT s, data ${DATA:-the default (English)}"
 } | tee -a "$OUT/machine.txt"
 
