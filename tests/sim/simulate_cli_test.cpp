@@ -22,7 +22,7 @@ TEST(SimulateCli, PrintsTheTableAndWritesJson) {
   const auto r = run_mnemo("simulate --estimate-tokens -n 60 --rate 0.2 --think-mean 60 --device-bytes 16M --host-bytes 48M "
                            "--seed 3 --json " + json_path);
   ASSERT_EQ(r.status, 0) << r.output;
-  for (const char* name : {"pensieve", "lru", "tail-first", "mnemo", "oracle", "live working set"}) {
+  for (const char* name : {"pensieve", "lru", "tail-first", "mnemo", "oracle", "slru", "arc", "live working set"}) {
     EXPECT_NE(r.output.find(name), std::string::npos) << name << "\n" << r.output;
   }
   std::ifstream in(json_path);
@@ -35,7 +35,7 @@ TEST(SimulateCli, PrintsTheTableAndWritesJson) {
   EXPECT_EQ(j["config"]["sliding_window"], 512);  // the default model's geometry
   EXPECT_EQ(j["config"]["global_layers"], 3);
   EXPECT_EQ(j["trace"]["conversations"], 60);
-  ASSERT_EQ(j["policies"].size(), 5u);
+  ASSERT_EQ(j["policies"].size(), 7u);
   for (const auto& p : j["policies"]) {
     EXPECT_EQ(p["hit_tokens"]["device"].get<int64_t>() + p["hit_tokens"]["host"].get<int64_t>() +
                   p["hit_tokens"]["disk"].get<int64_t>() + p["recomputed_tokens"].get<int64_t>(),
@@ -44,6 +44,30 @@ TEST(SimulateCli, PrintsTheTableAndWritesJson) {
       EXPECT_DOUBLE_EQ(p["recomputed_vs_lru"].get<double>(), 1.0);
     }
   }
+}
+
+// --instances: the cluster simulation of each count and routing policy on the Mooncake trace.
+TEST(SimulateCli, AClusterOfEachSizeUnderEachRoutingPolicy) {
+  const std::string json_path = (std::filesystem::temp_directory_path() / ("mnemo_cluster_" + std::to_string(getpid()) + ".json")).string();
+  const auto r = run_mnemo("simulate --estimate-tokens --sliding-window 0 --instances 2,8 --routing cache-aware,round-robin "
+                           "--max-requests 300 --json " + json_path);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("cluster: 300 requests"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cache policy mnemo"), std::string::npos) << r.output;
+  std::ifstream in(json_path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  std::filesystem::remove(json_path);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  ASSERT_EQ(j["outcomes"].size(), 4u);
+  EXPECT_EQ(j["outcomes"][0]["instances"], 2);
+  EXPECT_EQ(j["outcomes"][1]["routing"], "round-robin");
+  EXPECT_EQ(j["outcomes"][3]["instances"], 8);
+  for (const auto& o : j["outcomes"]) {
+    EXPECT_EQ(o["requests"], 300);
+    EXPECT_GT(o["ttft_s"]["mean"].get<double>(), 0.0);
+  }
+  EXPECT_NE(run_mnemo("simulate --estimate-tokens --instances 2 --mooncake-trace /nonexistent.jsonl").status, 0);
+  EXPECT_NE(run_mnemo("simulate --estimate-tokens --instances 2 --routing nearest").status, 0);
 }
 
 // A compressed host holds more chunks in the same bytes, less the share `serve` keeps in F16;
