@@ -286,6 +286,9 @@ class KvCache {
   // Room in the host pool, or (`exact`, a lossy host) in its exact pool.
   bool make_host_room(int32_t n, bool exact = false);
   bool make_compact_room(int32_t n);
+  // Whether a device victim whose only lower copy is a disk extent gets a host copy too: the host
+  // has a free block, or holds a chunk worth less whose copy can leave for free (then it leaves).
+  bool host_takes_instead_of_disk(const PrefixIndex::Chunk& c);
   bool make_disk_room(size_t bytes);
   void evict_device_copy(const PrefixIndex::Chunk& c);
   // A compact copy (`compact`: global layers, packed) into the compact host pool, which has room.

@@ -161,6 +161,14 @@ void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
     } else if (config_.disk) {
       write_to_disk(c, device_.block(c.device), /*compact=*/false, device_codec_);
     }
+  } else if (!c.has(Tier::kHost) && c.device_slot == kNoBlock && !compactable(c) && host_takes_instead_of_disk(c)) {
+    // Its lower copy is on disk only (written through): a host copy makes its return a copy from
+    // memory rather than a read, and keeps the host tier in use.
+    const BlockId host = (*host_alloc_.allocate(1))[0];
+    host_codec_.encode(device_.block(c.device), host_.block(host), layout().n_layers);
+    index_.set_host(c.node, host);
+    ++counters_.demoted_chunks;
+    counters_.bytes_device_to_host += static_cast<int64_t>(host_codec_.block_bytes());
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
   const bool last_copy = now_c.host == kNoBlock && now_c.disk == DiskCopy::kNone && now_c.device_slot == kNoBlock;
@@ -188,6 +196,20 @@ bool KvCache::make_host_room(int32_t n, bool exact) {
     evict_host_copy(*victim);
   }
   return true;
+}
+
+bool KvCache::host_takes_instead_of_disk(const PrefixIndex::Chunk& c) {
+  if (host_alloc_.n_free() > 0) return true;
+  // Only in place of a host copy that leaves for free (another copy stays) and is worth less.
+  const auto victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& h) {
+    return !h.host_compact && !in_exact_pool(h.host, false) && host_ref_count(h) == 1 &&
+           (h.device != kNoBlock || h.has(Tier::kDisk));
+  });
+  if (!victim) return false;
+  const double t = now();
+  if (!eviction_.leaves_before(eviction_.score(*victim, t), *victim, eviction_.score(c, t), c)) return false;
+  evict_host_copy(*victim);
+  return host_alloc_.n_free() > 0;
 }
 
 bool KvCache::make_compact_room(int32_t n) {

@@ -330,20 +330,25 @@ TEST_F(KvCacheTest, ChunksCascadeDeviceToHostToDiskAndComeBackIntact) {
   kv.end_background_work();
   EXPECT_EQ(kv.counters().disk_written_chunks, 2);
   EXPECT_EQ(kv.n_cached_blocks(Tier::kDisk), 2u);
-  // A new sequence needs the whole device: both chunks leave it for free (they are on disk).
+  // A new sequence needs the whole device: both chunks leave it, and the host, whose one block is
+  // free, takes a copy of the first; the second is worth more (the leading chunk goes first), so
+  // the first's host copy, which leaves for free (it is on disk), gives way to it.
   KvTable table;
   ASSERT_TRUE(kv.prepare_write(table, 0, 4));
   EXPECT_EQ(kv.n_cached_blocks(Tier::kDevice), 0u);
-  EXPECT_EQ(kv.counters().demoted_chunks, 0);  // no copy was needed
+  EXPECT_EQ(kv.n_cached_blocks(Tier::kHost), 1u);
+  EXPECT_EQ(kv.counters().demoted_chunks, 2);
+  EXPECT_EQ(kv.counters().evicted_host_copies, 1);
   EXPECT_EQ(kv.counters().dropped_chunks, 0);
   kv.release(table);
   const PrefixMatch m = kv.match_prefix(7, a, 2);
   ASSERT_EQ(m.table.size(), 2u);
-  EXPECT_EQ(m.disk_chunks, 2);
+  EXPECT_EQ(m.disk_chunks, 1);
+  EXPECT_EQ(m.host_chunks, 1);
   EXPECT_TRUE(m.recompute.empty());
   EXPECT_TRUE(holds_pattern(kv, m.table[0], 10));
   EXPECT_TRUE(holds_pattern(kv, m.table[1], 12));
-  EXPECT_EQ(kv.counters().bytes_disk_to_device, 2 * static_cast<int64_t>(tiny_layout().block_bytes()));
+  EXPECT_EQ(kv.counters().bytes_disk_to_device, static_cast<int64_t>(tiny_layout().block_bytes()));
 }
 
 TEST_F(KvCacheTest, WithoutLowerTiersTheLeastValuableChunksAreDroppedAndRecomputed) {
