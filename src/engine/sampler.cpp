@@ -7,6 +7,7 @@
 
 #include "kernels/nn/argmax.h"
 #include "kernels/nn/exp_weights.h"
+#include "util/mix64.h"
 
 namespace mnemo {
 namespace {
@@ -82,13 +83,6 @@ float max_logit(std::span<const TokenCandidate> candidates) {
   return max;
 }
 
-// The splitmix64 output function: a bijection whose outputs for consecutive inputs look independent.
-uint64_t mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 Status validate(const SamplingParams& params) {
@@ -116,9 +110,7 @@ Status validate(const SamplingParams& params) {
 
 double sampling_uniform(uint64_t seed, uint64_t step) {
   // Step `step` of a splitmix64 stream that starts at a point derived from the seed.
-  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
-  const uint64_t bits = mix64(mix64(seed) + (step + 1) * kGamma);
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+  return unit_interval(mix64(mix64(seed) + (step + 1) * kSplitMixGamma));
 }
 
 bool samples_argmax(const SamplingParams& params) {

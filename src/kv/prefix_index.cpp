@@ -3,17 +3,13 @@
 #include <algorithm>
 
 #include "util/check.h"
+#include "util/mix64.h"
 
 namespace mnemo {
 namespace {
 
-// SplitMix64 finaliser: cheap, well mixed; equal keys are confirmed by comparing tokens.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// SplitMix64's next output: cheap, well mixed; equal keys are confirmed by comparing tokens.
+uint64_t mix(uint64_t x) { return mix64(x + kSplitMixGamma); }
 
 }  // namespace
 

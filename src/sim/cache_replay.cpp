@@ -9,6 +9,7 @@
 
 #include "kv/kv_cache.h"
 #include "sim/simulated_instance.h"
+#include "util/mix64.h"
 
 namespace mnemo::sim {
 namespace {
@@ -151,11 +152,7 @@ class CacheReplay {
   // Whether turn t is its conversation's last and its client says so (SimConfig::end_signal_share).
   bool ends_explicitly(int32_t id, int32_t t) const {
     if (static_cast<size_t>(t) + 1 != trace_[static_cast<size_t>(id)].turns.size()) return false;
-    uint64_t h = static_cast<uint64_t>(id) + 0x9e3779b97f4a7c15ull;  // splitmix64 of the place
-    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-    h ^= h >> 31;
-    return static_cast<double>(h >> 11) * 0x1.0p-53 < config_.end_signal_share;
+    return unit_interval(mix64(static_cast<uint64_t>(id) + kSplitMixGamma)) < config_.end_signal_share;
   }
 
   const Trace& trace_;

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "util/mix64.h"
+
 namespace mnemo::sim {
 namespace {
 
@@ -15,10 +17,7 @@ constexpr int32_t kMooncakeBlockTokens = 512;
 constexpr uint64_t kReplyBlocks = uint64_t{1} << 63;  // reply blocks: never a prompt's
 
 TokenId token_of(uint64_t block, int64_t offset) {
-  uint64_t h = block * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(offset) + 1;
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-  return static_cast<TokenId>((h ^ (h >> 31)) & 0x3fffffff);
+  return static_cast<TokenId>(mix64(block * kSplitMixGamma + static_cast<uint64_t>(offset) + 1) & 0x3fffffff);
 }
 
 // One line of the Mooncake trace, checked.
