@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <nlohmann/json.hpp>
+#include "loadgen/mooncake_record.h"
 
 namespace mnemo::loadgen {
 
@@ -70,18 +70,11 @@ Result<std::vector<double>> mooncake_turn_gaps_from_text(std::string_view text, 
   std::string line;
   for (int line_number = 1; std::getline(lines, line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!object.is_object() || !object.contains("timestamp") || !object["timestamp"].is_number() ||
-        !object.contains("hash_ids") || !object["hash_ids"].is_array()) {
-      return make_error("{}:{}: expected {{\"timestamp\": ms, \"hash_ids\": [...]}}", name, line_number);
-    }
-    std::vector<int64_t> ids;
-    for (const auto& id : object["hash_ids"]) {
-      if (!id.is_number_integer()) return make_error("{}:{}: hash ids must be integers", name, line_number);
-      ids.push_back(id.get<int64_t>());
-    }
+    auto record = parse_mooncake_record(line);
+    if (!record.ok()) return record.error().with_context(fmt::format("{}:{}", name, line_number));
+    const std::vector<int64_t>& ids = record->hash_ids;
     const size_t index = start_ms.size();
-    start_ms.push_back(object["timestamp"].get<double>());
+    start_ms.push_back(record->timestamp_ms);
     const std::vector<uint64_t> keys = prefix_keys(ids);
 
     // The longest earlier request this one extends: a proper prefix of at least two blocks.

@@ -5,9 +5,9 @@
 #include <fstream>
 #include <random>
 
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "loadgen/mooncake_record.h"
 #include "util/mix64.h"
 
 namespace mnemo::sim {
@@ -22,16 +22,12 @@ TokenId token_of(uint64_t block, int64_t offset) {
 
 // One line of the Mooncake trace, checked.
 Result<ClusterRequest> mooncake_request(const std::string& line, const MooncakeOptions& o, size_t index) {
-  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("timestamp") || !j["timestamp"].is_number() || !j.contains("input_length") ||
-      !j["input_length"].is_number_integer() || !j.contains("output_length") || !j["output_length"].is_number_integer() ||
-      !j.contains("hash_ids") || !j["hash_ids"].is_array()) {
-    return make_error("not a request of the Mooncake trace (timestamp, input_length, output_length, hash_ids)");
-  }
-  const auto input = j["input_length"].get<int64_t>();
-  const auto output = j["output_length"].get<int64_t>();
-  const double timestamp_ms = j["timestamp"].get<double>();
-  const auto& ids = j["hash_ids"];
+  MNEMO_ASSIGN_OR_RETURN(const loadgen::MooncakeRecord record, loadgen::parse_mooncake_record(line));
+  if (!record.input_length || !record.output_length) return make_error("a request needs its input_length and output_length");
+  const int64_t input = *record.input_length;
+  const int64_t output = *record.output_length;
+  const double timestamp_ms = record.timestamp_ms;
+  const std::vector<int64_t>& ids = record.hash_ids;
   if (input < 1 || input > (int64_t{1} << 24) || output < 0 || output > (int64_t{1} << 24) || !(timestamp_ms >= 0)) {
     return make_error("lengths or timestamp out of range (input {}, output {}, timestamp {})", input, output, timestamp_ms);
   }
@@ -42,9 +38,9 @@ Result<ClusterRequest> mooncake_request(const std::string& line, const MooncakeO
   r.arrival_s = timestamp_ms / 1000.0;
   r.prompt_tokens = (input + o.scale - 1) / o.scale;
   r.reply_tokens = std::max<int64_t>(1, (output + o.scale / 2) / o.scale);
-  for (const auto& id : ids) {
-    if (!id.is_number_unsigned() || id.get<uint64_t>() >= (uint64_t{1} << 40)) return make_error("a hash id out of range");
-    r.blocks.push_back(id.get<uint64_t>());
+  for (const int64_t id : ids) {
+    if (id < 0 || id >= (int64_t{1} << 40)) return make_error("hash id {} out of range", id);
+    r.blocks.push_back(static_cast<uint64_t>(id));
   }
   const int32_t block_tokens = kMooncakeBlockTokens / o.scale;
   r.reply_apart = true;

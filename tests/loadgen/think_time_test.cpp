@@ -6,6 +6,7 @@
 #include <random>
 
 #include "loadgen/load_runner.h"
+#include "loadgen/mooncake_record.h"
 #include "loadgen/think_time.h"
 
 namespace mnemo::loadgen {
@@ -35,6 +36,21 @@ TEST(MooncakeGaps, MalformedLinesAreErrors) {
   ASSERT_FALSE(gaps.ok());
   EXPECT_NE(gaps.error().message().find("trace.jsonl:1:"), std::string::npos);
   EXPECT_FALSE(mooncake_turn_gaps("/nonexistent/trace.jsonl").ok());
+}
+
+TEST(MooncakeRecord, ReadsTheTimestampIdsAndLengthsWhereGiven) {
+  const auto full = parse_mooncake_record(R"({"timestamp": 1500, "input_length": 600, "output_length": 3, "hash_ids": [0, 7]})");
+  ASSERT_TRUE(full.ok()) << full.error().message();
+  EXPECT_DOUBLE_EQ(full->timestamp_ms, 1500);
+  EXPECT_EQ(full->hash_ids, (std::vector<int64_t>{0, 7}));
+  EXPECT_EQ(full->input_length, 600);
+  EXPECT_EQ(full->output_length, 3);
+  const auto bare = parse_mooncake_record(R"({"timestamp": 0, "hash_ids": []})");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_FALSE(bare->input_length.has_value());
+  EXPECT_FALSE(parse_mooncake_record(R"({"timestamp": 0, "hash_ids": [1.5]})").ok());
+  EXPECT_FALSE(parse_mooncake_record(R"({"timestamp": 0, "hash_ids": [], "input_length": "600"})").ok());
+  EXPECT_FALSE(parse_mooncake_record("[1]").ok());
 }
 
 TEST(ThinkTime, EmpiricalDrawsScaledGaps) {
