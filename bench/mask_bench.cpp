@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_grammars.h"
 #include "gguf/gguf_file.h"
 #include "grammar/output_constraint.h"
 #include "util/paths.h"
@@ -35,22 +36,12 @@ const Vocabulary& vocabulary(int which) {
 }
 
 std::shared_ptr<const CompiledSchema> schema() {
-  static auto compiled = std::make_shared<const CompiledSchema>(*compile_schema(nlohmann::json::parse(R"({"type":"object",
-      "properties":{"name":{"type":"string"},"code":{"type":"string","pattern":"^[A-Z]{3}-[0-9]+$"},"age":{"type":"integer"},
-      "pet":{"anyOf":[{"enum":["cat","dog"]},{"type":"null"}]}},"required":["name","code","age"]})")));
+  static auto compiled = std::make_shared<const CompiledSchema>(*compile_schema(nlohmann::json::parse(bench::kPersonSchema)));
   return compiled;
 }
 
 std::shared_ptr<const Gbnf> json_gbnf() {
-  static auto compiled = std::make_shared<const Gbnf>(*Gbnf::compile(R"g(
-root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null")
-object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
-array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ["\\/bfnrt] )* "\""
-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)?
-ws     ::= [ \t\n]*
-)g"));
+  static auto compiled = std::make_shared<const Gbnf>(*Gbnf::compile(bench::kJsonGbnf));
   return compiled;
 }
 
@@ -63,7 +54,7 @@ std::unique_ptr<OutputConstraint> constraint_after(const Vocabulary& v, const st
   if (kind == Kind::kGbnf || kind == Kind::kGbnfCold) {
     constraint = std::make_unique<OutputConstraint>(v.bytes, json_gbnf());
   } else if (kind == Kind::kRegex) {
-    constraint = std::make_unique<OutputConstraint>(v.bytes, std::make_shared<const Regex>(*Regex::compile("(yes|no): [a-z ]+\\.", true)));
+    constraint = std::make_unique<OutputConstraint>(v.bytes, std::make_shared<const Regex>(*Regex::compile(bench::kAnswerRegex, true)));
   } else {
     constraint = std::make_unique<OutputConstraint>(v.bytes, schema());
   }

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_grammars.h"
 #include "gguf/gguf_file.h"
 #include "grammar/output_constraint.h"
 #include "util/paths.h"
@@ -58,21 +59,11 @@ struct Case {
 // The grammars of bench/mask_bench.cpp, with a document for each.
 std::vector<Case> mask_bench_cases() {
   return {
-      {"mask_bench schema", Kind::kSchema, R"({"type":"object",
-      "properties":{"name":{"type":"string"},"code":{"type":"string","pattern":"^[A-Z]{3}-[0-9]+$"},"age":{"type":"integer"},
-      "pet":{"anyOf":[{"enum":["cat","dog"]},{"type":"null"}]}},"required":["name","code","age"]})",
+      {"mask_bench schema", Kind::kSchema, bench::kPersonSchema,
        R"({"name": "Ann Lee", "code": "ABC-123", "age": 42, "pet": "cat"})"},
-      {"mask_bench GBNF (JSON)", Kind::kGbnf, R"g(
-root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null")
-object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
-array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ["\\/bfnrt] )* "\""
-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)?
-ws     ::= [ \t\n]*
-)g",
+      {"mask_bench GBNF (JSON)", Kind::kGbnf, bench::kJsonGbnf,
        R"({"name": "Ann Lee", "tags": ["tea", "maps"], "age": 42, "ok": true, "pet": null, "height": 1.68, "home": {"city": "Oslo", "floor": -1}})"},
-      {"mask_bench regex", Kind::kRegex, R"((yes|no): [a-z ]+\.)", "yes: the sky is blue today."},
+      {"mask_bench regex", Kind::kRegex, bench::kAnswerRegex, "yes: the sky is blue today."},
   };
 }
 
