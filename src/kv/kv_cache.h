@@ -289,6 +289,12 @@ class KvCache {
   // Whether a device victim whose only lower copy is a disk extent gets a host copy too: the host
   // has a free block, or holds a chunk worth less whose copy can leave for free (then it leaves).
   bool host_takes_instead_of_disk(const PrefixIndex::Chunk& c);
+  // A whole copy of a device chunk into the host pool, which has a free block.
+  void demote_to_host(const PrefixIndex::Chunk& c);
+  // A whole host copy in the pool asked for (`exact`: a lossy host's exact blocks) that no one
+  // but the index holds; and whether another copy stays when it leaves.
+  bool evictable_host_copy(const PrefixIndex::Chunk& c, bool exact) const;
+  static bool copy_outside_host(const PrefixIndex::Chunk& c) { return c.device != kNoBlock || c.has(Tier::kDisk); }
   bool make_disk_room(size_t bytes);
   void evict_device_copy(const PrefixIndex::Chunk& c);
   // A compact copy (`compact`: global layers, packed) into the compact host pool, which has room.

@@ -148,27 +148,21 @@ void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
     compact_on_device(c);
     return;
   }
-  if (!c.has(Tier::kHost) && !c.has(Tier::kDisk) && c.disk != DiskCopy::kWriting && c.device_slot == kNoBlock) {
+  const bool copy_in_memory = c.has(Tier::kHost) || c.device_slot != kNoBlock;
+  const bool on_disk = c.has(Tier::kDisk) || c.disk == DiskCopy::kWriting;
+  if (!copy_in_memory && !on_disk) {
     if (compactable(c) && make_compact_room(1)) {
       pack_global_layers(device_.block(c.device), compact_buffer_.data(), device_codec_);
       demote_compact(c, compact_buffer_.data());
     } else if (make_host_room(1)) {
-      const BlockId host = (*host_alloc_.allocate(1))[0];
-      host_codec_.encode(device_.block(c.device), host_.block(host), layout().n_layers);
-      index_.set_host(c.node, host);
-      ++counters_.demoted_chunks;
-      counters_.bytes_device_to_host += static_cast<int64_t>(host_codec_.block_bytes());
+      demote_to_host(c);
     } else if (config_.disk) {
       write_to_disk(c, device_.block(c.device), /*compact=*/false, device_codec_);
     }
-  } else if (!c.has(Tier::kHost) && c.device_slot == kNoBlock && !compactable(c) && host_takes_instead_of_disk(c)) {
+  } else if (!copy_in_memory && !compactable(c) && host_takes_instead_of_disk(c)) {
     // Its lower copy is on disk only (written through): a host copy makes its return a copy from
     // memory rather than a read, and keeps the host tier in use.
-    const BlockId host = (*host_alloc_.allocate(1))[0];
-    host_codec_.encode(device_.block(c.device), host_.block(host), layout().n_layers);
-    index_.set_host(c.node, host);
-    ++counters_.demoted_chunks;
-    counters_.bytes_device_to_host += static_cast<int64_t>(host_codec_.block_bytes());
+    demote_to_host(c);
   }
   const PrefixIndex::Chunk now_c = index_.chunk(c.node);
   const bool last_copy = now_c.host == kNoBlock && now_c.disk == DiskCopy::kNone && now_c.device_slot == kNoBlock;
@@ -179,18 +173,25 @@ void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
   if (last_copy) note_dropped(c);
 }
 
+void KvCache::demote_to_host(const PrefixIndex::Chunk& c) {
+  const BlockId host = (*host_alloc_.allocate(1))[0];
+  host_codec_.encode(device_.block(c.device), host_.block(host), layout().n_layers);
+  index_.set_host(c.node, host);
+  ++counters_.demoted_chunks;
+  counters_.bytes_device_to_host += static_cast<int64_t>(host_codec_.block_bytes());
+}
+
+bool KvCache::evictable_host_copy(const PrefixIndex::Chunk& c, bool exact) const {
+  return !c.host_compact && in_exact_pool(c.host, false) == exact && host_ref_count(c) == 1;
+}
+
 bool KvCache::make_host_room(int32_t n, bool exact) {
   exact = exact && lossy_host_;  // an exact host is its own exact pool
   const BlockAllocator& pool = exact ? exact_alloc_ : host_alloc_;
   if (n > pool.n_blocks()) return false;
-  const auto evictable = [&](const PrefixIndex::Chunk& c) {
-    return !c.host_compact && in_exact_pool(c.host, false) == exact && host_ref_count(c) == 1;
-  };
+  const auto evictable = [&](const PrefixIndex::Chunk& c) { return evictable_host_copy(c, exact); };
   while (pool.n_free() < n) {
-    const auto free_copy = [&](const PrefixIndex::Chunk& c) {
-      return evictable(c) && (c.device != kNoBlock || c.has(Tier::kDisk));
-    };
-    auto victim = lowest_value(Tier::kHost, free_copy);
+    auto victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) { return evictable(c) && copy_outside_host(c); });
     if (!victim) victim = lowest_value(Tier::kHost, evictable);
     if (!victim) return false;
     evict_host_copy(*victim);
@@ -202,8 +203,7 @@ bool KvCache::host_takes_instead_of_disk(const PrefixIndex::Chunk& c) {
   if (host_alloc_.n_free() > 0) return true;
   // Only in place of a host copy that leaves for free (another copy stays) and is worth less.
   const auto victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& h) {
-    return !h.host_compact && !in_exact_pool(h.host, false) && host_ref_count(h) == 1 &&
-           (h.device != kNoBlock || h.has(Tier::kDisk));
+    return evictable_host_copy(h, /*exact=*/false) && copy_outside_host(h);
   });
   if (!victim) return false;
   const double t = now();
