@@ -93,7 +93,7 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
                                             "cached prefix), session (a conversation stays on one instance), "
                                             "least-loaded (fewest requests in flight), round-robin")
       ->capture_default_str()
-      ->check(CLI::IsMember({"cache-aware", "session", "least-loaded", "round-robin"}));
+      ->check(CLI::IsMember(router::policy_names()));
   cmd->add_option("--prefill-tokens-per-second", args->config.cost.prefill_tokens_per_second,
                   "Cost model: the prompt throughput of instances that publish no `mnemo profile` (those that do are "
                   "charged their own profiled cost per token and context position)")

@@ -31,7 +31,7 @@ void add_cluster_flags(CLI::App* cmd, ClusterArgs& args) {
   cmd->add_option("--routing", args.routing, "With --instances: the routing policies to compare")
       ->capture_default_str()
       ->delimiter(',')
-      ->check(CLI::IsMember({"cache-aware", "session", "least-loaded", "round-robin"}));
+      ->check(CLI::IsMember(router::policy_names()));
   cmd->add_option("--cache-policy", args.cache_policy, "With --instances: every instance's cache policy")
       ->capture_default_str()
       ->check(CLI::IsMember({"mnemo", "lru", "pensieve"}));

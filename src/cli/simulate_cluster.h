@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "router/routing_policy.h"
 #include "sim/cluster_trace.h"
 #include "sim/simulation.h"
 
@@ -16,7 +17,7 @@ namespace mnemo::cli {
 
 struct ClusterArgs {
   std::vector<int32_t> instances;  // none: not a cluster simulation
-  std::vector<std::string> routing = {"cache-aware", "session", "least-loaded", "round-robin"};
+  std::vector<std::string> routing = router::policy_names();
   std::string cache_policy = "mnemo";
   std::string workload = "mooncake";
   std::string mooncake_path;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <tuple>
 
+#include <fmt/ranges.h>
 #include <xxhash.h>
 
 namespace mnemo::router {
@@ -13,7 +14,12 @@ Result<Policy> parse_policy(std::string_view name) {
   if (name == "session") return Policy::kSession;
   if (name == "cache-aware") return Policy::kCacheAware;
   if (name == "least-loaded") return Policy::kLeastLoaded;
-  return make_error("unknown routing policy '{}' (round-robin, session, cache-aware, least-loaded)", name);
+  return make_error("unknown routing policy '{}' ({})", name, fmt::join(policy_names(), ", "));
+}
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names = {"cache-aware", "session", "least-loaded", "round-robin"};
+  return names;
 }
 
 std::string_view policy_name(Policy policy) {

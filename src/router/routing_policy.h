@@ -19,6 +19,8 @@ namespace mnemo::router {
 enum class Policy { kRoundRobin, kSession, kCacheAware, kLeastLoaded };
 Result<Policy> parse_policy(std::string_view name);  // "round-robin", "session", "cache-aware", "least-loaded"
 std::string_view policy_name(Policy policy);
+// Every policy's name, cache-aware first (the router's default).
+const std::vector<std::string>& policy_names();
 
 // The router's own counts drive the queue term: they are exact for its own traffic, while what an
 // instance publishes lags by up to a keep-alive period (a request that just finished would still
