@@ -92,8 +92,8 @@ class DiskTier {
   void remove(uint64_t key);
   // Blocks until every queued write and removal is done (tests, shutdown).
   void flush();
-  // From now on each write() returns once the extent is durable and its completion taken-ready:
-  // for simulations, whose replays must not depend on when the writer thread runs.
+  // From now on each write() returns once the extent is durable and its completion is ready for
+  // take_completed(): for simulations, whose replays must not depend on when the writer thread runs.
   void wait_for_each_write() { each_write_waits_ = true; }
 
   size_t extent_bytes(size_t n_tokens, bool compact = false) const;  // header and payload of one extent

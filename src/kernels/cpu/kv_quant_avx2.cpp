@@ -15,7 +15,6 @@ using simd::float_to_half;
 using simd::half_to_float;
 using simd::load_f16x8;
 
-
 void store_f16x8(uint16_t* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
