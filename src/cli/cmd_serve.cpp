@@ -531,6 +531,11 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "which conversations return), pensieve (recompute cost / idle time), lru")
       ->capture_default_str()
       ->check(CLI::IsMember({"mnemo", "pensieve", "lru"}));
+  cmd->add_option("--max-cache-ttl", args->server.max_cache_ttl_seconds,
+                  "Longest keep-alive a request's cache_control {\"type\": \"ephemeral\", \"ttl\": ...} may ask for, "
+                  "in seconds (0: refuse keep-alives)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 365.0 * 86400));
   cmd->add_option("--swap-out-threshold", args->engine.swap_out_threshold,
                   "Copy cached KV to host ahead of need while free device blocks are below this share")
       ->capture_default_str()

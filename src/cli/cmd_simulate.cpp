@@ -118,6 +118,10 @@ std::string describe_capacities(const sim::SimConfig& cache) {
   out += fmt::format("; KV {}", cache.kv_types);
   if (cache.host_exact_share > 0) out += fmt::format(" ({:.0f}% of the host in f16, empty here)", 100.0 * cache.host_exact_share);
   if (cache.end_signal_share > 0) out += fmt::format("; {:.0f}% of conversations ended by their client", 100.0 * cache.end_signal_share);
+  if (cache.keep_alive_share > 0) {
+    out += fmt::format("; {:.0f}% kept alive by their client for {:g} s after each turn but the last",
+                       100.0 * cache.keep_alive_share, cache.keep_alive_ttl_s);
+  }
   out += ";";
   const auto chunks = cache.capacity_chunks();
   for (const sim::Tier t : sim::kTiers) {
@@ -219,6 +223,14 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
                   "which the mnemo policy ranks to leave first")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--keep-alive-signal", o.cache.keep_alive_share,
+                  "The share of conversations whose client asks to keep them for --keep-alive-ttl after each turn but "
+                  "the last (cache_control ephemeral with a ttl), which every policy but tail-first and the oracle honours")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--keep-alive-ttl", o.cache.keep_alive_ttl_s, "The ttl of those keep-alives, seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 365.0 * 86400));
   cmd->add_option("--policies", o.policies,
                   "Policies to compare, each replayed through serve's own cache: pensieve, lru, mnemo (serve's "
                   "--cache-policy), tail-first (a radix cache's order, no reuse past a gap), oracle (Belady), slru and arc "

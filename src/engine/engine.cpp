@@ -573,6 +573,9 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
     if (state.request.end_conversation && config_.prefix_caching) {
       kv_.end_conversation(state.request.cache_namespace, seq.tokens);
     }
+    if (state.request.cache_ttl_seconds > 0 && config_.prefix_caching) {
+      kv_.pin_conversation(state.request.cache_namespace, seq.tokens, state.request.cache_ttl_seconds);
+    }
   }
   kv_.release(seq.kv);
   seq.state = SequenceState::kFinished;

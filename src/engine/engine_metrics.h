@@ -55,6 +55,8 @@ struct MetricsSnapshot {
   uint64_t cache_dropped_chunks = 0;
   uint64_t cache_forgotten_chunks = 0;
   uint64_t cache_ended_chunks = 0;
+  uint64_t cache_pinned_chunks = 0;      // pins set or extended (cache_control ttl)
+  uint64_t cache_pinned_chunks_now = 0;  // chunks pinned at the moment
   uint64_t cache_exported_chunks = 0;  // sent to other instances
   uint64_t cache_imported_chunks = 0;  // received from other instances
   uint64_t cache_disk_written_chunks = 0;

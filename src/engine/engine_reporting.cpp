@@ -34,6 +34,8 @@ void Engine::publish_cache_metrics() {
     m.cache_dropped_chunks = static_cast<uint64_t>(c.dropped_chunks);
     m.cache_forgotten_chunks = static_cast<uint64_t>(c.forgotten_chunks);
     m.cache_ended_chunks = static_cast<uint64_t>(c.ended_chunks);
+    m.cache_pinned_chunks = static_cast<uint64_t>(c.pinned_chunks);
+    m.cache_pinned_chunks_now = static_cast<uint64_t>(kv_.n_pinned_chunks());
     m.cache_exported_chunks = static_cast<uint64_t>(c.exported_chunks);
     m.cache_imported_chunks = static_cast<uint64_t>(c.imported_chunks);
     m.cache_disk_written_chunks = static_cast<uint64_t>(c.disk_written_chunks);

@@ -61,6 +61,10 @@ struct GenerationRequest {
   // The client's end of its conversation (cache_control {"type": "end"}): once the request has
   // finished, the chunks it cached are ranked to leave first (KvCache::end_conversation).
   bool end_conversation = false;
+  // The client's keep-alive (cache_control {"type": "ephemeral", "ttl": ...}): once the request
+  // has finished, its conversation's chunks are pinned for this long (KvCache::pin_conversation);
+  // 0: no pin.
+  double cache_ttl_seconds = 0;
   // Failover (SPEC D7): the tokens this request already generated on an instance that failed,
   // all of them streamed to its client (n = 1 only). They follow the prompt (their KV found in
   // the cache where a replica put it, else computed), count towards max_tokens, and sampling

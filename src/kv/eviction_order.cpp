@@ -31,6 +31,7 @@ double EvictionOrder::conversation_bytes_per_chunk(int32_t end_chunks) const {
 }
 
 double EvictionOrder::score(const PrefixIndex::Chunk& c, double now) const {
+  if (pinned(c)) return std::numeric_limits<double>::infinity();
   switch (policy_) {
     case RetentionPolicy::kLru:
     case RetentionPolicy::kTailFirst:
@@ -64,7 +65,19 @@ bool EvictionOrder::leaves_before(double s, const PrefixIndex::Chunk& c, double 
   return PrefixIndex::slot_of(c.node) < PrefixIndex::slot_of(other.node);
 }
 
+bool EvictionOrder::pinned_leaves_before(const PrefixIndex::Chunk& c, const PrefixIndex::Chunk& other) {
+  if (c.last_use != other.last_use) return c.last_use < other.last_use;
+  if (c.position != other.position) return c.position < other.position;
+  return PrefixIndex::slot_of(c.node) < PrefixIndex::slot_of(other.node);
+}
+
 PrefixIndex::RankClass EvictionOrder::rank_class() const {
+  PrefixIndex::RankClass unpinned = unpinned_rank_class();
+  if (!honours_pins()) return unpinned;
+  return [unpinned = std::move(unpinned)](const PrefixIndex::RankFacts& f) { return f.pinned ? kPinnedClass : unpinned(f); };
+}
+
+PrefixIndex::RankClass EvictionOrder::unpinned_rank_class() const {
   switch (policy_) {
     case RetentionPolicy::kLru:
     case RetentionPolicy::kOracle:  // not ranked (rank()); one class if it were
@@ -106,19 +119,27 @@ std::optional<PrefixIndex::Chunk> EvictionOrder::lowest(const PrefixIndex& index
                                                         const std::function<bool(const PrefixIndex::Chunk&)>& eligible,
                                                         double now) const {
   if (index.ranked_for() != this) return lowest_by_scan(index, kind, eligible, now);
+  // The pinned class comes last (kPinnedClass); its oldest eligible chunk leaves only when no
+  // other chunk can.
+  std::optional<PrefixIndex::Chunk> oldest_pinned;
   if (segmented()) {
     std::optional<PrefixIndex::Chunk> oldest[2];
     index.visit_oldest_per_class(kind, [&](const PrefixIndex::Chunk& c) {
       if (!eligible(c)) return false;
-      oldest[c.reused ? 1 : 0] = c;
+      (pinned(c) ? oldest_pinned : oldest[c.reused ? 1 : 0]) = c;
       return true;
     });
-    return pick_segment(oldest[0], oldest[1], index.class_size(kind, 0), index.class_size(kind, 1));
+    const auto unpinned = pick_segment(oldest[0], oldest[1], index.class_size(kind, 0), index.class_size(kind, 1));
+    return unpinned ? unpinned : oldest_pinned;
   }
   std::optional<PrefixIndex::Chunk> best;
   double best_score = 0;
   index.visit_oldest_per_class(kind, [&](const PrefixIndex::Chunk& c) {
     if (!eligible(c)) return false;
+    if (pinned(c)) {
+      oldest_pinned = c;
+      return true;
+    }
     const double s = score(c, now);
     if (!best || leaves_before(s, c, best_score, *best)) {
       best = c;
@@ -126,7 +147,7 @@ std::optional<PrefixIndex::Chunk> EvictionOrder::lowest(const PrefixIndex& index
     }
     return true;
   });
-  return best;
+  return best ? best : oldest_pinned;
 }
 
 std::optional<PrefixIndex::Chunk> EvictionOrder::lowest_by_scan(
@@ -136,7 +157,12 @@ std::optional<PrefixIndex::Chunk> EvictionOrder::lowest_by_scan(
   double best_score = 0;
   std::optional<PrefixIndex::Chunk> oldest[2];
   size_t counts[2] = {0, 0};
+  std::optional<PrefixIndex::Chunk> oldest_pinned;
   const auto visit = [&](const PrefixIndex::Chunk& c) {
+    if (pinned(c)) {
+      if (eligible(c) && (!oldest_pinned || pinned_leaves_before(c, *oldest_pinned))) oldest_pinned = c;
+      return;
+    }
     if (segmented()) {
       ++counts[c.reused ? 1 : 0];
       std::optional<PrefixIndex::Chunk>& o = oldest[c.reused ? 1 : 0];
@@ -155,8 +181,8 @@ std::optional<PrefixIndex::Chunk> EvictionOrder::lowest_by_scan(
   } else {
     index.for_each_in(static_cast<Tier>(kind), visit);
   }
-  if (segmented()) return pick_segment(oldest[0], oldest[1], counts[0], counts[1]);
-  return best;
+  const auto unpinned = segmented() ? pick_segment(oldest[0], oldest[1], counts[0], counts[1]) : best;
+  return unpinned ? unpinned : oldest_pinned;
 }
 
 void EvictionOrder::observe_insert(int32_t end_chunks, int32_t chunks, double now) {

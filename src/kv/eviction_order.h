@@ -54,11 +54,18 @@ class EvictionOrder {
   bool honours_end() const { return policy_ == RetentionPolicy::kMnemo; }
   // The rank class of ended chunks (below every other).
   static constexpr int32_t kEndedClass = std::numeric_limits<int32_t>::min();
+  // Whether a client's pin (PrefixIndex::pin: a request's cache_control ttl) keeps its chunks
+  // until every unpinned one of a tier has gone: every policy's but the oracle's (which knows
+  // the future) and tail-first's (radix caches' LRU, as published). A pin is soft: pinned
+  // chunks still leave, oldest first, when nothing else can.
+  bool honours_pins() const { return policy_ != RetentionPolicy::kOracle && policy_ != RetentionPolicy::kTailFirst; }
+  // The rank class of pinned chunks (above every other).
+  static constexpr int32_t kPinnedClass = std::numeric_limits<int32_t>::max();
   // SPEC P5: the cached chunks after a missing one are reused (the missing one is recomputed).
   // Tail-first reuses only the prefix up to the first missing chunk.
   bool reuses_after_gap() const { return policy_ != RetentionPolicy::kTailFirst; }
   // The retention value of a cached chunk, or any number in the same order: the lowest leaves
-  // first. The same for each copy, and for each chunk of a conversation: which of them goes
+  // first (+infinity for a pinned chunk). The same for each copy, and for each chunk of a conversation: which of them goes
   // first is the tie-break's (the leading one), since a sliding-window model's compact history
   // is only usable with the whole chunks after it.
   double score(const PrefixIndex::Chunk& c, double now) const;
@@ -112,6 +119,12 @@ class EvictionOrder {
   ChunkFacts facts_of(const PrefixIndex::Chunk& c) const;
   void adapt_arc_target(const std::vector<PrefixIndex::Chunk>& chain);
   bool segmented() const { return policy_ == RetentionPolicy::kSlru || policy_ == RetentionPolicy::kArc; }
+  bool pinned(const PrefixIndex::Chunk& c) const { return c.pinned && honours_pins(); }
+  // The class of an unpinned chunk under this policy.
+  PrefixIndex::RankClass unpinned_rank_class() const;
+  // Of two pinned chunks, whether `c` leaves first: the order of their rank class (oldest, then
+  // leading, then the lower slot).
+  static bool pinned_leaves_before(const PrefixIndex::Chunk& c, const PrefixIndex::Chunk& other);
   // SLRU/ARC: of the oldest eligible once-used and reused chunks, the one that leaves, given how
   // many copies of this kind each group has.
   std::optional<PrefixIndex::Chunk> pick_segment(const std::optional<PrefixIndex::Chunk>& recent,

@@ -172,6 +172,13 @@ class KvCache {
   // to leave before every other chunk by a policy that honours the end (EvictionOrder), until a
   // request uses them again. Returns the chunks marked.
   int32_t end_conversation(uint64_t ns, std::span<const TokenId> tokens);
+  // The client says it will come back to the conversation along `tokens` within `ttl_seconds` (a
+  // request's cache_control ttl): every chunk of the indexed path, shared ones included, is kept
+  // until then ahead of every unpinned chunk by a policy that honours pins (EvictionOrder);
+  // a soft pin, so pinned chunks still leave, oldest first, once nothing else can. A later
+  // request's ttl extends the pin; an end lifts it. Returns the chunks pinned.
+  int32_t pin_conversation(uint64_t ns, std::span<const TokenId> tokens, double ttl_seconds);
+  size_t n_pinned_chunks() const { return index_.n_pinned(); }
   // --- Transfer between instances (SPEC M1/M2: transfer, transfer_with_insert) ---
   // Chunks [first_chunk, first_chunk + chunks) of a prefix; earlier chunks are named by the key
   // of the last of them (PrefixIndex::chunk_key), so a receiver that already holds them (an
@@ -250,6 +257,7 @@ class KvCache {
     int64_t dropped_chunks = 0;      // chunks whose last copy went
     int64_t forgotten_chunks = 0;    // chunks deleted with their conversation
     int64_t ended_chunks = 0;        // chunks whose conversation its client ended
+    int64_t pinned_chunks = 0;       // chunks pinned (or their pin extended) by a client's ttl
     int64_t exported_chunks = 0;     // chunks sent to another instance
     int64_t imported_chunks = 0;     // chunks received from another instance
     int64_t bytes_device_to_host = 0;

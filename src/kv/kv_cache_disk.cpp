@@ -10,6 +10,7 @@
 namespace mnemo {
 
 bool KvCache::make_disk_room(size_t bytes) {
+  index_.expire_pins(now());
   DiskTier& disk = *config_.disk;
   if (static_cast<int64_t>(bytes) > disk.capacity_bytes()) return false;
   while (disk.used_bytes() + static_cast<int64_t>(bytes) > disk.capacity_bytes()) {

@@ -279,4 +279,13 @@ int32_t KvCache::end_conversation(uint64_t ns, std::span<const TokenId> tokens) 
   return static_cast<int32_t>(own.size());
 }
 
+int32_t KvCache::pin_conversation(uint64_t ns, std::span<const TokenId> tokens, double ttl_seconds) {
+  if (ttl_seconds <= 0) return 0;
+  const std::vector<PrefixIndex::NodeId> path = index_.path(ns, tokens);
+  const double until = now() + ttl_seconds;
+  for (const PrefixIndex::NodeId node : path) index_.pin(node, until);
+  counters_.pinned_chunks += static_cast<int64_t>(path.size());
+  return static_cast<int32_t>(path.size());
+}
+
 }  // namespace mnemo

@@ -40,6 +40,7 @@ std::optional<KvCache::DeviceVictim> KvCache::next_device_victim() const {
 }
 
 bool KvCache::make_room(int32_t n) {
+  index_.expire_pins(now());
   while (device_alloc_.n_free() < n) {
     const auto victim = next_device_victim();
     if (!victim) return false;
@@ -186,6 +187,7 @@ bool KvCache::evictable_host_copy(const PrefixIndex::Chunk& c, bool exact) const
 }
 
 bool KvCache::make_host_room(int32_t n, bool exact) {
+  index_.expire_pins(now());
   exact = exact && lossy_host_;  // an exact host is its own exact pool
   const BlockAllocator& pool = exact ? exact_alloc_ : host_alloc_;
   if (n > pool.n_blocks()) return false;
@@ -213,6 +215,7 @@ bool KvCache::host_takes_instead_of_disk(const PrefixIndex::Chunk& c) {
 }
 
 bool KvCache::make_compact_room(int32_t n) {
+  index_.expire_pins(now());
   if (n > compact_alloc_.n_blocks()) return false;
   while (compact_alloc_.n_free() < n) {
     const auto victim = lowest_value(Tier::kHost, [&](const PrefixIndex::Chunk& c) {

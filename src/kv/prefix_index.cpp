@@ -36,7 +36,8 @@ PrefixIndex::Chunk PrefixIndex::to_chunk(NodeId id) const {
   const Node& n = at(id);
   const uint64_t parent_key = n.parent == kRoot ? 0 : at(n.parent).key;
   return Chunk{id,           n.position, n.device,   n.host,     n.disk,       n.host_compact, n.disk_compact,
-               n.key,        parent_key, n.last_use, n.end_chunks, n.device_slot, n.ended,       n.reused};
+               n.key,        parent_key, n.last_use, n.end_chunks, n.device_slot, n.ended,       n.reused,
+               n.pinned,     n.pinned_until};
 }
 
 std::vector<PrefixIndex::Chunk> PrefixIndex::match(uint64_t ns, std::span<const TokenId> tokens, int32_t max_chunks,
@@ -385,7 +386,42 @@ void PrefixIndex::set_ended(NodeId node) {
   if (n.ended) return;
   tally(n, -1);
   n.ended = true;
+  n.pinned = false;  // its client's last word: the conversation is over
+  n.pinned_until = 0;
   tally(n, +1);
+}
+
+void PrefixIndex::pin(NodeId node, double until) {
+  Node& n = at(node);
+  if (until <= n.pinned_until) return;
+  tally(n, -1);
+  n.pinned = true;
+  n.pinned_until = until;
+  tally(n, +1);
+  pin_queue_.push({until, node});
+  // Each extension leaves a stale entry behind: rebuild from the pinned nodes before those
+  // outnumber the live ones.
+  if (pin_queue_.size() > 2 * static_cast<size_t>(pinned_count_) + 1024) {
+    std::vector<PinEntry> current;
+    current.reserve(static_cast<size_t>(pinned_count_));
+    for (size_t slot = 0; slot < nodes_.size(); ++slot) {
+      if (nodes_[slot].live && nodes_[slot].pinned) current.push_back({nodes_[slot].pinned_until, id_of(slot)});
+    }
+    pin_queue_ = decltype(pin_queue_)(std::greater<PinEntry>(), std::move(current));
+  }
+}
+
+void PrefixIndex::expire_pins(double now) {
+  while (!pin_queue_.empty() && pin_queue_.top().until <= now) {
+    const PinEntry due = pin_queue_.top();
+    pin_queue_.pop();
+    if (!live(due.node)) continue;
+    Node& n = at(due.node);
+    if (!n.pinned || n.pinned_until != due.until) continue;  // lifted, or extended since
+    tally(n, -1);
+    n.pinned = false;
+    tally(n, +1);
+  }
 }
 
 void PrefixIndex::set_end_chunks(Node& n, int32_t end_chunks) {
@@ -396,7 +432,7 @@ void PrefixIndex::set_end_chunks(Node& n, int32_t end_chunks) {
 }
 
 void PrefixIndex::rank(Node& n, int sign) {
-  if (sign > 0) n.rank_class = rank_class_ ? rank_class_({n.position, n.end_chunks, n.ended, n.reused}) : 0;
+  if (sign > 0) n.rank_class = rank_class_ ? rank_class_({n.position, n.end_chunks, n.ended, n.reused, n.pinned}) : 0;
   const auto slot = static_cast<uint32_t>(&n - nodes_.data());
   const RankKey key{n.last_use, n.position, slot};
   const bool present[] = {n.device != kNoBlock, n.host != kNoBlock, n.disk == DiskCopy::kPresent, n.device_slot != kNoBlock};
@@ -436,6 +472,7 @@ void PrefixIndex::tally(Node& n, int sign) {
   host_count_ += n.host != kNoBlock ? sign : 0;
   disk_count_ += n.disk == DiskCopy::kPresent ? sign : 0;
   device_slot_count_ += n.device_slot != kNoBlock ? sign : 0;
+  pinned_count_ += n.pinned ? sign : 0;
   dropped_count_ += n.device == kNoBlock && n.device_slot == kNoBlock && n.host == kNoBlock && n.disk == DiskCopy::kNone ? sign : 0;
 }
 

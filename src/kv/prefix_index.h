@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <queue>
 #include <set>
 #include <span>
 #include <unordered_map>
@@ -67,6 +68,8 @@ class PrefixIndex {
     SlotId device_slot = kNoBlock;  // a compact copy on the device
     bool ended = false;  // the last request through it ended its conversation (set_ended)
     bool reused = false;  // a match found it after it was cached (recency-frequency policies)
+    bool pinned = false;  // a client asked for it to be kept until pinned_until (pin())
+    double pinned_until = 0;
 
     // A copy with every layer's KV exists (a device block always has).
     bool has_full() const {
@@ -138,6 +141,13 @@ class PrefixIndex {
   // The chunk's conversation was ended by its client (KvCache::end_conversation): it stays
   // cached, and ranks as ended (RankClass) until its next use, a match or an insert through it.
   void set_ended(NodeId node);
+  // A client asked for the chunk to be kept until `until` (a request's cache_control ttl,
+  // KvCache::pin_conversation): it ranks apart, above every unpinned chunk (RankFacts::pinned),
+  // until then. A later pin extends it, never shortens it; an end (set_ended) lifts it.
+  void pin(NodeId node, double until);
+  // Lifts the pins that ran out by `now` (their chunks rank as before). Cheap when none did.
+  void expire_pins(double now);
+  size_t n_pinned() const { return static_cast<size_t>(pinned_count_); }
   // The nodes below `node` (not itself), children before their parents.
   std::vector<NodeId> descendants(NodeId node) const;
   int32_t n_children(NodeId node) const { return at(node).children; }
@@ -147,14 +157,15 @@ class PrefixIndex {
   enum class Copies : uint8_t { kDevice, kHost, kDisk, kDeviceSlot };
   static Copies copies_in(Tier tier) { return static_cast<Copies>(tier); }
   // Groups the chunks into classes whose retention value falls with their idle time alone (a
-  // function of the chunk's position, its conversation's end and whether that conversation was
-  // ended), so that a class's oldest copy is its lowest. Regroups every chunk; `owner` is whoever
+  // function of the chunk's position, its conversation's end, whether that conversation was
+  // ended, reused or pinned), so that a class's oldest copy is its lowest. Regroups every chunk; `owner` is whoever
   // the grouping is for.
   struct RankFacts {
     int32_t position = 0;
     int32_t end_chunks = 0;
     bool ended = false;
     bool reused = false;
+    bool pinned = false;
   };
   using RankClass = std::function<int32_t(const RankFacts&)>;
   void set_rank_class(const void* owner, RankClass rank_class);
@@ -222,6 +233,8 @@ class PrefixIndex {
     SlotId device_slot = kNoBlock;
     bool ended = false;
     bool reused = false;
+    bool pinned = false;
+    double pinned_until = 0;
     int32_t rank_class = 0;  // as ranked now (set_rank_class)
     int32_t children = 0;
     double last_use = 0;
@@ -303,6 +316,15 @@ class PrefixIndex {
     uint32_t epoch;
   };
   std::deque<GhostEntry> ghost_queue_;  // oldest first; stale entries skipped
+  struct PinEntry {
+    double until;
+    NodeId node;
+    bool operator>(const PinEntry& other) const { return until > other.until; }
+  };
+  // Pins by their end, earliest first; an entry whose node is gone or was pinned again since is
+  // skipped.
+  std::priority_queue<PinEntry, std::vector<PinEntry>, std::greater<PinEntry>> pin_queue_;
+  int64_t pinned_count_ = 0;  // live nodes pinned
   // Per kind of copy, per rank class: the chunks, oldest first. Empty classes are erased.
   std::array<std::map<int32_t, std::set<RankKey>>, 4> ranked_;
   RankClass rank_class_;

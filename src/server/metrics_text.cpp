@@ -102,6 +102,10 @@ std::string render_metrics(const MetricsSnapshot& m) {
           m.cache_forgotten_chunks);
   counter(out, "cache_ended_chunks_total", "Cached chunks whose conversation its client ended (cache_control end).",
           m.cache_ended_chunks);
+  counter(out, "cache_pinned_chunks_total", "Cached chunks pinned, or their pin extended, by a client's keep-alive (cache_control ttl).",
+          m.cache_pinned_chunks);
+  gauge(out, "cache_pinned_chunks", "Chunks pinned now (until their keep-alive runs out; expired pins lift at the next eviction).",
+        static_cast<double>(m.cache_pinned_chunks_now));
   counter(out, "cache_disk_written_chunks_total", "Extents made durable in the disk tier.", m.cache_disk_written_chunks);
   counter(out, "cache_disk_corrupt_chunks_total", "Disk extents that failed their checksum and were dropped.", m.cache_disk_corrupt_chunks);
   counter(out, "cache_persisted_running_chunks_total",

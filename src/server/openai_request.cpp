@@ -9,6 +9,7 @@
 
 #include "grammar/compile_cache.h"
 #include "grammar/json_schema.h"
+#include "server/cache_control.h"
 #include "server/supported_fields.h"
 #include "server/tool_request.h"
 #include "util/bounded_json.h"
@@ -431,11 +432,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
     out.cache_salt = salt->get<std::string>();
   }
   if (const json* control = r.find("cache_control")) {
-    // The one hint implemented: the conversation is over, its cached KV can leave first.
-    if (!control->is_object() || control->size() != 1 || control->value("type", json()) != "end") {
-      return bad_request(R"('cache_control' must be {"type": "end"} (this turn ends the conversation))", "cache_control");
-    }
-    out.generation.end_conversation = true;
+    if (auto error = read_cache_control(*control, out.generation)) return *error;
   }
   read_internal_fields(r, out);
   read_logprobs(r, out, chat);

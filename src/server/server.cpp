@@ -246,6 +246,14 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
                        prompt_field);
   }
   GenerationRequest& g = request.generation;
+  if (g.cache_ttl_seconds > config_.max_cache_ttl_seconds) {
+    return bad_request(config_.max_cache_ttl_seconds > 0
+                           ? fmt::format("'cache_control' asks to keep the conversation for {} s; this server keeps it "
+                                         "for at most {} s (--max-cache-ttl)",
+                                         g.cache_ttl_seconds, config_.max_cache_ttl_seconds)
+                           : std::string("'cache_control' ephemeral: this server takes no keep-alive (--max-cache-ttl 0)"),
+                       "cache_control");
+  }
   if (request.max_tokens_given && n_prompt + g.max_tokens > context) {
     return bad_request(fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
                                    "tokens ({} in the prompt, {} for the completion).",

@@ -51,6 +51,10 @@ struct ServerConfig {
   SamplingDefaults sampling;
   // Origins whose pages may call the API from a browser ("*": any); none: no CORS headers.
   std::vector<std::string> cors_origins;
+  // The longest keep-alive a request's cache_control may ask for (its ttl), seconds; 0: pins
+  // are refused. Pins are soft, yet a client that pins everything for long turns the cache into
+  // its own LRU: the bound is the operator's.
+  double max_cache_ttl_seconds = 3600;
 };
 
 // A request handed to the engine: its stream, and the slot it holds among the requests in flight

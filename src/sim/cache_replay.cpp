@@ -146,7 +146,14 @@ class CacheReplay {
     const std::vector<TraceTurn>& turns = trace_[static_cast<size_t>(id)].turns;
     next_use_[static_cast<size_t>(id)] = static_cast<size_t>(t) + 1 < turns.size() ? turns[static_cast<size_t>(t) + 1].start_s
                                                                                   : std::numeric_limits<double>::infinity();
-    instance_->end(id, tokens_of(id, turn.prompt_tokens + turn.reply_tokens), turn.prompt_tokens, ends_explicitly(id, t));
+    instance_->end(id, tokens_of(id, turn.prompt_tokens + turn.reply_tokens), turn.prompt_tokens, ends_explicitly(id, t),
+                   keeps_alive(id, t) ? config_.keep_alive_ttl_s : 0.0);
+  }
+
+  // Whether turn t has another after it and its client promises it (SimConfig::keep_alive_share).
+  bool keeps_alive(int32_t id, int32_t t) const {
+    if (static_cast<size_t>(t) + 1 >= trace_[static_cast<size_t>(id)].turns.size()) return false;
+    return unit_interval(mix64(static_cast<uint64_t>(id) + 2 * kSplitMixGamma)) < config_.keep_alive_share;
   }
 
   // Whether turn t is its conversation's last and its client says so (SimConfig::end_signal_share).

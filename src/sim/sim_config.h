@@ -40,6 +40,12 @@ struct SimConfig {
   // request's cache_control {"type": "end"}: KvCache::end_conversation), chosen by a hash of the
   // conversation's place in the trace. 0: none (what a server knows without the hint).
   double end_signal_share = 0.0;
+  // The share of conversations whose client promises each next turn (a request's cache_control
+  // {"type": "ephemeral", "ttl": keep_alive_ttl_s}: KvCache::pin_conversation) on every turn but
+  // its last, chosen by another hash of its place: an agent harness that knows a tool call or a
+  // follow-up comes. 0: none.
+  double keep_alive_share = 0.0;
+  double keep_alive_ttl_s = 300;
   // Copies ahead of need below this free share of the device (`serve`'s default).
   float swap_out_threshold = 0.25f;
   // Prices what is recomputed (recomputed_seconds); Pensieve's policy weighs chunks by the same.

@@ -151,7 +151,8 @@ SimulatedInstance::Started SimulatedInstance::start(int64_t id, std::span<const 
   return out;
 }
 
-void SimulatedInstance::end(int64_t id, std::span<const TokenId> tokens, int64_t prompt_tokens, bool ends_conversation) {
+void SimulatedInstance::end(int64_t id, std::span<const TokenId> tokens, int64_t prompt_tokens, bool ends_conversation,
+                            double keep_alive_s) {
   const auto it = running_.find(id);
   MNEMO_CHECK(it != running_.end(), "request {} ends without having started", id);
   Running& r = it->second;
@@ -161,6 +162,7 @@ void SimulatedInstance::end(int64_t id, std::span<const TokenId> tokens, int64_t
   }
   if (r.cached) kv_->cache_prefix(/*ns=*/0, tokens, static_cast<int32_t>(end), r.table, r.partial);
   if (ends_conversation) kv_->end_conversation(/*ns=*/0, tokens);
+  if (keep_alive_s > 0) kv_->pin_conversation(/*ns=*/0, tokens, keep_alive_s);
   kv_->release(r.table);
   running_.erase(it);
 }

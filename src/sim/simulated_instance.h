@@ -55,7 +55,8 @@ class SimulatedInstance {
   // Request `id` ends with `tokens` (its prompt, then its reply) computed: the reply's blocks,
   // then the whole sequence offered to the cache; `ends_conversation`: its client's end
   // (KvCache::end_conversation).
-  void end(int64_t id, std::span<const TokenId> tokens, int64_t prompt_tokens, bool ends_conversation = false);
+  void end(int64_t id, std::span<const TokenId> tokens, int64_t prompt_tokens, bool ends_conversation = false,
+           double keep_alive_s = 0);
   // After every event: the cache's background work, and the disk's writes landed (so that a
   // replay is the same whatever the machine's speed).
   void step();

@@ -84,6 +84,8 @@ nlohmann::json simulation_options_json(const SimulationOptions& o) {
       {"kv_types", o.cache.kv_types},
       {"host_exact_share", o.cache.host_exact_share},
       {"end_signal_share", o.cache.end_signal_share},
+      {"keep_alive_share", o.cache.keep_alive_share},
+      {"keep_alive_ttl_s", o.cache.keep_alive_ttl_s},
       {"capacity_bytes", {{"device", o.cache.capacity_bytes[0]}, {"host", o.cache.capacity_bytes[1]}, {"disk", o.cache.capacity_bytes[2]}}},
       {"cost_model", {{"source", o.cache.cost.source},
                       {"per_token_seconds", o.cache.cost.per_token_seconds},

@@ -1,9 +1,10 @@
 // The eviction order's victim search by classes (EvictionOrder::rank) against the exact scan
 // over every chunk: on random caches (conversations sharing prefixes, copies moving between
-// tiers, chunks dropped, touched, re-ended and ended by a client), with a learnt model whose classes split, and with
+// tiers, chunks dropped, touched, ended and pinned by a client, pins running out), with a learnt model whose classes split, and with
 // eligibility filters, every policy and every kind of copy gives the same victim, step by step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "kv/eviction_order.h"
@@ -36,6 +37,7 @@ std::vector<TokenId> conversation(RandomCache& cache, std::mt19937& rng) {
 // One random event: a conversation cached (or cached again), a path matched, a copy moved.
 void step(RandomCache& cache, EvictionOrder& order, std::mt19937& rng) {
   cache.now += static_cast<double>(rng() % 1000) / 100.0;
+  cache.index.expire_pins(cache.now);
   const uint32_t what = rng() % 6;
   if (what <= 1 || cache.conversations.empty()) {
     auto tokens = what == 1 && !cache.conversations.empty() ? cache.conversations[rng() % cache.conversations.size()]
@@ -59,6 +61,8 @@ void step(RandomCache& cache, EvictionOrder& order, std::mt19937& rng) {
     cache.index.set_disk(node, rng() % 2 == 0 ? DiskCopy::kPresent : DiskCopy::kWriting);
   } else if (rng() % 8 == 0) {
     cache.index.set_ended(node);  // its conversation's client ended it
+  } else if (rng() % 6 == 0) {
+    cache.index.pin(node, cache.now + static_cast<double>(rng() % 60));  // a client's keep-alive
   } else {
     const PrefixIndex::Chunk c = cache.index.chunk(node);
     if (c.device != kNoBlock && rng() % 2 == 0) {
@@ -101,13 +105,16 @@ void replay_and_compare(RetentionPolicy policy, ChunkGeometry geometry, uint32_t
   RandomCache cache;
   order.rank(cache.index);
   std::mt19937 rng(seed);
+  size_t most_pinned = 0;
   for (int i = 0; i < 1500; ++i) {
     step(cache, order, rng);
+    most_pinned = std::max(most_pinned, cache.index.n_pinned());
     if (i % 10 == 0) expect_same_victims(cache, order, rng);
     if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_GT(cache.index.size(Tier::kDevice), 100u);
   EXPECT_GT(cache.index.size(Tier::kHost), 10u);
+  EXPECT_GT(most_pinned, 0u);
 }
 
 ChunkGeometry full_layers() {

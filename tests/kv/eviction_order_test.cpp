@@ -174,5 +174,59 @@ TEST_F(EvictionOrderTest, AnEndedConversationLeavesFirstUnderTheLearntPolicyOnly
   EXPECT_EQ(order(mnemo, 30), (std::vector<BlockId>{0, 1, 2, 3}));
 }
 
+TEST_F(EvictionOrderTest, APinnedConversationStaysUntilNothingElseCanLeaveOrItsPinRunsOut) {
+  // A (the older conversation, blocks 0 1) is pinned until t=50: every policy that honours pins
+  // takes B first, by classes and by the scan alike; the oracle and tail-first do not honour it.
+  for (const PrefixIndex::NodeId node : index_.path(1, run_of(100, 4))) index_.pin(node, 50);
+  EXPECT_EQ(index_.n_pinned(), 2u);
+  EXPECT_TRUE(index_.chunk(index_.path(1, run_of(100, 4))[0]).pinned);
+  for (const RetentionPolicy policy : {RetentionPolicy::kLru, RetentionPolicy::kPensieve, RetentionPolicy::kMnemo,
+                                       RetentionPolicy::kSlru, RetentionPolicy::kArc}) {
+    EvictionOrder eviction(policy, steep_cost(), {}, two_token_chunks());
+    EXPECT_TRUE(eviction.honours_pins());
+    EXPECT_EQ(order(eviction, 20), (std::vector<BlockId>{2, 3, 0, 1})) << static_cast<int>(policy);  // by the scan
+    eviction.rank(index_);
+    EXPECT_EQ(order(eviction, 20), (std::vector<BlockId>{2, 3, 0, 1})) << static_cast<int>(policy);  // by classes
+    EXPECT_EQ(eviction.score(index_.chunk(index_.path(1, run_of(100, 4))[0]), 20), std::numeric_limits<double>::infinity());
+  }
+  const EvictionOrder tail_first(RetentionPolicy::kTailFirst, steep_cost(), {}, two_token_chunks());
+  EXPECT_FALSE(tail_first.honours_pins());
+  EXPECT_EQ(order(tail_first, 20), (std::vector<BlockId>{1, 0, 3, 2}));
+  // A shorter pin does not shorten it; the pin runs out at 50, not before.
+  index_.pin(index_.path(1, run_of(100, 4))[0], 30);
+  index_.expire_pins(49.9);
+  EXPECT_EQ(index_.n_pinned(), 2u);
+  index_.expire_pins(50);
+  EXPECT_EQ(index_.n_pinned(), 0u);
+  EvictionOrder lru(RetentionPolicy::kLru, steep_cost(), {}, two_token_chunks());
+  lru.rank(index_);
+  EXPECT_EQ(order(lru, 60), (std::vector<BlockId>{0, 1, 2, 3}));
+}
+
+TEST_F(EvictionOrderTest, AnExtendedPinLastsAndAnEndLiftsIt) {
+  const auto a = index_.path(1, run_of(100, 4));
+  index_.pin(a[0], 40);
+  index_.pin(a[0], 80);  // a later request's keep-alive
+  index_.expire_pins(40);
+  EXPECT_TRUE(index_.chunk(a[0]).pinned);
+  EXPECT_EQ(index_.chunk(a[0]).pinned_until, 80);
+  index_.set_ended(a[0]);  // the client's last word
+  EXPECT_FALSE(index_.chunk(a[0]).pinned);
+  EXPECT_EQ(index_.n_pinned(), 0u);
+  index_.expire_pins(100);  // the stale entries of the lifted pin change nothing
+  EXPECT_EQ(index_.n_pinned(), 0u);
+  EXPECT_TRUE(index_.chunk(a[0]).ended);
+}
+
+TEST_F(EvictionOrderTest, WhenEveryChunkIsPinnedTheOldestPinnedLeaves) {
+  for (const TokenId first : {100, 200}) {
+    for (const PrefixIndex::NodeId node : index_.path(1, run_of(first, 4))) index_.pin(node, 1000);
+  }
+  EvictionOrder mnemo(RetentionPolicy::kMnemo, steep_cost(), {}, two_token_chunks());
+  EXPECT_EQ(order(mnemo, 20), (std::vector<BlockId>{0, 1, 2, 3}));
+  mnemo.rank(index_);
+  EXPECT_EQ(order(mnemo, 20), (std::vector<BlockId>{0, 1, 2, 3}));
+}
+
 }  // namespace
 }  // namespace mnemo::testing

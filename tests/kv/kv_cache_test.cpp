@@ -148,6 +148,38 @@ TEST_F(KvCacheTest, AnEndedConversationsOwnChunksLeaveFirst) {
   }
 }
 
+// Two conversations share a system prompt; A, the older, is kept alive by its client (a ttl of
+// 60 s): every policy that honours pins takes B's own chunks first while the pin holds, A's once
+// it has run out. The pin covers A's whole path, the shared chunk included.
+TEST_F(KvCacheTest, APinnedConversationIsKeptUntilItsTtlRunsOut) {
+  for (const RetentionPolicy policy : {RetentionPolicy::kMnemo, RetentionPolicy::kLru, RetentionPolicy::kPensieve}) {
+    for (const double wait : {10.0, 100.0}) {
+      // Past the pin Pensieve's order weighs positions too; only LRU-like orders are checked there.
+      if (policy == RetentionPolicy::kPensieve && wait > 60) continue;
+      clock_ = 1000;
+      KvCache kv(tiny_layout(), config(5, 0, policy));
+      std::vector<TokenId> a = tokens_from(1, 2);  // S, then A's 2 chunks
+      std::vector<TokenId> b = a;
+      for (TokenId t : tokens_from(100, 4)) a.push_back(t);
+      for (TokenId t : tokens_from(200, 4)) b.push_back(t);
+      run_and_cache(kv, 1, a);
+      EXPECT_EQ(kv.pin_conversation(1, a, 60), 3);
+      EXPECT_EQ(kv.pin_conversation(2, a, 60), 0);  // another tenant's namespace holds nothing
+      EXPECT_EQ(kv.n_pinned_chunks(), 3u);
+      clock_ += 2;
+      run_and_cache(kv, 1, b);
+      clock_ += wait;
+      KvTable table;
+      ASSERT_TRUE(kv.prepare_write(table, 0, 4));  // 2 blocks: two chunks must go
+      kv.release(table);
+      const bool pinned = wait < 60;
+      EXPECT_EQ(kv.n_pinned_chunks(), pinned ? 3u : 0u);
+      EXPECT_EQ(kv.match_prefix(1, a, 3).device_chunks, pinned ? 3 : 1) << static_cast<int>(policy) << " " << wait;
+      EXPECT_EQ(kv.match_prefix(1, b, 3).device_chunks, pinned ? 1 : 3) << static_cast<int>(policy) << " " << wait;
+    }
+  }
+}
+
 // A conversation's chunks are dropped, and the conversation comes back. Without ghosts the drop
 // ends their observation (censored: the model saw them leave, never return); with ghosts the
 // index keeps them, and the return is what the model sees.

@@ -107,9 +107,14 @@ TEST(ParseRequest, RefusesEachBadFieldNamingIt) {
            {"stop", json::array({1})},
            {"stream", "yes"},
            {"cache_salt", 5},
-           {"cache_control", {{"type", "ephemeral"}}},  // only the end is implemented
+           {"cache_control", {{"type", "persistent"}}},
            {"cache_control", "end"},
            {"cache_control", {{"type", "end"}, {"ttl", "5m"}}},
+           {"cache_control", {{"type", "ephemeral"}, {"ttl", "5 minutes"}}},
+           {"cache_control", {{"type", "ephemeral"}, {"ttl", "0s"}}},
+           {"cache_control", {{"type", "ephemeral"}, {"ttl", -3}}},
+           {"cache_control", {{"type", "ephemeral"}, {"ttl", "9999999h"}}},
+           {"cache_control", {{"type", "ephemeral"}, {"ttl", "5m"}, {"scope", "global"}}},
            {"top_logprobs", 3},  // without logprobs
            {"mnemo_resume_tokens", json::array({-3})},
            {"mnemo_replica", json::array({""})}}) {
@@ -121,6 +126,23 @@ TEST(ParseRequest, RefusesEachBadFieldNamingIt) {
   EXPECT_EQ(refused({{"messages", json::array()}}, true).param, "messages");
   EXPECT_EQ(refused({{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}, true).param, "messages[0].role");
   EXPECT_EQ(refused(json::array({1}), true).status, 400);  // not an object
+}
+
+TEST(ParseRequest, CacheControlEphemeralPinsForItsTtl) {
+  const auto ttl_of = [&](json control) {
+    return accepted({{"prompt", "x"}, {"cache_control", std::move(control)}}, false).generation.cache_ttl_seconds;
+  };
+  EXPECT_EQ(accepted({{"prompt", "x"}}, false).generation.cache_ttl_seconds, 0);
+  EXPECT_EQ(ttl_of({{"type", "ephemeral"}}), 300);  // Anthropic's default: five minutes
+  EXPECT_EQ(ttl_of({{"type", "ephemeral"}, {"ttl", "45s"}}), 45);
+  EXPECT_EQ(ttl_of({{"type", "ephemeral"}, {"ttl", "5m"}}), 300);
+  EXPECT_EQ(ttl_of({{"type", "ephemeral"}, {"ttl", "1h"}}), 3600);
+  EXPECT_EQ(ttl_of({{"type", "ephemeral"}, {"ttl", 90}}), 90);
+  EXPECT_EQ(ttl_of({{"type", "ephemeral"}, {"ttl", 2.5}}), 2.5);
+  const ParsedRequest chat = accepted(
+      {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"cache_control", {{"type", "ephemeral"}, {"ttl", "2m"}}}}, true);
+  EXPECT_EQ(chat.generation.cache_ttl_seconds, 120);
+  EXPECT_FALSE(chat.generation.end_conversation);
 }
 
 TEST(ParseRequest, CacheControlEndsTheConversation) {
@@ -249,6 +271,10 @@ TEST(ParseResponsesRequest, ToolsAndStructuredFormatsAreRefusedPlainTextAccepted
             "(accepted)");
   EXPECT_EQ(error_of({{"input", "hi"}, {"cache_control", {{"type", "end"}}}}), "(accepted)");
   EXPECT_EQ(error_of({{"input", "hi"}, {"cache_control", {{"type", "keep"}}}}), "cache_control");
+  EXPECT_EQ(error_of({{"input", "hi"}, {"cache_control", {{"type", "ephemeral"}, {"ttl", "1h"}}}}), "(accepted)");
+  auto pinned = parse_responses_request({{"input", "hi"}, {"cache_control", {{"type", "ephemeral"}, {"ttl", "1h"}}}}, "m");
+  ASSERT_TRUE(std::holds_alternative<ResponsesRequest>(pinned));
+  EXPECT_EQ(std::get<ResponsesRequest>(pinned).request.generation.cache_ttl_seconds, 3600);
   auto ended = parse_responses_request({{"input", "hi"}, {"cache_control", {{"type", "end"}}}}, "m");
   ASSERT_TRUE(std::holds_alternative<ResponsesRequest>(ended));
   EXPECT_TRUE(std::get<ResponsesRequest>(ended).request.generation.end_conversation);

@@ -62,6 +62,24 @@ TEST(CacheReplay, TheLearntPolicyLetsAnEndedConversationGoFirst) {
   }
 }
 
+// The same traffic with keep-alives: B's first turn is not its last, so its client pins it; A's
+// only turn is. While B's pin holds (a ttl of 300 s), C's block comes from A under every policy
+// that honours pins, and B hits at 20; a pin run out by C's turn (3 s) keeps nothing. Tail-first
+// ignores pins.
+TEST(CacheReplay, AKeepAliveKeepsTheConversationUntilItsTtl) {
+  const Trace trace = {conversation("B", {turn(0, 1, 4, 0), turn(20, 21, 8, 0)}), conversation("A", {turn(2, 3, 8, 4)}),
+                       conversation("C", {turn(5, 6, 4, 0)})};
+  for (const double ttl : {300.0, 3.0}) {
+    SimConfig config = small_config(4);
+    config.keep_alive_share = 1.0;
+    config.keep_alive_ttl_s = ttl;
+    for (const char* policy : {"lru", "mnemo", "pensieve", "slru", "arc"}) {
+      EXPECT_EQ(run_policy(trace, config, policy).recomputed_tokens, ttl > 4 ? 0 : 4) << policy << " " << ttl;
+    }
+    EXPECT_EQ(run_policy(trace, config, "tail-first").recomputed_tokens, 4) << ttl;
+  }
+}
+
 // Every policy sees the same traffic; whatever is reusable is a hit or a recompute.
 TEST(CacheReplay, EveryReusableTokenIsAHitOrARecompute) {
   Trace trace;

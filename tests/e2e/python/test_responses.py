@@ -167,7 +167,8 @@ def test_cache_control_end_marks_the_conversations_own_chunks_and_keeps_them(sta
     again = create(server.url, input="One more thing: the storms?", previous_response_id=last["id"],
                    max_output_tokens=4, temperature=0).json()
     assert again["usage"]["input_tokens_details"]["cached_tokens"] >= last["usage"]["input_tokens"] // 32 * 32 > 0
-    for value in ({"type": "ephemeral"}, "end", {"type": "end", "ttl": "5m"}):
+    # Over the server's --max-cache-ttl (3600 s by default) too.
+    for value in ({"type": "persistent"}, "end", {"type": "end", "ttl": "5m"}, {"type": "ephemeral", "ttl": "2h"}):
         refused = create(server.url, input="Hello", max_output_tokens=2, cache_control=value)
         assert refused.status_code == 400
         assert refused.json()["error"]["param"] == "cache_control"
@@ -175,6 +176,30 @@ def test_cache_control_end_marks_the_conversations_own_chunks_and_keeps_them(sta
                          json={"messages": [{"role": "user", "content": long_input}], "max_tokens": 4,
                                "cache_control": {"type": "end"}})
     assert chat.status_code == 200
+
+
+def test_cache_control_ephemeral_pins_the_whole_conversation_for_its_ttl(state_server):
+    server, _ = state_server
+    long_input = ("Describe a day at a mountain weather station: the instruments, the morning readings, the radio "
+                  "call to the valley, the snow on the mast and the night sky.")
+    first = create(server.url, input=long_input, max_output_tokens=24, ignore_eos=True, temperature=0,
+                   cache_control={"type": "ephemeral", "ttl": "10m"}).json()
+    wait_for(lambda: metric(server.url, "cache_pinned_chunks") > 0, timeout=10, what="the pin")
+    pinned = metric(server.url, "cache_pinned_chunks")
+    total_tokens = first["usage"]["input_tokens"] + first["usage"]["output_tokens"]
+    # The whole path the turn cached: every whole chunk of its prompt and reply (the last token's
+    # KV is computed only by the next turn).
+    assert total_tokens // 32 - 1 <= pinned <= total_tokens // 32
+    assert metric(server.url, "cache_pinned_chunks_total") >= pinned
+    # The next turn, pinned again, extends the pin over the longer path.
+    second = create(server.url, input="And in winter?", previous_response_id=first["id"], max_output_tokens=8,
+                    temperature=0, cache_control={"type": "ephemeral"}).json()
+    assert second["usage"]["input_tokens_details"]["cached_tokens"] >= first["usage"]["input_tokens"] // 32 * 32 > 0
+    assert metric(server.url, "cache_pinned_chunks") >= pinned
+    # An end lifts the pin of the conversation's own chunks.
+    create(server.url, input="Thanks.", previous_response_id=second["id"], max_output_tokens=2, temperature=0,
+           cache_control={"type": "end"})
+    wait_for(lambda: metric(server.url, "cache_pinned_chunks") < pinned, timeout=10, what="the end lifting the pin")
 
 
 def test_store_false_is_not_retrievable(state_server):
