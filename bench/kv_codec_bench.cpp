@@ -77,7 +77,7 @@ void q8_0_isa_benchmark(benchmark::State& state, kernels::Isa isa, bool encode) 
 }
 
 void register_benchmarks() {
-  for (const KvType type : {KvType::kF16, KvType::kQ8_0, KvType::kQ4_0, KvType::kKivi4}) {
+  for (const KvType type : {KvType::kF16, KvType::kQ8_0, KvType::kQ4_0, KvType::kKivi4, KvType::kK4V8}) {
     for (const bool encode : {true, false}) {
       const std::string name = std::string("kv_codec/") + std::string(kv_type_name(type)) + (encode ? "/encode" : "/decode");
       benchmark::RegisterBenchmark(name.c_str(), codec_benchmark, type, encode)

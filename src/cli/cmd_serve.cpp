@@ -41,9 +41,9 @@ struct ServeArgs {
   std::string models_dir;                // every .gguf in it is served too
   server::ServerConfig server;
   EngineConfig engine;
-  // Cold tiers hold q8_0: inside llama.cpp's noise band on both default models
-  // (tests/model/kv_type_fidelity_test.cpp), 0.53 of F16's bytes.
-  std::string kv_types = "device=f16,host=q8_0,disk=q8_0";
+  // Cold tiers hold k4v8 (KIVI's 4-bit keys per channel, Q8_0 values): inside llama.cpp's noise
+  // band on both default models (tests/model/kv_type_fidelity_test.cpp), 0.42 of F16's bytes.
+  std::string kv_types = "device=f16,host=k4v8,disk=k4v8";
   const CLI::Option* kv_types_flag = nullptr;  // given: a type the model cannot hold is an error
   float host_exact_share = 0.1f;
   ModelFlags model_flags;
@@ -475,7 +475,7 @@ void add_kv_memory_flags(CLI::App* cmd, ServeArgs& args) {
       ->capture_default_str();
   args.kv_types_flag = cmd->add_option("--kv-types", args.kv_types,
                   "KV element type of each tier: f16 or f32 everywhere, or device=f16|f32,host=TYPE,disk=TYPE with TYPE one of "
-                  "f16, f32, q8_0, q4_0, kivi4 (the host and disk hold compressed copies; they come back within the model's noise band)")
+                  "f16, f32, q8_0, q4_0, kivi4, k4v8 (the host and disk hold compressed copies; they come back within the model's noise band)")
       ->capture_default_str();
   cmd->add_option("--host-exact-share", args.host_exact_share,
                   "With a compressed host: the share of its memory kept in the device's type, for preempted sequences and "

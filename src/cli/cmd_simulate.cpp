@@ -34,7 +34,7 @@ struct SimulateArgs {
   std::string device_bytes = "128M";
   std::string host_bytes = "256M";
   std::string disk_bytes = "0";
-  std::string kv_types = "device=f16,host=q8_0,disk=q8_0";  // `serve`'s
+  std::string kv_types = "device=f16,host=k4v8,disk=k4v8";  // `serve`'s
   double host_exact_share = 0.1;
   std::string profile_path;
   std::string json_path;

@@ -10,7 +10,8 @@ namespace mnemo {
 namespace {
 
 constexpr std::pair<KvType, std::string_view> kNames[] = {
-    {KvType::kF16, "f16"}, {KvType::kF32, "f32"}, {KvType::kQ8_0, "q8_0"}, {KvType::kQ4_0, "q4_0"}, {KvType::kKivi4, "kivi4"}};
+    {KvType::kF16, "f16"}, {KvType::kF32, "f32"}, {KvType::kQ8_0, "q8_0"}, {KvType::kQ4_0, "q4_0"}, {KvType::kKivi4, "kivi4"},
+    {KvType::kK4V8, "k4v8"}};
 
 // A layer's elements in F16, for the types that quantise from it (thread-local: the background
 // copier converts beside the engine thread).
@@ -43,7 +44,7 @@ bool kv_type_exact(KvType type, DType device) {
 Result<KvTypes> parse_kv_types(std::string_view spec) {
   const auto type_of = [](std::string_view name) -> Result<KvType> {
     const auto type = parse_kv_type(name);
-    if (!type) return make_error("unknown KV element type '{}' (f16, f32, q8_0, q4_0, kivi4)", name);
+    if (!type) return make_error("unknown KV element type '{}' (f16, f32, q8_0, q4_0, kivi4, k4v8)", name);
     return *type;
   };
   KvTypes types;
@@ -97,6 +98,10 @@ KvCodec::KvCodec(const KvLayout& layout, KvType type) : layout_(layout), type_(t
       layer_bytes_ = static_cast<size_t>(layout.n_kv_heads) * kernels::channel_q4_bytes(layout.block_size, layout.head_dim_k) +
                      v_elems / kQK * sizeof(BlockQ4_1);
       break;
+    case KvType::kK4V8:
+      layer_bytes_ = static_cast<size_t>(layout.n_kv_heads) * kernels::channel_q4_bytes(layout.block_size, layout.head_dim_k) +
+                     v_elems / kQK * sizeof(BlockQ8_0);
+      break;
   }
   exact_ = kv_type_exact(type, layout.dtype);
   identity_ = (type == KvType::kF16 && layout.dtype == DType::F16) || (type == KvType::kF32 && layout.dtype == DType::F32);
@@ -115,10 +120,11 @@ Result<KvCodec> KvCodec::make(const KvLayout& layout, KvType type) {
     return make_error("KV element type {} needs head dimensions that are multiples of {} (keys {}, values {})", kv_type_name(type), kQK,
                       layout.head_dim_k, layout.head_dim_v);
   }
-  if (type == KvType::kKivi4 && (layout.head_dim_v % kQK != 0 || layout.head_dim_k % 8 != 0 || layout.block_size % 2 != 0)) {
-    return make_error("KV element type kivi4 needs key dimensions a multiple of 8 (got {}), value dimensions a multiple of {} "
+  if ((type == KvType::kKivi4 || type == KvType::kK4V8) &&
+      (layout.head_dim_v % kQK != 0 || layout.head_dim_k % 8 != 0 || layout.block_size % 2 != 0)) {
+    return make_error("KV element type {} needs key dimensions a multiple of 8 (got {}), value dimensions a multiple of {} "
                       "(got {}) and an even block size (got {})",
-                      layout.head_dim_k, kQK, layout.head_dim_v, layout.block_size);
+                      kv_type_name(type), layout.head_dim_k, kQK, layout.head_dim_v, layout.block_size);
   }
   return KvCodec(layout, type);
 }
@@ -129,7 +135,8 @@ void KvCodec::encode_f16_layer(const uint16_t* layer, uint8_t* out) const {
   switch (type_) {
     case KvType::kQ8_0: k.q8_0_encode(layer, reinterpret_cast<BlockQ8_0*>(out), n); return;
     case KvType::kQ4_0: k.q4_0_encode(layer, reinterpret_cast<BlockQ4_0*>(out), n); return;
-    case KvType::kKivi4: {
+    case KvType::kKivi4:
+    case KvType::kK4V8: {
       const size_t plane = layout_.k_head_elems();
       const size_t plane_bytes = kernels::channel_q4_bytes(layout_.block_size, layout_.head_dim_k);
       for (int32_t h = 0; h < layout_.n_kv_heads; ++h) {
@@ -137,8 +144,13 @@ void KvCodec::encode_f16_layer(const uint16_t* layer, uint8_t* out) const {
                             layout_.head_dim_k);
       }
       const size_t k_elems = static_cast<size_t>(layout_.n_kv_heads) * plane;
-      k.q4_1_encode(layer + k_elems, reinterpret_cast<BlockQ4_1*>(out + static_cast<size_t>(layout_.n_kv_heads) * plane_bytes),
-                    n - static_cast<int64_t>(k_elems));
+      uint8_t* values = out + static_cast<size_t>(layout_.n_kv_heads) * plane_bytes;
+      const int64_t v_elems = n - static_cast<int64_t>(k_elems);
+      if (type_ == KvType::kKivi4) {
+        k.q4_1_encode(layer + k_elems, reinterpret_cast<BlockQ4_1*>(values), v_elems);
+      } else {
+        k.q8_0_encode(layer + k_elems, reinterpret_cast<BlockQ8_0*>(values), v_elems);
+      }
       return;
     }
     case KvType::kF16:
@@ -152,7 +164,8 @@ void KvCodec::decode_f16_layer(const uint8_t* in, uint16_t* layer) const {
   switch (type_) {
     case KvType::kQ8_0: k.q8_0_decode(reinterpret_cast<const BlockQ8_0*>(in), layer, n); return;
     case KvType::kQ4_0: k.q4_0_decode(reinterpret_cast<const BlockQ4_0*>(in), layer, n); return;
-    case KvType::kKivi4: {
+    case KvType::kKivi4:
+    case KvType::kK4V8: {
       const size_t plane = layout_.k_head_elems();
       const size_t plane_bytes = kernels::channel_q4_bytes(layout_.block_size, layout_.head_dim_k);
       for (int32_t h = 0; h < layout_.n_kv_heads; ++h) {
@@ -160,8 +173,13 @@ void KvCodec::decode_f16_layer(const uint8_t* in, uint16_t* layer) const {
                             layout_.head_dim_k);
       }
       const size_t k_elems = static_cast<size_t>(layout_.n_kv_heads) * plane;
-      k.q4_1_decode(reinterpret_cast<const BlockQ4_1*>(in + static_cast<size_t>(layout_.n_kv_heads) * plane_bytes), layer + k_elems,
-                    n - static_cast<int64_t>(k_elems));
+      const uint8_t* values = in + static_cast<size_t>(layout_.n_kv_heads) * plane_bytes;
+      const int64_t v_elems = n - static_cast<int64_t>(k_elems);
+      if (type_ == KvType::kKivi4) {
+        k.q4_1_decode(reinterpret_cast<const BlockQ4_1*>(values), layer + k_elems, v_elems);
+      } else {
+        k.q8_0_decode(reinterpret_cast<const BlockQ8_0*>(values), layer + k_elems, v_elems);
+      }
       return;
     }
     case KvType::kF16:

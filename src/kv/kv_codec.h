@@ -1,4 +1,4 @@
-// The element type of each tier of the KV pool (`--kv-types device=f16,host=q8_0,disk=q8_0`):
+// The element type of each tier of the KV pool (`--kv-types device=f16,host=k4v8,disk=k4v8`):
 // the device holds what attention reads (F16, or F32 for exact comparisons); colder tiers may
 // hold a compressed copy, converted when a chunk is demoted and again when it comes back, so the
 // same bytes of host memory and disk hold more chunks. A compressed copy comes back within the
@@ -27,6 +27,7 @@ enum class KvType : uint8_t {
   kQ8_0,   // 32 elements of a row, one F16 scale, 8-bit: 0.53 of F16
   kQ4_0,   // 32 elements of a row, one F16 scale, 4-bit: 0.28 of F16
   kKivi4,  // KIVI-style 4-bit: keys per channel over a block's slots, values per token (groups of 32): 0.34 of F16
+  kK4V8,   // KIVI's 4-bit keys per channel, values Q8_0 (values carry straight into the output): 0.42 of F16 at 32-token chunks
 };
 
 std::string_view kv_type_name(KvType type);

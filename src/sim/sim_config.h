@@ -28,7 +28,7 @@ struct SimConfig {
   // 262,144 compact, on Gemma 3 270M).
   double host_compact_share = 0.4;
   // The element types of the tiers (`serve --kv-types`), as the bytes a host and a disk copy of a
-  // chunk take per byte of the device's F16 (kv/kv_codec.h: q8_0 0.53, kivi4 ~0.31, q4_0 0.28),
+  // chunk take per byte of the device's F16 (kv/kv_codec.h: q8_0 0.53, k4v8 ~0.42, kivi4 ~0.31, q4_0 0.28),
   // and the share of a lossy host kept in the device's type (`serve --host-exact-share`): a
   // replay has no preempted sequences or imported chunks to put there, so it is capacity `serve`
   // reserves and the replay leaves empty.

@@ -88,6 +88,8 @@ TEST(KvCodec, SizesFollowTheFormats) {
   EXPECT_EQ(bytes(KvType::kQ4_0), 256u / 32 * 18);
   // Per layer: keys 32 channels x (scale, minimum) + 1 row pair x 32 bytes; values 2 groups of 20.
   EXPECT_EQ(bytes(KvType::kKivi4), 2u * ((32 * 4 + 32) + 2 * 20));
+  // Keys as kivi4's, values 4 blocks of Q8_0 per layer.
+  EXPECT_EQ(bytes(KvType::kK4V8), 2u * ((32 * 4 + 32) + 2 * 34));
   EXPECT_TRUE(KvCodec::make(l, KvType::kF16)->is_identity());
   EXPECT_TRUE(KvCodec::make(l, KvType::kF32)->exact());
   EXPECT_FALSE(KvCodec::make(l, KvType::kQ8_0)->exact());
@@ -109,7 +111,8 @@ TEST(KvCodec, RoundTripsStayCloseForEveryDeviceType) {
     // Values within [-2, 2]: half a step of each format over its group's range (Q4_0's codes
     // reach -8 steps but only +7, so the far end of the other sign is a whole step away).
     for (const auto& [type, bound] : {std::pair{KvType::kF16, 2e-3f}, std::pair{KvType::kQ8_0, 2.0f / 127 / 2 + 4e-3f},
-                                      std::pair{KvType::kQ4_0, 2.0f / 8 + 4e-3f}, std::pair{KvType::kKivi4, 4.0f / 15 / 2 + 4e-3f}}) {
+                                      std::pair{KvType::kQ4_0, 2.0f / 8 + 4e-3f}, std::pair{KvType::kKivi4, 4.0f / 15 / 2 + 4e-3f},
+                                      std::pair{KvType::kK4V8, 4.0f / 15 / 2 + 4e-3f}}) {
       const KvCodec codec = *KvCodec::make(l, type);
       std::vector<uint8_t> coded(codec.block_bytes());
       codec.encode(block.data(), coded.data(), l.n_layers);
@@ -133,6 +136,7 @@ TEST(KvCodec, RefusesGeometriesItsFormatsCannotHold) {
   l.head_dim_k = l.head_dim_v = 48;
   EXPECT_FALSE(KvCodec::make(l, KvType::kQ8_0).ok());
   EXPECT_FALSE(KvCodec::make(l, KvType::kKivi4).ok());
+  EXPECT_FALSE(KvCodec::make(l, KvType::kK4V8).ok());
   EXPECT_TRUE(KvCodec::make(l, KvType::kF16).ok());
   l = small_layout();
   l.block_size = 3;

@@ -309,7 +309,7 @@ def test_a_killed_instance_stops_getting_requests_within_its_lease(cluster):
 
 def test_kv_types_a_model_cannot_hold_are_refused_when_named_and_left_out_by_default(mnemo_bin, tiny_model):
     # The tiny model's heads are 16 wide: q8_0 needs rows of 32. Named, it is a clear error; by
-    # default (serve's host=q8_0,disk=q8_0) the model keeps F16 tiers and says so.
+    # default (serve's host=k4v8,disk=k4v8: its values are Q8_0 rows) the model keeps F16 tiers and says so.
     state = tempfile.mkdtemp(prefix="mnemo-tiny-kv-")
     named = subprocess.run([mnemo_bin, "serve", "-m", tiny_model, "--port", "0", "--state-dir", state,
                             "--kv-types", "device=f16,host=q8_0"], capture_output=True, text=True, timeout=60)
