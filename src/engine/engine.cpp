@@ -174,9 +174,11 @@ void Engine::loop() {
       kv_.finish_loads();  // no pass to overlap with
     }
     if (step.items.empty() && running_.empty() && !waiting_.empty()) {
-      // Nothing can run although the pool is empty: the head request cannot fit (submit()
-      // bounds requests by the pool, so this is a defence, not a path).
-      finish(*waiting_.front(), FinishReason::kError);
+      // Nothing runs. Sequences waiting behind the head may hold device blocks the head needs
+      // (a prefix they matched as the head before a preempted, earlier-arrived sequence was put
+      // back ahead of them): they let them go, and the head tries again. A head that cannot fit
+      // alone fails (submit() bounds requests by the pool: a defence, not a path).
+      if (!release_tables_behind_head()) finish(*waiting_.front(), FinishReason::kError);
     }
     std::erase_if(running_, [](const auto& s) { return s->state == SequenceState::kFinished; });
     std::erase_if(waiting_, [](const auto& s) { return s->state == SequenceState::kFinished; });
@@ -240,6 +242,21 @@ void Engine::handle_cancellations() {
 
 bool Engine::grow(Sequence& seq, int32_t n_tokens) {
   return kv_.prepare_write(seq.kv, seq.n_computed, seq.n_computed + n_tokens);
+}
+
+bool Engine::release_tables_behind_head() {
+  bool released = false;
+  for (auto it = std::next(waiting_.begin()); it != waiting_.end(); ++it) {
+    Sequence& seq = **it;
+    if (seq.state != SequenceState::kWaiting || seq.kv.empty()) continue;
+    cache_chunks(seq);  // its KV stays cached: it finds what is left when it is the head
+    kv_.release(seq.kv);
+    seq.n_computed = 0;
+    seq.holes.clear();
+    seq.partial_chunks.clear();
+    released = true;
+  }
+  return released;
 }
 
 // Preempts the latest-arrived running sequence other than `keep` (SPEC V5). False when `keep`

@@ -136,6 +136,9 @@ class Engine {
   bool grow(Sequence& seq, int32_t n_tokens);
   bool preempt_latest(const Sequence* keep);
   void preempt(std::list<std::unique_ptr<Sequence>>::iterator it);
+  // Waiting sequences other than the head give back the device blocks they hold (their KV stays
+  // cached; they recompute what is gone when their turn comes). False when none held any.
+  bool release_tables_behind_head();
   // The step's pass: each item's ranges, block table and output wanted (its mask computed first).
   Batch batch_of(const Step& step);
   void run_step(Step& step);

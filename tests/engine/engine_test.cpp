@@ -334,6 +334,41 @@ TEST_F(EngineTest, CachedBlocksAreEvictedWhenThePoolIsNeeded) {
   EXPECT_GT(engine.metrics().kv_blocks_cached, 0);
 }
 
+// Second turns of many conversations at once on a pool that holds about one of them: waiting
+// sequences find their cached prefixes (and hold those blocks) while earlier-arrived ones are
+// preempted back ahead of them. Whatever the order, every request runs to its end: nothing
+// waiting may keep the head of the queue from the blocks it needs.
+TEST_F(EngineTest, ManySecondTurnsOnATightPoolAllFinish) {
+  for (const float reserve : {0.0f, 0.1f}) {
+    EngineConfig tight = roomy();
+    tight.kv_blocks = 40;  // 160 tokens; a second turn takes up to 35 blocks
+    tight.decode_reserve = reserve;
+    tight.max_batch_tokens = 16;
+    Engine engine(*model_, *tokenizer_, tight);
+    std::vector<GenerationRequest> firsts;
+    for (uint32_t i = 0; i < 8; ++i) firsts.push_back(make_request(300 + i, 40 + static_cast<int32_t>(i) * 9, 8, 0.0f));
+    for (const GenerationRequest& r : firsts) {
+      const Outcome o = collect(**engine.submit(r));
+      ASSERT_TRUE(o.error.empty()) << o.error;
+    }
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < firsts.size(); ++i) {
+      GenerationRequest second = firsts[i];
+      for (TokenId t = 0; t < 24; ++t) second.prompt.push_back(static_cast<TokenId>(50 + (t * 7 + static_cast<TokenId>(i)) % 200));
+      second.max_tokens = 16;
+      auto s = engine.submit(second);
+      ASSERT_TRUE(s.ok()) << s.error().message();
+      streams.push_back(*s);
+    }
+    for (size_t i = 0; i < streams.size(); ++i) {
+      const Outcome o = collect(*streams[i]);
+      EXPECT_TRUE(o.error.empty()) << "reserve " << reserve << ", request " << i << ": " << o.error;
+      EXPECT_EQ(o.usage.completion_tokens, 16) << "reserve " << reserve << ", request " << i;
+    }
+    EXPECT_GT(engine.metrics().preemptions_total, 0u) << reserve;
+  }
+}
+
 TEST_F(EngineTest, CachedChunksMoveToHostAndComeBackWithIdenticalOutput) {
   EngineConfig two_tier = roomy();
   two_tier.kv_blocks = 24;  // 96 tokens: one conversation's history at a time
