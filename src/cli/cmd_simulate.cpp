@@ -160,6 +160,23 @@ int run_simulate(SimulateArgs args) {
   return 0;
 }
 
+// What clients say about their conversations' future (request cache_control), and how often.
+void add_client_signal_flags(CLI::App* cmd, sim::SimConfig& cache) {
+  cmd->add_option("--end-signal", cache.end_signal_share,
+                  "The share of conversations whose client ends them with their last turn (cache_control end), "
+                  "which the mnemo policy ranks to leave first")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--keep-alive-signal", cache.keep_alive_share,
+                  "The share of conversations whose client asks to keep them for --keep-alive-ttl after each turn but "
+                  "the last (cache_control ephemeral with a ttl), which every policy but tail-first and the oracle honours")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--keep-alive-ttl", cache.keep_alive_ttl_s, "The ttl of those keep-alives, seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 365.0 * 86400));
+}
+
 }  // namespace
 
 void add_simulate_command(CLI::App& app, std::function<int()>& run) {
@@ -218,19 +235,7 @@ void add_simulate_command(CLI::App& app, std::function<int()>& run) {
                   "With a sliding window, the share of --host-bytes for compact copies (a pool of their own, as in serve)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--end-signal", o.cache.end_signal_share,
-                  "The share of conversations whose client ends them with their last turn (cache_control end), "
-                  "which the mnemo policy ranks to leave first")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--keep-alive-signal", o.cache.keep_alive_share,
-                  "The share of conversations whose client asks to keep them for --keep-alive-ttl after each turn but "
-                  "the last (cache_control ephemeral with a ttl), which every policy but tail-first and the oracle honours")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--keep-alive-ttl", o.cache.keep_alive_ttl_s, "The ttl of those keep-alives, seconds")
-      ->capture_default_str()
-      ->check(CLI::Range(1.0, 365.0 * 86400));
+  add_client_signal_flags(cmd, o.cache);
   cmd->add_option("--policies", o.policies,
                   "Policies to compare, each replayed through serve's own cache: pensieve, lru, mnemo (serve's "
                   "--cache-policy), tail-first (a radix cache's order, no reuse past a gap), oracle (Belady), slru and arc "

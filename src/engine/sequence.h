@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <vector>
 
@@ -92,5 +93,8 @@ struct RequestState {
 // stop matcher, as emit_token streams it): what the client of a resumed request already has,
 // and what a reply held back whole (tool calls) must start with.
 std::string streamed_text(const Tokenizer& tokenizer, const std::vector<std::string>& stops, const std::vector<TokenId>& tokens);
+
+// Puts `seq` into `list`, which is in FCFS order of (arrival, choice), at its place.
+void insert_in_order(std::list<std::unique_ptr<Sequence>>& list, std::unique_ptr<Sequence> seq);
 
 }  // namespace mnemo

@@ -454,22 +454,6 @@ TEST_F(EngineTest, AConversationsKvOutlivesTheEngineInTheDiskTier) {
   EXPECT_EQ(second.tokens, run_all(no_cache, {a2})[0].tokens);
 }
 
-TEST(StopMatcher, HoldsBackPartialMatchesAcrossPushes) {
-  StopMatcher m({"END", "xyz"});
-  EXPECT_EQ(m.push("hello E").text, "hello ");
-  EXPECT_EQ(m.push("N").text, "");
-  const auto out = m.push("Dtail");
-  EXPECT_TRUE(out.stopped);
-  EXPECT_EQ(out.text, "");
-  StopMatcher n({"END"});
-  EXPECT_EQ(n.push("EN").text, "");
-  EXPECT_EQ(n.push("x").text, "ENx");
-  EXPECT_EQ(n.push("abcE").text, "abc");
-  EXPECT_EQ(n.flush(), "E");
-  StopMatcher none({});
-  EXPECT_EQ(none.push("anything").text, "anything");
-}
-
 // Failover (SPEC D7): a request resumed with the tokens it had generated elsewhere goes on with
 // exactly the tokens and text the uninterrupted run produced after them, in another engine (cold
 // cache: the resumed tokens computed) or the same one (warm: found in the cache), and counts the
