@@ -32,7 +32,7 @@ def turns(url: str) -> tuple[dict, dict]:
 
 def test_history_shrinks_on_the_device_and_the_next_turn_finds_it_there(start_server):
     # 1,280 tokens of device pool: 40 blocks of 32; the first turn's history takes 24. The host
-    # holds F16, so that its copies come back identical (a q8_0 host's are within the noise band).
+    # holds F16, so that its copies come back identical (a compressed host's are within the noise band).
     common = ["--kv-tokens", "1280", "--host-swap-tokens", "1024", "--model-name", "m", "--kv-types", "f16"]
     on_device = start_server(*common, "--device-compact", "true")
     again, metrics = turns(on_device.url)
@@ -52,8 +52,8 @@ def test_history_shrinks_on_the_device_and_the_next_turn_finds_it_there(start_se
     assert details["cached_tokens"] == reference["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
-def test_a_compressed_host_serves_the_history_it_holds_in_q8_0(start_server):
-    # serve's default --kv-types keeps the host in q8_0 (and 10% of it in F16 for preempted and
+def test_a_compressed_host_serves_the_history_it_holds_in_k4v8(start_server):
+    # serve's default --kv-types keeps the host in k4v8 (and 10% of it in F16 for preempted and
     # imported chunks); without a disk tier the history that leaves the device lives there.
     server = start_server("--kv-tokens", "1280", "--host-swap-tokens", "1024", "--model-name", "m",
                           "--device-compact", "false", "--disk-cache-bytes", "0")
@@ -67,8 +67,10 @@ def test_a_compressed_host_serves_the_history_it_holds_in_q8_0(start_server):
     moved = after["mnemo_kv_bytes_device_to_host_total"]
     chunks = after["mnemo_cache_demoted_chunks_total"] + after["mnemo_cache_ahead_copied_chunks_total"]
     assert moved > 0 and chunks > 0
-    # A layer of a Gemma 3 270M chunk: 1 KV head x (256 + 256) x 32 tokens = 16,384 elements,
-    # 17,408 bytes in q8_0 (32,768 in F16); a chunk moves whole (18 layers) or compact (3).
-    q8_layer = 17_408
-    assert moved % q8_layer == 0, moved
-    assert moved <= chunks * 18 * q8_layer, (moved, chunks)
+    # A layer of a Gemma 3 270M chunk: 1 KV head x (256 + 256) x 32 tokens (32,768 bytes in
+    # F16); in k4v8 the keys take 256 x 4 bytes of scales and minimums and 16 x 256 bytes of
+    # nibbles (5,120), the values 256 q8_0 blocks of 34 (8,704): 13,824. A chunk moves whole
+    # (18 layers) or compact (3).
+    k4v8_layer = 13_824
+    assert moved % k4v8_layer == 0, moved
+    assert moved <= chunks * 18 * k4v8_layer, (moved, chunks)

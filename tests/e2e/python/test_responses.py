@@ -15,7 +15,7 @@ from helpers import output_text, peer_post, read_metrics, response_stream_events
 
 
 # The tests below that compare a turn after a restart with one without it keep KV exact in every
-# tier: KV read back from a compressed disk (the default q8_0) is within the model's noise band, not
+# tier: KV read back from a compressed disk (the default k4v8) is within the model's noise band, not
 # identical (docs/kv.md).
 EXACT_KV = ("--kv-types", "f16")
 
@@ -414,12 +414,12 @@ def test_an_imported_turn_is_stored_and_continued_and_bad_imports_change_nothing
     assert on_holder["usage"]["input_tokens"] == on_owner["usage"]["input_tokens"]
 
 
-def test_the_default_disk_holds_q8_0_copies_and_serves_them_after_a_restart(start_server):
-    """The default --kv-types keeps the disk tier in q8_0: its extents take 34/64 of F16's bytes,
+def test_the_default_disk_holds_k4v8_copies_and_serves_them_after_a_restart(start_server):
+    """The default --kv-types keeps the disk tier in k4v8: its extents take 0.42 of F16's bytes,
     and after kill -9 the next turn reads them back (within the model's noise band, so only its
     shape is asserted here; tests/model/kv_type_fidelity_test.cpp measures the band)."""
     import os
-    state = tempfile.mkdtemp(prefix="mnemo-disk-q8-")
+    state = tempfile.mkdtemp(prefix="mnemo-disk-k4v8-")
     a = start_server("--state-dir", state)
     previous = run_turns(a.url, THREE_TURNS)
     wait_for_disk_writes(a.url)
@@ -428,9 +428,9 @@ def test_the_default_disk_holds_q8_0_copies_and_serves_them_after_a_restart(star
     kv_dir = os.path.join(state, "kv", folder)
     sizes = [os.path.getsize(os.path.join(kv_dir, f)) for f in os.listdir(kv_dir) if f.endswith(".kv")]
     # Gemma 3 270M, 32-token chunks: 18 layers x 1 KV head x (256 + 256) x 32 tokens = 294,912
-    # elements, 589,824 bytes of F16; q8_0 holds them in 313,344 (a compact chunk, 3 global
-    # layers: 52,224); a header adds a few hundred bytes.
-    whole, compact, f16 = 313_344, 52_224, 589_824
+    # elements, 589,824 bytes of F16; k4v8 holds them in 18 x 13,824 = 248,832 (a compact chunk,
+    # 3 global layers: 41,472); a header adds a few hundred bytes.
+    whole, compact, f16 = 248_832, 41_472, 589_824
     assert sizes and max(sizes) < f16, sizes
     assert all(whole <= s < whole + 4096 or compact <= s < compact + 4096 for s in sizes), sizes
     b = start_server("--state-dir", state)
