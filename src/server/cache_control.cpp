@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -33,6 +34,16 @@ std::optional<double> ttl_seconds(const nlohmann::json& ttl) {
   return s;
 }
 
+// A client's string as an error quotes it: bounded, so an error never echoes a body back, and
+// cut between characters, so the error stays valid UTF-8.
+std::string quoted(const std::string& text) {
+  constexpr size_t kMax = 40;
+  if (text.size() <= kMax) return fmt::format("'{}'", text);
+  size_t cut = kMax;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return fmt::format("'{}...'", std::string_view(text).substr(0, cut));
+}
+
 }  // namespace
 
 std::optional<ApiError> read_cache_control(const nlohmann::json& control, GenerationRequest& out) {
@@ -48,11 +59,11 @@ std::optional<ApiError> read_cache_control(const nlohmann::json& control, Genera
     out.end_conversation = true;
     return std::nullopt;
   }
-  if (type != "ephemeral") return refuse(fmt::format("unknown type '{}'", type));
+  if (type != "ephemeral") return refuse(fmt::format("unknown type {}", quoted(type)));
   double ttl = kDefaultCacheTtlSeconds;
   for (const auto& [name, value] : control.items()) {
     if (name == "type") continue;
-    if (name != "ttl") return refuse(fmt::format("unknown field '{}'", name));
+    if (name != "ttl") return refuse(fmt::format("unknown field {}", quoted(name)));
     const auto seconds = ttl_seconds(value);
     if (!seconds) return refuse("'ttl' is not like \"30s\", \"5m\", \"1h\" or a positive number of seconds up to a year");
     ttl = *seconds;

@@ -143,6 +143,14 @@ TEST(ParseRequest, CacheControlEphemeralPinsForItsTtl) {
       {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"cache_control", {{"type", "ephemeral"}, {"ttl", "2m"}}}}, true);
   EXPECT_EQ(chat.generation.cache_ttl_seconds, 120);
   EXPECT_FALSE(chat.generation.end_conversation);
+  // An unknown type is named in the error, bounded and cut between characters.
+  std::string long_type = "x";  // then byte 40 falls inside a character
+  for (int i = 0; i < 30; ++i) long_type += "\u00e9";  // é: two bytes each
+  const ApiError error = refused({{"prompt", "x"}, {"cache_control", {{"type", long_type}}}}, false);
+  EXPECT_EQ(error.param, "cache_control");
+  EXPECT_LT(error.message.size(), 200u) << error.message;
+  EXPECT_NE(error.message.find("...'"), std::string::npos) << error.message;
+  EXPECT_NO_THROW((void)error.to_json().dump()) << "the message must stay valid UTF-8";
 }
 
 TEST(ParseRequest, CacheControlEndsTheConversation) {
