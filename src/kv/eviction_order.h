@@ -65,9 +65,9 @@ class EvictionOrder {
   // Tail-first reuses only the prefix up to the first missing chunk.
   bool reuses_after_gap() const { return policy_ != RetentionPolicy::kTailFirst; }
   // The retention value of a cached chunk, or any number in the same order: the lowest leaves
-  // first (+infinity for a pinned chunk). The same for each copy, and for each chunk of a conversation: which of them goes
-  // first is the tie-break's (the leading one), since a sliding-window model's compact history
-  // is only usable with the whole chunks after it.
+  // first (+infinity for a pinned chunk). The same for each copy, and for each chunk of a
+  // conversation: which of them goes first is the tie-break's (the leading one), since a
+  // sliding-window model's compact history is only usable with the whole chunks after it.
   double score(const PrefixIndex::Chunk& c, double now) const;
   // Whether `c` (score `s`) leaves before `other`: the lower score; among equals the older, then
   // the leading chunk (tail-first: the trailing one), then the lower node slot (a total order:

@@ -158,8 +158,8 @@ class PrefixIndex {
   static Copies copies_in(Tier tier) { return static_cast<Copies>(tier); }
   // Groups the chunks into classes whose retention value falls with their idle time alone (a
   // function of the chunk's position, its conversation's end, whether that conversation was
-  // ended, reused or pinned), so that a class's oldest copy is its lowest. Regroups every chunk; `owner` is whoever
-  // the grouping is for.
+  // ended, reused or pinned), so that a class's oldest copy is its lowest. Regroups every
+  // chunk; `owner` is whoever the grouping is for.
   struct RankFacts {
     int32_t position = 0;
     int32_t end_chunks = 0;
