@@ -139,6 +139,9 @@ class Engine {
   // Waiting sequences other than the head give back the device blocks they hold (their KV stays
   // cached; they recompute what is gone when their turn comes). False when none held any.
   bool release_tables_behind_head();
+  // A sequence lets its device blocks go (offered to the cache first) and waits to recompute
+  // whatever of its KV is gone when it is admitted again.
+  void release_to_recompute(Sequence& seq);
   // The step's pass: each item's ranges, block table and output wanted (its mask computed first).
   Batch batch_of(const Step& step);
   void run_step(Step& step);

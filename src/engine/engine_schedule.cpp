@@ -11,16 +11,21 @@ bool Engine::grow(Sequence& seq, int32_t n_tokens) {
   return kv_.prepare_write(seq.kv, seq.n_computed, seq.n_computed + n_tokens);
 }
 
+void Engine::release_to_recompute(Sequence& seq) {
+  cache_chunks(seq);  // a later admission may find them still cached
+  kv_.release(seq.kv);
+  seq.n_computed = 0;
+  seq.holes.clear();
+  seq.partial_chunks.clear();
+  seq.state = SequenceState::kWaiting;
+}
+
 bool Engine::release_tables_behind_head() {
   bool released = false;
   for (auto it = std::next(waiting_.begin()); it != waiting_.end(); ++it) {
     Sequence& seq = **it;
     if (seq.state != SequenceState::kWaiting || seq.kv.empty()) continue;
-    cache_chunks(seq);  // its KV stays cached: it finds what is left when it is the head
-    kv_.release(seq.kv);
-    seq.n_computed = 0;
-    seq.holes.clear();
-    seq.partial_chunks.clear();
+    release_to_recompute(seq);
     released = true;
   }
   return released;
@@ -49,12 +54,7 @@ void Engine::preempt(std::list<std::unique_ptr<Sequence>>::iterator it) {
     victim->state = SequenceState::kSwapped;
     swapped = true;
   } else {
-    cache_chunks(*victim);  // a later re-admission may find them still cached
-    kv_.release(victim->kv);
-    victim->n_computed = 0;
-    victim->holes.clear();
-    victim->partial_chunks.clear();
-    victim->state = SequenceState::kWaiting;
+    release_to_recompute(*victim);
   }
   metrics_.update([&](MetricsSnapshot& m) {
     ++m.preemptions_total;

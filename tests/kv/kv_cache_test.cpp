@@ -120,6 +120,15 @@ TEST_F(KvCacheTest, MnemoRetentionBeforeItHasLearntAnythingIsLru) {
   EXPECT_TRUE(kv.match_prefix(1, b, 2).table.empty());     // B gone
 }
 
+// A and B, 3 chunks each: a shared system prompt (chunk S), then 2 of their own.
+std::pair<std::vector<TokenId>, std::vector<TokenId>> two_conversations_sharing_a_prompt() {
+  std::vector<TokenId> a = tokens_from(1, 2);
+  std::vector<TokenId> b = a;
+  for (TokenId t : tokens_from(100, 4)) a.push_back(t);
+  for (TokenId t : tokens_from(200, 4)) b.push_back(t);
+  return {a, b};
+}
+
 // Two conversations share a system prompt (chunk S); B, the newer, is ended by its client. Its own
 // chunks are marked, the shared one is not, and under the learnt policy B's own chunks leave
 // before A's older ones; under LRU the end changes nothing.
@@ -127,10 +136,7 @@ TEST_F(KvCacheTest, AnEndedConversationsOwnChunksLeaveFirst) {
   for (const RetentionPolicy policy : {RetentionPolicy::kMnemo, RetentionPolicy::kLru}) {
     clock_ = 1000;
     KvCache kv(tiny_layout(), config(5, 0, policy));
-    std::vector<TokenId> a = tokens_from(1, 2);  // S, then A's 2 chunks
-    std::vector<TokenId> b = a;
-    for (TokenId t : tokens_from(100, 4)) a.push_back(t);
-    for (TokenId t : tokens_from(200, 4)) b.push_back(t);
+    const auto [a, b] = two_conversations_sharing_a_prompt();
     run_and_cache(kv, 1, a);
     clock_ += 2;
     run_and_cache(kv, 1, b);
@@ -158,10 +164,7 @@ TEST_F(KvCacheTest, APinnedConversationIsKeptUntilItsTtlRunsOut) {
       if (policy == RetentionPolicy::kPensieve && wait > 60) continue;
       clock_ = 1000;
       KvCache kv(tiny_layout(), config(5, 0, policy));
-      std::vector<TokenId> a = tokens_from(1, 2);  // S, then A's 2 chunks
-      std::vector<TokenId> b = a;
-      for (TokenId t : tokens_from(100, 4)) a.push_back(t);
-      for (TokenId t : tokens_from(200, 4)) b.push_back(t);
+      const auto [a, b] = two_conversations_sharing_a_prompt();
       run_and_cache(kv, 1, a);
       EXPECT_EQ(kv.pin_conversation(1, a, 60), 3);
       EXPECT_EQ(kv.pin_conversation(2, a, 60), 0);  // another tenant's namespace holds nothing
