@@ -12,6 +12,10 @@
 //            dot-product peak of the same threads (kernels/cpu/int8_peak.h), measured right
 //            before each of its repeats; and the step rate that peak would allow if the weight
 //            products were all a step did (so, against batch 1, the ceiling of batching).
+//   verify:  speculative decoding's verification (--verify-rows): B sequences each running R
+//            query rows (the last token and R - 1 drafted ones, every row's argmax found) per
+//            step, as time per step over the one-row step's: the tokens a pass must yield per
+//            sequence to break even, and where extra rows stop being nearly free.
 // Each figure is the median of --repeats runs. The decode batch sizes take turns, one run each
 // per round, and the scaling line gives each batch's rate over batch 1's round by round.
 #include <algorithm>
@@ -46,6 +50,7 @@ struct BenchArgs {
   int32_t repeats = 3;
   std::string kv_type = "f16";
   bool full_logits = false;
+  std::vector<int32_t> verify_rows;
   ModelFlags model_flags;
 };
 
@@ -284,6 +289,59 @@ void report_probes(const Model& model, const ThreadPool& pool, const ProbeFigure
   std::printf("\n");
 }
 
+// Seconds per step of `run`'s sequences each running `rows` query rows after their contexts
+// (filled before), the same positions every step: the median of --steps steps.
+Result<double> time_verify_step(Model& model, ThreadPool& pool, const BenchArgs& args, DecodeRun& run, int32_t rows) {
+  ForwardOutput out;
+  Batch step = run.batch;
+  for (size_t s = 0; s < step.sequences.size(); ++s) {
+    SequenceInput& seq = step.sequences[s];
+    seq.tokens = random_tokens(rows, model.n_vocab(), static_cast<uint32_t>(1000 + s));
+    seq.ranges = {{args.context, rows}};
+    seq.logits = LogitsFor::kArgmaxAll;
+  }
+  std::vector<double> seconds;
+  for (int32_t i = 0; i < args.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    MNEMO_RETURN_IF_ERROR(model.forward(step, *run.kv, pool, out));
+    seconds.push_back(seconds_since(start));
+  }
+  return median(seconds);
+}
+
+Status bench_verify(Model& model, ThreadPool& pool, const BenchArgs& args, DType kv_dtype) {
+  const int32_t max_rows = *std::max_element(args.verify_rows.begin(), args.verify_rows.end());
+  BenchArgs sized = args;
+  sized.steps = std::max(args.steps, max_rows);  // decode_runs' blocks cover context + steps
+  std::vector<DecodeRun> runs = decode_runs(model, sized, kv_dtype);
+  for (DecodeRun& run : runs) {
+    ForwardOutput out;
+    Batch prefill = run.batch;
+    for (SequenceInput& seq : prefill.sequences) seq.tokens.resize(static_cast<size_t>(args.context));
+    MNEMO_RETURN_IF_ERROR(model.forward(prefill, *run.kv, pool, out));
+    // Round by round, one row then each row count, so the ratios pair steps of the same moment.
+    std::vector<std::vector<double>> ratios(args.verify_rows.size());
+    std::vector<double> one_row;
+    for (int32_t r = 0; r < args.repeats; ++r) {
+      MNEMO_ASSIGN_OR_RETURN(const double base, time_verify_step(model, pool, args, run, 1));
+      one_row.push_back(base);
+      for (size_t i = 0; i < args.verify_rows.size(); ++i) {
+        MNEMO_ASSIGN_OR_RETURN(const double t, time_verify_step(model, pool, args, run, args.verify_rows[i]));
+        ratios[i].push_back(t / base);
+      }
+    }
+    std::printf("verify   batch %-3d ctx %-4d 1 row %7.2f ms per step\n", run.batch_size, args.context, 1e3 * median(one_row));
+    for (size_t i = 0; i < args.verify_rows.size(); ++i) {
+      const double ratio = median(ratios[i]);
+      std::printf("verify   batch %-3d %2d rows     %7.2fx the step time (%.3f per extra row): break-even at %.2f tokens "
+                  "per pass\n",
+                  run.batch_size, args.verify_rows[i], ratio, args.verify_rows[i] > 1 ? (ratio - 1) / (args.verify_rows[i] - 1) : 0.0,
+                  ratio);
+    }
+  }
+  return ok_status();
+}
+
 int run_bench(const BenchArgs& args) {
   auto loaded = Model::load(args.model_path, args.model_flags.load_options());
   if (!loaded.ok()) {
@@ -302,6 +360,13 @@ int run_bench(const BenchArgs& args) {
     return 1;
   }
 
+  if (!args.verify_rows.empty()) {
+    if (const Status verified = bench_verify(model, pool, args, kv_dtype); !verified.ok()) {
+      std::fprintf(stderr, "error: %s\n", verified.error().message().c_str());
+      return 1;
+    }
+    return 0;
+  }
   std::vector<Sampler> samplers(static_cast<size_t>(pool.size()));
   // The compute side, for the largest batch above 1 (when the ISA has an int8 vector probe).
   const kernels::Int8Peak* int8_peak = kernels::int8_peak(kernels::detected_isa());
@@ -357,6 +422,11 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--full-logits", args->full_logits,
                 "Decode with every logit computed and sampled from (the path of requests with logprobs or penalties) "
                 "instead of the greedy path, where the output projection keeps only each row's largest logit");
+  cmd->add_option("--verify-rows", args->verify_rows,
+                  "Instead of decoding, time steps of each batch size whose sequences run this many query rows (a "
+                  "speculative draft's verification), against one row")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
   cmd->callback([&run, args] { run = [args] { return run_bench(*args); }; });
 }
 

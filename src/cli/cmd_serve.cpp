@@ -55,6 +55,7 @@ struct ServeArgs {
   std::string state_dir;
   int64_t disk_cache_bytes = int64_t{2} << 30;
   std::string cache_policy = "mnemo";
+  std::string speculation = "on";
   std::string profile_path;  // empty: the model's profile if `mnemo profile` wrote one
   std::string cluster_url;   // etcd; empty: a single instance
   std::string cluster_name = "default";
@@ -242,6 +243,7 @@ Result<EngineConfig> engine_config_for(const ServeArgs& args, const std::string&
   engine_config.cache_policy = args.cache_policy == "lru"        ? RetentionPolicy::kLru
                                : args.cache_policy == "pensieve" ? RetentionPolicy::kPensieve
                                                                  : RetentionPolicy::kMnemo;
+  engine_config.speculation.enabled = args.speculation == "on";
   MNEMO_ASSIGN_OR_RETURN(engine_config.cost, cost_model_for(args, model_path));
   MNEMO_ASSIGN_OR_RETURN(engine_config.disk, open_disk_tier(args, model_path, model, engine_config, args.disk_cache_bytes / models));
   return engine_config;
@@ -531,6 +533,11 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "which conversations return), pensieve (recompute cost / idle time), lru")
       ->capture_default_str()
       ->check(CLI::IsMember({"mnemo", "pensieve", "lru"}));
+  cmd->add_option("--speculation", args->speculation,
+                  "Speculative decoding drafted from the request's own context (prompt lookup): on or off. Outputs are "
+                  "the same either way; a request may opt out with \"speculation\": false")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--max-cache-ttl", args->server.max_cache_ttl_seconds,
                   "Longest keep-alive a request's cache_control {\"type\": \"ephemeral\", \"ttl\": ...} may ask for, "
                   "in seconds (0: refuse keep-alives)")

@@ -255,13 +255,18 @@ Batch Engine::batch_of(const Step& step) {
   for (const Step::Item& item : step.items) {
     SequenceInput in;
     for (const QueryRange& r : item.ranges) {
-      in.tokens.insert(in.tokens.end(), item.seq->tokens.begin() + r.start, item.seq->tokens.begin() + r.end());
+      // A draft follows the sequence's last token in the last range, past its tokens.
+      const int32_t end = std::min(r.end(), static_cast<int32_t>(item.seq->tokens.size()));
+      in.tokens.insert(in.tokens.end(), item.seq->tokens.begin() + r.start, item.seq->tokens.begin() + end);
     }
+    in.tokens.insert(in.tokens.end(), item.draft.begin(), item.draft.end());
     in.ranges = item.ranges;
     in.block_table.assign(item.seq->kv.begin(), item.seq->kv.end());
+    const bool argmax = wants_argmax_only(*item.seq);
     in.logits = item.seq->request->request.pooling != Pooling::kNone ? hidden_wanted(item)
                 : !item.sample                                      ? LogitsFor::kNone
-                : wants_argmax_only(*item.seq)                      ? LogitsFor::kArgmax
+                : !item.draft.empty()                               ? (argmax && !item.seq->constraint ? LogitsFor::kArgmaxAll : LogitsFor::kAll)
+                : argmax                                            ? LogitsFor::kArgmax
                                                                     : LogitsFor::kLast;
     if (in.logits == LogitsFor::kArgmax && item.seq->constraint) in.allowed_tokens = item.seq->allowed.words();
     batch.sequences.push_back(std::move(in));
@@ -282,11 +287,15 @@ void Engine::run_step(Step& step) {
                                                          kv_.layer_slices(t.table->blocks(), t.first_chunk, t.chunks, layer));
     };
   }
+  const auto pass_started = std::chrono::steady_clock::now();
   const Status status = model_.forward(batch, kv_.device(), pool_, output_);
+  learn_row_cost(step, std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_started).count());
   kv_.end_background_work();
   metrics_.update([&](MetricsSnapshot& m) {
     ++m.steps_total;
     m.batch_tokens.observe(step.tokens);
+    // Counted before the tokens go out: whoever sees a request end sees its passes.
+    for (const Step::Item& item : step.items) m.decode_passes_total += item.sample ? 1 : 0;
   });
   if (!status.ok()) {
     // A batch the model refuses is an engine bug; fail its requests rather than loop on it.
@@ -304,6 +313,10 @@ void Engine::run_step(Step& step) {
       h.length -= n;
       done -= n;
       if (h.length == 0) seq.holes.erase(seq.holes.begin());
+    }
+    if (!item.draft.empty()) {
+      verified_.push_back(i);  // after the other draws: its rows are sampled in order
+      continue;
     }
     seq.n_computed += item.new_tokens;
     if (seq.request->request.persist_running && seq.choice == 0 && seq.state != SequenceState::kFinished) {
@@ -334,6 +347,7 @@ void Engine::run_step(Step& step) {
   sample_draws();
   for (const Draw& d : draws_) emit_token(*d.seq, d.token, d.logits);
   draws_.clear();  // kept for its capacity; no pointer outlives the step
+  verify_drafts(step);
 }
 
 std::vector<Engine::TappedChunks> Engine::prompt_taps(const Step& step) const {
@@ -425,6 +439,7 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
   }
   if (reason != FinishReason::kError) {
     cache_chunks(seq);
+    remember_for_drafts(seq);
     if (state.request.end_conversation && config_.prefix_caching) {
       kv_.end_conversation(state.request.cache_namespace, seq.tokens);
     }

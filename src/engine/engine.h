@@ -22,11 +22,14 @@
 #include <thread>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "engine/engine_metrics.h"
 #include "kv/kv_cache.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
+#include "engine/speculation.h"
+#include "engine/tenant_drafter.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/result.h"
@@ -60,6 +63,7 @@ struct EngineConfig {
   std::optional<KvType> host_kv_type;
   std::optional<KvType> disk_kv_type;
   int32_t host_exact_blocks = 0;
+  SpeculationConfig speculation;
   // Seconds, for the KV cache's idle times (the learnt retention policy's think times); default:
   // a steady clock. Tests that replay a trace set their own.
   std::function<double()> cache_clock;
@@ -121,6 +125,10 @@ class Engine {
       int32_t hole_tokens = 0;
       int32_t new_tokens = 0;
       bool sample = false;  // the run reaches the end of the sequence's tokens: sample the next one
+      // Tokens drafted to follow the sequence's (engine_speculation.cpp): run after its last
+      // token as extra query positions (counted in new_tokens) and verified by the samples.
+      std::vector<TokenId> draft;
+      size_t drafter = kPromptLookupDrafter;  // whose draft (metrics)
     };
     std::vector<Item> items;
     int32_t tokens = 0;
@@ -134,6 +142,18 @@ class Engine {
   // False when the pool has no room for the new tokens' blocks.
   bool plan_work(Sequence& seq, int32_t budget, Step& step);
   bool grow(Sequence& seq, int32_t n_tokens);
+  // Speculative decoding (engine_speculation.cpp). Drafts for the step's decoding sequences,
+  // within `budget` tokens and the step's row cap, where the pool has free blocks for them.
+  void plan_drafts(Step& step, int32_t& budget);
+  bool may_draft(const Sequence& seq, const Step::Item& item) const;
+  // After the pass: samples the item's rows in order, emitting each token, while the drafted
+  // token matches what was sampled; the rejected positions' blocks are given back.
+  void verify_draft(const Step::Item& item, size_t index);
+  void verify_drafts(const Step& step);  // the step's items with drafts (verified_), in order
+  // A pass's time, for the row cost (decode-only passes).
+  void learn_row_cost(const Step& step, double seconds);
+  // A finished sequence's new tokens join its tenant's history for later drafts.
+  void remember_for_drafts(const Sequence& seq);
   bool preempt_latest(const Sequence* keep);
   void preempt(std::list<std::unique_ptr<Sequence>>::iterator it);
   // Waiting sequences other than the head give back the device blocks they hold (their KV stays
@@ -187,7 +207,10 @@ class Engine {
   EngineConfig config_;
   ThreadPool pool_;
   KvCache kv_;
-  Sampler sampler_;                // the engine thread's (logprobs)
+  Sampler sampler_;                // the engine thread's (logprobs, verification)
+  PromptLookupDrafter prompt_lookup_;
+  RowCostEstimator row_cost_;  // from the decode steps' times
+  TenantHistoryDrafter tenant_drafter_;
   std::vector<Sampler> samplers_;  // one per pool thread (sample_draws)
   // Constrained decoding (GenerationRequest::format): the vocabulary's bytes, built on first use.
   std::shared_ptr<const grammar::TokenBytes> token_bytes_;
@@ -201,6 +224,7 @@ class Engine {
     TokenId token;
   };
   std::vector<Draw> draws_;  // the step's, in the order their tokens are emitted
+  std::vector<size_t> verified_;  // the step's items with drafts
   EngineMetrics metrics_;
 
   // Engine thread only.

@@ -18,6 +18,10 @@ struct Histogram {
   void observe(double value);
 };
 
+// Speculative decoding's drafters, as metrics label them (engine/drafter.h).
+inline constexpr std::array<const char*, 2> kDrafterNames = {"prompt_lookup", "tenant_history"};
+enum DrafterIndex : size_t { kPromptLookupDrafter = 0, kTenantHistoryDrafter = 1 };
+
 struct MetricsSnapshot {
   uint64_t requests_total = 0;
   uint64_t requests_finished = 0;
@@ -28,6 +32,11 @@ struct MetricsSnapshot {
   uint64_t preemptions_total = 0;
   uint64_t swaps_total = 0;
   uint64_t steps_total = 0;
+  // Per sequence and pass that sampled: 1. Generated tokens over these are the tokens a
+  // sequence gets per forward pass (above 1 with speculative decoding).
+  uint64_t decode_passes_total = 0;
+  std::array<uint64_t, kDrafterNames.size()> spec_draft_tokens{};     // per drafter: verified
+  std::array<uint64_t, kDrafterNames.size()> spec_accepted_tokens{};  // and kept
   int64_t running = 0;
   int64_t waiting = 0;
   int64_t kv_blocks_used = 0;    // referenced by sequences

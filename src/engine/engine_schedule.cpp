@@ -98,12 +98,13 @@ bool Engine::plan_step(Step& step) {
     waiting_.pop_front();
     insert_in_order(running_, std::move(moved));
   }
+  plan_drafts(step, budget);
   step.tokens = config_.max_batch_tokens - budget;
   return !step.items.empty();
 }
 
 bool Engine::plan_work(Sequence& seq, int32_t budget, Step& step) {
-  Step::Item item{&seq, {}, 0, 0, false};
+  Step::Item item{&seq, {}, 0, 0, false, {}, kPromptLookupDrafter};
   for (const QueryRange& hole : seq.holes) {
     if (item.hole_tokens == budget) break;
     const int32_t take = std::min(hole.length, budget - item.hole_tokens);

@@ -18,7 +18,12 @@ void Engine::post(std::function<void()> task) {
 }
 
 void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t keep_tokens) {
-  post([this, ns, tokens = std::move(tokens), keep_tokens] { kv_.forget(ns, tokens, keep_tokens / kv_.block_size()); });
+  post([this, ns, tokens = std::move(tokens), keep_tokens] {
+    kv_.forget(ns, tokens, keep_tokens / kv_.block_size());
+    // The conversation's streams leave the tenant's drafts with its KV (all of them, even where
+    // an earlier turn stays stored: a stream is not cut by turns).
+    tenant_drafter_.forget(ns, TenantHistoryDrafter::conversation_of(tokens));
+  });
 }
 
 std::future<Result<KvCache::ExportedPrefix>> Engine::export_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t first_chunk,

@@ -91,7 +91,10 @@ struct GenerationRequest {
   // Not kNone: an embedding (/v1/embeddings). The prompt runs, nothing is generated, and the
   // stream gets one PooledEmbedding before the choice finishes. n = 1, text format, no resume.
   Pooling pooling = Pooling::kNone;
-  int32_t embedding_index = 0;  // echoed in its PooledEmbedding (inputs of one API request share a stream)
+  int32_t embedding_index = 0;
+  // Speculative decoding (engine/speculation.h) for this request when the engine has it on
+  // (the "speculation" extension field; false opts out). It changes speed, never the tokens.
+  bool speculation = true;  // echoed in its PooledEmbedding (inputs of one API request share a stream)
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/speculation.h"
 #include "engine/stop_matcher.h"
 #include "grammar/output_constraint.h"
 #include "util/token_mask.h"
@@ -62,6 +63,8 @@ struct Sequence {
   // a preemption are not counted twice.
   std::vector<double> pooled;
   int32_t pooled_through = 0;
+
+  AcceptanceTracker acceptance;  // of its speculative drafts: how long the next one is
 
   StreamingDetokenizer detokenizer;
   StopMatcher stop_matcher;

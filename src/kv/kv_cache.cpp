@@ -218,6 +218,15 @@ bool KvCache::prepare_write(KvTable& table, int32_t begin, int32_t end) {
   return true;
 }
 
+void KvCache::truncate(KvTable& table, int32_t n_positions) {
+  MNEMO_CHECK(!table.on_host_, "truncating a swapped-out table");
+  const auto keep = static_cast<size_t>((std::max(n_positions, 0) + block_size() - 1) / block_size());
+  while (table.ids_.size() > keep) {
+    device_alloc_.release(table.ids_.back());
+    table.ids_.pop_back();
+  }
+}
+
 KvTable KvCache::share(const KvTable& table) {
   MNEMO_CHECK(!table.on_host_, "sharing a swapped-out table");
   for (BlockId id : table) device_alloc_.add_ref(id);

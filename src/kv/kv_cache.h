@@ -143,6 +143,10 @@ class KvCache {
   // if the pool lacks the blocks.
   bool prepare_write(KvTable& table, int32_t begin, int32_t end);
 
+  // Gives back the device table's blocks past those covering positions [0, n_positions): what
+  // a rejected speculative draft wrote beyond the kept tokens.
+  void truncate(KvTable& table, int32_t n_positions);
+
   // Another reference to every block of a device table (a forked sequence shares them).
   KvTable share(const KvTable& table);
   // Gives back the table's blocks, whichever tier holds them; the table is left empty.

@@ -1,4 +1,5 @@
 #include "loadgen/loadgen.h"
+#include "loadgen/server_counters.h"
 
 #include <algorithm>
 #include <cmath>
@@ -66,10 +67,17 @@ Result<RunOutcome> Loadgen::run(double rate, size_t point) const {
   config.rate = rate;
   if (config.label.empty()) config.label = fmt::format("{}{}@{}/s", options_.label, options_.label.empty() ? "" : " ", rate);
   const RequestOptions request_options{options_.model, options_.temperature, options_.history};
+  const std::optional<ServerCounters> before = fetch_server_counters(endpoint_);
   RunResult result = run_load(workload, *think_, endpoint_, options_.api, request_options, config);
+  const std::optional<DecodeFigures> decode = decode_figures(before, fetch_server_counters(endpoint_));
   RunOutcome outcome;
   outcome.rate = rate;
   outcome.summary = summarize_run(result.records, result.turns_planned, options_.slo);
+  if (decode) {
+    outcome.summary.tokens_per_forward = decode->tokens_per_forward;
+    outcome.summary.drafted_tokens = decode->drafted;
+    outcome.summary.draft_acceptance = decode->acceptance;
+  }
   outcome.records = std::move(result.records);
   return outcome;
 }

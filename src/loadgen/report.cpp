@@ -18,7 +18,7 @@ json to_json(const GroupSummary& g) {
 }
 
 json to_json(const RunSummary& s) {
-  return {{"window_s", s.window_s},
+  json j = {{"window_s", s.window_s},
           {"turns_planned", s.turns_planned},
           {"conversations", s.conversations},
           {"requests_sent", s.requests_sent},
@@ -35,6 +35,12 @@ json to_json(const RunSummary& s) {
           {"requests_meeting_slo", s.requests_meeting_slo},
           {"goodput", s.goodput},
           {"slo_met", s.slo_met}};
+  if (s.tokens_per_forward) {
+    j["tokens_per_forward"] = *s.tokens_per_forward;
+    j["drafted_tokens"] = s.drafted_tokens;
+    j["draft_acceptance"] = s.draft_acceptance;
+  }
+  return j;
 }
 
 json to_json(const RequestRecord& r) {
@@ -133,6 +139,10 @@ std::string format_summary(const RunSummary& s) {
   out += fmt::format("SLO p90 TTFT <= {}, p90 TPOT <= {}: {}; goodput {:.3f} requests/s ({} of {} within)\n",
                      bound(s.slo.ttft_s, "s"), bound(s.slo.tpot_s, "s"), s.slo_met ? "met" : "NOT met", s.goodput,
                      s.requests_meeting_slo, s.requests_ok);
+  if (s.tokens_per_forward) {
+    out += fmt::format("decode: {:.2f} tokens per sequence and forward pass (server metrics); {:.0f} tokens drafted, {:.1f}% kept\n",
+                       *s.tokens_per_forward, s.drafted_tokens, 100.0 * s.draft_acceptance);
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "loadgen/request_record.h"
@@ -65,6 +66,11 @@ struct RunSummary {
   int64_t requests_meeting_slo = 0;
   double goodput = 0.0;  // requests meeting the SLO per second
   bool slo_met = false;
+  // From a Mnemo server's /metrics over the run (any other client's requests included): tokens
+  // per sequence and forward pass, drafted tokens and the share kept (speculative decoding).
+  std::optional<double> tokens_per_forward;
+  double drafted_tokens = 0;
+  double draft_acceptance = 0;
 };
 
 GroupSummary summarize_group(const std::vector<const RequestRecord*>& records);

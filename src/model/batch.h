@@ -31,8 +31,9 @@ struct QueryRange {
 
 // kArgmax: only the index of the last token's largest logit (greedy sampling with nothing that
 // alters the logits), which spares writing and reading a vocabulary of logits per sequence.
+// kArgmaxAll: that index for every token run (greedy verification of a speculative draft).
 // kHidden: no logits, the final-normed hidden state of every token run (embeddings).
-enum class LogitsFor { kNone, kLast, kAll, kArgmax, kHidden };
+enum class LogitsFor { kNone, kLast, kAll, kArgmax, kArgmaxAll, kHidden };
 
 struct SequenceInput {
   std::vector<TokenId> tokens;      // the ranges' tokens, concatenated in range order
@@ -56,10 +57,13 @@ struct ForwardOutput {
   int32_t n_vocab = 0;
   std::vector<float> logits;
   std::vector<int32_t> first_row;  // per sequence: index of its first row
-  std::vector<int32_t> row_count;  // per sequence: number of rows (a kArgmax sequence's one row is not valid)
+  std::vector<int32_t> row_count;  // per sequence: number of rows (a kArgmax(All) sequence's rows are not valid)
   // Per sequence: the index of its last token's largest logit (kernels/nn/argmax.h's semantics)
-  // for kArgmax, -1 otherwise.
+  // for kArgmax and kArgmaxAll, -1 otherwise.
   std::vector<TokenId> argmax;
+  // Per logits row: that index for the rows of kArgmax and kArgmaxAll sequences, -1 for others.
+  std::vector<TokenId> row_argmax;
+  TokenId argmax_of(size_t sequence, int32_t i) const { return row_argmax[static_cast<size_t>(first_row[sequence] + i)]; }
   // kHidden: the final-normed hidden states (n_embd floats a token) of every token the sequence
   // ran, in batch order, from row hidden_first[sequence] (-1 for the other sequences).
   int32_t n_embd = 0;

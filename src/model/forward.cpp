@@ -283,12 +283,12 @@ void Model::compute_logits(Pass& p, ForwardOutput& out) {
     const SequenceInput& seq = batch.sequences[s];
     const int64_t n = static_cast<int64_t>(seq.tokens.size());
     out.first_row[s] = static_cast<int32_t>(wanted.size());
-    if (seq.logits == LogitsFor::kAll) {
+    if (seq.logits == LogitsFor::kAll || seq.logits == LogitsFor::kArgmaxAll) {
       for (int64_t i = 0; i < n; ++i) wanted.push_back(t + i);
     } else if (seq.logits == LogitsFor::kLast || seq.logits == LogitsFor::kArgmax) {
       wanted.push_back(t + n - 1);
     }
-    argmax_only.resize(wanted.size(), seq.logits == LogitsFor::kArgmax ? 1 : 0);
+    argmax_only.resize(wanted.size(), seq.logits == LogitsFor::kArgmax || seq.logits == LogitsFor::kArgmaxAll ? 1 : 0);
     out.row_count[s] = static_cast<int32_t>(wanted.size()) - out.first_row[s];
     t += n;
   }
@@ -300,6 +300,7 @@ void Model::compute_logits(Pass& p, ForwardOutput& out) {
   }
   out.n_vocab = n_vocab();
   out.logits.resize(static_cast<size_t>(n_out) * static_cast<size_t>(out.n_vocab));
+  out.row_argmax.assign(static_cast<size_t>(n_out), -1);
   if (n_out == 0) return;
   // The product folds the argmax-only rows itself unless a softcap comes between (it is
   // monotonic, but rounding can make two logits equal after it).
@@ -317,12 +318,16 @@ void Model::compute_logits(Pass& p, ForwardOutput& out) {
     kernels::softcap(out.logits.data(), static_cast<int64_t>(out.logits.size()), c.final_logit_softcap);
   }
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    if (batch.sequences[s].logits != LogitsFor::kArgmax) continue;
-    const int64_t row = out.first_row[s];
+    const LogitsFor wants = batch.sequences[s].logits;
+    if (wants != LogitsFor::kArgmax && wants != LogitsFor::kArgmaxAll) continue;
     const std::span<const uint64_t> allowed = batch.sequences[s].allowed_tokens;
-    out.argmax[s] = argmax.folded        ? kernels::argmax_of_lanes(argmax, row, n_out)
-                    : !allowed.empty() ? kernels::argmax_allowed(out.row(s), out.n_vocab, allowed.data())
-                                       : kernels::argmax(out.row(s), out.n_vocab);
+    for (int32_t i = 0; i < out.row_count[s]; ++i) {
+      const int64_t row = out.first_row[s] + i;
+      out.row_argmax[static_cast<size_t>(row)] = argmax.folded        ? kernels::argmax_of_lanes(argmax, row, n_out)
+                                                 : !allowed.empty() ? kernels::argmax_allowed(out.row(s, i), out.n_vocab, allowed.data())
+                                                                    : kernels::argmax(out.row(s, i), out.n_vocab);
+    }
+    out.argmax[s] = out.row_argmax[static_cast<size_t>(out.first_row[s] + out.row_count[s] - 1)];
   }
 }
 

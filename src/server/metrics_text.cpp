@@ -24,6 +24,23 @@ void histogram(std::string& out, const char* name, const char* help, const Histo
   out += fmt::format("mnemo_{0}_bucket{{le=\"+Inf\"}} {1}\nmnemo_{0}_sum {2}\nmnemo_{0}_count {1}\n", name, h.count, h.sum);
 }
 
+// Speculative decoding's counters, by drafter.
+void speculation_counters(std::string& out, const MetricsSnapshot& m) {
+  counter(out, "decode_passes_total",
+          "Sequences' passes that sampled tokens (one per sequence and pass): generation_tokens_total over these is the "
+          "tokens per forward.",
+          m.decode_passes_total);
+  prometheus::header(out, "spec_draft_tokens_total", "Speculative tokens drafted and verified, by drafter.", "counter");
+  for (size_t d = 0; d < kDrafterNames.size(); ++d) {
+    out += fmt::format("mnemo_spec_draft_tokens_total{{drafter=\"{}\"}} {}\n", kDrafterNames[d], m.spec_draft_tokens[d]);
+  }
+  prometheus::header(out, "spec_accepted_tokens_total", "Speculative tokens kept (what the sampler drew anyway), by drafter.",
+                     "counter");
+  for (size_t d = 0; d < kDrafterNames.size(); ++d) {
+    out += fmt::format("mnemo_spec_accepted_tokens_total{{drafter=\"{}\"}} {}\n", kDrafterNames[d], m.spec_accepted_tokens[d]);
+  }
+}
+
 }  // namespace
 
 std::string render_transport_metrics(const transfer::KvTransport::Stats& s) {
@@ -61,6 +78,7 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "preemptions_total", "Sequences preempted when the KV pool ran out.", m.preemptions_total);
   counter(out, "swaps_total", "Preemptions by swapping to host memory (the rest recompute).", m.swaps_total);
   counter(out, "steps_total", "Forward passes run.", m.steps_total);
+  speculation_counters(out, m);
   gauge(out, "running_sequences", "Sequences in the running set.", static_cast<double>(m.running));
   gauge(out, "waiting_sequences", "Sequences waiting (new or preempted).", static_cast<double>(m.waiting));
   gauge(out, "kv_blocks_used", "KV blocks of the device pool in use by sequences.", static_cast<double>(m.kv_blocks_used));

@@ -329,6 +329,7 @@ void read_sampling(FieldReader& r, ParsedRequest& out) {
   r.number("repetition_penalty", g.sampling.repetition_penalty, 0.0, 10.0);
   r.integer("n", g.n, 1, 128);
   r.boolean("ignore_eos", g.ignore_eos);
+  r.boolean("speculation", g.speculation);
   if (const json* seed = r.find("seed")) {
     if (!seed->is_number_integer()) return r.fail("'seed' must be an integer", "seed");
     g.sampling.seed = static_cast<uint64_t>(seed->get<int64_t>());

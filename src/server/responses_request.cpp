@@ -177,7 +177,7 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const json& bod
   // router's replica fields (a decode instance sending a turn's KV back, SPEC M4).
   json as_chat = {{"messages", json::array({{{"role", "user"}, {"content", ""}}})}};
   for (const char* field : {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "cache_salt",
-                            "cache_control", "presence_penalty", "frequency_penalty", "repetition_penalty", "mnemo_replica",
+                            "cache_control", "speculation", "presence_penalty", "frequency_penalty", "repetition_penalty", "mnemo_replica",
                             "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_report_tokens",
                             "mnemo_resume_tokens", "mnemo_persist_running"}) {
     if (body.contains(field)) as_chat[field] = body[field];

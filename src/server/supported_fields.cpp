@@ -15,7 +15,7 @@ using nlohmann::json;
 constexpr std::string_view kSamplingFields[] = {
     "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "seed", "stop", "ignore_eos", "cache_salt", "cache_control",
-    "mnemo_replica", "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_replica_wait", "mnemo_report_tokens",
+    "speculation", "mnemo_replica", "mnemo_replica_known_tokens", "mnemo_replica_at_end", "mnemo_replica_wait", "mnemo_report_tokens",
     "mnemo_resume_tokens", "mnemo_persist_running"};
 constexpr std::string_view kChatFields[] = {"messages", "max_tokens", "max_completion_tokens", "n", "logprobs",
                                             "top_logprobs", "logit_bias", "response_format",

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,7 @@
 namespace mnemo::testing {
 
 struct Collected {
-  std::vector<TokenId> tokens;  // choice 0's tokens that came with an id
+  std::vector<TokenId> tokens;  // the tokens that came with an id, every choice's, in arrival order
   std::string text;
   FinishReason reason = FinishReason::kError;
   RequestUsage usage;
@@ -21,8 +22,10 @@ struct Collected {
   int pooled_events = 0;
 };
 
-// A test failure if the request does not end within `timeout`.
-inline Collected collect(RequestStream& stream, std::chrono::milliseconds timeout = std::chrono::milliseconds(120000)) {
+// A test failure if the request does not end within `timeout`. `on_delta` sees every TokenDelta
+// (of any choice) as it comes.
+inline Collected collect(RequestStream& stream, const std::function<void(const TokenDelta&)>& on_delta,
+                         std::chrono::milliseconds timeout = std::chrono::milliseconds(120000)) {
   Collected r;
   for (;;) {
     auto event = stream.next(timeout);
@@ -34,6 +37,7 @@ inline Collected collect(RequestStream& stream, std::chrono::milliseconds timeou
       r.embedding = p->values;
       ++r.pooled_events;
     } else if (auto* d = std::get_if<TokenDelta>(&*event)) {
+      if (on_delta) on_delta(*d);
       if (d->token >= 0) r.tokens.push_back(d->token);
       r.text += d->text;
     } else if (auto* f = std::get_if<ChoiceFinished>(&*event)) {
@@ -44,6 +48,10 @@ inline Collected collect(RequestStream& stream, std::chrono::milliseconds timeou
       return r;
     }
   }
+}
+
+inline Collected collect(RequestStream& stream, std::chrono::milliseconds timeout = std::chrono::milliseconds(120000)) {
+  return collect(stream, nullptr, timeout);
 }
 
 }  // namespace mnemo::testing

@@ -159,6 +159,11 @@ TEST(LoadgenOnMnemo, PrefixCacheOnReusesEarlierTurns) {
     }
   }
   EXPECT_GT(outcome->summary.later_turns.cached_share, 0.3);
+  // The server's decode counters over the run: every generated token came from some pass.
+  ASSERT_TRUE(outcome->summary.tokens_per_forward.has_value());
+  EXPECT_GE(*outcome->summary.tokens_per_forward, 1.0);
+  EXPECT_GE(outcome->summary.draft_acceptance, 0.0);
+  EXPECT_LE(outcome->summary.draft_acceptance, 1.0);
 }
 
 TEST(LoadgenOnMnemo, NoPrefixCacheReusesNothing) {

@@ -151,3 +151,45 @@ def test_echo_leads_with_the_prompt_whole_and_streamed(client, model_id):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=model_id, prompt=PROMPT, max_tokens=2, echo=True, logprobs=1)
     assert info.value.param == "echo"
+
+
+CODE_PROMPT = """def clamp(value, low, high):
+    if value < low:
+        return low
+    if value > high:
+        return high
+    return value
+
+# The same function again, unchanged:
+def clamp(value, low, high):
+"""
+
+
+def drafted_and_kept(metrics: dict[str, float]) -> tuple[float, float]:
+    drafted = sum(v for k, v in metrics.items() if k.startswith("mnemo_spec_draft_tokens_total{"))
+    kept = sum(v for k, v in metrics.items() if k.startswith("mnemo_spec_accepted_tokens_total{"))
+    return drafted, kept
+
+
+def test_speculation_keeps_the_output_and_a_request_may_opt_out(server, client, model_id):
+    from helpers import read_metrics
+
+    before = read_metrics(server.url)
+    assert 'mnemo_spec_draft_tokens_total{drafter="prompt_lookup"}' in before
+    assert 'mnemo_spec_accepted_tokens_total{drafter="tenant_history"}' in before
+    fast = client.completions.create(model=model_id, prompt=CODE_PROMPT, temperature=0, max_tokens=40)
+    middle = read_metrics(server.url)
+    drafted, kept = drafted_and_kept(middle)
+    assert drafted > drafted_and_kept(before)[0], "a repeated function drafts from its own context"
+    assert kept > drafted_and_kept(before)[1]
+    passes = middle["mnemo_decode_passes_total"] - before["mnemo_decode_passes_total"]
+    tokens = middle["mnemo_generation_tokens_total"] - before["mnemo_generation_tokens_total"]
+    assert tokens / passes > 1.0, "kept drafts are tokens without a pass of their own"
+    plain = client.completions.create(model=model_id, prompt=CODE_PROMPT, temperature=0, max_tokens=40,
+                                      extra_body={"speculation": False})
+    after = read_metrics(server.url)
+    assert drafted_and_kept(after) == (drafted, kept), "an opted-out request drafts nothing"
+    assert plain.choices[0].text == fast.choices[0].text
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=model_id, prompt=PROMPT, max_tokens=1, extra_body={"speculation": "yes"})
+    assert "speculation" in info.value.message
