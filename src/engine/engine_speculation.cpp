@@ -36,6 +36,7 @@ void Engine::plan_drafts(Step& step, int32_t& budget) {
     // The step emits up to 1 + k tokens: within max_tokens, and k's positions within the context.
     const int32_t room = std::min(request.max_tokens - seq.n_generated() - 1, context - 1 - seq.n_computed);
     int32_t k = std::min({seq.acceptance.draft_length(spec.max_draft, row_cost), room, cap});
+    if (k <= 0 && room > 0 && seq.acceptance.should_probe()) k = 1;
     if (k <= 0) {
       seq.acceptance.idle();
       continue;

@@ -40,6 +40,7 @@ double shared_row_cost(double row_cost, int32_t sequences) {
 
 void AcceptanceTracker::observe(int32_t drafted, int32_t accepted) {
   if (drafted <= 0) return;
+  idle_steps_ = 0;
   const int32_t trials = accepted + (accepted < drafted ? 1 : 0);
   const double observed = static_cast<double>(accepted) / static_cast<double>(trials);
   // A long draft all kept says more than one token kept: weigh by trials, capped at one whole

@@ -50,15 +50,25 @@ class AcceptanceTracker {
   static constexpr double kWeight = 0.25;  // of the newest verification
   static constexpr double kDrift = 0.05;   // per step without a draft, towards the prior
 
+  static constexpr int32_t kProbeEvery = 8;  // steps without a draft before a one-token probe
+
   double rate() const { return rate_; }
   void observe(int32_t drafted, int32_t accepted);
-  void idle() { rate_ += (kPrior - rate_) * kDrift; }
+  void idle() {
+    rate_ += (kPrior - rate_) * kDrift;
+    ++idle_steps_;
+  }
+  // Whether a one-token draft should test the rate anew: where rows are dear even the prior
+  // does not pay for a draft, and without drafts a sequence that repeats its context (code
+  // copied back) would never learn that its drafts are kept.
+  bool should_probe() const { return idle_steps_ >= kProbeEvery; }
   // The k in [0, max_draft] that maximises (1 + expected kept tokens) / (1 + k * row_cost): the
   // tokens a pass yields per unit of its time, kept tokens following a geometric law.
   int32_t draft_length(int32_t max_draft, double row_cost) const;
 
  private:
   double rate_ = kPrior;
+  int32_t idle_steps_ = 0;
 };
 
 // A drafted row's cost as a sequence weighs it when `sequences` sample in the step: the step's

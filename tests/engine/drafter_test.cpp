@@ -99,6 +99,15 @@ TEST(Speculation, DraftLengthFollowsTheAcceptanceRate) {
   for (int i = 0; i < 20; ++i) t.observe(4, 0);
   EXPECT_LT(t.rate(), 0.01);
   EXPECT_EQ(t.draft_length(8, 0.08), 0);
+  // A sequence that does not draft probes with one token every kProbeEvery steps.
+  AcceptanceTracker dear;
+  for (int i = 0; i < AcceptanceTracker::kProbeEvery - 1; ++i) dear.idle();
+  EXPECT_FALSE(dear.should_probe());
+  dear.idle();
+  EXPECT_TRUE(dear.should_probe());
+  dear.observe(1, 1);  // the probe was kept: the rate rises and the count starts again
+  EXPECT_FALSE(dear.should_probe());
+  EXPECT_DOUBLE_EQ(dear.rate(), 0.5 + 0.5 * 0.25);
   // Idle steps drift back towards the prior until drafting pays again.
   int steps = 0;
   while (t.draft_length(8, 0.08) == 0) {
