@@ -11,7 +11,8 @@ both sides meet the machine in the same state and the same process.
            (previous_response_id), no ignore_eos, at T = 0 and at T = 0.7 (a seed);
   batch 32: rounds of 32 concurrent chat first turns, all with speculation then all without (or
            the other way round, alternating), T = 0.7.
-Batch 1 reports each request's decode rate, (tokens - 1) / (last token's arrival - first's), so
+Each side of each pair is its own tenant (cache_salt), so neither finds the other's KV or drafts
+from the other's output. Batch 1 reports each request's decode rate, (tokens - 1) / (last token's arrival - first's), so
 that the prefill (and a prefix found cached) does not count; batch 32 the round's output tokens
 over its wall time. Each figure is the median of the pairs' ratios (with / without); the
 acceptance rate and the tokens per forward come from the server's metrics over each side's
@@ -162,7 +163,7 @@ def stream(url: str, path: str, body: dict) -> dict:
                 if kind == "response.output_text.delta":
                     times.append(time.perf_counter())
                     text.append(event["delta"])
-                elif kind == "response.completed":
+                elif kind in ("response.completed", "response.incomplete"):
                     tokens = event["response"]["usage"]["output_tokens"]
                     response_id = event["response"]["id"]
             else:
@@ -174,6 +175,12 @@ def stream(url: str, path: str, body: dict) -> dict:
                     tokens = event["usage"]["completion_tokens"]
     rate = (tokens - 1) / (times[-1] - times[0]) if tokens and len(times) > 1 and times[-1] > times[0] else None
     return {"text": "".join(text), "tokens": tokens, "rate": rate, "id": response_id}
+
+
+def salt(pair: int, speculation: bool, *more) -> str:
+    """A tenant of its own for each side of each pair: neither side finds the other's KV cached or
+    drafts from the other's identical output (the tenant-history drafter)."""
+    return "-".join(str(x) for x in ("bench", pair, speculation, *more))
 
 
 def paired(server: Server, send, index: int) -> dict:
@@ -196,7 +203,8 @@ def code_pairs(server: Server, pairs: int, max_tokens: int) -> list[dict]:
         name, old, new, source = FUNCTIONS[i % len(FUNCTIONS)]
         prompt = code_prompt(name, old, new, source)
         body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream_options": {"include_usage": True}}
-        out.append(paired(server, lambda s: stream(server.url, "/v1/completions", {**body, "speculation": s}), i))
+        out.append(paired(server, lambda s: stream(server.url, "/v1/completions", {**body, "speculation": s,
+                                                                                    "cache_salt": salt(i, s)}), i))
     return out
 
 
@@ -221,7 +229,7 @@ def chat_pairs(server: Server, pairs: int, turns: int, temperature: float, max_t
             previous, text, tokens, rates = None, [], 0, []
             for turn, message in enumerate(users):
                 body = {"input": message, "max_output_tokens": max_tokens, "temperature": temperature, "seed": 7 + turn,
-                        "speculation": speculation}
+                        "speculation": speculation, "cache_salt": salt(i, speculation, temperature)}
                 if previous:
                     body["previous_response_id"] = previous
                 reply = stream(server.url, "/v1/responses", body)
@@ -244,7 +252,7 @@ def batch_rounds(server: Server, rounds: int, batch: int, max_tokens: int) -> li
             with concurrent.futures.ThreadPoolExecutor(batch) as pool:
                 replies = list(pool.map(lambda m: stream(server.url, "/v1/responses", {
                     "input": m, "max_output_tokens": max_tokens, "temperature": 0.7, "seed": 3,
-                    "speculation": speculation, "store": False}), firsts))
+                    "speculation": speculation, "store": False, "cache_salt": salt(i, speculation)}), firsts))
             wall = time.perf_counter() - start
             tokens = sum(r["tokens"] or 0 for r in replies)
             return {"text": "\x00".join(r["text"] for r in replies), "tokens": tokens, "rate": tokens / wall}
