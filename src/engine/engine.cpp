@@ -314,10 +314,7 @@ void Engine::run_step(Step& step) {
       done -= n;
       if (h.length == 0) seq.holes.erase(seq.holes.begin());
     }
-    if (!item.draft.empty()) {
-      verified_.push_back(i);  // after the other draws: its rows are sampled in order
-      continue;
-    }
+    if (!item.draft.empty()) continue;  // verify_drafts, after the other draws: its rows in order
     seq.n_computed += item.new_tokens;
     if (seq.request->request.persist_running && seq.choice == 0 && seq.state != SequenceState::kFinished) {
       persist_filled_chunks(seq);

@@ -149,7 +149,7 @@ class Engine {
   // After the pass: samples the item's rows in order, emitting each token, while the drafted
   // token matches what was sampled; the rejected positions' blocks are given back.
   void verify_draft(const Step::Item& item, size_t index);
-  void verify_drafts(const Step& step);  // the step's items with drafts (verified_), in order
+  void verify_drafts(const Step& step);  // the step's items with drafts, in order
   // A pass's time, for the row cost (decode-only passes).
   void learn_row_cost(const Step& step, double seconds);
   // A finished sequence's new tokens join its tenant's history for later drafts.
@@ -224,7 +224,6 @@ class Engine {
     TokenId token;
   };
   std::vector<Draw> draws_;  // the step's, in the order their tokens are emitted
-  std::vector<size_t> verified_;  // the step's items with drafts
   EngineMetrics metrics_;
 
   // Engine thread only.

@@ -72,14 +72,16 @@ void Engine::plan_drafts(Step& step, int32_t& budget) {
 void Engine::learn_row_cost(const Step& step, double seconds) {
   // Decode-only passes (every item samples after its one token, or verifies a draft) teach the
   // policy what a row costs; prefill chunks would blur it.
+  if (!config_.speculation.learn_row_cost) return;
   const bool decode_only = std::all_of(step.items.begin(), step.items.end(), [](const Step::Item& item) {
     return item.sample && item.hole_tokens == 0 && item.new_tokens == 1 + static_cast<int32_t>(item.draft.size());
   });
-  if (config_.speculation.learn_row_cost && decode_only) row_cost_.observe(step.tokens, seconds);
+  if (decode_only) row_cost_.observe(step.tokens, seconds);
 }
 
 void Engine::verify_drafts(const Step& step) {
-  for (size_t i : verified_) {
+  for (size_t i = 0; i < step.items.size(); ++i) {
+    if (step.items[i].draft.empty()) continue;
     Sequence& seq = *step.items[i].seq;
     seq.n_computed += 1;  // the last sampled token's KV; the draft's as its tokens are kept
     verify_draft(step.items[i], i);
@@ -87,7 +89,6 @@ void Engine::verify_drafts(const Step& step) {
       persist_filled_chunks(seq);
     }
   }
-  verified_.clear();
 }
 
 void Engine::verify_draft(const Step::Item& item, size_t index) {
