@@ -1,17 +1,16 @@
 // Speculative drafts from a tenant's history (issue 26): what its earlier requests were given
 // and generated, so that a request drafts from another's output (agents that call the same
 // tools and repeat each other's results, a system prompt's boilerplate, code two sessions edit).
-// Suffix decoding's idea without its tree: the longest n-gram (max_ngram down to min_ngram)
-// ending the context is looked up in per-length hash indexes of the tenant's recent token
-// streams, and the draft is what followed its latest occurrence.
+// Suffix decoding: each tenant's recent token streams are held in a bounded-depth suffix tree
+// with counts (engine/suffix_tree.h); a draft follows the most frequent continuation of the
+// longest suffix of the context that the tree holds.
 //
-// Per tenant (a cache namespace) and never across: a tenant's index is reached only with its
-// own namespace. Memory is bounded (tokens per tenant, tokens in all), the oldest streams of a
-// tenant leave first and the least recently used tenants leave whole. A conversation the client
-// deletes (forget) leaves with its cached KV. Engine thread only.
+// Per tenant (a cache namespace) and never across: a tenant's tree is reached only with its own
+// namespace. Memory is bounded (tokens per tenant and in all, times the tree's depth in nodes):
+// the oldest streams of a tenant leave first and the least recently used tenants leave whole. A
+// conversation the client deletes (forget) leaves with its cached KV. Engine thread only.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -20,21 +19,22 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/suffix_tree.h"
 #include "model/batch.h"
 
 namespace mnemo {
 
+// At the tree's default depth (12) a token of history costs at most 12 nodes of ~60 bytes
+// (node and edge): ~190 MiB when every tenant's history is full and never repeats itself.
 struct TenantHistoryLimits {
-  int64_t tokens_per_tenant = int64_t{1} << 16;
-  int64_t total_tokens = int64_t{1} << 21;
+  int64_t tokens_per_tenant = int64_t{1} << 15;
+  int64_t total_tokens = int64_t{1} << 18;
 };
 
 class TenantHistoryDrafter {
  public:
-  static constexpr int32_t kMinNgram = 2;
-  static constexpr int32_t kMaxNgram = 4;
   using Limits = TenantHistoryLimits;
-  explicit TenantHistoryDrafter(Limits limits = {}) : limits_(limits) {}
+  explicit TenantHistoryDrafter(Limits limits = {}, SuffixTreeOptions tree = {}) : limits_(limits), tree_options_(tree) {}
 
   std::string_view name() const { return "tenant_history"; }
   // As Drafter::draft, from tenant `ns`'s history.
@@ -50,36 +50,28 @@ class TenantHistoryDrafter {
 
   int64_t tokens() const { return total_tokens_; }
   int64_t tenants() const { return static_cast<int64_t>(tenants_.size()); }
+  // The nodes of every tenant's tree.
+  size_t nodes() const;
 
  private:
   struct Stream {
-    uint64_t serial;
     uint64_t conversation;
     std::vector<TokenId> tokens;
   };
-  // Where an n-gram ended (the draft starts there): a stream by serial, and an offset in it.
-  struct Place {
-    uint64_t serial;
-    uint32_t offset;
-  };
   struct Tenant {
-    std::deque<Stream> streams;  // oldest first; serials ascending
-    uint64_t next_serial = 0;
+    explicit Tenant(SuffixTreeOptions options) : tree(options) {}
+    std::deque<Stream> streams;  // oldest first
+    SuffixTree tree;             // of the streams
+    uint32_t next_stamp = 0;
     int64_t tokens = 0;
-    // Per n-gram length (index n - kMinNgram): its hash -> latest place. Places of streams that
-    // left stay until a rebuild and are skipped.
-    std::array<std::unordered_map<uint64_t, Place>, kMaxNgram - kMinNgram + 1> index;
     std::list<uint64_t>::iterator lru;  // in lru_
   };
-  static uint64_t hash(std::span<const TokenId> ngram);
-  const Stream* stream(const Tenant& tenant, uint64_t serial) const;
-  void index_stream(Tenant& tenant, const Stream& stream);
-  void rebuild(Tenant& tenant);
   void drop_oldest(Tenant& tenant);
   void drop_tenant(uint64_t ns);
   void touch(Tenant& tenant);
 
   Limits limits_;
+  SuffixTreeOptions tree_options_;
   std::unordered_map<uint64_t, Tenant> tenants_;
   std::list<uint64_t> lru_;  // namespaces, most recently used first
   int64_t total_tokens_ = 0;

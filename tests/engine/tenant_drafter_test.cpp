@@ -1,5 +1,6 @@
 // The tenant-history drafter: exact drafts from remembered streams, never across tenants, the
-// latest and the longest match first, forgetting a conversation, and its memory bounds.
+// longest match first, then the most frequent continuation, then the latest; forgetting a
+// conversation (its tree nodes with it), and its memory bounds.
 #include <gtest/gtest.h>
 
 #include "engine/tenant_drafter.h"
@@ -43,6 +44,18 @@ TEST(TenantHistoryDrafter, LatestStreamAndLongestMatchFirst) {
   EXPECT_EQ(draft_of(d, 1, {1, 2, 3}, 2), (std::vector<TokenId>{30, 31}));
 }
 
+TEST(TenantHistoryDrafter, TheContinuationMostRequestsTookFirst) {
+  TenantHistoryDrafter d;
+  d.remember(1, 100, std::vector<TokenId>{4, 5, 6, 7, 1});
+  d.remember(1, 101, std::vector<TokenId>{4, 5, 6, 7, 2});
+  d.remember(1, 102, std::vector<TokenId>{4, 5, 6, 8, 3});
+  // 7 two times in three, then 1 or 2 once each (the latest, 2): 2/3 x 1/2 is above the floor.
+  EXPECT_EQ(draft_of(d, 1, {4, 5, 6}, 3), (std::vector<TokenId>{7, 2}));
+  d.forget(1, 100);
+  d.forget(1, 101);
+  EXPECT_EQ(draft_of(d, 1, {4, 5, 6}, 3), (std::vector<TokenId>{8, 3}));
+}
+
 TEST(TenantHistoryDrafter, ForgettingAConversationBringsBackWhatItHid) {
   TenantHistoryDrafter d;
   d.remember(1, 100, std::vector<TokenId>{1, 2, 3, 30, 31});
@@ -53,6 +66,7 @@ TEST(TenantHistoryDrafter, ForgettingAConversationBringsBackWhatItHid) {
   d.forget(1, 100);
   EXPECT_TRUE(draft_of(d, 1, {7, 2, 3}, 2).empty());
   EXPECT_EQ(d.tokens(), 0);
+  EXPECT_EQ(d.nodes(), 0u);
   EXPECT_EQ(d.tenants(), 0);
   d.forget(3, 100);  // an unknown tenant: nothing happens
 }
