@@ -80,6 +80,27 @@ TEST_P(MatmulBatchInvarianceTest, RowResultDoesNotDependOnTheBatch) {
   }
 }
 
+TEST_P(MatmulBatchInvarianceTest, TilesPackedAtLoadGiveTheRowsBits) {
+  // A model's matrices are prepacked where the kernel offers it; then a batch reads the tiles
+  // while one row may read the file's rows (speculative verification depends on these agreeing).
+  const DType type = GetParam();
+  std::mt19937 rng(72);
+  Matrix w = random_matrix(type, kIn, kOut, rng);
+  const std::vector<float> x = testing::random_floats(kIn * kRows, rng);
+  MatmulScratch scratch;
+  std::vector<float> alone(static_cast<size_t>(kRows * kOut));
+  for (int64_t r = 0; r < kRows; ++r) matmul(w.view, x.data() + r * kIn, 1, alone.data() + r * kOut, one_, scratch);
+  // (Where the kernel has no tiles for the type on this ISA, the batch reads the rows as before.)
+  const PackedTiles tiles = prepack(w.view);
+  for (const int64_t rows : {int64_t{1}, int64_t{2}, int64_t{5}, kRows}) {
+    for (ThreadPool* pool : {&one_, &two_}) {
+      std::vector<float> y(static_cast<size_t>(rows * kOut));
+      matmul(w.view, x.data(), rows, y.data(), *pool, scratch);
+      ASSERT_TRUE(bitwise_equal(y.data(), alone.data(), rows * kOut)) << rows << " rows, " << pool->size() << " threads";
+    }
+  }
+}
+
 TEST_P(MatmulBatchInvarianceTest, SharedActivationsDoNotChangeTheResult) {
   // Q, K and V style: the matrix among others of other types, sharing the quantised rows.
   const DType type = GetParam();

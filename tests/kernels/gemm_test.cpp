@@ -50,7 +50,7 @@ TEST_P(GemmTest, MatchesTheScalarReference) {
       weights.insert(weights.end(), row.begin(), row.end());
     }
     const size_t weight_row_bytes = row_bytes(type, k);
-    for (const int64_t n_rows : {1, 2, 9, 19}) {
+    for (const int64_t n_rows : {1, 2, 9, 19, 40}) {  // 40: ten chunks of four (AVX2)
       const std::vector<float> x = testing::random_floats(k * n_rows, rng);
       const size_t packed_bytes = gemm->packer->batch_bytes(k, n_rows);
       ASSERT_EQ(packed_bytes % 64, 0u);
@@ -120,7 +120,12 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GemmTest);
 TEST(Gemm, DispatchFollowsTheIsa) {
   for (DType type : testing::weight_types()) {
     EXPECT_EQ(gemm_kernel(type, Isa::kScalar), nullptr);
-    EXPECT_EQ(gemm_kernel(type, Isa::kAvx2), nullptr);
+    const bool block32 = type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q8_0;
+    if (isa_supported(Isa::kAvx2) && block32) {
+      EXPECT_NE(gemm_kernel(type, Isa::kAvx2), nullptr);
+    } else {
+      EXPECT_EQ(gemm_kernel(type, Isa::kAvx2), nullptr) << dtype_name(type);
+    }
     if (isa_supported(Isa::kAvx512)) {
       EXPECT_NE(gemm_kernel(type, Isa::kAvx512), nullptr) << dtype_name(type);
     }

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/gemm.h"
+
 namespace mnemo::kernels::avx2 {
 
 float vec_dot_f32(int64_t n, const void* w, const void* a);
@@ -29,5 +31,16 @@ float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* a);
 float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* a);
 // Bit-identical to scalar::q8_K_from_float.
 void q8_K_from_float(const float* src, void* dst, int64_t n);
+
+// GEMM (gemm_avx2.cpp) of the 32-element formats, in 8-row tiles.
+extern const ActivationPacker kPackQ8_0;
+extern const ActivationPacker kPackQ8_0Offset8;
+extern const ActivationPacker kPackQ8_0Offset16;
+extern const ActivationPacker kPackQ8_1;
+extern const GemmKernel kGemmQ8_0;
+extern const GemmKernel kGemmQ4_0;
+extern const GemmKernel kGemmQ5_0;
+extern const GemmKernel kGemmQ4_1;
+extern const GemmKernel kGemmQ5_1;
 
 }  // namespace mnemo::kernels::avx2

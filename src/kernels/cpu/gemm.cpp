@@ -1,13 +1,25 @@
-// The GEMM dispatch table: AVX-512 VNNI kernels where the CPU has them, none otherwise (matmul
-// then uses vec_dot per element).
+// The GEMM dispatch table: AVX-512 VNNI kernels where the CPU has them; on AVX2, those of the
+// 32-element formats; none otherwise (matmul then uses vec_dot per element).
 #include "kernels/cpu/gemm.h"
 
+#include "kernels/cpu/avx2_kernels.h"
 #include "kernels/cpu/avx512_kernels.h"
 
 namespace mnemo::kernels {
 
 const GemmKernel* gemm_kernel(DType type, Isa isa) {
-  if (isa != Isa::kAvx512 || !isa_supported(isa)) return nullptr;
+  if (!isa_supported(isa)) return nullptr;
+  if (isa == Isa::kAvx2) {
+    switch (type) {
+      case DType::Q4_0: return &avx2::kGemmQ4_0;
+      case DType::Q4_1: return &avx2::kGemmQ4_1;
+      case DType::Q5_0: return &avx2::kGemmQ5_0;
+      case DType::Q5_1: return &avx2::kGemmQ5_1;
+      case DType::Q8_0: return &avx2::kGemmQ8_0;
+      default: return nullptr;
+    }
+  }
+  if (isa != Isa::kAvx512) return nullptr;
   switch (type) {
     case DType::F32: return &avx512::kGemmF32;
     case DType::F16: return &avx512::kGemmF16;

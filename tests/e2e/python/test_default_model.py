@@ -17,7 +17,10 @@ from selenium.webdriver.common.by import By
 from helpers import chat_model_path
 from test_web_ui import browser, open_page, send_message, set_setting, text_of, wait_finished  # noqa: F401
 
-QUESTION = "What is the capital of France?"
+# Greedy on a 135M model: the bare question leads "The" over "La" by 0.19 nats (0.13 in llama.cpp),
+# inside what the numerics of another ISA or a compressed KV tier may move; asked for one short
+# sentence, every token of the answer leads by more than 0.9.
+QUESTION = "What is the capital of France? Answer in one short sentence."
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
 
