@@ -151,7 +151,8 @@ GBNF_CASES = [
     # (grammar, how to check a whole output)
     ('root ::= ("yes" | "no") ", because " [a-z ]{3,30} "."',
      lambda text: re.fullmatch(r"(yes|no), because [a-z ]{3,30}\.", text)),
-    ('root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= [1-9] [0-9]{0,2} | "(" expr ")"\n',
+    # At most four terms a level: unbounded sums made the small models ramble past max_tokens.
+    ('root ::= expr\nexpr ::= term (("+" | "-") term){0,3}\nterm ::= [1-9] [0-9]{0,2} | "(" expr ")"\n',
      lambda text: re.fullmatch(r"[0-9+\-()]+", text) and ast.parse(text, mode="eval")),
 ]
 
@@ -225,8 +226,11 @@ def test_pydantic_models_parse_with_the_official_client(chat_server):
         model = chat.models.list().data[0].id
         parsed = 0
         for seed in range(4):
-            r = chat.chat.completions.parse(model=model, response_format=Segment, temperature=0.7, seed=seed, max_tokens=120,
-                                            messages=[{"role": "user", "content": "Give a red segment from (1, 2) to (3, 4) as JSON."}])
+            try:
+                r = chat.chat.completions.parse(model=model, response_format=Segment, temperature=0.7, seed=seed, max_tokens=120,
+                                                messages=[{"role": "user", "content": "Give a red segment from (1, 2) to (3, 4) as JSON."}])
+            except openai.LengthFinishReasonError:  # the client's way of saying "not ended"
+                continue
             if r.choices[0].finish_reason == "stop":
                 segment = r.choices[0].message.parsed
                 assert isinstance(segment, Segment) and isinstance(segment.start, Point)
