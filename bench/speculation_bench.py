@@ -154,7 +154,9 @@ def stream(url: str, path: str, body: dict) -> dict:
     times, text, tokens, response_id = [], [], None, None
     with requests.post(url + path, json={**body, "stream": True}, stream=True, timeout=600) as r:
         r.raise_for_status()
-        for raw in r.iter_lines(decode_unicode=True):
+        # Lines split as bytes: str.splitlines would also break a JSON string at U+2028 and the like.
+        for line in r.iter_lines():
+            raw = line.decode("utf-8")
             if not raw or not raw.startswith("data: ") or raw == "data: [DONE]":
                 continue
             event = json.loads(raw[6:])
