@@ -124,7 +124,8 @@ void matmul_many(std::span<const MatmulTask> tasks, const float* x, int64_t n_ro
 
   // Quantise (pack) the activations once per format.
   if (scratch.activations.size() * 64 < scratch_bytes) scratch.activations.resize(scratch_bytes / 64 + 1);
-  uint8_t* base = scratch.activations.data()->bytes;
+  // Empty where every format takes x as is (F32 without a GEMM): nothing is packed then.
+  uint8_t* base = scratch.activations.empty() ? nullptr : scratch.activations.front().bytes;
   const auto pack_rows = [&](int64_t begin, int64_t end, int) {
     for (const Format& f : formats) {
       for (int64_t r = begin; r < end; ++r) {
