@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "server/sse_json.h"
 #include "server/tool_request.h"
 
 namespace mnemo::server {
@@ -17,7 +18,7 @@ std::string random_id(const char* prefix) {
   return fmt::format("{}-{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
 }
 
-std::string sse(const json& payload) { return "data: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+std::string sse(const json& payload) { return "data: " + sse_json(payload) + "\n\n"; }
 
 json token_bytes(const std::string& piece) {
   json bytes = json::array();

@@ -1,6 +1,7 @@
 #include "server/responses_shaper.h"
 
 #include "server/completion.h"
+#include "server/sse_json.h"
 
 namespace mnemo::server {
 namespace {
@@ -78,7 +79,7 @@ json ResponsesShaper::response(const std::string& status, const RequestUsage* us
 std::string ResponsesShaper::event(const std::string& type, json payload) {
   payload["type"] = type;
   payload["sequence_number"] = sequence_++;
-  return "event: " + type + "\ndata: " + dump(payload) + "\n\n";
+  return "event: " + type + "\ndata: " + sse_json(payload) + "\n\n";
 }
 
 std::string ResponsesShaper::open_stream() {
