@@ -12,7 +12,7 @@
 // sign) and madd with ones give each lane its four products.
 //
 // Per element, in block order, the operations of the AVX-512 kernels (gemm_avx512.cpp), so the
-// two ISAs give the same bits:
+// two ISAs give the same bits wherever their activation quantisers agree (both follow ggml's):
 //   acc = fma(float(S_b), d_w * d_a, acc)        [+ acc = fma(m_w, s_a, acc) for _1]
 // S_b being the exact sum of the block's level products (less offset x the activations' sum).
 // The single-row path reads the file's rows and reduces each row's eight partial sums to its
