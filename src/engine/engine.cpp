@@ -172,6 +172,7 @@ void Engine::loop() {
     }
     std::erase_if(running_, [](const auto& s) { return s->state == SequenceState::kFinished; });
     std::erase_if(waiting_, [](const auto& s) { return s->state == SequenceState::kFinished; });
+    forget_drafts_the_cache_let_go();
     publish_cache_metrics();
   }
   // Shutdown: whatever is left ends as cancelled.

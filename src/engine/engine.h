@@ -154,6 +154,8 @@ class Engine {
   void learn_row_cost(const Step& step, double seconds);
   // A finished sequence's new tokens join its tenant's history for later drafts.
   void remember_for_drafts(const Sequence& seq);
+  // The tenant histories of the conversations the cache has let go leave with them.
+  void forget_drafts_the_cache_let_go();
   bool preempt_latest(const Sequence* keep);
   void preempt(std::list<std::unique_ptr<Sequence>>::iterator it);
   // Waiting sequences other than the head give back the device blocks they hold (their KV stays

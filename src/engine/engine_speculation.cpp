@@ -126,8 +126,13 @@ void Engine::remember_for_drafts(const Sequence& seq) {
   // already), and the output.
   const auto from = static_cast<size_t>(std::clamp(seq.request->usage.cached_tokens, 0, seq.n_prompt));
   const std::span<const TokenId> tokens(seq.tokens);
-  tenant_drafter_.remember(seq.request->request.cache_namespace, TenantHistoryDrafter::conversation_of(tokens),
+  const uint64_t ns = seq.request->request.cache_namespace;
+  tenant_drafter_.remember(ns, TenantHistoryDrafter::conversation_of(ns, tokens, kv_.block_size()),
                            tokens.subspan(from));
+}
+
+void Engine::forget_drafts_the_cache_let_go() {
+  for (const auto& [ns, conversation] : kv_.take_forgotten_conversations()) tenant_drafter_.forget(ns, conversation);
 }
 
 }  // namespace mnemo

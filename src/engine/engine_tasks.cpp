@@ -22,7 +22,7 @@ void Engine::forget_prefix(uint64_t ns, std::vector<TokenId> tokens, int32_t kee
     kv_.forget(ns, tokens, keep_tokens / kv_.block_size());
     // The conversation's streams leave the tenant's drafts with its KV (all of them, even where
     // an earlier turn stays stored: a stream is not cut by turns).
-    tenant_drafter_.forget(ns, TenantHistoryDrafter::conversation_of(tokens));
+    tenant_drafter_.forget(ns, TenantHistoryDrafter::conversation_of(ns, tokens, kv_.block_size()));
   });
 }
 

@@ -4,15 +4,14 @@
 
 #include <xxhash.h>
 
+#include "kv/prefix_index.h"
+
 namespace mnemo {
 
-namespace {
-constexpr size_t kConversationTokens = 64;
-}
-
-uint64_t TenantHistoryDrafter::conversation_of(std::span<const TokenId> tokens) {
-  const auto first = tokens.first(std::min(tokens.size(), kConversationTokens));
-  return XXH3_64bits(first.data(), first.size_bytes());
+uint64_t TenantHistoryDrafter::conversation_of(uint64_t ns, std::span<const TokenId> tokens, int32_t block_size) {
+  const auto block = static_cast<size_t>(block_size);
+  if (block > 0 && tokens.size() >= block) return PrefixIndex::chunk_key(0, ns, tokens.first(block));
+  return XXH3_64bits(tokens.data(), tokens.size_bytes());
 }
 
 int32_t TenantHistoryDrafter::draft(uint64_t ns, std::span<const TokenId> context, int32_t max_tokens, std::vector<TokenId>& out) {

@@ -8,7 +8,8 @@
 // Per tenant (a cache namespace) and never across: a tenant's tree is reached only with its own
 // namespace. Memory is bounded (tokens per tenant and in all, times the tree's depth in nodes):
 // the oldest streams of a tenant leave first and the least recently used tenants leave whole. A
-// conversation the client deletes (forget) leaves with its cached KV. Engine thread only.
+// conversation leaves with its cached KV: when the client deletes it, and when the cache
+// forgets its first chunk (nothing of it left in any tier). Engine thread only.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +46,11 @@ class TenantHistoryDrafter {
   // Removes the conversation's streams from the tenant's history.
   void forget(uint64_t ns, uint64_t conversation);
 
-  // The conversation a request's tokens belong to, for remember and forget: its first tokens.
-  static uint64_t conversation_of(std::span<const TokenId> tokens);
+  // The conversation a request's tokens belong to, for remember and forget: the KV cache's key
+  // for its first chunk (PrefixIndex::chunk_key(0, ns, first block_size tokens)), so that the
+  // cache names it when it lets the conversation go (KvCache::take_forgotten_conversations);
+  // tokens shorter than a chunk, never cached, a hash of them.
+  static uint64_t conversation_of(uint64_t ns, std::span<const TokenId> tokens, int32_t block_size);
 
   int64_t tokens() const { return total_tokens_; }
   int64_t tenants() const { return static_cast<int64_t>(tenants_.size()); }

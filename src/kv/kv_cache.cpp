@@ -161,8 +161,15 @@ KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
     }
     index_.keep_ghosts(static_cast<size_t>(std::max<int64_t>(1, chunks * config_.ghosts_per_chunk)));
     eviction_.observe_ghosts();
-    index_.set_forget_listener([this](const PrefixIndex::Chunk& c) { eviction_.observe_drop(c, now()); });
   }
+  index_.set_forget_listener([this, ghosts = config_.ghosts_per_chunk > 0](const PrefixIndex::Chunk& c) {
+    if (ghosts) eviction_.observe_drop(c, now());
+    // Bounded for an owner that never takes them (the simulator); the engine takes them every step.
+    constexpr size_t kMaxForgottenConversations = size_t{1} << 16;
+    if (c.position == 0 && forgotten_conversations_.size() < kMaxForgottenConversations) {
+      forgotten_conversations_.emplace_back(index_.chunk_namespace(c.node), c.key);
+    }
+  });
   if (!config_.clock) {
     config_.clock = [] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -23,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "kv/block_allocator.h"
@@ -183,6 +184,11 @@ class KvCache {
   // request's ttl extends the pin; an end lifts it. Returns the chunks pinned.
   int32_t pin_conversation(uint64_t ns, std::span<const TokenId> tokens, double ttl_seconds);
   size_t n_pinned_chunks() const { return index_.n_pinned(); }
+  // The conversations whose first chunk the index has forgotten since the last call, as
+  // (namespace, that chunk's key, PrefixIndex::chunk_key(0, ns, first chunk)): no copy of it and
+  // nothing below it is left in any tier, so the cache has let every conversation that starts
+  // there go (a delete, or eviction). What else keeps state per conversation follows it.
+  std::vector<std::pair<uint64_t, uint64_t>> take_forgotten_conversations() { return std::exchange(forgotten_conversations_, {}); }
   // --- Transfer between instances (SPEC M1/M2: transfer, transfer_with_insert) ---
   // Chunks [first_chunk, first_chunk + chunks) of a prefix; earlier chunks are named by the key
   // of the last of them (PrefixIndex::chunk_key), so a receiver that already holds them (an
@@ -403,6 +409,7 @@ class KvCache {
   std::unordered_set<uint64_t> extents_to_delete_;  // keys of deleted chunks whose extent is still being written
   EvictionOrder eviction_;
   Counters counters_;
+  std::vector<std::pair<uint64_t, uint64_t>> forgotten_conversations_;  // bounded: see the constructor
   int64_t swapped_out_blocks_ = 0;
 
   class BackgroundCopier;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/tenant_drafter.h"
+#include "kv/prefix_index.h"
 
 namespace mnemo {
 namespace {
@@ -93,13 +94,18 @@ TEST(TenantHistoryDrafter, BoundedPerTenantAndInAll) {
   EXPECT_EQ(d.tokens(), 20);
 }
 
-TEST(TenantHistoryDrafter, ConversationIsItsFirstTokens) {
+TEST(TenantHistoryDrafter, ConversationIsTheCachesKeyForItsFirstChunk) {
   std::vector<TokenId> a(80, 3);
   std::vector<TokenId> b = a;
   b.push_back(9);  // the same conversation, a turn later
-  EXPECT_EQ(TenantHistoryDrafter::conversation_of(a), TenantHistoryDrafter::conversation_of(b));
+  EXPECT_EQ(TenantHistoryDrafter::conversation_of(1, a, 32), TenantHistoryDrafter::conversation_of(1, b, 32));
+  EXPECT_EQ(TenantHistoryDrafter::conversation_of(1, a, 32), PrefixIndex::chunk_key(0, 1, std::span(a).first(32)));
+  EXPECT_NE(TenantHistoryDrafter::conversation_of(1, a, 32), TenantHistoryDrafter::conversation_of(2, a, 32));
   b[10] = 4;
-  EXPECT_NE(TenantHistoryDrafter::conversation_of(a), TenantHistoryDrafter::conversation_of(b));
+  EXPECT_NE(TenantHistoryDrafter::conversation_of(1, a, 32), TenantHistoryDrafter::conversation_of(1, b, 32));
+  // Shorter than a chunk: its tokens' hash.
+  EXPECT_NE(TenantHistoryDrafter::conversation_of(1, std::vector<TokenId>{1, 2}, 32),
+            TenantHistoryDrafter::conversation_of(1, std::vector<TokenId>{1, 3}, 32));
 }
 
 }  // namespace

@@ -264,6 +264,38 @@ TEST_F(KvCacheTest, MnemoRetentionLearnsWhichConversationsReturnAndKeepsThem) {
   }
 }
 
+TEST_F(KvCacheTest, AConversationIsForgottenWhenNothingOfItIsLeft) {
+  // As above: two blocks needed from a pool full with A and B. LRU drops B whole, so the index
+  // forgets its first chunk and the cache names B; Pensieve drops both heads and keeps both
+  // tails, so both conversations are still there (their heads recomputed when they return).
+  const auto a = tokens_from(100, 4);
+  const auto b = tokens_from(200, 4);
+  const auto named = [](const std::vector<TokenId>& t) {
+    return std::vector<std::pair<uint64_t, uint64_t>>{{1, PrefixIndex::chunk_key(0, 1, std::span(t).first(2))}};
+  };
+  for (const RetentionPolicy policy : {RetentionPolicy::kLru, RetentionPolicy::kPensieve}) {
+    clock_ = 1000;
+    KvCache kv(tiny_layout(), config(4, 0, policy));
+    run_and_cache(kv, 1, b);
+    clock_ += 2;
+    run_and_cache(kv, 1, a);
+    clock_ += 10;
+    EXPECT_TRUE(kv.take_forgotten_conversations().empty());
+    KvTable table;
+    ASSERT_TRUE(kv.prepare_write(table, 0, 4));
+    kv.release(table);
+    if (policy == RetentionPolicy::kLru) {
+      EXPECT_EQ(kv.take_forgotten_conversations(), named(b));
+    } else {
+      EXPECT_TRUE(kv.take_forgotten_conversations().empty());
+    }
+    // A delete lets the conversation go too; each is named once.
+    EXPECT_GT(kv.forget(1, a, 0), 0);
+    EXPECT_EQ(kv.take_forgotten_conversations(), named(a));
+    EXPECT_TRUE(kv.take_forgotten_conversations().empty());
+  }
+}
+
 TEST_F(KvCacheTest, ForgetDeletesAConversationFromEveryTierButSparesSharedAndRunningChunks) {
   TempDir dir;
   KvPoolConfig c = config(16, 4);
