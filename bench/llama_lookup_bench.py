@@ -8,7 +8,7 @@ prompt lookup, the n-gram ending the context matched earlier in it), one slot ea
 off. Each pair sends the same request to both, one after the other (order alternating), and
 compares llama-server's own decode rate (timings.predicted_per_second: the prompt excluded);
 the figure is the median of the pairs' ratios, with the drafted and kept tokens it reports.
-  code:  the code-editing prompts (/completion, T = 0);
+  code:  the code-editing prompts (/completion, T = 0, 160 tokens as Mnemo's bench);
   chat:  ShareGPT first turns (/v1/chat/completions, T = 0).
 
     bench/llama_lookup_bench.py [--model GGUF] [--pairs 5] [--spec-type ngram-simple] [--out result.json]
@@ -23,12 +23,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from speculation_bench import FUNCTIONS, code_prompt, conversations  # noqa: E402
+from speculation_bench import CODE_MAX_TOKENS, FUNCTIONS, code_prompt, conversations, wait_healthy  # noqa: E402
 
 
 class LlamaServer:
@@ -38,17 +37,7 @@ class LlamaServer:
                                       "-tb", str(threads), "--poll", "0", "-np", "1", "-c", "4096", "--no-webui",
                                       "--chat-template", "gemma", *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server {extra} exited")
-            time.sleep(0.5)
-        raise RuntimeError("llama-server did not become healthy")
+        wait_healthy(self.url, self.proc, f"llama-server {extra}")
 
     def stop(self):
         self.proc.terminate()
@@ -111,7 +100,7 @@ def main() -> int:
     try:
         code = [code_prompt(*FUNCTIONS[i % len(FUNCTIONS)]) for i in range(args.pairs)]
         chat = [c[0] for c in conversations(args.pairs, 1)]
-        results = [run(plain, spec, "code", code, args.max_tokens), run(plain, spec, "chat", chat, args.max_tokens)]
+        results = [run(plain, spec, "code", code, CODE_MAX_TOKENS), run(plain, spec, "chat", chat, args.max_tokens)]
     finally:
         plain.stop()
         spec.stop()

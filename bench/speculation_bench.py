@@ -109,22 +109,30 @@ def code_prompt(name: str, old: str, new: str, source: str) -> str:
             f"keeping everything else the same:\n\n{renamed_head}\n")
 
 
+CODE_MAX_TOKENS = 160  # room for a whole rewritten function
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, what: str) -> None:
+    """Until url/health answers 200; fails if the process exits or 300 s pass."""
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            if requests.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited" + (": " + proc.stderr.read() if proc.stderr else ""))
+        time.sleep(0.5)
+    raise RuntimeError(f"{what} did not become healthy")
+
+
 class Server:
     def __init__(self, binary: str, model: str, port: int):
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen([binary, "serve", "--model", model, "--port", str(port), "--access-log", "off"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError("mnemo serve exited: " + self.proc.stderr.read())
-            time.sleep(0.5)
-        raise RuntimeError("mnemo serve did not become healthy")
+        wait_healthy(self.url, self.proc, "mnemo serve")
 
     def counters(self) -> dict[str, float]:
         text = requests.get(self.url + "/metrics", timeout=10).text
@@ -297,7 +305,7 @@ def main() -> int:
     try:
         only = args.only or ["code", "chat", "batch"]
         if "code" in only:
-            results.append(summarize("code, batch 1, T=0", code_pairs(server, args.pairs, 160)))
+            results.append(summarize("code, batch 1, T=0", code_pairs(server, args.pairs, CODE_MAX_TOKENS)))
         if "chat" in only:
             results.append(summarize("chat, batch 1, T=0", chat_pairs(server, args.pairs, args.turns, 0.0, args.max_tokens)))
             results.append(summarize("chat, batch 1, T=0.7", chat_pairs(server, args.pairs, args.turns, 0.7, args.max_tokens)))
