@@ -64,6 +64,11 @@ static inline __m256i expand_bits(const uint8_t* bits) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
+// A 5-bit block's 32 levels (Q5_0, Q5_1): the nibbles of qs, plus 16 where qh's bit is set.
+static inline __m256i q5_levels(const uint8_t* qs, const uint8_t* qh) {
+  return _mm256_or_si256(unpack_nibbles(qs), _mm256_and_si256(expand_bits(qh), _mm256_set1_epi8(0x10)));
+}
+
 // Eight int32 sums of four products each, of unsigned bytes u (< 128 where pairs could
 // saturate) and signed bytes s.
 static inline __m256i dot_u8_i8(__m256i u, __m256i s) {

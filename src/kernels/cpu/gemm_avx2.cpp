@@ -87,9 +87,6 @@ void pack_q8_1(const float* x, int64_t k, int64_t row, int64_t /*n_rows*/, void*
 // Q8_0's tiles take 288 bytes per 8 x 32 elements against the file's 272 and spare the one-row
 // path's reductions; the 4- and 5-bit formats' are 60-100% larger than the file's, and one
 // row's product is bound by the bytes it reads.
-__m256i five_bit_levels(const uint8_t* qs, const uint8_t* qh) {
-  return _mm256_or_si256(simd::unpack_nibbles(qs), _mm256_and_si256(simd::expand_bits(qh), _mm256_set1_epi8(0x10)));
-}
 struct Q8_0Format {
   using Record = RecordQ8_0;
   using Block = BlockQ8_0;
@@ -106,7 +103,7 @@ struct Q5_0Format {
   using Record = RecordQ8_0;
   using Block = BlockQ5_0;
   static constexpr bool kSigned = false, kHasMin = false, kOneRowReadsTiles = false;
-  static __m256i levels(const Block& b) { return five_bit_levels(b.qs, b.qh); }
+  static __m256i levels(const Block& b) { return simd::q5_levels(b.qs, b.qh); }
 };
 struct Q4_1Format {
   using Record = RecordQ8_1;
@@ -118,7 +115,7 @@ struct Q5_1Format {
   using Record = RecordQ8_1;
   using Block = BlockQ5_1;
   static constexpr bool kSigned = false, kHasMin = true, kOneRowReadsTiles = false;
-  static __m256i levels(const Block& b) { return five_bit_levels(b.qs, b.qh); }
+  static __m256i levels(const Block& b) { return simd::q5_levels(b.qs, b.qh); }
 };
 
 template <class Format>

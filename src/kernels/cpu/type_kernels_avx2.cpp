@@ -39,11 +39,6 @@ __m256i dot_offset_levels(__m256i levels, __m256i offset, __m256i activations) {
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
-__m256i q5_levels(const uint8_t* qs, const uint8_t* qh) {
-  const __m256i fifth = _mm256_and_si256(simd::expand_bits(qh), _mm256_set1_epi8(0x10));
-  return _mm256_or_si256(simd::unpack_nibbles(qs), fifth);
-}
-
 __m256 fma_block(float scale, __m256i sums, __m256 acc) {
   return _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums), acc);
 }
@@ -112,7 +107,7 @@ float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* a) {
   const auto* ab = static_cast<const BlockQ8_0*>(a);
   const __m256i offset = _mm256_set1_epi8(16);
   return accumulate_blocks(n / kQK, [&](int64_t b, __m256 acc) {
-    const __m256i levels = q5_levels(wb[b].qs, wb[b].qh);
+    const __m256i levels = simd::q5_levels(wb[b].qs, wb[b].qh);
     const __m256i sums = dot_offset_levels(levels, offset, load256(ab[b].qs));
     return fma_block(half_to_float(wb[b].d) * half_to_float(ab[b].d), sums, acc);
   });
@@ -124,7 +119,7 @@ float vec_dot_q5_1_q8_1(int64_t n, const void* w, const void* a) {
   float min_terms = 0.0f;
   const float level_terms = accumulate_blocks(n / kQK, [&](int64_t b, __m256 acc) {
     min_terms += half_to_float(wb[b].m) * half_to_float(ab[b].s);
-    const __m256i sums = simd::dot_u8_i8(q5_levels(wb[b].qs, wb[b].qh), load256(ab[b].qs));
+    const __m256i sums = simd::dot_u8_i8(simd::q5_levels(wb[b].qs, wb[b].qh), load256(ab[b].qs));
     return fma_block(half_to_float(wb[b].d) * half_to_float(ab[b].d), sums, acc);
   });
   return level_terms + min_terms;
