@@ -60,6 +60,7 @@ struct Model::Pass {
   const Batch& batch;
   KvStorage& kv;
   ThreadPool& pool;
+  int32_t kv_layer_base = 0;       // the model layer of the pool's first layer (a stage's first)
   std::vector<TokenPlace> places;  // per row: its sequence and position
   std::vector<TokenId> tokens;     // per row
   int64_t T = 0;                   // rows
@@ -68,12 +69,45 @@ struct Model::Pass {
 };
 
 Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, ForwardOutput& out) {
-  MNEMO_RETURN_IF_ERROR(validate(batch, kv));
+  if (!head_ || (layer_runner_ == nullptr && (layer_begin_ != 0 || layer_end_ != config_.n_layers))) {
+    return make_error("this model holds layers [{}, {}){} of {}: a whole pass needs the others' runner", layer_begin_,
+                      layer_end_, head_ ? "" : " without the head", config_.n_layers);
+  }
+  MNEMO_RETURN_IF_ERROR(validate(batch, kv, config_.n_layers));
+  Pass p{batch, kv, pool, 0, {}, {}, 0, 0, 0, 0, 0, {}};
+  flatten(p);
+  prepare(p);
+  embed(p);
+  if (layer_runner_ != nullptr) {
+    MNEMO_RETURN_IF_ERROR(layer_runner_->run_layers(batch, std::span<float>(scratch_.x.data(), static_cast<size_t>(p.T * config_.n_embd))));
+  } else {
+    run_local_layers(p, 0, config_.n_layers);
+  }
+  compute_hidden(p, out);
+  compute_logits(p, out);
+  return ok_status();
+}
+
+Status Model::run_layers(const Batch& batch, std::span<float> x, KvStorage& kv, ThreadPool& pool) {
+  MNEMO_RETURN_IF_ERROR(validate(batch, kv, layer_end_ - layer_begin_));
+  Pass p{batch, kv, pool, layer_begin_, {}, {}, 0, 0, 0, 0, 0, {}};
+  flatten(p);
+  const size_t rows_floats = static_cast<size_t>(p.T * config_.n_embd);
+  if (x.size() != rows_floats) {
+    return make_error("stage input holds {} floats for {} rows of {}", x.size(), p.T, config_.n_embd);
+  }
+  prepare(p);
+  std::copy(x.begin(), x.end(), scratch_.x.begin());
+  run_local_layers(p, layer_begin_, layer_end_);
+  std::copy(scratch_.x.begin(), scratch_.x.begin() + static_cast<std::ptrdiff_t>(rows_floats), x.begin());
+  return ok_status();
+}
+
+// One row per token, remembering its sequence and position.
+void Model::flatten(Pass& p) {
   const ModelConfig& c = config_;
-  Pass p{batch, kv, pool, {}, {}, 0, 0, 0, 0, 0, {}};
-  // Flatten the batch: one row per token, remembering its sequence and position.
-  for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    const SequenceInput& seq = batch.sequences[s];
+  for (size_t s = 0; s < p.batch.sequences.size(); ++s) {
+    const SequenceInput& seq = p.batch.sequences[s];
     p.tokens.insert(p.tokens.end(), seq.tokens.begin(), seq.tokens.end());
     for (const QueryRange& r : seq.ranges) {
       for (int32_t pos = r.start; pos < r.end(); ++pos) p.places.push_back({static_cast<int32_t>(s), pos});
@@ -84,18 +118,23 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
   p.k_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_k;
   p.v_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_v;
   p.o_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_v;
-  embed(p);
-  if (c.n_layers > 0) rms_norm_rows(scratch_.x.data(), weights_.layers[0].attn_norm, scratch_.h.data(), p.T, c.n_embd, c.rms_eps, pool);
-  for (int32_t il = 0; il < c.n_layers; ++il) {
-    attention_block(p, il);
-    ffn_block(p, il);
-  }
-  compute_hidden(p, out);
-  compute_logits(p, out);
-  return ok_status();
 }
 
-void Model::embed(Pass& p) {
+// Layers [begin, end) over x; h = attn_norm(x) first, as the layer before would have left it.
+void Model::run_local_layers(Pass& p, int32_t begin, int32_t end) {
+  const ModelConfig& c = config_;
+  if (begin < end) {
+    rms_norm_rows(scratch_.x.data(), weights_.layers[static_cast<size_t>(begin)].attn_norm, scratch_.h.data(), p.T, c.n_embd,
+                  c.rms_eps, p.pool);
+  }
+  for (int32_t il = begin; il < end; ++il) {
+    attention_block(p, il);
+    ffn_block(p, il, end);
+  }
+}
+
+// The buffers for the pass's rows and each row's attention query.
+void Model::prepare(Pass& p) {
   const ModelConfig& c = config_;
   const int64_t n_embd = c.n_embd;
   const int64_t T = p.T;
@@ -109,18 +148,24 @@ void Model::embed(Pass& p) {
   resize(b.gate, T * c.n_ff);
   resize(b.up, T * c.n_ff);
   resize(b.ffn, T * c.n_ff);
-  for (int64_t t = 0; t < T; ++t) {
-    float* row = b.x.data() + t * n_embd;
-    kernels::dequantize_row(weights_.token_embedding, p.tokens[static_cast<size_t>(t)], row);
-    if (c.embedding_scale != 1.0f) {
-      for (int64_t i = 0; i < n_embd; ++i) row[i] *= c.embedding_scale;
-    }
-  }
   p.queries.resize(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
     const TokenPlace& place = p.places[static_cast<size_t>(t)];
     p.queries[static_cast<size_t>(t)] = {b.q.data() + t * p.q_dim, b.attn.data() + t * p.o_dim, place.position,
                                           p.batch.sequences[static_cast<size_t>(place.sequence)].block_table};
+  }
+}
+
+// The token rows' embeddings into x.
+void Model::embed(Pass& p) {
+  const ModelConfig& c = config_;
+  const int64_t n_embd = c.n_embd;
+  for (int64_t t = 0; t < p.T; ++t) {
+    float* row = scratch_.x.data() + t * n_embd;
+    kernels::dequantize_row(weights_.token_embedding, p.tokens[static_cast<size_t>(t)], row);
+    if (c.embedding_scale != 1.0f) {
+      for (int64_t i = 0; i < n_embd; ++i) row[i] *= c.embedding_scale;
+    }
   }
 }
 
@@ -141,7 +186,7 @@ void Model::attention_block(Pass& p, int32_t il) {
   const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim_k, c.head_dim_v, c.attention_scale,
                                       local ? c.sliding_window : 0, 0.0f};
   if (p.batch.before_attention) p.batch.before_attention(il);
-  kernels::paged_attention(p.queries, p.kv, il, shape, p.pool);
+  kernels::paged_attention(p.queries, p.kv, il - p.kv_layer_base, shape, p.pool);
   kernels::matmul(w.wo, b.attn.data(), T, b.h.data(), p.pool, b.matmul);
   residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_attn_norm : nullptr, &w.ffn_norm, T, c.n_embd,
                 c.rms_eps, p.pool);
@@ -189,15 +234,15 @@ void Model::position_and_store(Pass& p, int32_t il) {
       const BlockId block = table[static_cast<size_t>(place.position / block_size)];
       const int32_t slot = place.position % block_size;
       for (int32_t h = 0; h < c.n_kv_heads; ++h) {
-        store_kv(k + h * c.head_dim_k, p.kv.keys(block, il, h), slot, c.head_dim_k);
-        store_kv(b.v.data() + t * p.v_dim + h * c.head_dim_v, p.kv.values(block, il, h), slot, c.head_dim_v);
+        store_kv(k + h * c.head_dim_k, p.kv.keys(block, il - p.kv_layer_base, h), slot, c.head_dim_k);
+        store_kv(b.v.data() + t * p.v_dim + h * c.head_dim_v, p.kv.values(block, il - p.kv_layer_base, h), slot, c.head_dim_v);
       }
     }
   });
 }
 
-// h holds ffn_norm(x); leaves x += ffn, h = the next layer's attn_norm(x).
-void Model::ffn_block(Pass& p, int32_t il) {
+// h holds ffn_norm(x); leaves x += ffn, h = the next layer's attn_norm(x) (none after `layers_end`).
+void Model::ffn_block(Pass& p, int32_t il, int32_t layers_end) {
   const ModelConfig& c = config_;
   Scratch& b = scratch_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
@@ -219,7 +264,7 @@ void Model::ffn_block(Pass& p, int32_t il) {
   });
   kernels::matmul(w.w_down, b.ffn.data(), T, b.h.data(), p.pool, b.matmul);
   // x += post_ffn_norm(h), and the next layer's attn_norm(x) into h.
-  const std::vector<float>* next_norm = il + 1 < c.n_layers ? &weights_.layers[static_cast<size_t>(il) + 1].attn_norm : nullptr;
+  const std::vector<float>* next_norm = il + 1 < layers_end ? &weights_.layers[static_cast<size_t>(il) + 1].attn_norm : nullptr;
   residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_ffn_norm : nullptr, next_norm, T, c.n_embd, c.rms_eps,
                 p.pool);
 }

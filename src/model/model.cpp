@@ -10,17 +10,28 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 Result<std::unique_ptr<Model>> Model::from_file(gguf::File file, const LoadOptions& options) {
   MNEMO_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(file));
   MNEMO_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(file, config, options));
-  return std::unique_ptr<Model>(new Model(std::move(file), std::move(config), std::move(weights)));
+  return std::unique_ptr<Model>(new Model(std::move(file), std::move(config), std::move(weights), options));
 }
 
-Model::Model(gguf::File file, ModelConfig config, ModelWeights weights)
-    : file_(std::move(file)), config_(std::move(config)), weights_(std::move(weights)) {}
+Model::Model(gguf::File file, ModelConfig config, ModelWeights weights, const LoadOptions& options)
+    : file_(std::move(file)),
+      config_(std::move(config)),
+      weights_(std::move(weights)),
+      layer_begin_(options.layer_begin),
+      layer_end_(options.layer_end < 0 ? config_.n_layers : options.layer_end),
+      head_(options.head) {}
 
 KvLayout Model::kv_layout(int32_t block_size, DType kv_dtype) const {
   return kv_layout_of(config_, block_size, kv_dtype);
 }
 
-Status Model::validate(const Batch& batch, const KvStorage& kv) const {
+KvLayout Model::stage_kv_layout(int32_t block_size, DType kv_dtype) const {
+  KvLayout layout = kv_layout_of(config_, block_size, kv_dtype);
+  layout.n_layers = layer_end_ - layer_begin_;
+  return layout;
+}
+
+Status Model::validate(const Batch& batch, const KvStorage& kv, int32_t kv_layers) const {
   const int32_t block_size = kv.layout().block_size;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceInput& seq = batch.sequences[s];
@@ -55,7 +66,7 @@ Status Model::validate(const Batch& batch, const KvStorage& kv) const {
       if (id < 0 || id >= kv.n_blocks()) return fail(fmt::format("block id {} outside the pool", id));
     }
   }
-  if (kv.layout().n_layers != config_.n_layers || kv.layout().n_kv_heads != config_.n_kv_heads ||
+  if (kv.layout().n_layers != kv_layers || kv.layout().n_kv_heads != config_.n_kv_heads ||
       kv.layout().head_dim_k != config_.head_dim_k || kv.layout().head_dim_v != config_.head_dim_v) {
     return make_error("KV pool layout does not match the model");
   }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,16 @@
 
 namespace mnemo {
 
+// Runs a model's layers elsewhere (the stages of a pipeline, src/parallel/): `x` holds the
+// batch's rows of the residual stream (one per token, n_embd floats, in batch order) after the
+// embedding; run_layers leaves them after the last layer. The forward pass goes on with the
+// output norm and projection. An error fails the pass.
+class LayerRunner {
+ public:
+  virtual ~LayerRunner() = default;
+  virtual Status run_layers(const Batch& batch, std::span<float> x) = 0;
+};
+
 class Model {
  public:
   static Result<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& options = {});
@@ -36,23 +47,46 @@ class Model {
 
   KvLayout kv_layout(int32_t block_size, DType kv_dtype = DType::F16) const;
 
+  // The whole pass: embedding, every layer (here, or by the layer runner when one is set), and
+  // the output. Needs the head, and every layer unless a runner runs them.
   Status forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, ForwardOutput& out);
 
+  // A pipeline stage's part: the layers this model holds (LoadOptions' range) over `x`, the
+  // batch's rows as the layer before the range left them; leaves them as its last layer does.
+  // `kv` holds only these layers (stage_kv_layout). Bit for bit what forward() computes for
+  // these rows and layers.
+  Status run_layers(const Batch& batch, std::span<float> x, KvStorage& kv, ThreadPool& pool);
+  int32_t layer_begin() const { return layer_begin_; }
+  int32_t layer_end() const { return layer_end_; }
+  // The KV pool's layout for the layers this model holds.
+  KvLayout stage_kv_layout(int32_t block_size, DType kv_dtype = DType::F16) const;
+
+  // Not owned; null: the layers run here. Set before the first forward().
+  void set_layer_runner(LayerRunner* runner) { layer_runner_ = runner; }
+
  private:
-  Model(gguf::File file, ModelConfig config, ModelWeights weights);
-  Status validate(const Batch& batch, const KvStorage& kv) const;
+  Model(gguf::File file, ModelConfig config, ModelWeights weights, const LoadOptions& options);
+  // `kv_layers`: the layers the pool must hold.
+  Status validate(const Batch& batch, const KvStorage& kv, int32_t kv_layers) const;
   // forward()'s steps (model/forward.cpp).
   struct Pass;
+  void flatten(Pass& p);
+  void prepare(Pass& p);
   void embed(Pass& p);
+  void run_local_layers(Pass& p, int32_t begin, int32_t end);
   void attention_block(Pass& p, int32_t il);
   void position_and_store(Pass& p, int32_t il);
-  void ffn_block(Pass& p, int32_t il);
+  void ffn_block(Pass& p, int32_t il, int32_t layers_end);
   void compute_hidden(Pass& p, ForwardOutput& out);
   void compute_logits(Pass& p, ForwardOutput& out);
 
   gguf::File file_;
   ModelConfig config_;
   ModelWeights weights_;
+  int32_t layer_begin_ = 0;
+  int32_t layer_end_ = 0;
+  bool head_ = true;
+  LayerRunner* layer_runner_ = nullptr;
 
   // Activation buffers reused across steps.
   struct Scratch {

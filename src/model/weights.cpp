@@ -63,7 +63,8 @@ class Loader {
 // See LoadOptions::prepack_budget_bytes. The output projection comes first: every sequence of
 // every step multiplies it, and its Q8_0 tiles replace the file's rows (whose pages are given
 // back), so it costs almost nothing beyond the mapping.
-void prepack_within_budget(const gguf::File& file, ModelWeights& w, size_t budget) {
+void prepack_within_budget(const gguf::File& file, ModelWeights& w, const LoadOptions& options, int32_t layer_end) {
+  const size_t budget = options.prepack_budget_bytes;
   const auto prepack = [&](WeightMatrix& m) {
     const size_t bytes = kernels::prepacked_bytes(m);
     if (bytes == 0 || m.tiles != nullptr) return;
@@ -77,8 +78,9 @@ void prepack_within_budget(const gguf::File& file, ModelWeights& w, size_t budge
     // come back from the file as it does.
     if (replaces_rows) file.release_pages(m.data, file_bytes);
   };
-  prepack(w.output);
-  for (LayerWeights& l : w.layers) {
+  if (options.head) prepack(w.output);
+  for (int32_t il = options.layer_begin; il < layer_end; ++il) {
+    LayerWeights& l = w.layers[static_cast<size_t>(il)];
     for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) prepack(*m);
   }
 }
@@ -110,8 +112,13 @@ Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c, 
   const int64_t k_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_k;
   const int64_t v_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_v;
   const int64_t o_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_v;
+  const int32_t layer_end = options.layer_end < 0 ? c.n_layers : options.layer_end;
+  if (options.layer_begin < 0 || options.layer_begin > layer_end || layer_end > c.n_layers) {
+    return make_error("{}: layers [{}, {}) are not within the model's {}", file.name(), options.layer_begin, layer_end,
+                      c.n_layers);
+  }
   w.layers.resize(static_cast<size_t>(c.n_layers));
-  for (int32_t il = 0; il < c.n_layers; ++il) {
+  for (int32_t il = options.layer_begin; il < layer_end; ++il) {
     LayerWeights& l = w.layers[static_cast<size_t>(il)];
     const std::string p = fmt::format("blk.{}.", il);
     MNEMO_ASSIGN_OR_RETURN(l.attn_norm, load.vector(p + "attn_norm.weight", c.n_embd));
@@ -133,7 +140,7 @@ Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c, 
     MNEMO_ASSIGN_OR_RETURN(l.post_ffn_norm,
                            load.optional_vector(p + "post_ffw_norm.weight", c.n_embd, c.has_post_norms));
   }
-  prepack_within_budget(file, w, options.prepack_budget_bytes);
+  prepack_within_budget(file, w, options, layer_end);
   return w;
 }
 

@@ -41,6 +41,12 @@ struct ModelWeights {
 };
 
 struct LoadOptions {
+  // The layers this process runs, [layer_begin, layer_end) (layer_end -1: through the last): a
+  // pipeline stage loads and prepacks only its own (the rest stay empty), the coordinator of a
+  // pipeline none. `head`: the embedding lookup and the output projection run here (prepacked).
+  int32_t layer_begin = 0;
+  int32_t layer_end = -1;
+  bool head = true;
   // Batched products (decode batches, prefill chunks) repack each tile of weight rows into the
   // GEMM kernel's layout on every call, unless the matrix was repacked once at load. That costs
   // memory where the one-row product still reads the file's rows (the 4-, 5- and 6-bit formats,
