@@ -1,0 +1,76 @@
+// The coordinator's side of pipeline parallelism (SPEC D6): the model's layers run on stage
+// workers (stage_worker.h), contiguous ranges of them, while the coordinator keeps the
+// embedding, the output projection, the engine (scheduling, sampling) and the KV cache's
+// bookkeeping. Block ids are the coordinator's; each stage holds its layers' slice of every
+// block, so the prefix index, block tables and drops (recomputation) work as on one instance.
+//
+// A forward pass's batch is cut into microbatches (contiguous groups of sequences of about
+// equal tokens), sent one after another to the first stage; each stage runs them in order and
+// sends each on, so while stage 1 runs microbatch 0 stage 0 runs microbatch 1 (every stage busy
+// once the pipeline fills). The rows come back to the coordinator's own link; the pass goes on
+// when every microbatch has. Every operation is per token, so the logits are those of one
+// instance bit for bit (batch invariance; tests/model/stage_forward_test.cpp).
+//
+// Failure behaviour: connect() fails, naming the stage, if a stage cannot be reached or refuses
+// its setup. A pass fails (its requests end with an error) when a stage reports an error, cannot
+// be reached, or a microbatch does not come back within step_timeout_seconds; answers of an
+// earlier, failed pass are dropped.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "parallel/stage_link.h"
+
+namespace mnemo::parallel {
+
+struct PipelineOptions {
+  std::vector<std::string> stages;  // the workers' endpoints ("host:port"), in layer order
+  std::string host = "127.0.0.1";   // where this coordinator's link listens for the results
+  std::string cluster_secret;       // empty: unsigned, loopback only
+  int32_t microbatches = 0;         // per pass, at most; 0: one per stage
+  double setup_timeout_seconds = 300;
+  double step_timeout_seconds = 120;
+};
+
+// Layers [begin, end) of each of `stages` stages: contiguous, in order, as even as they go (the
+// first n_layers % stages stages take one more).
+std::vector<std::pair<int32_t, int32_t>> split_layers(int32_t n_layers, int32_t stages);
+// The batch's sequences cut into at most `parts` contiguous groups [first, end) of about equal
+// tokens, none empty.
+std::vector<std::pair<size_t, size_t>> split_microbatches(const Batch& batch, int32_t parts);
+
+class Pipeline : public LayerRunner {
+ public:
+  // Sets every stage up for `model_path`'s layers and a pool of `n_blocks` blocks of the layout.
+  static Result<std::unique_ptr<Pipeline>> connect(const std::string& model_path, const Model& model,
+                                                   int32_t block_size, DType kv_dtype, int32_t n_blocks,
+                                                   const PipelineOptions& options);
+  ~Pipeline() override;
+
+  Status run_layers(const Batch& batch, std::span<float> x) override;
+
+  const std::vector<StageSetup>& stage_setups() const { return setups_; }
+  std::string endpoint() const { return link_->endpoint(); }
+
+ private:
+  explicit Pipeline(PipelineOptions options) : options_(std::move(options)) {}
+  Status on_frame(StageFrame&& frame);  // the link's progress thread
+
+  const PipelineOptions options_;
+  std::vector<StageSetup> setups_;
+  std::mutex mutex_;
+  std::condition_variable arrived_cv_;
+  uint64_t step_ = 0;                       // the pass in flight
+  std::map<uint32_t, StageFrame> arrived_;  // its microbatches back, by index
+  std::string failure_;                     // a stage's error for it
+  std::unique_ptr<StageLink> link_;         // last: its thread calls on_frame
+};
+
+}  // namespace mnemo::parallel

@@ -1,0 +1,89 @@
+// What a pipeline's coordinator and its stages say to each other (SPEC D6): the coordinator sets
+// each stage up (its layers and KV pool), then every forward pass's microbatches go through the
+// stages as rows of the residual stream and come back to the coordinator.
+//
+//   coordinator ──setup──▶ stage i              (once; acknowledged when the stage is ready)
+//   coordinator ──rows──▶ stage 0 ──rows──▶ stage 1 ... ──rows──▶ coordinator
+//                         a stage that fails a microbatch sends ──error──▶ coordinator
+//
+// A rows frame carries its route: the endpoints still ahead of it, the coordinator's last. A
+// stage runs its layers over the rows and sends the frame on to route[0] with the rest of the
+// route. So the coordinator alone decides the topology, and a replaced stage is a new endpoint
+// in the next frame's route.
+//
+// Encoding (little-endian):
+//   magic "MNST" u32 | version u32 | kind u32 | step u64 | microbatch u32 |
+//   route: count u32, then per endpoint: length u16, bytes
+//   setup: model fingerprint u64 | layer_begin i32 | layer_end i32 | block_size i32 |
+//          n_blocks i32 | kv dtype u32
+//   rows:  n_embd i32 | sequence count u32, then per sequence: range count u32, (start i32,
+//          length i32) each | block count u32, block ids i32 | token count u32, tokens i32 |
+//          then the rows: (total tokens) x n_embd f32
+//   error: length u32, UTF-8 text
+// Every count is checked against StageFrameLimits and the bytes that remain before anything is
+// allocated; decode() refuses trailing bytes. Frames travel inside the KV transport's
+// authenticated messages (stage_link.h): the bytes are hostile until it verified them, and
+// decode() is fuzzed (fuzz/stage_frame_fuzz.cpp) all the same.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/batch.h"
+#include "tensor/dtype.h"
+#include "util/result.h"
+
+namespace mnemo::parallel {
+
+inline constexpr uint32_t kStageFrameMagic = 0x54534e4dU;  // "MNST" little-endian
+inline constexpr uint32_t kStageFrameVersion = 1;
+
+enum class StageFrameKind : uint32_t { kSetup = 1, kRows = 2, kError = 3 };
+
+// A stage's share of the model and of the KV pool. Block ids are the coordinator's: every stage
+// holds its layers' slice of every block, so a chunk is on every stage or on none.
+struct StageSetup {
+  uint64_t model_fingerprint = 0;  // stage_model_fingerprint() of the coordinator's file
+  int32_t layer_begin = 0;
+  int32_t layer_end = 0;
+  int32_t block_size = 0;
+  int32_t n_blocks = 0;
+  DType kv_dtype = DType::F16;
+  bool operator==(const StageSetup&) const = default;
+};
+
+struct StageFrame {
+  StageFrameKind kind = StageFrameKind::kRows;
+  uint64_t step = 0;         // the coordinator's forward pass
+  uint32_t microbatch = 0;   // its index within the pass
+  std::vector<std::string> route;
+  StageSetup setup;                      // kSetup
+  int32_t n_embd = 0;                    // kRows
+  std::vector<SequenceInput> sequences;  // kRows: tokens, ranges and block tables
+  std::vector<float> rows;               // kRows: one row of n_embd per token, in batch order
+  std::string error;                     // kError
+};
+
+struct StageFrameLimits {
+  uint32_t max_route = 16;
+  uint32_t max_endpoint_bytes = 256;
+  uint32_t max_sequences = 4096;
+  uint32_t max_ranges = 64;            // per sequence
+  uint32_t max_blocks = 1u << 20;      // per sequence
+  uint32_t max_tokens = 1u << 20;      // in all
+  int32_t max_n_embd = 1 << 16;
+  uint64_t max_row_bytes = uint64_t{1} << 30;
+  uint32_t max_error_bytes = 4096;
+};
+
+std::vector<uint8_t> encode_stage_frame(const StageFrame& frame);
+// Every field checked as the encoding above says; the error names the first one that is not.
+Result<StageFrame> decode_stage_frame(std::span<const uint8_t> bytes, const StageFrameLimits& limits = {});
+
+// Whether `frame` is a rows frame whose rows match its tokens (n_embd floats each) and whose
+// ranges cover its tokens.
+Status check_rows_frame(const StageFrame& frame);
+
+}  // namespace mnemo::parallel

@@ -1,0 +1,148 @@
+#include "parallel/stage_worker.h"
+
+#include <cstdio>
+
+#include "parallel/model_fingerprint.h"
+#include "util/thread_name.h"
+
+namespace mnemo::parallel {
+
+Result<std::unique_ptr<StageWorker>> StageWorker::start(const StageWorkerOptions& options) {
+  MNEMO_ASSIGN_OR_RETURN(const uint64_t fingerprint, stage_model_fingerprint(options.model_path));
+  std::unique_ptr<StageWorker> worker(new StageWorker(options, fingerprint));
+  StageLink::Options link_options;
+  link_options.cluster_secret = options.cluster_secret;
+  MNEMO_ASSIGN_OR_RETURN(worker->link_, StageLink::listen(options.host, options.port,
+                                                          [w = worker.get()](StageFrame&& frame) { return w->on_frame(std::move(frame)); },
+                                                          link_options));
+  worker->thread_ = std::thread([w = worker.get()] { w->run(); });
+  return worker;
+}
+
+StageWorker::StageWorker(StageWorkerOptions options, uint64_t model_fingerprint)
+    : options_(std::move(options)), model_fingerprint_(model_fingerprint), pool_(options_.threads) {}
+
+StageWorker::~StageWorker() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  link_.reset();  // its progress thread calls on_frame: gone before the rest
+}
+
+StageWorker::Stats StageWorker::stats() const {
+  std::lock_guard lock(queue_mutex_);
+  return stats_;
+}
+
+Status StageWorker::on_frame(StageFrame&& frame) {
+  switch (frame.kind) {
+    case StageFrameKind::kSetup:
+      return set_up(frame.setup);
+    case StageFrameKind::kRows: {
+      if (frame.route.empty()) return make_error("a rows frame with no route: nowhere to send its result");
+      {
+        std::lock_guard lock(queue_mutex_);
+        queue_.push_back(std::move(frame));
+      }
+      queue_cv_.notify_one();
+      return ok_status();
+    }
+    case StageFrameKind::kError:
+      break;
+  }
+  return make_error("a stage takes setup and rows frames, not errors");
+}
+
+Status StageWorker::set_up(const StageSetup& setup) {
+  if (setup.model_fingerprint != model_fingerprint_) {
+    return make_error("stage set up for another model: this worker holds {} (fingerprint {:#x}, the coordinator's {:#x})",
+                      options_.model_path, model_fingerprint_, setup.model_fingerprint);
+  }
+  LoadOptions load;
+  load.layer_begin = setup.layer_begin;
+  load.layer_end = setup.layer_end;
+  load.head = false;
+  load.prepack_budget_bytes = options_.prepack_budget_bytes;
+  MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(options_.model_path, load));
+  auto kv = std::make_unique<KvStorage>(model->stage_kv_layout(setup.block_size, setup.kv_dtype), setup.n_blocks);
+  {
+    std::lock_guard lock(model_mutex_);
+    model_ = std::move(model);
+    kv_ = std::move(kv);
+    setup_ = setup;
+  }
+  std::lock_guard lock(queue_mutex_);
+  ++stats_.setups;
+  std::printf("mnemo worker: stage of layers [%d, %d), %d KV blocks of %d tokens\n", setup.layer_begin, setup.layer_end,
+              setup.n_blocks, setup.block_size);
+  std::fflush(stdout);
+  return ok_status();
+}
+
+void StageWorker::run() {
+  name_this_thread("mnemo-stage");
+  for (;;) {
+    StageFrame frame;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      frame = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const Status status = compute(frame);
+    {
+      std::lock_guard lock(queue_mutex_);
+      ++(status.ok() ? stats_.microbatches_run : stats_.microbatches_failed);
+    }
+    if (status.ok()) {
+      send_on(std::move(frame));
+    } else {
+      StageFrame error;
+      error.kind = StageFrameKind::kError;
+      error.step = frame.step;
+      error.microbatch = frame.microbatch;
+      error.error = status.error().message().substr(0, StageFrameLimits{}.max_error_bytes);
+      const std::string coordinator = frame.route.back();
+      (void)link_->send(coordinator, error, options_.send_timeout_seconds);
+    }
+  }
+}
+
+Status StageWorker::compute(StageFrame& frame) {
+  std::lock_guard lock(model_mutex_);
+  if (model_ == nullptr) return make_error("stage at {} is not set up", endpoint());
+  if (frame.n_embd != model_->config().n_embd) {
+    return make_error("rows of {} floats for a model of {}", frame.n_embd, model_->config().n_embd);
+  }
+  Batch batch;
+  batch.sequences = std::move(frame.sequences);
+  for (SequenceInput& s : batch.sequences) s.logits = LogitsFor::kNone;
+  const Status status = model_->run_layers(batch, frame.rows, *kv_, pool_);
+  frame.sequences = std::move(batch.sequences);
+  if (!status.ok()) {
+    return make_error("stage of layers [{}, {}): {}", setup_.layer_begin, setup_.layer_end, status.error().message());
+  }
+  return ok_status();
+}
+
+void StageWorker::send_on(StageFrame&& frame) {
+  const std::string next = frame.route.front();
+  const std::string coordinator = frame.route.back();
+  frame.route.erase(frame.route.begin());
+  const Status sent = link_->send(next, frame, options_.send_timeout_seconds);
+  if (sent.ok() || next == coordinator) return;
+  StageFrame error;
+  error.kind = StageFrameKind::kError;
+  error.step = frame.step;
+  error.microbatch = frame.microbatch;
+  error.error = fmt::format("stage at {} could not send microbatch {} on to {}: {}", endpoint(), frame.microbatch, next,
+                            sent.error().message())
+                    .substr(0, StageFrameLimits{}.max_error_bytes);
+  (void)link_->send(coordinator, error, options_.send_timeout_seconds);
+}
+
+}  // namespace mnemo::parallel

@@ -1,0 +1,85 @@
+// One pipeline stage (SPEC D6), the process `mnemo worker` runs: it listens on a stage link,
+// is set up by a coordinator (which layers, which KV pool; stage_frame.h), then runs each rows
+// frame through its layers and sends it on along the frame's route.
+//
+// Threads: the link's progress thread takes frames (a setup loads the layers there, then swaps
+// them in between two microbatches; rows are queued); one compute thread runs the queue in
+// order, with the stage's thread pool, and sends each result on. The compute thread holds the
+// stage's model only while it computes, never while it sends, so the progress thread (which the
+// sends need) never waits on a send.
+//
+// Failure behaviour: a setup for another model file, or layers the file does not have, is
+// refused (the coordinator's send fails with the reason). A rows frame the stage cannot run (no
+// setup yet, a batch its layers refuse) or cannot send on is answered with an error frame to the
+// coordinator, the route's last endpoint, so the pass fails at once rather than at its timeout.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kv/kv_storage.h"
+#include "model/model.h"
+#include "parallel/stage_link.h"
+#include "util/thread_pool.h"
+
+namespace mnemo::parallel {
+
+struct StageWorkerOptions {
+  std::string model_path;
+  std::string host = "127.0.0.1";
+  int port = 0;                 // 0: any free port
+  std::string cluster_secret;   // empty: loopback only, unsigned
+  int threads = 0;              // the compute pool; 0: one per core
+  size_t prepack_budget_bytes = LoadOptions{}.prepack_budget_bytes;
+  double send_timeout_seconds = 30;
+};
+
+class StageWorker {
+ public:
+  static Result<std::unique_ptr<StageWorker>> start(const StageWorkerOptions& options);
+  ~StageWorker();
+  StageWorker(const StageWorker&) = delete;
+  StageWorker& operator=(const StageWorker&) = delete;
+
+  std::string endpoint() const { return link_->endpoint(); }
+
+  struct Stats {
+    uint64_t setups = 0;
+    uint64_t microbatches_run = 0;
+    uint64_t microbatches_failed = 0;
+  };
+  Stats stats() const;
+
+ private:
+  StageWorker(StageWorkerOptions options, uint64_t model_fingerprint);
+  Status on_frame(StageFrame&& frame);  // the link's progress thread
+  Status set_up(const StageSetup& setup);
+  void run();                           // the compute thread
+  Status compute(StageFrame& frame);
+  void send_on(StageFrame&& frame);
+
+  const StageWorkerOptions options_;
+  const uint64_t model_fingerprint_;
+  ThreadPool pool_;
+
+  mutable std::mutex model_mutex_;  // the stage: held to compute and to swap in a new setup
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvStorage> kv_;
+  StageSetup setup_;
+
+  mutable std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<StageFrame> queue_;
+  bool stopping_ = false;
+  Stats stats_;  // guarded by queue_mutex_
+
+  std::unique_ptr<StageLink> link_;
+  std::thread thread_;
+};
+
+}  // namespace mnemo::parallel
