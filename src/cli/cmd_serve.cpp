@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/edge_flags.h"
+#include "cli/serve_pipeline.h"
 #include "cli/model_flags.h"
 #include "cluster/membership.h"
 #include "engine/engine.h"
@@ -64,7 +65,14 @@ struct ServeArgs {
   int transfer_port = 0;     // of the KV transport (0: any free port)
   server::SamplingFlags sampling;
   std::string pooling;  // of embeddings; empty: the model's (server/embeddings.h)
+  PipelineFlags pipeline;
 };
+
+// An address peers reach this process at, for links that listen beside the server: a wildcard
+// listen address is not one.
+std::string reachable_host(const std::string& server_host) {
+  return server_host == "0.0.0.0" || server_host.empty() ? "127.0.0.1" : server_host;
+}
 
 // This process's name in the cluster: host, port and a random part (a restart is a new instance).
 std::string instance_id(int port) {
@@ -159,7 +167,7 @@ uint64_t layout_fingerprint(const std::string& model_path, const Model& model, c
 // The disk tier lives in the state folder.
 Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const std::string& model_path, const Model& model,
                                                  const EngineConfig& config, int64_t disk_bytes) {
-  if (disk_bytes == 0 || !config.prefix_caching) return std::shared_ptr<DiskTier>();
+  if (disk_bytes == 0 || !config.prefix_caching || args.pipeline.enabled()) return std::shared_ptr<DiskTier>();
   const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
   const KvType disk_type = config.disk_kv_type.value_or(config.kv_dtype == DType::F32 ? KvType::kF32 : KvType::kF16);
   MNEMO_ASSIGN_OR_RETURN(const KvCodec disk_codec, KvCodec::make(layout, disk_type));
@@ -225,6 +233,10 @@ Result<PortReservation> prepare_edge(ServeArgs& args) {
     cluster_addresses = {args.cluster_url, args.server.host};
     if (!args.advertise.empty()) cluster_addresses.push_back(args.advertise);
   }
+  if (args.pipeline.enabled()) {  // the stages are cluster members: their links need the secret off loopback
+    cluster_addresses.push_back(reachable_host(args.server.host));
+    cluster_addresses.insert(cluster_addresses.end(), args.pipeline.stages.begin(), args.pipeline.stages.end());
+  }
   MNEMO_ASSIGN_OR_RETURN(args.server.auth, args.edge.resolve(cluster_addresses));
   args.server.access_log = args.edge.access_log_format();
   MNEMO_RETURN_IF_ERROR(args.edge.prepare_listener());
@@ -246,6 +258,7 @@ Result<EngineConfig> engine_config_for(const ServeArgs& args, const std::string&
   engine_config.speculation.enabled = args.speculation == "on";
   MNEMO_ASSIGN_OR_RETURN(engine_config.cost, cost_model_for(args, model_path));
   MNEMO_ASSIGN_OR_RETURN(engine_config.disk, open_disk_tier(args, model_path, model, engine_config, args.disk_cache_bytes / models));
+  if (args.pipeline.enabled()) restrict_engine_for_pipeline(engine_config);
   return engine_config;
 }
 
@@ -256,7 +269,8 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<parallel::Pipeline> pipeline;  // the stages running the model's layers, if any
+  std::unique_ptr<Engine> engine;                // after the pipeline: gone before it
   server::SamplingDefaults sampling;
   Pooling pooling = Pooling::kMean;
 };
@@ -293,11 +307,18 @@ Result<LoadedModel> load_model(const ServeArgs& args, const std::string& path, s
   LoadedModel loaded;
   loaded.path = path;
   loaded.id = std::move(id);
-  MNEMO_ASSIGN_OR_RETURN(loaded.model, Model::load(path, args.model_flags.load_options()));
+  LoadOptions load_options = args.model_flags.load_options();
+  if (args.pipeline.enabled()) restrict_load_for_pipeline(load_options);
+  MNEMO_ASSIGN_OR_RETURN(loaded.model, Model::load(path, load_options));
   MNEMO_ASSIGN_OR_RETURN(loaded.tokenizer, Tokenizer::from_gguf(loaded.model->file()));
   MNEMO_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::for_model(loaded.model->file()));
   loaded.chat_template = std::move(chat_template);
   MNEMO_ASSIGN_OR_RETURN(const EngineConfig engine_config, engine_config_for(args, path, *loaded.model, models));
+  if (args.pipeline.enabled()) {
+    MNEMO_ASSIGN_OR_RETURN(loaded.pipeline, connect_pipeline(args.pipeline, path, *loaded.model, engine_config,
+                                                             reachable_host(args.server.host), args.server.auth.cluster_secret));
+    loaded.model->set_layer_runner(loaded.pipeline.get());
+  }
   loaded.engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, engine_config);
   if (engine_config.disk) {
     std::printf("mnemo: %s: KV disk tier %s (%.1f GiB); %lld cached chunks restored; cost model: %s\n", loaded.id.c_str(),
@@ -325,8 +346,7 @@ Result<ClusterPresence> join_cluster(const ServeArgs& args, Engine& engine, serv
                                      const std::string& model_path, const std::string& prompt_fingerprint) {
   ClusterPresence presence;
   if (args.cluster_url.empty()) return presence;
-  // Peers must reach the published endpoint: a wildcard listen address is not one.
-  const std::string transfer_host = args.server.host == "0.0.0.0" || args.server.host.empty() ? "127.0.0.1" : args.server.host;
+  const std::string transfer_host = reachable_host(args.server.host);
   // Messages signed under the cluster secret; sizes bounded by this instance's own layout (a
   // push of a whole pool's KV at most).
   transfer::KvTransportOptions transfer_options;
@@ -402,6 +422,10 @@ int run_serve(ServeArgs args) {
   if (!to_serve.ok()) return fail(to_serve.error());
   const int n_models = static_cast<int>(to_serve->size());
   if (n_models > 1 && !args.cluster_url.empty()) return fail(make_error("a cluster instance serves one model (--cluster with {} models)", n_models));
+  if (args.pipeline.enabled() && (n_models > 1 || !args.cluster_url.empty())) {
+    return fail(make_error("a pipeline's coordinator serves one model, outside a cluster (--pipeline-stage with {} models{})",
+                           n_models, args.cluster_url.empty() ? "" : " and --cluster"));
+  }
   std::vector<LoadedModel> loaded;
   for (const auto& [path, id] : *to_serve) {
     auto model = load_model(args, path, id, n_models);
@@ -509,6 +533,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-t,--threads", args->engine.threads, "Kernel worker threads (0: one per core)")->capture_default_str();
   add_kv_memory_flags(cmd, *args);
   args->model_flags.add_to(cmd);
+  args->pipeline.add_to(cmd);
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens, "Tokens per forward pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));

@@ -18,5 +18,6 @@ void add_profile_command(CLI::App& app, std::function<int()>& run);
 void add_simulate_command(CLI::App& app, std::function<int()>& run);
 void add_route_command(CLI::App& app, std::function<int()>& run);
 void add_plan_command(CLI::App& app, std::function<int()>& run);
+void add_worker_command(CLI::App& app, std::function<int()>& run);
 
 }  // namespace mnemo::cli

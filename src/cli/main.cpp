@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   mnemo::cli::add_simulate_command(app, run);
   mnemo::cli::add_route_command(app, run);
   mnemo::cli::add_plan_command(app, run);
+  mnemo::cli::add_worker_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,75 @@
+// `mnemo worker`: one stage of a pipeline (parallel/stage_worker.h). It holds nothing until a
+// coordinator (`mnemo serve --pipeline-stage`) sets it up with a range of the model's layers
+// and a KV pool, then runs the rows of every pass through them until a signal stops it.
+#include <csignal>
+#include <cstdio>
+
+#include "auth/cluster_secret.h"
+#include "cli/commands.h"
+#include "model/weights.h"
+#include "parallel/stage_worker.h"
+#include "util/paths.h"
+
+namespace mnemo::cli {
+namespace {
+
+struct WorkerArgs {
+  parallel::StageWorkerOptions options;
+  std::string cluster_secret_file;
+  int64_t prepack_mib = static_cast<int64_t>(LoadOptions{}.prepack_budget_bytes >> 20);
+};
+
+int run_worker(WorkerArgs& args) {
+  const auto fail = [](const Error& error) {
+    std::fprintf(stderr, "mnemo worker: %s\n", error.message().c_str());
+    return 1;
+  };
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: only sigwait takes them
+  if (args.options.model_path.empty()) args.options.model_path = chat_model_path();
+  if (!args.cluster_secret_file.empty()) {
+    auto secret = auth::read_cluster_secret(args.cluster_secret_file);
+    if (!secret.ok()) return fail(secret.error());
+    args.options.cluster_secret = *secret;
+  } else if (!auth::is_loopback_host(args.options.host)) {
+    return fail(make_error("a worker without --cluster-secret-file listens on loopback addresses only; '{}' is not one",
+                           args.options.host));
+  }
+  args.options.prepack_budget_bytes = static_cast<size_t>(args.prepack_mib) << 20;
+  auto worker = parallel::StageWorker::start(args.options);
+  if (!worker.ok()) return fail(worker.error());
+  std::printf("mnemo worker: %s, listening at %s for a coordinator's setup\n", args.options.model_path.c_str(),
+              (*worker)->endpoint().c_str());
+  std::fflush(stdout);
+  int received = 0;
+  sigwait(&signals, &received);
+  const parallel::StageWorker::Stats stats = (*worker)->stats();
+  std::fprintf(stderr, "mnemo worker: signal %d: stopping after %llu microbatches (%llu failed)\n", received,
+               static_cast<unsigned long long>(stats.microbatches_run), static_cast<unsigned long long>(stats.microbatches_failed));
+  return 0;
+}
+
+}  // namespace
+
+void add_worker_command(CLI::App& app, std::function<int()>& run) {
+  auto args = std::make_shared<WorkerArgs>();
+  CLI::App* cmd = app.add_subcommand("worker", "Run a pipeline stage: a range of a model's layers for `mnemo serve --pipeline-stage`");
+  cmd->add_option("-m,--model", args->options.model_path, "The GGUF model (the coordinator's file; default: the chat model)");
+  cmd->add_option("--host", args->options.host, "Address to listen on for the coordinator and the stage before")
+      ->capture_default_str();
+  cmd->add_option("--port", args->options.port, "Port to listen on (0: any free port, printed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--cluster-secret-file", args->cluster_secret_file,
+                  "The cluster secret: frames are signed under it (required unless every address is loopback)");
+  cmd->add_option("-t,--threads", args->options.threads, "Kernel threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--prepack-mib", args->prepack_mib, "Memory beyond the model file for the stage's repacked weights (MiB)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->callback([&run, args] { run = [args] { return run_worker(*args); }; });
+}
+
+}  // namespace mnemo::cli

@@ -1,0 +1,42 @@
+// `mnemo serve --pipeline-stage ENDPOINT ...`: the server as the coordinator of a pipeline whose
+// layers run on `mnemo worker` processes (parallel/pipeline.h). What it changes in serving:
+//  - the model loads without layers (the embedding and the output projection only);
+//  - the KV cache keeps its bookkeeping here and its bytes on the stages, so the tiers that
+//    would copy bytes (host swap and compaction, disk) are off: a chunk that leaves the pool is
+//    dropped and recomputed (SPEC P5), and prefix caching across turns works as on one instance;
+//  - a cluster instance (--cluster) cannot be a coordinator yet (its KV transfers copy bytes).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "parallel/pipeline.h"
+#include "util/result.h"
+
+namespace mnemo::cli {
+
+struct PipelineFlags {
+  std::vector<std::string> stages;
+  int32_t microbatches = 0;
+  double step_timeout_seconds = 120;
+
+  bool enabled() const { return !stages.empty(); }
+  void add_to(CLI::App* cmd);
+};
+
+// The load options of a coordinator's model: no layers.
+void restrict_load_for_pipeline(LoadOptions& options);
+// The engine of a coordinator: no tier that copies KV bytes.
+void restrict_engine_for_pipeline(EngineConfig& config);
+// Sets the stages up for `model_path` and the engine's pool; `host`: where the stages send the
+// rows back (an address they reach).
+Result<std::unique_ptr<parallel::Pipeline>> connect_pipeline(const PipelineFlags& flags, const std::string& model_path,
+                                                             const Model& model, const EngineConfig& config,
+                                                             const std::string& host, const std::string& cluster_secret);
+
+}  // namespace mnemo::cli
