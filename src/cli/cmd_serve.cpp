@@ -236,6 +236,7 @@ Result<PortReservation> prepare_edge(ServeArgs& args) {
   if (args.pipeline.enabled()) {  // the stages are cluster members: their links need the secret off loopback
     cluster_addresses.push_back(reachable_host(args.server.host));
     cluster_addresses.insert(cluster_addresses.end(), args.pipeline.stages.begin(), args.pipeline.stages.end());
+    cluster_addresses.insert(cluster_addresses.end(), args.pipeline.spares.begin(), args.pipeline.spares.end());
   }
   MNEMO_ASSIGN_OR_RETURN(args.server.auth, args.edge.resolve(cluster_addresses));
   args.server.access_log = args.edge.access_log_format();

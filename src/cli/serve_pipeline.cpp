@@ -8,6 +8,9 @@ void PipelineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--pipeline-stage", stages,
                   "A `mnemo worker` endpoint (host:port) that runs a contiguous range of the model's layers; "
                   "repeat in layer order. The server keeps scheduling, sampling and the KV cache's bookkeeping");
+  cmd->add_option("--pipeline-spare", spares,
+                  "A `mnemo worker` endpoint that takes a lost stage's place, its KV restored from the replica the "
+                  "next stage keeps (repeatable; needs two stages or more)");
   cmd->add_option("--pipeline-microbatches", microbatches,
                   "Microbatches a pass is cut into, so every stage is busy (0: one per stage)")
       ->capture_default_str()
@@ -36,6 +39,7 @@ Result<std::unique_ptr<parallel::Pipeline>> connect_pipeline(const PipelineFlags
                                                              const std::string& host, const std::string& cluster_secret) {
   parallel::PipelineOptions options;
   options.stages = flags.stages;
+  options.spares = flags.spares;
   options.host = host;
   options.cluster_secret = cluster_secret;
   options.microbatches = flags.microbatches;

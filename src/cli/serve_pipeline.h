@@ -4,7 +4,9 @@
 //  - the KV cache keeps its bookkeeping here and its bytes on the stages, so the tiers that
 //    would copy bytes (host swap and compaction, disk) are off: a chunk that leaves the pool is
 //    dropped and recomputed (SPEC P5), and prefix caching across turns works as on one instance;
-//  - a cluster instance (--cluster) cannot be a coordinator yet (its KV transfers copy bytes).
+//  - a cluster instance (--cluster) cannot be a coordinator yet (its KV transfers copy bytes);
+//  - each stage's KV is replicated on the next stage, and a lost stage is replaced by a
+//    --pipeline-spare with its KV restored, so its requests go on (parallel/pipeline.h).
 #pragma once
 
 #include <memory>
@@ -22,6 +24,7 @@ namespace mnemo::cli {
 
 struct PipelineFlags {
   std::vector<std::string> stages;
+  std::vector<std::string> spares;
   int32_t microbatches = 0;
   double step_timeout_seconds = 120;
 

@@ -41,12 +41,6 @@ struct ModelWeights {
 };
 
 struct LoadOptions {
-  // The layers this process runs, [layer_begin, layer_end) (layer_end -1: through the last): a
-  // pipeline stage loads and prepacks only its own (the rest stay empty), the coordinator of a
-  // pipeline none. `head`: the embedding lookup and the output projection run here (prepacked).
-  int32_t layer_begin = 0;
-  int32_t layer_end = -1;
-  bool head = true;
   // Batched products (decode batches, prefill chunks) repack each tile of weight rows into the
   // GEMM kernel's layout on every call, unless the matrix was repacked once at load. That costs
   // memory where the one-row product still reads the file's rows (the 4-, 5- and 6-bit formats,
@@ -54,6 +48,12 @@ struct LoadOptions {
   // are taken in order, the output projection first, each one that still fits. The products are
   // the same bits either way.
   size_t prepack_budget_bytes = size_t{1} << 30;
+  // The layers this process runs, [layer_begin, layer_end) (layer_end -1: through the last): a
+  // pipeline stage loads and prepacks only its own (the rest stay empty), the coordinator of a
+  // pipeline none. `head`: the embedding lookup and the output projection run here (prepacked).
+  int32_t layer_begin = 0;
+  int32_t layer_end = -1;
+  bool head = true;
 };
 
 Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& config, const LoadOptions& options = {});

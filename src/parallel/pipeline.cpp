@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "parallel/model_fingerprint.h"
@@ -57,6 +58,9 @@ Result<std::unique_ptr<Pipeline>> Pipeline::connect(const std::string& model_pat
   MNEMO_ASSIGN_OR_RETURN(pipeline->link_,
                          StageLink::listen(options.host, 0, [p = pipeline.get()](StageFrame&& f) { return p->on_frame(std::move(f)); },
                                            link_options));
+  if (!options.spares.empty() && options.stages.size() < 2) {
+    return make_error("spares replace a stage from its replica on another: a pipeline of one stage has none");
+  }
   const auto ranges = split_layers(n_layers, static_cast<int32_t>(options.stages.size()));
   for (size_t i = 0; i < options.stages.size(); ++i) {
     StageFrame frame;
@@ -74,45 +78,81 @@ Result<std::unique_ptr<Pipeline>> Pipeline::connect(const std::string& model_pat
 
 Pipeline::~Pipeline() { link_.reset(); }
 
+std::vector<std::string> Pipeline::stages() const {
+  std::lock_guard lock(stages_mutex_);
+  return stages_;
+}
+
+int Pipeline::replacements() const {
+  std::lock_guard lock(stages_mutex_);
+  return replacements_;
+}
+
 Status Pipeline::on_frame(StageFrame&& frame) {
   std::lock_guard lock(mutex_);
-  if (frame.step != step_) return ok_status();  // an earlier pass's, which failed: dropped
-  if (frame.kind == StageFrameKind::kError) {
-    if (failure_.empty()) failure_ = frame.error;
-  } else if (frame.kind == StageFrameKind::kRows) {
-    arrived_[frame.microbatch] = std::move(frame);
-  } else {
-    return make_error("a coordinator takes rows and errors, not setups");
+  if (frame.step != step_) return ok_status();  // an earlier step's, which failed: dropped
+  switch (frame.kind) {
+    case StageFrameKind::kError:
+      if (failure_.empty()) failure_ = frame.error;
+      break;
+    case StageFrameKind::kRows:
+    case StageFrameKind::kRestored:
+      arrived_[frame.microbatch] = std::move(frame);
+      break;
+    default:
+      return make_error("a coordinator takes rows, errors and restore answers, not this frame");
   }
   arrived_cv_.notify_all();
   return ok_status();
 }
 
+uint64_t Pipeline::begin_step() {
+  std::lock_guard lock(mutex_);
+  arrived_.clear();
+  failure_.clear();
+  return ++step_;
+}
+
+Status Pipeline::await(size_t count, double timeout_seconds, std::string_view what) {
+  std::unique_lock lock(mutex_);
+  const bool done = arrived_cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+                                         [&] { return !failure_.empty() || arrived_.size() == count; });
+  if (!failure_.empty()) return make_error("{} {}: {}", what, step_, failure_);
+  if (!done) return make_error("{} {}: {} of {} answers after {} s", what, step_, arrived_.size(), count, timeout_seconds);
+  return ok_status();
+}
+
 Status Pipeline::run_layers(const Batch& batch, std::span<float> x) {
-  const int32_t parts = options_.microbatches > 0 ? options_.microbatches : static_cast<int32_t>(options_.stages.size());
-  const auto groups = split_microbatches(batch, parts);
-  uint64_t step = 0;
-  {
-    std::lock_guard lock(mutex_);
-    step = ++step_;
-    arrived_.clear();
-    failure_.clear();
+  // A failed pass leaves x as it was (the rows come back into it only when all are in), so it
+  // can run again once a lost stage is replaced.
+  for (;;) {
+    const Status status = run_pass(batch, x);
+    if (status.ok()) return status;
+    MNEMO_RETURN_IF_ERROR(repair(status.error()));
   }
-  const size_t n_embd = x.size() / std::max<size_t>(1, [&] {
-    size_t tokens = 0;
-    for (const SequenceInput& s : batch.sequences) tokens += s.tokens.size();
-    return tokens;
-  }());
+}
+
+Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
+  const size_t n_stages = stages_.size();
+  const int32_t parts = options_.microbatches > 0 ? options_.microbatches : static_cast<int32_t>(n_stages);
+  const auto groups = split_microbatches(batch, parts);
+  const uint64_t step = begin_step();
+  size_t total_tokens = 0;
+  for (const SequenceInput& s : batch.sequences) total_tokens += s.tokens.size();
+  const size_t n_embd = x.size() / std::max<size_t>(1, total_tokens);
   std::vector<size_t> first_row;  // per microbatch, its first row in x
   size_t row = 0;
-  std::vector<std::string> route(options_.stages.begin() + 1, options_.stages.end());
+  std::vector<std::string> route(stages_.begin() + 1, stages_.end());
   route.push_back(link_->endpoint());
+  std::vector<std::string> replicas;  // stage i's KV is kept by stage i + 1 (the last's by the first)
+  for (size_t i = 0; n_stages > 1 && i < n_stages; ++i) replicas.push_back(stages_[(i + 1) % n_stages]);
   for (size_t m = 0; m < groups.size(); ++m) {
     StageFrame frame;
     frame.kind = StageFrameKind::kRows;
     frame.step = step;
     frame.microbatch = static_cast<uint32_t>(m);
     frame.route = route;
+    frame.replicas = replicas;
     frame.n_embd = static_cast<int32_t>(n_embd);
     size_t tokens = 0;
     for (size_t s = groups[m].first; s < groups[m].second; ++s) {
@@ -129,18 +169,11 @@ Status Pipeline::run_layers(const Batch& batch, std::span<float> x) {
     frame.rows.assign(x.begin() + static_cast<std::ptrdiff_t>(row * n_embd),
                       x.begin() + static_cast<std::ptrdiff_t>((row + tokens) * n_embd));
     row += tokens;
-    const Status sent = link_->send(options_.stages[0], frame, options_.step_timeout_seconds);
-    if (!sent.ok()) return make_error("pipeline stage 0 ({}): {}", options_.stages[0], sent.error().message());
+    const Status sent = link_->send(stages_[0], frame, options_.step_timeout_seconds);
+    if (!sent.ok()) return make_error("pipeline pass {}: stage 0 ({}): {}", step, stages_[0], sent.error().message());
   }
-  std::unique_lock lock(mutex_);
-  const bool done = arrived_cv_.wait_for(lock, std::chrono::duration<double>(options_.step_timeout_seconds), [&] {
-    return !failure_.empty() || arrived_.size() == groups.size();
-  });
-  if (!failure_.empty()) return make_error("pipeline pass {}: {}", step, failure_);
-  if (!done) {
-    return make_error("pipeline pass {}: {} of {} microbatches back after {} s", step, arrived_.size(), groups.size(),
-                      options_.step_timeout_seconds);
-  }
+  MNEMO_RETURN_IF_ERROR(await(groups.size(), options_.step_timeout_seconds, "pipeline pass"));
+  std::lock_guard lock(mutex_);
   for (auto& [m, frame] : arrived_) {
     const size_t expected = (m + 1 < first_row.size() ? first_row[m + 1] : row) - first_row[m];
     if (m >= groups.size() || frame.rows.size() != expected * n_embd) {
@@ -151,6 +184,54 @@ Status Pipeline::run_layers(const Batch& batch, std::span<float> x) {
   }
   arrived_.clear();
   return ok_status();
+}
+
+Status Pipeline::repair(const Error& failure) {
+  const size_t n_stages = stages_.size();
+  std::vector<size_t> lost;
+  StageFrame ping;
+  ping.kind = StageFrameKind::kPing;
+  for (size_t i = 0; i < n_stages; ++i) {
+    if (!link_->send(stages_[i], ping, options_.ping_timeout_seconds).ok()) lost.push_back(i);
+  }
+  if (lost.empty()) return failure;  // every stage lives: not a failure a replacement mends
+  if (lost.size() > 1 || n_stages < 2 || spares_.empty()) {
+    return make_error("{} (stages lost: {} of {}; {} spares; a stage is restored from its replica on the next, so one "
+                      "stage of two or more can be replaced at a time)",
+                      failure.message(), lost.size(), n_stages, spares_.size());
+  }
+  const size_t i = lost[0];
+  const std::string spare = spares_.front();
+  spares_.erase(spares_.begin());
+  StageFrame setup;
+  setup.kind = StageFrameKind::kSetup;
+  setup.setup = setups_[i];
+  const Status set_up = link_->send(spare, setup, options_.setup_timeout_seconds);
+  if (!set_up.ok()) return make_error("{}; spare {} for stage {}: {}", failure.message(), spare, i, set_up.error().message());
+  // The lost stage's KV from its replica on the next stage; and the replica of the stage before
+  // it, which the lost stage held, from that stage itself.
+  MNEMO_RETURN_IF_ERROR(restore_onto(spare, (i + 1) % n_stages, setups_[i], true));
+  const size_t before = (i + n_stages - 1) % n_stages;
+  MNEMO_RETURN_IF_ERROR(restore_onto(spare, before, setups_[before], false));
+  std::fprintf(stderr, "mnemo: pipeline stage %zu (%s) lost: %s; replaced by %s, its KV restored from the replica on %s\n", i,
+               stages_[i].c_str(), failure.message().c_str(), spare.c_str(), stages_[(i + 1) % n_stages].c_str());
+  std::lock_guard lock(stages_mutex_);
+  stages_[i] = spare;
+  ++replacements_;
+  return ok_status();
+}
+
+Status Pipeline::restore_onto(const std::string& spare, size_t holder, const StageSetup& layers, bool from_replica) {
+  StageFrame restore;
+  restore.kind = StageFrameKind::kRestore;
+  restore.step = begin_step();
+  restore.route = {spare, link_->endpoint()};
+  restore.kv.layer_begin = layers.layer_begin;
+  restore.kv.layer_end = layers.layer_end;
+  restore.kv.replica = from_replica;
+  const Status sent = link_->send(stages_[holder], restore, options_.step_timeout_seconds);
+  if (!sent.ok()) return make_error("restore from stage {} ({}): {}", holder, stages_[holder], sent.error().message());
+  return await(1, options_.setup_timeout_seconds, "pipeline restore");
 }
 
 }  // namespace mnemo::parallel

@@ -12,9 +12,13 @@
 // instance bit for bit (batch invariance; tests/model/stage_forward_test.cpp).
 //
 // Failure behaviour: connect() fails, naming the stage, if a stage cannot be reached or refuses
-// its setup. A pass fails (its requests end with an error) when a stage reports an error, cannot
-// be reached, or a microbatch does not come back within step_timeout_seconds; answers of an
-// earlier, failed pass are dropped.
+// its setup. With two stages or more, each stage's KV is replicated on the next (stage_worker.h).
+// When a pass fails (a stage reports an error, cannot be reached, or a microbatch does not come
+// back within step_timeout_seconds), the coordinator pings the stages; one that does not answer
+// is replaced by a spare (PipelineOptions::spares), restored from its replica, and the pass runs
+// again, so its requests go on as if nothing happened. Without a spare, or with no stage lost,
+// or two lost at once, the pass fails and its requests end with an error. Answers of an earlier,
+// failed pass are dropped.
 #pragma once
 
 #include <condition_variable>
@@ -34,9 +38,11 @@ struct PipelineOptions {
   std::vector<std::string> stages;  // the workers' endpoints ("host:port"), in layer order
   std::string host = "127.0.0.1";   // where this coordinator's link listens for the results
   std::string cluster_secret;       // empty: unsigned, loopback only
+  std::vector<std::string> spares;  // workers that replace a lost stage, in order
   int32_t microbatches = 0;         // per pass, at most; 0: one per stage
   double setup_timeout_seconds = 300;
   double step_timeout_seconds = 120;
+  double ping_timeout_seconds = 3;
 };
 
 // Layers [begin, end) of each of `stages` stages: contiguous, in order, as even as they go (the
@@ -58,12 +64,27 @@ class Pipeline : public LayerRunner {
 
   const std::vector<StageSetup>& stage_setups() const { return setups_; }
   std::string endpoint() const { return link_->endpoint(); }
+  // The stages' endpoints now (a replaced stage's spare in its place), and how many were replaced.
+  std::vector<std::string> stages() const;
+  int replacements() const;
 
  private:
-  explicit Pipeline(PipelineOptions options) : options_(std::move(options)) {}
+  explicit Pipeline(PipelineOptions options) : options_(options), stages_(options.stages), spares_(options.spares) {}
   Status on_frame(StageFrame&& frame);  // the link's progress thread
+  Status run_pass(const Batch& batch, std::span<float> x);
+  // A new step id for what comes next, with nothing arrived and no failure.
+  uint64_t begin_step();
+  // Waits until `count` answers of the current step are in, a stage failed it, or the timeout.
+  Status await(size_t count, double timeout_seconds, std::string_view what);
+  // Replaces the one stage that does not answer a ping with a spare, restored from replicas.
+  Status repair(const Error& failure);
+  Status restore_onto(const std::string& spare, size_t holder, const StageSetup& layers, bool from_replica);
 
   const PipelineOptions options_;
+  std::vector<std::string> stages_;  // engine thread only (run_layers and what it calls)
+  std::vector<std::string> spares_;
+  int replacements_ = 0;
+  mutable std::mutex stages_mutex_;  // stages_ and replacements_ for the readers on other threads
   std::vector<StageSetup> setups_;
   std::mutex mutex_;
   std::condition_variable arrived_cv_;

@@ -20,6 +20,7 @@ class Writer {
     for (float v : values) put(std::bit_cast<uint32_t>(v));
   }
   void put_text(std::string_view text) { out_.insert(out_.end(), text.begin(), text.end()); }
+  void put_bytes(const std::vector<uint8_t>& bytes) { out_.insert(out_.end(), bytes.begin(), bytes.end()); }
   std::vector<uint8_t> take() { return std::move(out_); }
 
  private:
@@ -55,6 +56,11 @@ class Reader {
     std::string s(reinterpret_cast<const char*>(bytes_.data() + at_), n);
     at_ += n;
     return s;
+  }
+  // Precondition: n <= left().
+  void bytes(size_t n, std::vector<uint8_t>& out) {
+    out.assign(bytes_.begin() + static_cast<std::ptrdiff_t>(at_), bytes_.begin() + static_cast<std::ptrdiff_t>(at_ + n));
+    at_ += n;
   }
   Status i32s(std::string_view field, uint32_t n, std::vector<int32_t>& out) {
     out.resize(n);
@@ -128,7 +134,79 @@ Status decode_rows(Reader& in, const StageFrameLimits& limits, StageFrame& frame
   return check_rows_frame(frame);
 }
 
+void encode_endpoints(const std::vector<std::string>& endpoints, Writer& out) {
+  out.put<uint32_t>(static_cast<uint32_t>(endpoints.size()));
+  for (const std::string& endpoint : endpoints) {
+    out.put<uint16_t>(static_cast<uint16_t>(endpoint.size()));
+    out.put_text(endpoint);
+  }
+}
+
+Result<std::vector<std::string>> decode_endpoints(Reader& in, const StageFrameLimits& limits, std::string_view what) {
+  MNEMO_ASSIGN_OR_RETURN(const uint32_t n, in.count(what, limits.max_route, 2));
+  std::vector<std::string> endpoints;
+  for (uint32_t i = 0; i < n; ++i) {
+    MNEMO_ASSIGN_OR_RETURN(const uint16_t length, in.take<uint16_t>("endpoint length"));
+    if (length == 0 || length > limits.max_endpoint_bytes) {
+      return make_error("stage frame: an endpoint of {} bytes, outside 1..{}", length, limits.max_endpoint_bytes);
+    }
+    MNEMO_ASSIGN_OR_RETURN(std::string endpoint, in.text("endpoint", length));
+    endpoints.push_back(std::move(endpoint));
+  }
+  return endpoints;
+}
+
+void encode_kv(const StageFrame& frame, Writer& out) {
+  const StageKv& kv = frame.kv;
+  out.put<int32_t>(kv.layer_begin);
+  out.put<int32_t>(kv.layer_end);
+  out.put<uint8_t>(kv.replica ? 1 : 0);
+  if (frame.kind != StageFrameKind::kKv) return;
+  out.put<uint32_t>(static_cast<uint32_t>(kv.slots.size()));
+  for (const auto& [block, slot] : kv.slots) {
+    out.put<int32_t>(block);
+    out.put<int32_t>(slot);
+  }
+  out.put<uint32_t>(kv.token_bytes);
+  out.put_bytes(kv.bytes);
+}
+
+Status decode_kv(Reader& in, const StageFrameLimits& limits, StageFrame& frame) {
+  StageKv& kv = frame.kv;
+  MNEMO_ASSIGN_OR_RETURN(kv.layer_begin, in.take<int32_t>("layer_begin"));
+  MNEMO_ASSIGN_OR_RETURN(kv.layer_end, in.take<int32_t>("layer_end"));
+  if (kv.layer_begin < 0 || kv.layer_begin >= kv.layer_end) {
+    return make_error("stage frame: layers [{}, {}) are not a range", kv.layer_begin, kv.layer_end);
+  }
+  MNEMO_ASSIGN_OR_RETURN(const uint8_t replica, in.take<uint8_t>("replica flag"));
+  if (replica > 1) return make_error("stage frame: replica flag {}", replica);
+  kv.replica = replica == 1;
+  if (frame.kind != StageFrameKind::kKv) return ok_status();
+  MNEMO_ASSIGN_OR_RETURN(const uint32_t n_slots, in.count("slots", limits.max_slots, 8));
+  kv.slots.resize(n_slots);
+  for (auto& [block, slot] : kv.slots) {
+    MNEMO_ASSIGN_OR_RETURN(block, in.take<int32_t>("block"));
+    MNEMO_ASSIGN_OR_RETURN(slot, in.take<int32_t>("slot"));
+  }
+  MNEMO_ASSIGN_OR_RETURN(kv.token_bytes, in.take<uint32_t>("token bytes"));
+  if (kv.token_bytes == 0 || kv.token_bytes > limits.max_token_bytes) {
+    return make_error("stage frame: {} bytes of KV a token, outside 1..{}", kv.token_bytes, limits.max_token_bytes);
+  }
+  const uint64_t bytes = uint64_t{n_slots} * kv.token_bytes;
+  if (bytes > limits.max_kv_bytes || bytes != in.left()) {
+    return make_error("stage frame: {} slots of {} bytes of KV need {} bytes, {} are left", n_slots, kv.token_bytes, bytes,
+                      in.left());
+  }
+  in.bytes(static_cast<size_t>(bytes), kv.bytes);  // exactly what is left
+  return ok_status();
+}
+
 }  // namespace
+
+uint32_t token_kv_bytes(const KvLayout& layout, int32_t n_layers) {
+  return static_cast<uint32_t>(static_cast<size_t>(n_layers) * static_cast<size_t>(layout.n_kv_heads) *
+                               static_cast<size_t>(layout.head_dim_k + layout.head_dim_v) * layout.element_bytes());
+}
 
 std::vector<uint8_t> encode_stage_frame(const StageFrame& frame) {
   Writer out;
@@ -137,11 +215,8 @@ std::vector<uint8_t> encode_stage_frame(const StageFrame& frame) {
   out.put<uint32_t>(static_cast<uint32_t>(frame.kind));
   out.put<uint64_t>(frame.step);
   out.put<uint32_t>(frame.microbatch);
-  out.put<uint32_t>(static_cast<uint32_t>(frame.route.size()));
-  for (const std::string& endpoint : frame.route) {
-    out.put<uint16_t>(static_cast<uint16_t>(endpoint.size()));
-    out.put_text(endpoint);
-  }
+  encode_endpoints(frame.route, out);
+  encode_endpoints(frame.replicas, out);
   switch (frame.kind) {
     case StageFrameKind::kSetup:
       out.put<uint64_t>(frame.setup.model_fingerprint);
@@ -158,6 +233,13 @@ std::vector<uint8_t> encode_stage_frame(const StageFrame& frame) {
       out.put<uint32_t>(static_cast<uint32_t>(frame.error.size()));
       out.put_text(frame.error);
       break;
+    case StageFrameKind::kKv:
+    case StageFrameKind::kRestore:
+      encode_kv(frame, out);
+      break;
+    case StageFrameKind::kPing:
+    case StageFrameKind::kRestored:
+      break;
   }
   return out.take();
 }
@@ -170,19 +252,12 @@ Result<StageFrame> decode_stage_frame(std::span<const uint8_t> bytes, const Stag
   MNEMO_ASSIGN_OR_RETURN(const uint32_t version, in.take<uint32_t>("version"));
   if (version != kStageFrameVersion) return make_error("stage frame version {}, this build speaks {}", version, kStageFrameVersion);
   MNEMO_ASSIGN_OR_RETURN(const uint32_t kind, in.take<uint32_t>("kind"));
-  if (kind < 1 || kind > 3) return make_error("stage frame kind {} is none of setup (1), rows (2), error (3)", kind);
+  if (kind < 1 || kind > kLastStageFrameKind) return make_error("stage frame kind {} is not one of 1..{}", kind, kLastStageFrameKind);
   frame.kind = static_cast<StageFrameKind>(kind);
   MNEMO_ASSIGN_OR_RETURN(frame.step, in.take<uint64_t>("step"));
   MNEMO_ASSIGN_OR_RETURN(frame.microbatch, in.take<uint32_t>("microbatch"));
-  MNEMO_ASSIGN_OR_RETURN(const uint32_t n_route, in.count("route endpoints", limits.max_route, 2));
-  for (uint32_t i = 0; i < n_route; ++i) {
-    MNEMO_ASSIGN_OR_RETURN(const uint16_t length, in.take<uint16_t>("endpoint length"));
-    if (length == 0 || length > limits.max_endpoint_bytes) {
-      return make_error("stage frame: an endpoint of {} bytes, outside 1..{}", length, limits.max_endpoint_bytes);
-    }
-    MNEMO_ASSIGN_OR_RETURN(std::string endpoint, in.text("endpoint", length));
-    frame.route.push_back(std::move(endpoint));
-  }
+  MNEMO_ASSIGN_OR_RETURN(frame.route, decode_endpoints(in, limits, "route endpoints"));
+  MNEMO_ASSIGN_OR_RETURN(frame.replicas, decode_endpoints(in, limits, "replica endpoints"));
   switch (frame.kind) {
     case StageFrameKind::kSetup: {
       StageSetup& s = frame.setup;
@@ -208,6 +283,13 @@ Result<StageFrame> decode_stage_frame(std::span<const uint8_t> bytes, const Stag
       MNEMO_ASSIGN_OR_RETURN(frame.error, in.text("error", length));
       break;
     }
+    case StageFrameKind::kKv:
+    case StageFrameKind::kRestore:
+      MNEMO_RETURN_IF_ERROR(decode_kv(in, limits, frame));
+      break;
+    case StageFrameKind::kPing:
+    case StageFrameKind::kRestored:
+      break;
   }
   if (in.left() != 0) return make_error("stage frame: {} bytes after its end", in.left());
   return frame;

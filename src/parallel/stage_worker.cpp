@@ -50,10 +50,24 @@ Status StageWorker::on_frame(StageFrame&& frame) {
       queue_cv_.notify_one();
       return ok_status();
     }
+    case StageFrameKind::kKv:
+      return take_kv(frame);
+    case StageFrameKind::kPing:
+      return ok_status();
+    case StageFrameKind::kRestore: {
+      if (frame.route.size() != 2) return make_error("a restore names its target and the coordinator, {} endpoints here", frame.route.size());
+      {
+        std::lock_guard lock(queue_mutex_);
+        queue_.push_back(std::move(frame));
+      }
+      queue_cv_.notify_one();
+      return ok_status();
+    }
     case StageFrameKind::kError:
+    case StageFrameKind::kRestored:
       break;
   }
-  return make_error("a stage takes setup and rows frames, not errors");
+  return make_error("a stage takes setup, rows, kv, restore and ping frames, not answers");
 }
 
 Status StageWorker::set_up(const StageSetup& setup) {
@@ -73,6 +87,8 @@ Status StageWorker::set_up(const StageSetup& setup) {
     model_ = std::move(model);
     kv_ = std::move(kv);
     setup_ = setup;
+    written_.assign(static_cast<size_t>(setup.n_blocks), 0);
+    replicas_.clear();
   }
   std::lock_guard lock(queue_mutex_);
   ++stats_.setups;
@@ -93,23 +109,37 @@ void StageWorker::run() {
       frame = std::move(queue_.front());
       queue_.pop_front();
     }
-    const Status status = compute(frame);
+    if (frame.kind == StageFrameKind::kRestore) {
+      const Status restored = restore(frame);
+      if (!restored.ok()) send_error(frame, restored.error().message());
+      continue;
+    }
+    Status status = compute(frame);
+    if (status.ok() && !frame.replicas.empty()) {
+      const std::string holder = frame.replicas.front();
+      frame.replicas.erase(frame.replicas.begin());
+      status = replicate(frame, holder);
+    }
     {
       std::lock_guard lock(queue_mutex_);
       ++(status.ok() ? stats_.microbatches_run : stats_.microbatches_failed);
+      stats_.tokens_replicated = tokens_replicated_;
     }
     if (status.ok()) {
       send_on(std::move(frame));
     } else {
-      StageFrame error;
-      error.kind = StageFrameKind::kError;
-      error.step = frame.step;
-      error.microbatch = frame.microbatch;
-      error.error = status.error().message().substr(0, StageFrameLimits{}.max_error_bytes);
-      const std::string coordinator = frame.route.back();
-      (void)link_->send(coordinator, error, options_.send_timeout_seconds);
+      send_error(frame, status.error().message());
     }
   }
+}
+
+void StageWorker::send_error(const StageFrame& about, const std::string& message) {
+  StageFrame error;
+  error.kind = StageFrameKind::kError;
+  error.step = about.step;
+  error.microbatch = about.microbatch;
+  error.error = message.substr(0, StageFrameLimits{}.max_error_bytes);
+  (void)link_->send(about.route.back(), error, options_.send_timeout_seconds);
 }
 
 Status StageWorker::compute(StageFrame& frame) {
@@ -126,6 +156,13 @@ Status StageWorker::compute(StageFrame& frame) {
   if (!status.ok()) {
     return make_error("stage of layers [{}, {}): {}", setup_.layer_begin, setup_.layer_end, status.error().message());
   }
+  for (const SequenceInput& seq : frame.sequences) {  // run_layers checked the tables cover the ranges
+    for (const QueryRange& r : seq.ranges) {
+      for (int32_t pos = r.start; pos < r.end(); pos += setup_.block_size - pos % setup_.block_size) {
+        written_[static_cast<size_t>(seq.block_table[static_cast<size_t>(pos / setup_.block_size)])] = 1;
+      }
+    }
+  }
   return ok_status();
 }
 
@@ -135,14 +172,9 @@ void StageWorker::send_on(StageFrame&& frame) {
   frame.route.erase(frame.route.begin());
   const Status sent = link_->send(next, frame, options_.send_timeout_seconds);
   if (sent.ok() || next == coordinator) return;
-  StageFrame error;
-  error.kind = StageFrameKind::kError;
-  error.step = frame.step;
-  error.microbatch = frame.microbatch;
-  error.error = fmt::format("stage at {} could not send microbatch {} on to {}: {}", endpoint(), frame.microbatch, next,
-                            sent.error().message())
-                    .substr(0, StageFrameLimits{}.max_error_bytes);
-  (void)link_->send(coordinator, error, options_.send_timeout_seconds);
+  frame.route.push_back(coordinator);  // send_error answers the route's last
+  send_error(frame, fmt::format("stage at {} could not send microbatch {} on to {}: {}", endpoint(), frame.microbatch, next,
+                                sent.error().message()));
 }
 
 }  // namespace mnemo::parallel

@@ -8,6 +8,14 @@
 // stage's model only while it computes, never while it sends, so the progress thread (which the
 // sends need) never waits on a send.
 //
+// Replication (SPEC D7, as DejaVu applies it to pipeline stages): before a stage sends a
+// microbatch's rows on, it sends the KV the microbatch wrote (per token) to the frame's replica
+// holder for it, the next stage, which keeps it in a replica store of the sender's layers. When
+// a stage is lost, the coordinator sets a spare up for its layers and asks the holder to restore
+// the replica onto it (and the stage before to send its own KV there, since the lost stage held
+// that one's replica), then runs the pass again: nothing the lost stage had computed is computed
+// again.
+//
 // Failure behaviour: a setup for another model file, or layers the file does not have, is
 // refused (the coordinator's send fails with the reason). A rows frame the stage cannot run (no
 // setup yet, a batch its layers refuse) or cannot send on is answered with an error frame to the
@@ -17,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,6 +61,8 @@ class StageWorker {
     uint64_t setups = 0;
     uint64_t microbatches_run = 0;
     uint64_t microbatches_failed = 0;
+    uint64_t tokens_replicated = 0;  // sent to a replica holder
+    uint64_t restores = 0;           // restores this stage sent
   };
   Stats stats() const;
 
@@ -62,6 +73,11 @@ class StageWorker {
   void run();                           // the compute thread
   Status compute(StageFrame& frame);
   void send_on(StageFrame&& frame);
+  void send_error(const StageFrame& about, const std::string& message);
+  // stage_worker_kv.cpp: replication and restores.
+  Status take_kv(const StageFrame& frame);             // the progress thread
+  Status replicate(const StageFrame& rows, const std::string& holder);  // the compute thread
+  Status restore(const StageFrame& request);           // the compute thread
 
   const StageWorkerOptions options_;
   const uint64_t model_fingerprint_;
@@ -71,12 +87,21 @@ class StageWorker {
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvStorage> kv_;
   StageSetup setup_;
+  std::vector<uint8_t> written_;  // per block of kv_: holds KV (restores send only these)
+  // Other stages' KV this stage holds the replica of, by their first layer.
+  struct ReplicaStore {
+    int32_t layer_end = 0;
+    std::unique_ptr<KvStorage> kv;
+    std::vector<uint8_t> written;
+  };
+  std::map<int32_t, ReplicaStore> replicas_;
 
   mutable std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::deque<StageFrame> queue_;
   bool stopping_ = false;
   Stats stats_;  // guarded by queue_mutex_
+  uint64_t tokens_replicated_ = 0;  // compute thread; copied into stats()
 
   std::unique_ptr<StageLink> link_;
   std::thread thread_;

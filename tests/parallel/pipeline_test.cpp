@@ -7,7 +7,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
+
+#include <fmt/format.h>
 
 #include "parallel/pipeline.h"
 #include "parallel/stage_worker.h"
@@ -31,7 +34,7 @@ struct PipelineRig {
 };
 
 PipelineRig make_rig(const TinyModelSpec& spec, const std::string& name, int n_stages, const std::string& secret,
-                 int32_t microbatches) {
+                 int32_t microbatches, int n_spares = 0) {
   PipelineRig s;
   s.path = mnemo::testing::write_tiny_model(spec, name);
   auto whole = Model::load(s.path);
@@ -46,14 +49,14 @@ PipelineRig make_rig(const TinyModelSpec& spec, const std::string& name, int n_s
   options.cluster_secret = secret;
   options.microbatches = microbatches;
   options.step_timeout_seconds = 5;
-  for (int i = 0; i < n_stages; ++i) {
+  for (int i = 0; i < n_stages + n_spares; ++i) {
     StageWorkerOptions w;
     w.model_path = s.path;
     w.threads = 1;
     w.cluster_secret = secret;
     auto worker = StageWorker::start(w);
     EXPECT_TRUE(worker.ok()) << worker.error().message();
-    options.stages.push_back((*worker)->endpoint());
+    (i < n_stages ? options.stages : options.spares).push_back((*worker)->endpoint());
     s.workers.push_back(std::move(*worker));
   }
   auto pipeline = Pipeline::connect(s.path, *s.coordinator, kBlockSize, DType::F16, kBlocks, options);
@@ -78,7 +81,9 @@ Batch step_batch(const std::vector<std::vector<TokenId>>& prompts, int32_t start
   return batch;
 }
 
-void expect_pipeline_matches(PipelineRig& s, int32_t n_vocab) {
+// Runs the steps on the whole model and through the pipeline, comparing the logits bit for bit;
+// `between(i)` runs before step i.
+void expect_pipeline_matches(PipelineRig& s, int32_t n_vocab, const std::function<void(size_t)>& between = nullptr) {
   ThreadPool pool(1);
   KvStorage whole_kv(s.whole->kv_layout(kBlockSize), kBlocks);
   KvStorage coordinator_kv(s.coordinator->kv_layout(kBlockSize), kBlocks);
@@ -89,7 +94,9 @@ void expect_pipeline_matches(PipelineRig& s, int32_t n_vocab) {
   }
   // A prefill of 12 tokens each, then decode steps.
   const std::vector<std::pair<int32_t, int32_t>> steps = {{0, 12}, {12, 1}, {13, 1}, {14, 3}, {17, 1}};
-  for (const auto& [start, length] : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto [start, length] = steps[i];
+    if (between) between(i);
     const Batch batch = step_batch(prompts, start, length);
     ForwardOutput expected, got;
     ASSERT_TRUE(s.whole->forward(batch, whole_kv, pool, expected).ok());
@@ -123,6 +130,56 @@ TEST(Pipeline, ThreeSignedStagesOfGemmaWithFourMicrobatchesInFlight) {
   ASSERT_TRUE(s.pipeline);
   expect_pipeline_matches(s, spec.n_vocab);
   for (const auto& w : s.workers) EXPECT_EQ(w->stats().microbatches_run, 20u);
+  std::remove(s.path.c_str());
+}
+
+struct LossCase {
+  int stages;
+  int lost;
+};
+
+class PipelineLossTest : public ::testing::TestWithParam<LossCase> {};
+
+// A stage lost between two steps: the next pass fails, the coordinator finds the stage gone,
+// sets the spare up, restores its KV from the replica on the next stage (and the replica it
+// held from the stage before), and runs the pass again; every logit still equals the whole
+// model's, which it could not if any KV were missing, and the spare ran only the passes after.
+TEST_P(PipelineLossTest, ASpareTakesALostStagesPlaceWithItsKvRestored) {
+  const LossCase c = GetParam();
+  TinyModelSpec spec;
+  spec.n_layers = 6;
+  spec.seed = 4;
+  PipelineRig s = make_rig(spec, "pipeline_loss", c.stages, kSecret, 0, 1);
+  ASSERT_TRUE(s.pipeline);
+  const size_t lost = static_cast<size_t>(c.lost);
+  expect_pipeline_matches(s, spec.n_vocab, [&](size_t step) {
+    if (step == 3) s.workers[lost].reset();
+  });
+  EXPECT_EQ(s.pipeline->replacements(), 1);
+  const StageWorker& spare = *s.workers.back();
+  EXPECT_EQ(s.pipeline->stages()[lost], spare.endpoint());
+  // Steps 3 and 4 ran on the spare (one microbatch per stage each); nothing before was recomputed.
+  EXPECT_EQ(spare.stats().microbatches_run, 2u * static_cast<uint64_t>(c.stages));
+  EXPECT_GT(spare.stats().tokens_replicated, 0u);
+  std::remove(s.path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Losses, PipelineLossTest,
+                         ::testing::Values(LossCase{2, 0}, LossCase{2, 1}, LossCase{3, 1}, LossCase{3, 2}),
+                         [](const auto& param_info) { return fmt::format("of{}_stage{}", param_info.param.stages, param_info.param.lost); });
+
+TEST(Pipeline, WithoutASpareALostStageFailsThePass) {
+  TinyModelSpec spec;
+  spec.n_layers = 4;
+  PipelineRig s = make_rig(spec, "pipeline_nospare", 2, "", 0);
+  ASSERT_TRUE(s.pipeline);
+  s.workers[0].reset();
+  ThreadPool pool(1);
+  KvStorage kv(s.coordinator->kv_layout(kBlockSize), kBlocks);
+  ForwardOutput out;
+  const Status status = s.coordinator->forward(step_batch({std::vector<TokenId>(8, 3)}, 0, 8), kv, pool, out);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message().find("stages lost: 1 of 2; 0 spares"), std::string::npos) << status.error().message();
   std::remove(s.path.c_str());
 }
 

@@ -11,6 +11,8 @@
 namespace mnemo::parallel {
 namespace {
 
+std::string refusal(const StageFrame& frame, const StageFrameLimits& limits = {});
+
 StageFrame rows_frame() {
   StageFrame f;
   f.kind = StageFrameKind::kRows;
@@ -53,6 +55,26 @@ void expect_same(const StageFrame& a, const StageFrame& b) {
   ASSERT_EQ(a.rows.size(), b.rows.size());
   EXPECT_EQ(std::memcmp(a.rows.data(), b.rows.data(), a.rows.size() * sizeof(float)), 0);
   EXPECT_EQ(a.error, b.error);
+  EXPECT_EQ(a.replicas, b.replicas);
+  EXPECT_EQ(a.kv.layer_begin, b.kv.layer_begin);
+  EXPECT_EQ(a.kv.layer_end, b.kv.layer_end);
+  EXPECT_EQ(a.kv.replica, b.kv.replica);
+  EXPECT_EQ(a.kv.slots, b.kv.slots);
+  EXPECT_EQ(a.kv.token_bytes, b.kv.token_bytes);
+  EXPECT_EQ(a.kv.bytes, b.kv.bytes);
+}
+
+TEST(StageFrame, KvThatDoesNotMatchItsSlotsIsRefused) {
+  StageFrame kv;
+  kv.kind = StageFrameKind::kKv;
+  kv.kv = {0, 2, false, {{1, 1}, {1, 2}}, 8, std::vector<uint8_t>(15, 1)};
+  EXPECT_NE(refusal(kv).find("2 slots of 8 bytes of KV need 16 bytes, 15 are left"), std::string::npos) << refusal(kv);
+  kv.kv.bytes.resize(16);
+  kv.kv.token_bytes = 0;
+  kv.kv.bytes.clear();
+  EXPECT_NE(refusal(kv).find("0 bytes of KV a token"), std::string::npos) << refusal(kv);
+  kv.kv = {3, 3, false, {}, 8, {}};
+  EXPECT_NE(refusal(kv).find("layers [3, 3) are not a range"), std::string::npos) << refusal(kv);
 }
 
 TEST(StageFrame, EveryKindRoundTrips) {
@@ -63,7 +85,19 @@ TEST(StageFrame, EveryKindRoundTrips) {
   error.kind = StageFrameKind::kError;
   error.step = 7;
   error.error = "stage of layers [0, 15): block id 99 outside the pool";
-  for (const StageFrame& f : {rows_frame(), setup, error}) {
+  StageFrame kv;
+  kv.kind = StageFrameKind::kKv;
+  kv.step = 3;
+  kv.kv = {4, 9, true, {{7, 0}, {7, 1}, {2, 15}}, 5, std::vector<uint8_t>(15, 0xab)};
+  StageFrame restore;
+  restore.kind = StageFrameKind::kRestore;
+  restore.route = {"127.0.0.1:1", "127.0.0.1:2"};
+  restore.kv = {0, 4, false, {}, 0, {}};
+  StageFrame ping;
+  ping.kind = StageFrameKind::kPing;
+  StageFrame rows = rows_frame();
+  rows.replicas = {"127.0.0.1:9001", "10.0.0.2:9000"};
+  for (const StageFrame& f : {rows, setup, error, kv, restore, ping}) {
     const auto decoded = decode_stage_frame(encode_stage_frame(f));
     ASSERT_TRUE(decoded.ok()) << decoded.error().message();
     expect_same(f, *decoded);
@@ -91,7 +125,7 @@ TEST(StageFrame, EveryTruncationIsRefusedAndATrailingByteToo) {
   EXPECT_NE(trailing.error().message().find("1 bytes after its end"), std::string::npos) << trailing.error().message();
 }
 
-std::string refusal(const StageFrame& frame, const StageFrameLimits& limits = {}) {
+std::string refusal(const StageFrame& frame, const StageFrameLimits& limits) {
   const auto decoded = decode_stage_frame(encode_stage_frame(frame), limits);
   return decoded.ok() ? "accepted" : decoded.error().message();
 }
@@ -118,7 +152,7 @@ TEST(StageFrame, CountsBeyondTheLimitsOrTheBytesAreRefusedByName) {
   EXPECT_NE(refusal(f).find("n_embd 0"), std::string::npos);
   // A count the remaining bytes cannot hold is refused before it sizes anything.
   std::vector<uint8_t> bytes = encode_stage_frame(rows_frame());
-  const size_t sequences_at = 4 + 4 + 4 + 8 + 4 + 4 + (2 + 14) * 2 + 4;
+  const size_t sequences_at = 4 + 4 + 4 + 8 + 4 + 4 + (2 + 14) * 2 + 4 + 4;
   bytes[sequences_at + 3] = 0x7f;
   const auto huge = decode_stage_frame(bytes);
   ASSERT_FALSE(huge.ok());

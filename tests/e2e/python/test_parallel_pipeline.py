@@ -4,8 +4,10 @@ two `mnemo worker` stages, each holding half of the model's layers, over signed 
 Through the OpenAI API, greedy output of Gemma 3 270M and SmolLM2 equals one instance's token
 for token over multi-turn conversations whose later turns hit the prefix cache (the KV of those
 turns lives on the stages), in streams and in concurrent requests (several microbatches a pass).
-A stage set up for another model refuses, so the coordinator does not start; a stage killed with
-SIGKILL fails the requests that need it with an error, at once, instead of hanging them.
+A stage set up for another model refuses, so the coordinator does not start. A stage killed with
+SIGKILL mid-stream is replaced by a spare whose KV is restored from the replica the next stage
+keeps, and every stream completes with the text it would have had without the failure; without a
+spare, the requests that need the lost stage fail at once instead of hanging.
 """
 
 from __future__ import annotations
@@ -113,14 +115,14 @@ def pair(request, start_server, workers, secret_file):
     return pipeline, single, stages
 
 
-def chat(server, messages, stream=False):
+def chat(server, messages, stream=False, max_tokens=MAX_TOKENS):
     model = served_model(server)
     with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300) as c:
         if not stream:
-            r = c.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=MAX_TOKENS)
+            r = c.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=max_tokens)
             return r.choices[0].message.content, r.usage
         text, usage = "", None
-        for chunk in c.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=MAX_TOKENS,
+        for chunk in c.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=max_tokens,
                                                stream=True, stream_options={"include_usage": True}):
             if chunk.choices and chunk.choices[0].delta.content:
                 text += chunk.choices[0].delta.content
@@ -192,3 +194,48 @@ def test_a_killed_stage_fails_requests_at_once_instead_of_hanging(start_server, 
     assert time.monotonic() - started < 30
     assert r.status_code >= 500 or r.json()["choices"][0]["finish_reason"] not in ("stop", "length"), r.text
     assert requests.get(pipeline.url + "/health", timeout=10).status_code == 200  # the coordinator lives on
+
+
+@pytest.fixture(scope="module")
+def chat_single(start_server, secret_file):
+    return start_server("--model", chat_model_path(), "-t", "1", "--cluster-secret-file", secret_file)
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_stage_killed_mid_stream_is_replaced_and_every_stream_completes_unchanged(start_server, workers, secret_file,
+                                                                                     chat_single, lost):
+    model = chat_model_path()
+    stages = [workers(model), workers(model)]
+    spare = workers(model)
+    pipeline = start_server(*coordinator_args(model, stages, secret_file, "--pipeline-spare", spare.endpoint,
+                                              "--pipeline-step-timeout", "20"))
+    prompts = [[{"role": "user", "content": "Tell me a short story about a lighthouse keeper."}],
+               [{"role": "user", "content": "Explain how rain forms, step by step."}]]
+    want = [chat(chat_single, p, max_tokens=96)[0] for p in prompts]
+    model_id = served_model(pipeline)
+    killed = threading.Event()
+    results: list[str | None] = [None, None]
+
+    def stream(i: int):
+        with openai.OpenAI(base_url=pipeline.base_url, api_key="unused", max_retries=0, timeout=300) as c:
+            text, chunks = "", 0
+            for chunk in c.chat.completions.create(model=model_id, messages=prompts[i], temperature=0, max_tokens=96,
+                                                   stream=True):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    text += chunk.choices[0].delta.content
+                    chunks += 1
+                    if i == 0 and chunks == 12 and not killed.is_set():
+                        stages[lost].proc.kill()  # SIGKILL, mid-stream
+                        killed.set()
+            results[i] = text
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert killed.is_set()
+    assert results == want
+    log = open(pipeline.stderr_path).read()
+    assert f"pipeline stage {lost}" in log and f"replaced by {spare.endpoint}" in log, pipeline.log_tail()
+    assert any("stage of layers" in line for line in spare.lines)

@@ -1,0 +1,149 @@
+// StageWorker's replication and restores (stage_worker.h): KV out to a replica holder after each
+// microbatch, into the pool or a replica store as it arrives, and a restore onto a spare.
+#include <algorithm>
+
+#include "parallel/stage_worker.h"
+#include "parallel/token_kv.h"
+
+namespace mnemo::parallel {
+namespace {
+
+// A restore's frames stay below this many bytes of KV each.
+constexpr size_t kRestoreFrameBytes = size_t{32} << 20;
+
+}  // namespace
+
+Status StageWorker::take_kv(const StageFrame& frame) {
+  const StageKv& kv = frame.kv;
+  std::lock_guard lock(model_mutex_);
+  if (model_ == nullptr) return make_error("stage at {} is not set up for KV", endpoint());
+  KvStorage* pool = nullptr;
+  std::vector<uint8_t>* written = nullptr;
+  if (!kv.replica) {
+    if (kv.layer_begin != setup_.layer_begin || kv.layer_end != setup_.layer_end) {
+      return make_error("KV of layers [{}, {}) for a stage of [{}, {})", kv.layer_begin, kv.layer_end, setup_.layer_begin,
+                        setup_.layer_end);
+    }
+    pool = kv_.get();
+    written = &written_;
+  } else {
+    if (kv.layer_end > model_->config().n_layers) {
+      return make_error("a replica of layers [{}, {}) of a model of {}", kv.layer_begin, kv.layer_end, model_->config().n_layers);
+    }
+    auto it = replicas_.find(kv.layer_begin);
+    if (it == replicas_.end() || it->second.layer_end != kv.layer_end) {
+      KvLayout layout = kv_->layout();
+      layout.n_layers = kv.layer_end - kv.layer_begin;
+      ReplicaStore store{kv.layer_end, std::make_unique<KvStorage>(layout, setup_.n_blocks),
+                         std::vector<uint8_t>(static_cast<size_t>(setup_.n_blocks), 0)};
+      it = replicas_.insert_or_assign(kv.layer_begin, std::move(store)).first;
+    }
+    pool = it->second.kv.get();
+    written = &it->second.written;
+  }
+  const uint32_t token_bytes = token_kv_bytes(pool->layout(), pool->layout().n_layers);
+  if (kv.token_bytes != token_bytes) return make_error("KV of {} bytes a token where this layout has {}", kv.token_bytes, token_bytes);
+  for (const auto& [block, slot] : kv.slots) {
+    if (block < 0 || block >= pool->n_blocks() || slot < 0 || slot >= pool->layout().block_size) {
+      return make_error("KV for slot {} of block {}, outside a pool of {} blocks of {}", slot, block, pool->n_blocks(),
+                        pool->layout().block_size);
+    }
+  }
+  for (size_t i = 0; i < kv.slots.size(); ++i) {
+    scatter_token_kv(*pool, kv.slots[i].first, kv.slots[i].second, kv.bytes.data() + i * token_bytes);
+    (*written)[static_cast<size_t>(kv.slots[i].first)] = 1;
+  }
+  return ok_status();
+}
+
+Status StageWorker::replicate(const StageFrame& rows, const std::string& holder) {
+  StageFrame frame;
+  frame.kind = StageFrameKind::kKv;
+  frame.step = rows.step;
+  frame.microbatch = rows.microbatch;
+  {
+    std::lock_guard lock(model_mutex_);
+    frame.kv.layer_begin = setup_.layer_begin;
+    frame.kv.layer_end = setup_.layer_end;
+    frame.kv.replica = true;
+    frame.kv.token_bytes = token_kv_bytes(kv_->layout(), kv_->layout().n_layers);
+    for (const SequenceInput& seq : rows.sequences) {
+      for (const QueryRange& r : seq.ranges) {
+        for (int32_t pos = r.start; pos < r.end(); ++pos) {
+          frame.kv.slots.emplace_back(seq.block_table[static_cast<size_t>(pos / setup_.block_size)], pos % setup_.block_size);
+        }
+      }
+    }
+    frame.kv.bytes.resize(frame.kv.slots.size() * frame.kv.token_bytes);
+    for (size_t i = 0; i < frame.kv.slots.size(); ++i) {
+      gather_token_kv(*kv_, frame.kv.slots[i].first, frame.kv.slots[i].second, frame.kv.bytes.data() + i * frame.kv.token_bytes);
+    }
+  }
+  const Status sent = link_->send(holder, frame, options_.send_timeout_seconds);
+  if (!sent.ok()) return make_error("stage at {}: replica holder {}: {}", endpoint(), holder, sent.error().message());
+  tokens_replicated_ += frame.kv.slots.size();
+  return ok_status();
+}
+
+// Sends every block written of the KV asked for (this stage's own, or a replica it holds) to
+// route[0] in frames of at most kRestoreFrameBytes, then says so to the coordinator.
+Status StageWorker::restore(const StageFrame& request) {
+  const std::string& target = request.route.front();
+  std::vector<StageFrame> frames;
+  {
+    std::lock_guard lock(model_mutex_);
+    if (model_ == nullptr) return make_error("stage at {} is not set up: nothing to restore", endpoint());
+    const KvStorage* pool = nullptr;
+    const std::vector<uint8_t>* written = nullptr;
+    if (!request.kv.replica) {
+      if (request.kv.layer_begin != setup_.layer_begin || request.kv.layer_end != setup_.layer_end) {
+        return make_error("a restore of layers [{}, {}) from a stage of [{}, {})", request.kv.layer_begin, request.kv.layer_end,
+                          setup_.layer_begin, setup_.layer_end);
+      }
+      pool = kv_.get();
+      written = &written_;
+    } else {
+      const auto it = replicas_.find(request.kv.layer_begin);
+      if (it == replicas_.end() || it->second.layer_end != request.kv.layer_end) {
+        return make_error("stage at {} holds no replica of layers [{}, {})", endpoint(), request.kv.layer_begin,
+                          request.kv.layer_end);
+      }
+      pool = it->second.kv.get();
+      written = &it->second.written;
+    }
+    const uint32_t token_bytes = token_kv_bytes(pool->layout(), pool->layout().n_layers);
+    const int32_t block_size = pool->layout().block_size;
+    const size_t blocks_per_frame = std::max<size_t>(1, kRestoreFrameBytes / (static_cast<size_t>(token_bytes) * block_size));
+    for (BlockId block = 0; block < pool->n_blocks(); ++block) {
+      if ((*written)[static_cast<size_t>(block)] == 0) continue;
+      if (frames.empty() || frames.back().kv.slots.size() >= blocks_per_frame * static_cast<size_t>(block_size)) {
+        StageFrame frame;
+        frame.kind = StageFrameKind::kKv;
+        frame.step = request.step;
+        // What the target keeps it as: this stage's own KV is a replica there, a replica its own.
+        frame.kv = {request.kv.layer_begin, request.kv.layer_end, !request.kv.replica, {}, token_bytes, {}};
+        frames.push_back(std::move(frame));
+      }
+      StageKv& kv = frames.back().kv;
+      for (int32_t slot = 0; slot < block_size; ++slot) {
+        kv.slots.emplace_back(block, slot);
+        kv.bytes.resize(kv.bytes.size() + token_bytes);
+        gather_token_kv(*pool, block, slot, kv.bytes.data() + kv.bytes.size() - token_bytes);
+      }
+    }
+  }
+  for (const StageFrame& frame : frames) {
+    const Status sent = link_->send(target, frame, options_.send_timeout_seconds);
+    if (!sent.ok()) return make_error("stage at {}: restore onto {}: {}", endpoint(), target, sent.error().message());
+  }
+  {
+    std::lock_guard lock(queue_mutex_);
+    ++stats_.restores;
+  }
+  StageFrame done;
+  done.kind = StageFrameKind::kRestored;
+  done.step = request.step;
+  return link_->send(request.route.back(), done, options_.send_timeout_seconds);
+}
+
+}  // namespace mnemo::parallel

@@ -1,0 +1,42 @@
+#include "parallel/token_kv.h"
+
+#include <cstring>
+
+namespace mnemo::parallel {
+namespace {
+
+// Calls copy(plane row of the slot, its bytes) for every K and V head row of every layer, in
+// the bytes' order.
+template <class Pool, class Copy>
+void for_each_row(Pool& kv, BlockId block, int32_t slot, Copy&& copy) {
+  const KvLayout& layout = kv.layout();
+  const size_t element = layout.element_bytes();
+  const size_t k_row = static_cast<size_t>(layout.head_dim_k) * element;
+  const size_t v_row = static_cast<size_t>(layout.head_dim_v) * element;
+  for (int32_t layer = 0; layer < layout.n_layers; ++layer) {
+    for (int32_t h = 0; h < layout.n_kv_heads; ++h) {
+      copy(static_cast<decltype(kv.block(0))>(kv.keys(block, layer, h)) + static_cast<size_t>(slot) * k_row, k_row);
+    }
+    for (int32_t h = 0; h < layout.n_kv_heads; ++h) {
+      copy(static_cast<decltype(kv.block(0))>(kv.values(block, layer, h)) + static_cast<size_t>(slot) * v_row, v_row);
+    }
+  }
+}
+
+}  // namespace
+
+void gather_token_kv(const KvStorage& kv, BlockId block, int32_t slot, uint8_t* out) {
+  for_each_row(kv, block, slot, [&](const uint8_t* row, size_t n) {
+    std::memcpy(out, row, n);
+    out += n;
+  });
+}
+
+void scatter_token_kv(KvStorage& kv, BlockId block, int32_t slot, const uint8_t* in) {
+  for_each_row(kv, block, slot, [&](uint8_t* row, size_t n) {
+    std::memcpy(row, in, n);
+    in += n;
+  });
+}
+
+}  // namespace mnemo::parallel
