@@ -66,6 +66,11 @@ void add_worker_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--cluster-secret-file", args->cluster_secret_file,
                   "The cluster secret: frames are signed under it (required unless every address is loopback)");
   cmd->add_option("-t,--threads", args->options.threads, "Kernel threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--device-pool-tokens", args->options.device_pool_tokens,
+                  "KV tokens of the stage's own pool (0: the coordinator's whole pool). Fewer: the KV lives in host "
+                  "memory and each microbatch's blocks are swapped in as it runs")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 34));
   cmd->add_option("--prepack-mib", args->prepack_mib, "Memory beyond the model file for the stage's repacked weights (MiB)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));

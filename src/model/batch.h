@@ -50,6 +50,10 @@ struct Batch {
   // Called before each layer's attention reads the pool: KV still being copied in (a swap-in
   // layer by layer, SPEC P8) is waited for here, so the copy of layer i overlaps layers < i.
   std::function<void(int32_t layer)> before_attention;
+  // Called before each layer writes this batch's KV into the pool: a pool whose layer is still
+  // being copied in (a pipeline stage's microbatch swap, SPEC D6) must not have the copy land on
+  // top of what the layer stores.
+  std::function<void(int32_t layer)> before_layer;
 };
 
 // Logits of the tokens that asked for them: rows in batch order (sequence, then token).

@@ -176,6 +176,7 @@ void Model::attention_block(Pass& p, int32_t il) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
   const bool local = c.is_local(il);
   const int64_t T = p.T;
+  if (p.batch.before_layer) p.batch.before_layer(il);
   // Q, K and V share h's quantised rows.
   const kernels::MatmulTask qkv[] = {{&w.wq, b.q.data()}, {&w.wk, b.k.data()}, {&w.wv, b.v.data()}};
   kernels::matmul_many(qkv, b.h.data(), T, p.pool, b.matmul);

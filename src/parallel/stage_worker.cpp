@@ -33,8 +33,14 @@ StageWorker::~StageWorker() {
 }
 
 StageWorker::Stats StageWorker::stats() const {
-  std::lock_guard lock(queue_mutex_);
-  return stats_;
+  Stats stats;
+  {
+    std::lock_guard lock(queue_mutex_);
+    stats = stats_;
+  }
+  std::lock_guard lock(model_mutex_);
+  if (swap_ != nullptr) stats.swap = swap_->stats();
+  return stats;
 }
 
 Status StageWorker::on_frame(StageFrame&& frame) {
@@ -81,9 +87,22 @@ Status StageWorker::set_up(const StageSetup& setup) {
   load.head = false;
   load.prepack_budget_bytes = options_.prepack_budget_bytes;
   MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(options_.model_path, load));
-  auto kv = std::make_unique<KvStorage>(model->stage_kv_layout(setup.block_size, setup.kv_dtype), setup.n_blocks);
+  const KvLayout layout = model->stage_kv_layout(setup.block_size, setup.kv_dtype);
+  auto kv = std::make_unique<KvStorage>(layout, setup.n_blocks);
+  std::unique_ptr<KvStorage> device;
+  std::unique_ptr<MicrobatchSwap> swap;
+  const int64_t device_blocks = options_.device_pool_tokens / setup.block_size;
+  if (options_.device_pool_tokens > 0 && device_blocks < setup.n_blocks) {
+    if (device_blocks == 0) {
+      return make_error("a device pool of {} tokens holds no block of {}", options_.device_pool_tokens, setup.block_size);
+    }
+    device = std::make_unique<KvStorage>(layout, static_cast<int32_t>(device_blocks));
+    swap = std::make_unique<MicrobatchSwap>(*kv, *device);
+  }
   {
     std::lock_guard lock(model_mutex_);
+    swap_ = std::move(swap);  // before the pools it copies between
+    device_ = std::move(device);
     model_ = std::move(model);
     kv_ = std::move(kv);
     setup_ = setup;
@@ -92,8 +111,9 @@ Status StageWorker::set_up(const StageSetup& setup) {
   }
   std::lock_guard lock(queue_mutex_);
   ++stats_.setups;
-  std::printf("mnemo worker: stage of layers [%d, %d), %d KV blocks of %d tokens\n", setup.layer_begin, setup.layer_end,
-              setup.n_blocks, setup.block_size);
+  std::printf("mnemo worker: stage of layers [%d, %d), %d KV blocks of %d tokens%s\n", setup.layer_begin, setup.layer_end,
+              setup.n_blocks, setup.block_size,
+              swap_ ? fmt::format(" in host memory, microbatches swapped into a pool of {}", device_->n_blocks()).c_str() : "");
   std::fflush(stdout);
   return ok_status();
 }
@@ -151,7 +171,10 @@ Status StageWorker::compute(StageFrame& frame) {
   Batch batch;
   batch.sequences = std::move(frame.sequences);
   for (SequenceInput& s : batch.sequences) s.logits = LogitsFor::kNone;
-  const Status status = model_->run_layers(batch, frame.rows, *kv_, pool_);
+  const Status status = swap_ == nullptr ? model_->run_layers(batch, frame.rows, *kv_, pool_)
+                                         : swap_->run(batch, setup_.layer_begin, [&](const Batch& swapped) {
+                                             return model_->run_layers(swapped, frame.rows, *device_, pool_);
+                                           });
   frame.sequences = std::move(batch.sequences);
   if (!status.ok()) {
     return make_error("stage of layers [{}, {}): {}", setup_.layer_begin, setup_.layer_end, status.error().message());

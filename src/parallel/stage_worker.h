@@ -33,6 +33,7 @@
 
 #include "kv/kv_storage.h"
 #include "model/model.h"
+#include "parallel/microbatch_swap.h"
 #include "parallel/stage_link.h"
 #include "util/thread_pool.h"
 
@@ -45,6 +46,10 @@ struct StageWorkerOptions {
   std::string cluster_secret;   // empty: loopback only, unsigned
   int threads = 0;              // the compute pool; 0: one per core
   size_t prepack_budget_bytes = LoadOptions{}.prepack_budget_bytes;
+  // Tokens of the stage's own (device) pool, in whole blocks; 0, or at least the coordinator's
+  // pool: every block in it. Fewer: the coordinator's blocks live in a host pool and each
+  // microbatch's are swapped in as it runs (microbatch_swap.h).
+  int64_t device_pool_tokens = 0;
   double send_timeout_seconds = 30;
 };
 
@@ -63,6 +68,7 @@ class StageWorker {
     uint64_t microbatches_failed = 0;
     uint64_t tokens_replicated = 0;  // sent to a replica holder
     uint64_t restores = 0;           // restores this stage sent
+    MicrobatchSwap::Stats swap;      // all zero without swapping
   };
   Stats stats() const;
 
@@ -85,7 +91,9 @@ class StageWorker {
 
   mutable std::mutex model_mutex_;  // the stage: held to compute and to swap in a new setup
   std::unique_ptr<Model> model_;
-  std::unique_ptr<KvStorage> kv_;
+  std::unique_ptr<KvStorage> kv_;       // every block, by the coordinator's ids (the host pool when swapping)
+  std::unique_ptr<KvStorage> device_;   // with swapping: the pool the layers run on
+  std::unique_ptr<MicrobatchSwap> swap_;
   StageSetup setup_;
   std::vector<uint8_t> written_;  // per block of kv_: holds KV (restores send only these)
   // Other stages' KV this stage holds the replica of, by their first layer.

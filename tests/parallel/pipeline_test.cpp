@@ -34,7 +34,7 @@ struct PipelineRig {
 };
 
 PipelineRig make_rig(const TinyModelSpec& spec, const std::string& name, int n_stages, const std::string& secret,
-                 int32_t microbatches, int n_spares = 0) {
+                 int32_t microbatches, int n_spares = 0, int64_t device_pool_tokens = 0) {
   PipelineRig s;
   s.path = mnemo::testing::write_tiny_model(spec, name);
   auto whole = Model::load(s.path);
@@ -54,6 +54,7 @@ PipelineRig make_rig(const TinyModelSpec& spec, const std::string& name, int n_s
     w.model_path = s.path;
     w.threads = 1;
     w.cluster_secret = secret;
+    w.device_pool_tokens = device_pool_tokens;
     auto worker = StageWorker::start(w);
     EXPECT_TRUE(worker.ok()) << worker.error().message();
     (i < n_stages ? options.stages : options.spares).push_back((*worker)->endpoint());
@@ -130,6 +131,40 @@ TEST(Pipeline, ThreeSignedStagesOfGemmaWithFourMicrobatchesInFlight) {
   ASSERT_TRUE(s.pipeline);
   expect_pipeline_matches(s, spec.n_vocab);
   for (const auto& w : s.workers) EXPECT_EQ(w->stats().microbatches_run, 20u);
+  std::remove(s.path.c_str());
+}
+
+// Microbatch swapping (SPEC D6): each stage's pool holds 10 blocks, one microbatch's (the five
+// sequences reach five blocks each by the last step; four microbatches a pass, the largest of two
+// sequences), against 64 blocks of KV in its host pool: the logits are the whole model's bit for
+// bit, every microbatch's blocks came in and the ones it wrote went out.
+TEST(Pipeline, StagesWhosePoolHoldsOneMicrobatchSwapEachInAndOut) {
+  TinyModelSpec spec;
+  spec.n_layers = 4;
+  PipelineRig s = make_rig(spec, "pipeline_swap", 2, "", 4, 0, 10 * kBlockSize);
+  ASSERT_TRUE(s.pipeline);
+  expect_pipeline_matches(s, spec.n_vocab);
+  for (const auto& w : s.workers) {
+    const StageWorker::Stats stats = w->stats();
+    EXPECT_EQ(stats.microbatches_run, 20u);
+    EXPECT_EQ(stats.swap.microbatches, 20u);
+    EXPECT_GT(stats.swap.blocks_in, stats.swap.blocks_out);
+    EXPECT_GE(stats.swap.blocks_out, 20u);  // at least a block a microbatch
+  }
+  // A microbatch beyond the pool fails its pass with the reason.
+  ThreadPool pool(1);
+  KvStorage kv(s.coordinator->kv_layout(kBlockSize), kBlocks);
+  std::vector<std::vector<TokenId>> long_prompt(1, std::vector<TokenId>(48, 2));
+  Batch batch = step_batch(long_prompt, 0, 30);  // 8 blocks of the table
+  batch.sequences[0].block_table.clear();
+  for (BlockId b = 20; b < 32; ++b) batch.sequences[0].block_table.push_back(b);
+  batch.sequences[0].tokens.assign(44, 2);
+  batch.sequences[0].ranges = {{0, 44}};  // 11 blocks
+  ForwardOutput out;
+  const Status status = s.coordinator->forward(batch, kv, pool, out);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message().find("a microbatch of 11 blocks, the stage's pool holds 10"), std::string::npos)
+      << status.error().message();
   std::remove(s.path.c_str());
 }
 
