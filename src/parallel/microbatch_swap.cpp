@@ -7,9 +7,10 @@
 
 namespace mnemo::parallel {
 
-MicrobatchSwap::MicrobatchSwap(KvStorage& host, KvStorage& device)
+MicrobatchSwap::MicrobatchSwap(KvStorage& host, KvStorage& device, bool overlap)
     : host_(host),
       device_(device),
+      overlap_(overlap),
       layer_bytes_(host.layout().layer_elems() * host.layout().element_bytes()),
       slot_of_(static_cast<size_t>(host.n_blocks()), kNoBlock),
       thread_([this] { copy_loop(); }) {}
@@ -87,6 +88,12 @@ Status MicrobatchSwap::run(Batch& batch, int32_t first_layer, const std::functio
   }
   cv_.notify_all();
   double waited = 0;
+  if (!overlap_) {
+    const auto started = std::chrono::steady_clock::now();
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return layers_copied_ == host_.layout().n_layers; });
+    waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
   batch.before_layer = [&](int32_t layer) {
     const auto started = std::chrono::steady_clock::now();
     std::unique_lock lock(mutex_);

@@ -31,7 +31,9 @@ namespace mnemo::parallel {
 class MicrobatchSwap {
  public:
   // Same layout but for n_blocks; `host` holds the coordinator's block ids, `device` fewer slots.
-  MicrobatchSwap(KvStorage& host, KvStorage& device);
+  // `overlap` false: every layer is copied in before the first runs (what the overlap saves is
+  // measured against this; bench/pipeline_swap_bench.cpp).
+  MicrobatchSwap(KvStorage& host, KvStorage& device, bool overlap = true);
   ~MicrobatchSwap();
   MicrobatchSwap(const MicrobatchSwap&) = delete;
   MicrobatchSwap& operator=(const MicrobatchSwap&) = delete;
@@ -55,6 +57,7 @@ class MicrobatchSwap {
 
   KvStorage& host_;
   KvStorage& device_;
+  const bool overlap_;
   size_t layer_bytes_ = 0;
   std::vector<BlockId> slot_of_;  // per host block: its device slot in the current microbatch, or kNoBlock
   std::vector<BlockId> in_;       // the current microbatch's host blocks, device slot i holds in_[i]
