@@ -4,7 +4,7 @@
 #      on the real default model (label "model": they fail, never skip, if it is missing);
 #   2. build the asan preset's unit tests (AddressSanitizer + UBSan) and run them under it;
 #   3. build the tsan preset's concurrent tests (label "concurrent") and run them under TSan;
-#   4. build the request parsers' libFuzzer targets (fuzz preset, clang) and fuzz each for
+#   4. build the parsers' libFuzzer targets (fuzz preset, clang) and fuzz each for
 #      MNEMO_FUZZ_SECONDS (default 30) seconds (fuzz/ci.sh): a crash fails the run.
 # MNEMO_TEST_SKIP_ASAN=1 / MNEMO_TEST_SKIP_TSAN=1 / MNEMO_TEST_SKIP_FUZZ=1 skip steps 2 / 3 / 4
 # (for quick local iterations; CI never sets them).
@@ -34,8 +34,9 @@ if [ "${MNEMO_TEST_SKIP_TSAN:-0}" != 1 ]; then
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --preset tsan -L concurrent -j"$JOBS" --timeout 900
 fi
 if [ "${MNEMO_TEST_SKIP_FUZZ:-0}" != 1 ]; then
-  # What clients send: OpenAI request bodies and the bounded JSON parser under them. A fixed
-  # time per target, so a run finds what it finds; the seeds are fuzz/corpus/openai.
+  # What clients and peers send: OpenAI request bodies, the bounded JSON parser under them,
+  # grammars and pipeline stage frames. A fixed time per target, so a run finds what it finds;
+  # the seeds are in fuzz/corpus.
   echo "== fuzz: request parsers"
   JOBS="$JOBS" fuzz/ci.sh "${MNEMO_FUZZ_SECONDS:-30}"
 fi

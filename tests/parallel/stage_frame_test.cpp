@@ -3,7 +3,10 @@
 // splits of layers and microbatches.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <set>
 
 #include "parallel/pipeline.h"
 #include "parallel/stage_frame.h"
@@ -164,6 +167,21 @@ TEST(StageFrame, CountsBeyondTheLimitsOrTheBytesAreRefusedByName) {
   std::vector<uint8_t> wrong_magic = encode_stage_frame(setup);
   wrong_magic[0] ^= 1;
   EXPECT_FALSE(decode_stage_frame(wrong_magic).ok());
+}
+
+// The fuzzer's seeds (fuzz/corpus/stage) are frames of every kind that decode and re-encode
+// unchanged, so fuzzing starts from inside the format.
+TEST(StageFrame, TheFuzzSeedsAreValidFramesOfEveryKind) {
+  std::set<StageFrameKind> kinds;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(MNEMO_SOURCE_DIR) + "/fuzz/corpus/stage")) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto frame = decode_stage_frame(bytes);
+    ASSERT_TRUE(frame.ok()) << entry.path() << ": " << frame.error().message();
+    EXPECT_EQ(encode_stage_frame(*frame), bytes) << entry.path();
+    kinds.insert(frame->kind);
+  }
+  EXPECT_EQ(kinds.size(), size_t{kLastStageFrameKind});
 }
 
 TEST(PipelineSplits, LayersSplitContiguouslyAndEvenly) {
