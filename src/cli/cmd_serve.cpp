@@ -237,6 +237,7 @@ Result<PortReservation> prepare_edge(ServeArgs& args) {
     cluster_addresses.push_back(reachable_host(args.server.host));
     cluster_addresses.insert(cluster_addresses.end(), args.pipeline.stages.begin(), args.pipeline.stages.end());
     cluster_addresses.insert(cluster_addresses.end(), args.pipeline.spares.begin(), args.pipeline.spares.end());
+    if (!args.pipeline.etcd_url.empty()) cluster_addresses.push_back(args.pipeline.etcd_url);
   }
   MNEMO_ASSIGN_OR_RETURN(args.server.auth, args.edge.resolve(cluster_addresses));
   args.server.access_log = args.edge.access_log_format();
@@ -270,8 +271,8 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
-  std::unique_ptr<parallel::Pipeline> pipeline;  // the stages running the model's layers, if any
-  std::unique_ptr<Engine> engine;                // after the pipeline: gone before it
+  ConnectedPipeline pipeline;       // the stages running the model's layers, if any
+  std::unique_ptr<Engine> engine;  // after the pipeline: gone before it
   server::SamplingDefaults sampling;
   Pooling pooling = Pooling::kMean;
 };
@@ -316,9 +317,9 @@ Result<LoadedModel> load_model(const ServeArgs& args, const std::string& path, s
   loaded.chat_template = std::move(chat_template);
   MNEMO_ASSIGN_OR_RETURN(const EngineConfig engine_config, engine_config_for(args, path, *loaded.model, models));
   if (args.pipeline.enabled()) {
-    MNEMO_ASSIGN_OR_RETURN(loaded.pipeline, connect_pipeline(args.pipeline, path, *loaded.model, engine_config,
+    MNEMO_ASSIGN_OR_RETURN(loaded.pipeline, connect_pipeline(args.pipeline, args.cluster_name, path, *loaded.model, engine_config,
                                                              reachable_host(args.server.host), args.server.auth.cluster_secret));
-    loaded.model->set_layer_runner(loaded.pipeline.get());
+    loaded.model->set_layer_runner(loaded.pipeline.pipeline.get());
   }
   loaded.engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, engine_config);
   if (engine_config.disk) {

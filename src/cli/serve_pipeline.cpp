@@ -11,6 +11,11 @@ void PipelineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--pipeline-spare", spares,
                   "A `mnemo worker` endpoint that takes a lost stage's place, its KV restored from the replica the "
                   "next stage keeps (repeatable; needs two stages or more)");
+  cmd->add_option("--pipeline-stages", stages_from_cluster,
+                  "Take this many stages from the `mnemo worker --cluster` processes registered in --pipeline-cluster "
+                  "(waiting for them); every other one registered is a spare")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--pipeline-cluster", etcd_url, "etcd URL where the workers register (with --pipeline-stages)");
   cmd->add_option("--pipeline-microbatches", microbatches,
                   "Microbatches a pass is cut into, so every stage is busy (0: one per stage)")
       ->capture_default_str()
@@ -34,23 +39,53 @@ void restrict_engine_for_pipeline(EngineConfig& config) {
   config.disk.reset();
 }
 
-Result<std::unique_ptr<parallel::Pipeline>> connect_pipeline(const PipelineFlags& flags, const std::string& model_path,
-                                                             const Model& model, const EngineConfig& config,
-                                                             const std::string& host, const std::string& cluster_secret) {
+namespace {
+
+// The stage endpoints registered now, in the watcher's (id) order.
+std::vector<std::string> registered_stages(const cluster::MemberWatcher& watcher) {
+  std::vector<std::string> endpoints;
+  for (const cluster::InstanceInfo& member : watcher.members()) endpoints.push_back(member.transfer_endpoint);
+  return endpoints;
+}
+
+}  // namespace
+
+Result<ConnectedPipeline> connect_pipeline(const PipelineFlags& flags, const std::string& cluster_name,
+                                           const std::string& model_path, const Model& model, const EngineConfig& config,
+                                           const std::string& host, const std::string& cluster_secret) {
+  ConnectedPipeline connected;
   parallel::PipelineOptions options;
   options.stages = flags.stages;
   options.spares = flags.spares;
+  if (flags.stages_from_cluster > 0) {
+    if (!flags.stages.empty()) return make_error("--pipeline-stages takes the stages from the cluster: no --pipeline-stage too");
+    if (flags.etcd_url.empty()) return make_error("--pipeline-stages needs --pipeline-cluster, the etcd the workers register in");
+    MNEMO_ASSIGN_OR_RETURN(connected.workers,
+                           cluster::MemberWatcher::start(flags.etcd_url, pipeline_stages_prefix(cluster_name), cluster_secret));
+    const auto enough = [&](const std::vector<cluster::InstanceInfo>& members) {
+      return static_cast<int32_t>(members.size()) >= flags.stages_from_cluster;
+    };
+    if (!connected.workers->wait_until(enough, flags.cluster_wait_seconds)) {
+      return make_error("{} workers registered in cluster '{}' after {} s, --pipeline-stages wants {}",
+                        connected.workers->members().size(), cluster_name, flags.cluster_wait_seconds, flags.stages_from_cluster);
+    }
+    const std::vector<std::string> registered = registered_stages(*connected.workers);
+    options.stages.assign(registered.begin(), registered.begin() + flags.stages_from_cluster);
+    options.spares.insert(options.spares.end(), registered.begin() + flags.stages_from_cluster, registered.end());
+    options.more_spares = [watcher = connected.workers.get()] { return registered_stages(*watcher); };
+  }
   options.host = host;
   options.cluster_secret = cluster_secret;
   options.microbatches = flags.microbatches;
   options.step_timeout_seconds = flags.step_timeout_seconds;
-  MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<parallel::Pipeline> pipeline,
+  MNEMO_ASSIGN_OR_RETURN(connected.pipeline,
                          parallel::Pipeline::connect(model_path, model, config.block_size, config.kv_dtype, config.kv_blocks, options));
+  const std::unique_ptr<parallel::Pipeline>& pipeline = connected.pipeline;
   for (size_t i = 0; i < pipeline->stage_setups().size(); ++i) {
     const parallel::StageSetup& s = pipeline->stage_setups()[i];
-    std::printf("mnemo: pipeline stage %zu at %s: layers [%d, %d)\n", i, flags.stages[i].c_str(), s.layer_begin, s.layer_end);
+    std::printf("mnemo: pipeline stage %zu at %s: layers [%d, %d)\n", i, options.stages[i].c_str(), s.layer_begin, s.layer_end);
   }
-  return pipeline;
+  return connected;
 }
 
 }  // namespace mnemo::cli

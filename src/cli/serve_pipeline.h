@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cluster/membership.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "parallel/pipeline.h"
@@ -22,13 +23,20 @@
 
 namespace mnemo::cli {
 
+// Where `mnemo worker --cluster` registers: apart from the serving instances, so that a router
+// never takes a stage for one.
+inline std::string pipeline_stages_prefix(const std::string& cluster_name) { return "/mnemo/" + cluster_name + "/stages/"; }
+
 struct PipelineFlags {
   std::vector<std::string> stages;
   std::vector<std::string> spares;
+  int32_t stages_from_cluster = 0;  // take this many stages from the workers registered in etcd
+  std::string etcd_url;
+  double cluster_wait_seconds = 120;
   int32_t microbatches = 0;
   double step_timeout_seconds = 120;
 
-  bool enabled() const { return !stages.empty(); }
+  bool enabled() const { return !stages.empty() || stages_from_cluster > 0; }
   void add_to(CLI::App* cmd);
 };
 
@@ -36,10 +44,18 @@ struct PipelineFlags {
 void restrict_load_for_pipeline(LoadOptions& options);
 // The engine of a coordinator: no tier that copies KV bytes.
 void restrict_engine_for_pipeline(EngineConfig& config);
+// A coordinator's pipeline, and the watch of the registered workers it takes stages and spares
+// from (--pipeline-stages N): the watcher outlives the pipeline, which asks it for spares.
+struct ConnectedPipeline {
+  std::unique_ptr<cluster::MemberWatcher> workers;
+  std::unique_ptr<parallel::Pipeline> pipeline;
+};
+
 // Sets the stages up for `model_path` and the engine's pool; `host`: where the stages send the
-// rows back (an address they reach).
-Result<std::unique_ptr<parallel::Pipeline>> connect_pipeline(const PipelineFlags& flags, const std::string& model_path,
-                                                             const Model& model, const EngineConfig& config,
-                                                             const std::string& host, const std::string& cluster_secret);
+// rows back (an address they reach). With --pipeline-stages N, waits for N workers registered in
+// the cluster (beyond those, each is a spare).
+Result<ConnectedPipeline> connect_pipeline(const PipelineFlags& flags, const std::string& cluster_name,
+                                           const std::string& model_path, const Model& model, const EngineConfig& config,
+                                           const std::string& host, const std::string& cluster_secret);
 
 }  // namespace mnemo::cli

@@ -195,19 +195,15 @@ Status Pipeline::repair(const Error& failure) {
     if (!link_->send(stages_[i], ping, options_.ping_timeout_seconds).ok()) lost.push_back(i);
   }
   if (lost.empty()) return failure;  // every stage lives: not a failure a replacement mends
-  if (lost.size() > 1 || n_stages < 2 || spares_.empty()) {
-    return make_error("{} (stages lost: {} of {}; {} spares; a stage is restored from its replica on the next, so one "
-                      "stage of two or more can be replaced at a time)",
-                      failure.message(), lost.size(), n_stages, spares_.size());
+  if (lost.size() > 1 || n_stages < 2) {
+    return make_error("{} (stages lost: {} of {}; a stage is restored from its replica on the next, so one stage of two "
+                      "or more can be replaced at a time)",
+                      failure.message(), lost.size(), n_stages);
   }
   const size_t i = lost[0];
-  const std::string spare = spares_.front();
-  spares_.erase(spares_.begin());
-  StageFrame setup;
-  setup.kind = StageFrameKind::kSetup;
-  setup.setup = setups_[i];
-  const Status set_up = link_->send(spare, setup, options_.setup_timeout_seconds);
-  if (!set_up.ok()) return make_error("{}; spare {} for stage {}: {}", failure.message(), spare, i, set_up.error().message());
+  auto spare_or = set_up_spare(i);
+  if (!spare_or.ok()) return make_error("{} (stage {} lost: {})", failure.message(), i, spare_or.error().message());
+  const std::string spare = *spare_or;
   // The lost stage's KV from its replica on the next stage; and the replica of the stage before
   // it, which the lost stage held, from that stage itself.
   MNEMO_RETURN_IF_ERROR(restore_onto(spare, (i + 1) % n_stages, setups_[i], true));
@@ -219,6 +215,26 @@ Status Pipeline::repair(const Error& failure) {
   stages_[i] = spare;
   ++replacements_;
   return ok_status();
+}
+
+Result<std::string> Pipeline::set_up_spare(size_t i) {
+  if (spares_.empty() && options_.more_spares) {
+    for (const std::string& candidate : options_.more_spares()) {
+      if (std::find(stages_.begin(), stages_.end(), candidate) == stages_.end()) spares_.push_back(candidate);
+    }
+  }
+  StageFrame setup;
+  setup.kind = StageFrameKind::kSetup;
+  setup.setup = setups_[i];
+  std::string refusals;
+  while (!spares_.empty()) {
+    const std::string spare = spares_.front();
+    spares_.erase(spares_.begin());
+    const Status set_up = link_->send(spare, setup, options_.setup_timeout_seconds);
+    if (set_up.ok()) return spare;
+    refusals += fmt::format("; spare {}: {}", spare, set_up.error().message());
+  }
+  return make_error("no spare took its place{}", refusals.empty() ? std::string("; 0 spares") : refusals);
 }
 
 Status Pipeline::restore_onto(const std::string& spare, size_t holder, const StageSetup& layers, bool from_replica) {

@@ -15,14 +15,16 @@
 // its setup. With two stages or more, each stage's KV is replicated on the next (stage_worker.h).
 // When a pass fails (a stage reports an error, cannot be reached, or a microbatch does not come
 // back within step_timeout_seconds), the coordinator pings the stages; one that does not answer
-// is replaced by a spare (PipelineOptions::spares), restored from its replica, and the pass runs
-// again, so its requests go on as if nothing happened. Without a spare, or with no stage lost,
+// is replaced by a spare (PipelineOptions::spares, then more_spares; a spare that does not take
+// the setup is passed over), restored from its replica, and the pass runs again, so its
+// requests go on as if nothing happened. Without a spare, or with no stage lost,
 // or two lost at once, the pass fails and its requests end with an error. Answers of an earlier,
 // failed pass are dropped.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +41,9 @@ struct PipelineOptions {
   std::string host = "127.0.0.1";   // where this coordinator's link listens for the results
   std::string cluster_secret;       // empty: unsigned, loopback only
   std::vector<std::string> spares;  // workers that replace a lost stage, in order
+  // More candidates when those run out, asked at each loss (the workers registered in the
+  // cluster's membership now); the stages in use are skipped. Null: none.
+  std::function<std::vector<std::string>()> more_spares;
   int32_t microbatches = 0;         // per pass, at most; 0: one per stage
   double setup_timeout_seconds = 300;
   double step_timeout_seconds = 120;
@@ -70,6 +75,8 @@ class Pipeline : public LayerRunner {
 
  private:
   explicit Pipeline(PipelineOptions options) : options_(options), stages_(options.stages), spares_(options.spares) {}
+  // The next spare that takes stage i's setup, off spares_ or more_spares; an error if none does.
+  Result<std::string> set_up_spare(size_t i);
   Status on_frame(StageFrame&& frame);  // the link's progress thread
   Status run_pass(const Batch& batch, std::span<float> x);
   // A new step id for what comes next, with nothing arrived and no failure.

@@ -5,9 +5,10 @@ Through the OpenAI API, greedy output of Gemma 3 270M and SmolLM2 equals one ins
 for token over multi-turn conversations whose later turns hit the prefix cache (the KV of those
 turns lives on the stages), in streams and in concurrent requests (several microbatches a pass).
 A stage set up for another model refuses, so the coordinator does not start. A stage killed with
-SIGKILL mid-stream is replaced by a spare whose KV is restored from the replica the next stage
-keeps, and every stream completes with the text it would have had without the failure; without a
-spare, the requests that need the lost stage fail at once instead of hanging.
+SIGKILL mid-stream is replaced by a spare (given by flag, or a worker registered in the cluster's
+etcd) whose KV is restored from the replica the next stage keeps, and every stream completes
+with the text it would have had without the failure; without a spare, the requests that need
+the lost stage fail at once instead of hanging. Stages and spares can come from etcd alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import openai
 import pytest
 import requests
 
+from cluster_fixtures import etcd  # noqa: F401 (a fixture)
 from helpers import CLUSTER_SECRET, chat_model_path, reference_model_path
 
 LISTENING = re.compile(r"listening at (\S+) for a coordinator")
@@ -48,9 +50,9 @@ def secret_file():
 class Worker:
     """One `mnemo worker` process; `endpoint` is the host:port it printed."""
 
-    def __init__(self, mnemo_bin: str, model: str, secret_file: str):
+    def __init__(self, mnemo_bin: str, model: str, secret_file: str, *extra: str):
         self.proc = subprocess.Popen(
-            [mnemo_bin, "worker", "--model", model, "--port", "0", "-t", "1", "--cluster-secret-file", secret_file],
+            [mnemo_bin, "worker", "--model", model, "--port", "0", "-t", "1", "--cluster-secret-file", secret_file, *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, stdin=subprocess.DEVNULL)
         self.lines: list[str] = []
         found: queue.Queue[str | None] = queue.Queue()
@@ -88,8 +90,8 @@ class Worker:
 def workers(mnemo_bin, secret_file):
     started: list[Worker] = []
 
-    def start(model: str) -> Worker:
-        w = Worker(mnemo_bin, model, secret_file)
+    def start(model: str, *extra: str) -> Worker:
+        w = Worker(mnemo_bin, model, secret_file, *extra)
         started.append(w)
         return w
 
@@ -201,17 +203,12 @@ def chat_single(start_server, secret_file):
     return start_server("--model", chat_model_path(), "-t", "1", "--cluster-secret-file", secret_file)
 
 
-@pytest.mark.parametrize("lost", [0, 1])
-def test_a_stage_killed_mid_stream_is_replaced_and_every_stream_completes_unchanged(start_server, workers, secret_file,
-                                                                                     chat_single, lost):
-    model = chat_model_path()
-    stages = [workers(model), workers(model)]
-    spare = workers(model)
-    pipeline = start_server(*coordinator_args(model, stages, secret_file, "--pipeline-spare", spare.endpoint,
-                                              "--pipeline-step-timeout", "20"))
+def kill_mid_stream_and_compare(pipeline, single, victim: Worker, spare: Worker, lost: int) -> None:
+    """Two concurrent greedy streams; `victim` is SIGKILLed after the first has 12 chunks. Both
+    must complete with the single instance's text, and `spare` must have taken stage `lost`."""
     prompts = [[{"role": "user", "content": "Tell me a short story about a lighthouse keeper."}],
                [{"role": "user", "content": "Explain how rain forms, step by step."}]]
-    want = [chat(chat_single, p, max_tokens=96)[0] for p in prompts]
+    want = [chat(single, p, max_tokens=96)[0] for p in prompts]
     model_id = served_model(pipeline)
     killed = threading.Event()
     results: list[str | None] = [None, None]
@@ -225,7 +222,7 @@ def test_a_stage_killed_mid_stream_is_replaced_and_every_stream_completes_unchan
                     text += chunk.choices[0].delta.content
                     chunks += 1
                     if i == 0 and chunks == 12 and not killed.is_set():
-                        stages[lost].proc.kill()  # SIGKILL, mid-stream
+                        victim.proc.kill()  # SIGKILL, mid-stream
                         killed.set()
             results[i] = text
 
@@ -239,3 +236,28 @@ def test_a_stage_killed_mid_stream_is_replaced_and_every_stream_completes_unchan
     log = open(pipeline.stderr_path).read()
     assert f"pipeline stage {lost}" in log and f"replaced by {spare.endpoint}" in log, pipeline.log_tail()
     assert any("stage of layers" in line for line in spare.lines)
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_stage_killed_mid_stream_is_replaced_and_every_stream_completes_unchanged(start_server, workers, secret_file,
+                                                                                     chat_single, lost):
+    model = chat_model_path()
+    stages = [workers(model), workers(model)]
+    spare = workers(model)
+    pipeline = start_server(*coordinator_args(model, stages, secret_file, "--pipeline-spare", spare.endpoint,
+                                              "--pipeline-step-timeout", "20"))
+    kill_mid_stream_and_compare(pipeline, chat_single, stages[lost], spare, lost)
+
+
+def test_stages_and_their_spare_come_from_the_clusters_membership(start_server, workers, secret_file, chat_single, etcd):
+    """Three workers register in etcd; the coordinator takes two as its stages (--pipeline-stages
+    2) and the third as the spare that replaces a stage killed mid-stream."""
+    model = chat_model_path()
+    registered = [workers(model, "--cluster", etcd, "--cluster-name", "pipe") for _ in range(3)]
+    pipeline = start_server(*coordinator_args(model, [], secret_file, "--pipeline-stages", "2", "--pipeline-cluster", etcd,
+                                              "--cluster-name", "pipe", "--pipeline-step-timeout", "20"))
+    stage_endpoints = [m.group(1) for m in (re.search(r"pipeline stage \d at (\S+):", line) for line in pipeline.stdout_lines) if m]
+    assert len(stage_endpoints) == 2, pipeline.log_tail()
+    by_endpoint = {w.endpoint: w for w in registered}
+    spare = next(w for w in registered if w.endpoint not in stage_endpoints)
+    kill_mid_stream_and_compare(pipeline, chat_single, by_endpoint[stage_endpoints[1]], spare, 1)
