@@ -107,7 +107,11 @@ Status StageWorker::set_up(const StageSetup& setup) {
     kv_ = std::move(kv);
     setup_ = setup;
     written_.assign(static_cast<size_t>(setup.n_blocks), 0);
+    std::lock_guard replica_lock(replica_mutex_);
     replicas_.clear();
+    replica_layout_ = kv_->layout();
+    model_layers_ = model_->config().n_layers;
+    replica_n_blocks_ = setup.n_blocks;
   }
   std::lock_guard lock(queue_mutex_);
   ++stats_.setups;

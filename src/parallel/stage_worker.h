@@ -96,13 +96,20 @@ class StageWorker {
   std::unique_ptr<MicrobatchSwap> swap_;
   StageSetup setup_;
   std::vector<uint8_t> written_;  // per block of kv_: holds KV (restores send only these)
-  // Other stages' KV this stage holds the replica of, by their first layer.
+
+  // Other stages' KV this stage holds the replica of, by their first layer. Apart from the
+  // stage's own lock, so that a replica arriving while this stage computes is stored at once
+  // (the stage before waits for it to send its rows on). Lock order: model_mutex_ first.
   struct ReplicaStore {
     int32_t layer_end = 0;
     std::unique_ptr<KvStorage> kv;
     std::vector<uint8_t> written;
   };
-  std::map<int32_t, ReplicaStore> replicas_;
+  mutable std::mutex replica_mutex_;
+  std::map<int32_t, ReplicaStore> replicas_;  // guarded by replica_mutex_
+  KvLayout replica_layout_;                   // guarded by replica_mutex_: the setup's, any layer count
+  int32_t replica_n_blocks_ = 0;              // guarded by replica_mutex_: the coordinator's pool
+  int32_t model_layers_ = 0;                  // guarded by replica_mutex_; 0: not set up
 
   mutable std::mutex queue_mutex_;
   std::condition_variable queue_cv_;

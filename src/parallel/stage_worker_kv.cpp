@@ -11,49 +11,78 @@ namespace {
 // A restore's frames stay below this many bytes of KV each.
 constexpr size_t kRestoreFrameBytes = size_t{32} << 20;
 
+// Stores each slot's token KV into `pool`; every slot checked first.
+Status scatter_slots(const StageKv& kv, KvStorage& pool, std::vector<uint8_t>& written) {
+  const uint32_t token_bytes = token_kv_bytes(pool.layout(), pool.layout().n_layers);
+  if (kv.token_bytes != token_bytes) return make_error("KV of {} bytes a token where this layout has {}", kv.token_bytes, token_bytes);
+  for (const auto& [block, slot] : kv.slots) {
+    if (block < 0 || block >= pool.n_blocks() || slot < 0 || slot >= pool.layout().block_size) {
+      return make_error("KV for slot {} of block {}, outside a pool of {} blocks of {}", slot, block, pool.n_blocks(),
+                        pool.layout().block_size);
+    }
+  }
+  for (size_t i = 0; i < kv.slots.size(); ++i) {
+    scatter_token_kv(pool, kv.slots[i].first, kv.slots[i].second, kv.bytes.data() + i * token_bytes);
+    written[static_cast<size_t>(kv.slots[i].first)] = 1;
+  }
+  return ok_status();
+}
+
+// Every written block of `pool` as kv frames of at most kRestoreFrameBytes, stamped `step`.
+std::vector<StageFrame> gather_blocks(const KvStorage& pool, const std::vector<uint8_t>& written, const StageKv& what,
+                                      uint64_t step) {
+  std::vector<StageFrame> frames;
+  const uint32_t token_bytes = token_kv_bytes(pool.layout(), pool.layout().n_layers);
+  const int32_t block_size = pool.layout().block_size;
+  const size_t blocks_per_frame = std::max<size_t>(1, kRestoreFrameBytes / (static_cast<size_t>(token_bytes) * block_size));
+  for (BlockId block = 0; block < pool.n_blocks(); ++block) {
+    if (written[static_cast<size_t>(block)] == 0) continue;
+    if (frames.empty() || frames.back().kv.slots.size() >= blocks_per_frame * static_cast<size_t>(block_size)) {
+      StageFrame frame;
+      frame.kind = StageFrameKind::kKv;
+      frame.step = step;
+      // What the target keeps it as: a stage's own KV is a replica there, a replica its own.
+      frame.kv = {what.layer_begin, what.layer_end, !what.replica, {}, token_bytes, {}};
+      frames.push_back(std::move(frame));
+    }
+    StageKv& kv = frames.back().kv;
+    for (int32_t slot = 0; slot < block_size; ++slot) {
+      kv.slots.emplace_back(block, slot);
+      kv.bytes.resize(kv.bytes.size() + token_bytes);
+      gather_token_kv(pool, block, slot, kv.bytes.data() + kv.bytes.size() - token_bytes);
+    }
+  }
+  return frames;
+}
+
 }  // namespace
 
 Status StageWorker::take_kv(const StageFrame& frame) {
   const StageKv& kv = frame.kv;
-  std::lock_guard lock(model_mutex_);
-  if (model_ == nullptr) return make_error("stage at {} is not set up for KV", endpoint());
-  KvStorage* pool = nullptr;
-  std::vector<uint8_t>* written = nullptr;
   if (!kv.replica) {
+    std::lock_guard lock(model_mutex_);
+    if (model_ == nullptr) return make_error("stage at {} is not set up for KV", endpoint());
     if (kv.layer_begin != setup_.layer_begin || kv.layer_end != setup_.layer_end) {
       return make_error("KV of layers [{}, {}) for a stage of [{}, {})", kv.layer_begin, kv.layer_end, setup_.layer_begin,
                         setup_.layer_end);
     }
-    pool = kv_.get();
-    written = &written_;
-  } else {
-    if (kv.layer_end > model_->config().n_layers) {
-      return make_error("a replica of layers [{}, {}) of a model of {}", kv.layer_begin, kv.layer_end, model_->config().n_layers);
-    }
-    auto it = replicas_.find(kv.layer_begin);
-    if (it == replicas_.end() || it->second.layer_end != kv.layer_end) {
-      KvLayout layout = kv_->layout();
-      layout.n_layers = kv.layer_end - kv.layer_begin;
-      ReplicaStore store{kv.layer_end, std::make_unique<KvStorage>(layout, setup_.n_blocks),
-                         std::vector<uint8_t>(static_cast<size_t>(setup_.n_blocks), 0)};
-      it = replicas_.insert_or_assign(kv.layer_begin, std::move(store)).first;
-    }
-    pool = it->second.kv.get();
-    written = &it->second.written;
+    return scatter_slots(kv, *kv_, written_);
   }
-  const uint32_t token_bytes = token_kv_bytes(pool->layout(), pool->layout().n_layers);
-  if (kv.token_bytes != token_bytes) return make_error("KV of {} bytes a token where this layout has {}", kv.token_bytes, token_bytes);
-  for (const auto& [block, slot] : kv.slots) {
-    if (block < 0 || block >= pool->n_blocks() || slot < 0 || slot >= pool->layout().block_size) {
-      return make_error("KV for slot {} of block {}, outside a pool of {} blocks of {}", slot, block, pool->n_blocks(),
-                        pool->layout().block_size);
-    }
+  std::lock_guard lock(replica_mutex_);
+  if (model_layers_ == 0) return make_error("stage at {} is not set up for KV", endpoint());
+  if (kv.layer_end > model_layers_) {
+    return make_error("a replica of layers [{}, {}) of a model of {}", kv.layer_begin, kv.layer_end, model_layers_);
   }
-  for (size_t i = 0; i < kv.slots.size(); ++i) {
-    scatter_token_kv(*pool, kv.slots[i].first, kv.slots[i].second, kv.bytes.data() + i * token_bytes);
-    (*written)[static_cast<size_t>(kv.slots[i].first)] = 1;
+  auto it = replicas_.find(kv.layer_begin);
+  if (it == replicas_.end() || it->second.layer_end != kv.layer_end) {
+    KvLayout layout = replica_layout_;
+    layout.n_layers = kv.layer_end - kv.layer_begin;
+    const int32_t n_blocks = replica_n_blocks_;
+    ReplicaStore store{kv.layer_end, std::make_unique<KvStorage>(layout, n_blocks),
+                       std::vector<uint8_t>(static_cast<size_t>(n_blocks), 0)};
+    it = replicas_.insert_or_assign(kv.layer_begin, std::move(store)).first;
   }
-  return ok_status();
+  return scatter_slots(kv, *it->second.kv, it->second.written);
 }
 
 Status StageWorker::replicate(const StageFrame& rows, const std::string& holder) {
@@ -90,47 +119,22 @@ Status StageWorker::replicate(const StageFrame& rows, const std::string& holder)
 Status StageWorker::restore(const StageFrame& request) {
   const std::string& target = request.route.front();
   std::vector<StageFrame> frames;
-  {
+  if (!request.kv.replica) {
     std::lock_guard lock(model_mutex_);
     if (model_ == nullptr) return make_error("stage at {} is not set up: nothing to restore", endpoint());
-    const KvStorage* pool = nullptr;
-    const std::vector<uint8_t>* written = nullptr;
-    if (!request.kv.replica) {
-      if (request.kv.layer_begin != setup_.layer_begin || request.kv.layer_end != setup_.layer_end) {
-        return make_error("a restore of layers [{}, {}) from a stage of [{}, {})", request.kv.layer_begin, request.kv.layer_end,
-                          setup_.layer_begin, setup_.layer_end);
-      }
-      pool = kv_.get();
-      written = &written_;
-    } else {
-      const auto it = replicas_.find(request.kv.layer_begin);
-      if (it == replicas_.end() || it->second.layer_end != request.kv.layer_end) {
-        return make_error("stage at {} holds no replica of layers [{}, {})", endpoint(), request.kv.layer_begin,
-                          request.kv.layer_end);
-      }
-      pool = it->second.kv.get();
-      written = &it->second.written;
+    if (request.kv.layer_begin != setup_.layer_begin || request.kv.layer_end != setup_.layer_end) {
+      return make_error("a restore of layers [{}, {}) from a stage of [{}, {})", request.kv.layer_begin, request.kv.layer_end,
+                        setup_.layer_begin, setup_.layer_end);
     }
-    const uint32_t token_bytes = token_kv_bytes(pool->layout(), pool->layout().n_layers);
-    const int32_t block_size = pool->layout().block_size;
-    const size_t blocks_per_frame = std::max<size_t>(1, kRestoreFrameBytes / (static_cast<size_t>(token_bytes) * block_size));
-    for (BlockId block = 0; block < pool->n_blocks(); ++block) {
-      if ((*written)[static_cast<size_t>(block)] == 0) continue;
-      if (frames.empty() || frames.back().kv.slots.size() >= blocks_per_frame * static_cast<size_t>(block_size)) {
-        StageFrame frame;
-        frame.kind = StageFrameKind::kKv;
-        frame.step = request.step;
-        // What the target keeps it as: this stage's own KV is a replica there, a replica its own.
-        frame.kv = {request.kv.layer_begin, request.kv.layer_end, !request.kv.replica, {}, token_bytes, {}};
-        frames.push_back(std::move(frame));
-      }
-      StageKv& kv = frames.back().kv;
-      for (int32_t slot = 0; slot < block_size; ++slot) {
-        kv.slots.emplace_back(block, slot);
-        kv.bytes.resize(kv.bytes.size() + token_bytes);
-        gather_token_kv(*pool, block, slot, kv.bytes.data() + kv.bytes.size() - token_bytes);
-      }
+    frames = gather_blocks(*kv_, written_, request.kv, request.step);
+  } else {
+    std::lock_guard lock(replica_mutex_);
+    const auto it = replicas_.find(request.kv.layer_begin);
+    if (it == replicas_.end() || it->second.layer_end != request.kv.layer_end) {
+      return make_error("stage at {} holds no replica of layers [{}, {})", endpoint(), request.kv.layer_begin,
+                        request.kv.layer_end);
     }
+    frames = gather_blocks(*it->second.kv, it->second.written, request.kv, request.step);
   }
   for (const StageFrame& frame : frames) {
     const Status sent = link_->send(target, frame, options_.send_timeout_seconds);
