@@ -261,3 +261,14 @@ def test_stages_and_their_spare_come_from_the_clusters_membership(start_server, 
     by_endpoint = {w.endpoint: w for w in registered}
     spare = next(w for w in registered if w.endpoint not in stage_endpoints)
     kill_mid_stream_and_compare(pipeline, chat_single, by_endpoint[stage_endpoints[1]], spare, 1)
+
+
+def test_a_worker_off_loopback_needs_the_secret_and_a_coordinator_stays_out_of_a_cluster(mnemo_bin, etcd):
+    done = subprocess.run([mnemo_bin, "worker", "--host", "0.0.0.0", "--port", "0"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0
+    assert "--cluster-secret-file" in done.stderr and "0.0.0.0" in done.stderr, done.stderr
+    done = subprocess.run([mnemo_bin, "serve", "--host", "127.0.0.1", "--port", "0", "--state-dir", tempfile.mkdtemp(),
+                           "--pipeline-stage", "127.0.0.1:1", "--cluster", etcd], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "outside a cluster" in done.stderr, done.stderr
