@@ -69,6 +69,7 @@ struct Model::Pass {
 };
 
 Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, ForwardOutput& out) {
+  if (weights_.shard.ranks > 1) return make_error("a tensor shard computes partial layers (tensor_partial), not a pass");
   if (!head_ || (layer_runner_ == nullptr && (layer_begin_ != 0 || layer_end_ != config_.n_layers))) {
     return make_error("this model holds layers [{}, {}){} of {}: a whole pass needs the others' runner", layer_begin_,
                       layer_end_, head_ ? "" : " without the head", config_.n_layers);
@@ -89,6 +90,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
 }
 
 Status Model::run_layers(const Batch& batch, std::span<float> x, KvStorage& kv, ThreadPool& pool) {
+  if (weights_.shard.ranks > 1) return make_error("a tensor shard computes partial layers (tensor_partial), not whole ones");
   MNEMO_RETURN_IF_ERROR(validate(batch, kv, layer_end_ - layer_begin_));
   Pass p{batch, kv, pool, layer_begin_, {}, {}, 0, 0, 0, 0, 0, {}};
   flatten(p);
@@ -100,6 +102,27 @@ Status Model::run_layers(const Batch& batch, std::span<float> x, KvStorage& kv, 
   std::copy(x.begin(), x.end(), scratch_.x.begin());
   run_local_layers(p, layer_begin_, layer_end_);
   std::copy(scratch_.x.begin(), scratch_.x.begin() + static_cast<std::ptrdiff_t>(rows_floats), x.begin());
+  return ok_status();
+}
+
+Status Model::tensor_partial(const Batch& batch, int32_t il, TensorPart part, std::span<const float> h,
+                             std::span<float> out, KvStorage& kv, ThreadPool& pool) {
+  if (il < layer_begin_ || il >= layer_end_) return make_error("layer {} is not among this model's [{}, {})", il, layer_begin_, layer_end_);
+  MNEMO_RETURN_IF_ERROR(validate(batch, kv, layer_end_ - layer_begin_));
+  Pass p{batch, kv, pool, layer_begin_, {}, {}, 0, 0, 0, 0, 0, {}};
+  flatten(p);
+  const size_t rows_floats = static_cast<size_t>(p.T * config_.n_embd);
+  if (h.size() != rows_floats || out.size() != rows_floats) {
+    return make_error("tensor part of {} and {} floats for {} rows of {}", h.size(), out.size(), p.T, config_.n_embd);
+  }
+  prepare(p);
+  std::copy(h.begin(), h.end(), scratch_.h.begin());
+  if (part == TensorPart::kAttention) {
+    attention_core(p, il);
+  } else {
+    ffn_core(p, il);
+  }
+  std::copy(scratch_.h.begin(), scratch_.h.begin() + static_cast<std::ptrdiff_t>(rows_floats), out.begin());
   return ok_status();
 }
 
@@ -172,6 +195,15 @@ void Model::embed(Pass& p) {
 // h holds attn_norm(x) (from the step before); leaves x += attention, h = ffn_norm(x).
 void Model::attention_block(Pass& p, int32_t il) {
   const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
+  attention_core(p, il);
+  residual_step(scratch_.x.data(), scratch_.h.data(), c.has_post_norms ? &w.post_attn_norm : nullptr, &w.ffn_norm, p.T,
+                c.n_embd, c.rms_eps, p.pool);
+}
+
+// h holds attn_norm(x); leaves the attention's output projection in h (before any post-norm).
+void Model::attention_core(Pass& p, int32_t il) {
+  const ModelConfig& c = config_;
   Scratch& b = scratch_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
   const bool local = c.is_local(il);
@@ -189,8 +221,6 @@ void Model::attention_block(Pass& p, int32_t il) {
   if (p.batch.before_attention) p.batch.before_attention(il);
   kernels::paged_attention(p.queries, p.kv, il - p.kv_layer_base, shape, p.pool);
   kernels::matmul(w.wo, b.attn.data(), T, b.h.data(), p.pool, b.matmul);
-  residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_attn_norm : nullptr, &w.ffn_norm, T, c.n_embd,
-                c.rms_eps, p.pool);
 }
 
 // QK-norm and RoPE of each row's Q and K at its position, then its K and V into its slot of the
@@ -245,6 +275,17 @@ void Model::position_and_store(Pass& p, int32_t il) {
 // h holds ffn_norm(x); leaves x += ffn, h = the next layer's attn_norm(x) (none after `layers_end`).
 void Model::ffn_block(Pass& p, int32_t il, int32_t layers_end) {
   const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
+  ffn_core(p, il);
+  // x += post_ffn_norm(h), and the next layer's attn_norm(x) into h.
+  const std::vector<float>* next_norm = il + 1 < layers_end ? &weights_.layers[static_cast<size_t>(il) + 1].attn_norm : nullptr;
+  residual_step(scratch_.x.data(), scratch_.h.data(), c.has_post_norms ? &w.post_ffn_norm : nullptr, next_norm, p.T, c.n_embd,
+                c.rms_eps, p.pool);
+}
+
+// h holds ffn_norm(x); leaves the FFN's down projection in h (before any post-norm).
+void Model::ffn_core(Pass& p, int32_t il) {
+  const ModelConfig& c = config_;
   Scratch& b = scratch_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
   const int64_t T = p.T;
@@ -264,10 +305,6 @@ void Model::ffn_block(Pass& p, int32_t il, int32_t layers_end) {
     }
   });
   kernels::matmul(w.w_down, b.ffn.data(), T, b.h.data(), p.pool, b.matmul);
-  // x += post_ffn_norm(h), and the next layer's attn_norm(x) into h.
-  const std::vector<float>* next_norm = il + 1 < layers_end ? &weights_.layers[static_cast<size_t>(il) + 1].attn_norm : nullptr;
-  residual_step(b.x.data(), b.h.data(), c.has_post_norms ? &w.post_ffn_norm : nullptr, next_norm, T, c.n_embd, c.rms_eps,
-                p.pool);
 }
 
 namespace {

@@ -10,6 +10,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 Result<std::unique_ptr<Model>> Model::from_file(gguf::File file, const LoadOptions& options) {
   MNEMO_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(file));
   MNEMO_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(file, config, options));
+  if (weights.shard.ranks > 1) config = shard_config(config, weights.shard);
   return std::unique_ptr<Model>(new Model(std::move(file), std::move(config), std::move(weights), options));
 }
 

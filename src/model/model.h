@@ -61,6 +61,15 @@ class Model {
   // The KV pool's layout for the layers this model holds.
   KvLayout stage_kv_layout(int32_t block_size, DType kv_dtype = DType::F16) const;
 
+  // A tensor-parallel shard's part of layer `il` (LoadOptions::tensor_rank/tensor_ranks,
+  // model/tensor_shard.h): `h` holds the rows the block reads (attn_norm(x) or ffn_norm(x), n_embd
+  // floats a token), `out` gets this shard's share of the block's output projection, which the
+  // shards' shares sum to. The attention stores this shard's KV heads into `kv` (a pool of
+  // stage_kv_layout: the shard's KV heads, the layers this model holds).
+  enum class TensorPart { kAttention, kFeedForward };
+  Status tensor_partial(const Batch& batch, int32_t il, TensorPart part, std::span<const float> h, std::span<float> out,
+                        KvStorage& kv, ThreadPool& pool);
+
   // Not owned; null: the layers run here. Set before the first forward().
   void set_layer_runner(LayerRunner* runner) { layer_runner_ = runner; }
 
@@ -75,6 +84,8 @@ class Model {
   void embed(Pass& p);
   void run_local_layers(Pass& p, int32_t begin, int32_t end);
   void attention_block(Pass& p, int32_t il);
+  void attention_core(Pass& p, int32_t il);
+  void ffn_core(Pass& p, int32_t il);
   void position_and_store(Pass& p, int32_t il);
   void ffn_block(Pass& p, int32_t il, int32_t layers_end);
   void compute_hidden(Pass& p, ForwardOutput& out);

@@ -140,6 +140,17 @@ Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c, 
     MNEMO_ASSIGN_OR_RETURN(l.post_ffn_norm,
                            load.optional_vector(p + "post_ffw_norm.weight", c.n_embd, c.has_post_norms));
   }
+  w.shard = {0, 1, 0, c.n_heads, 0, c.n_kv_heads, 0, c.n_ff};
+  if (options.tensor_ranks > 1) {
+    int32_t ff_unit = 1;  // the largest block of any down projection held: every slice whole blocks
+    for (int32_t il = options.layer_begin; il < layer_end; ++il) {
+      ff_unit = std::max(ff_unit, static_cast<int32_t>(dtype_info(w.layers[static_cast<size_t>(il)].w_down.type).block_elems));
+    }
+    MNEMO_ASSIGN_OR_RETURN(w.shard, tensor_shard(c, options.tensor_rank, options.tensor_ranks, ff_unit));
+    if (Status sliced = slice_for_shard(c, w.shard, options.layer_begin, layer_end, w); !sliced.ok()) {
+      return sliced.error().with_context(file.name());
+    }
+  }
   prepack_within_budget(file, w, options, layer_end);
   return w;
 }

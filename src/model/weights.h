@@ -7,6 +7,7 @@
 #include "gguf/gguf_file.h"
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
+#include "model/tensor_shard.h"
 #include "util/result.h"
 
 namespace mnemo {
@@ -37,6 +38,8 @@ struct ModelWeights {
   std::vector<kernels::PackedTiles> packed_tiles;
   size_t prepacked_extra_bytes = 0;
   Vector rope_freq_factors;      // optional per-dimension-pair divisors of the RoPE frequency
+  TensorShard shard;             // the heads and FFN rows these layers hold (all of them unless sliced)
+  std::vector<std::vector<uint8_t>> sliced;  // column slices' bytes (the matrices point into them)
   std::vector<LayerWeights> layers;
 };
 
@@ -54,6 +57,10 @@ struct LoadOptions {
   int32_t layer_begin = 0;
   int32_t layer_end = -1;
   bool head = true;
+  // Tensor parallelism: this process holds rank tensor_rank of tensor_ranks' share of each of its
+  // layers (model/tensor_shard.h); 1: whole layers.
+  int32_t tensor_rank = 0;
+  int32_t tensor_ranks = 1;
 };
 
 Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& config, const LoadOptions& options = {});
