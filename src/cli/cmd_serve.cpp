@@ -237,6 +237,7 @@ Result<PortReservation> prepare_edge(ServeArgs& args) {
     cluster_addresses.push_back(reachable_host(args.server.host));
     cluster_addresses.insert(cluster_addresses.end(), args.pipeline.stages.begin(), args.pipeline.stages.end());
     cluster_addresses.insert(cluster_addresses.end(), args.pipeline.spares.begin(), args.pipeline.spares.end());
+    cluster_addresses.insert(cluster_addresses.end(), args.pipeline.tensor_workers.begin(), args.pipeline.tensor_workers.end());
     if (!args.pipeline.etcd_url.empty()) cluster_addresses.push_back(args.pipeline.etcd_url);
   }
   MNEMO_ASSIGN_OR_RETURN(args.server.auth, args.edge.resolve(cluster_addresses));
@@ -310,7 +311,7 @@ Result<LoadedModel> load_model(const ServeArgs& args, const std::string& path, s
   loaded.path = path;
   loaded.id = std::move(id);
   LoadOptions load_options = args.model_flags.load_options();
-  if (args.pipeline.enabled()) restrict_load_for_pipeline(load_options);
+  if (args.pipeline.enabled()) restrict_load_for_pipeline(args.pipeline, load_options);
   MNEMO_ASSIGN_OR_RETURN(loaded.model, Model::load(path, load_options));
   MNEMO_ASSIGN_OR_RETURN(loaded.tokenizer, Tokenizer::from_gguf(loaded.model->file()));
   MNEMO_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::for_model(loaded.model->file()));
@@ -319,7 +320,7 @@ Result<LoadedModel> load_model(const ServeArgs& args, const std::string& path, s
   if (args.pipeline.enabled()) {
     MNEMO_ASSIGN_OR_RETURN(loaded.pipeline, connect_pipeline(args.pipeline, args.cluster_name, path, *loaded.model, engine_config,
                                                              reachable_host(args.server.host), args.server.auth.cluster_secret));
-    loaded.model->set_layer_runner(loaded.pipeline.pipeline.get());
+    loaded.model->set_layer_runner(loaded.pipeline.runner());
   }
   loaded.engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, engine_config);
   if (engine_config.disk) {

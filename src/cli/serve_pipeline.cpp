@@ -8,6 +8,9 @@ void PipelineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--pipeline-stage", stages,
                   "A `mnemo worker` endpoint (host:port) that runs a contiguous range of the model's layers; "
                   "repeat in layer order. The server keeps scheduling, sampling and the KV cache's bookkeeping");
+  cmd->add_option("--tensor-worker", tensor_workers,
+                  "A `mnemo worker` endpoint that holds a share of every layer's heads and FFN rows (tensor "
+                  "parallelism); repeat in rank order, two or more. Not with --pipeline-stage");
   cmd->add_option("--pipeline-spare", spares,
                   "A `mnemo worker` endpoint that takes a lost stage's place, its KV restored from the replica the "
                   "next stage keeps (repeatable; needs two stages or more)");
@@ -26,10 +29,11 @@ void PipelineFlags::add_to(CLI::App* cmd) {
       ->check(CLI::Range(1.0, 3600.0));
 }
 
-void restrict_load_for_pipeline(LoadOptions& options) {
+void restrict_load_for_pipeline(const PipelineFlags& flags, LoadOptions& options) {
   options.layer_begin = 0;
   options.layer_end = 0;
   options.head = true;
+  options.layer_norms = !flags.tensor_workers.empty();
 }
 
 void restrict_engine_for_pipeline(EngineConfig& config) {
@@ -54,6 +58,23 @@ Result<ConnectedPipeline> connect_pipeline(const PipelineFlags& flags, const std
                                            const std::string& model_path, const Model& model, const EngineConfig& config,
                                            const std::string& host, const std::string& cluster_secret) {
   ConnectedPipeline connected;
+  if (!flags.tensor_workers.empty()) {
+    if (!flags.stages.empty() || flags.stages_from_cluster > 0 || !flags.spares.empty()) {
+      return make_error("--tensor-worker and a pipeline's flags (--pipeline-stage, --pipeline-stages, --pipeline-spare) "
+                        "do not mix yet");
+    }
+    parallel::TensorParallelOptions tensor;
+    tensor.workers = flags.tensor_workers;
+    tensor.host = host;
+    tensor.cluster_secret = cluster_secret;
+    tensor.step_timeout_seconds = flags.step_timeout_seconds;
+    MNEMO_ASSIGN_OR_RETURN(connected.tensor, parallel::TensorParallel::connect(model_path, model, config.block_size, config.kv_dtype,
+                                                                               config.kv_blocks, tensor));
+    for (size_t r = 0; r < flags.tensor_workers.size(); ++r) {
+      std::printf("mnemo: tensor rank %zu of %zu at %s\n", r, flags.tensor_workers.size(), flags.tensor_workers[r].c_str());
+    }
+    return connected;
+  }
   parallel::PipelineOptions options;
   options.stages = flags.stages;
   options.spares = flags.spares;

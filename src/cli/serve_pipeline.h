@@ -7,6 +7,8 @@
 //  - a cluster instance (--cluster) cannot be a coordinator yet (its KV transfers copy bytes);
 //  - each stage's KV is replicated on the next stage, and a lost stage is replaced by a
 //    --pipeline-spare with its KV restored, so its requests go on (parallel/pipeline.h).
+// `--tensor-worker ENDPOINT ...` makes it the coordinator of tensor-parallel ranks instead
+// (parallel/tensor_parallel.h), with the same restrictions.
 #pragma once
 
 #include <memory>
@@ -19,6 +21,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "parallel/pipeline.h"
+#include "parallel/tensor_parallel.h"
 #include "util/result.h"
 
 namespace mnemo::cli {
@@ -30,18 +33,19 @@ inline std::string pipeline_stages_prefix(const std::string& cluster_name) { ret
 struct PipelineFlags {
   std::vector<std::string> stages;
   std::vector<std::string> spares;
+  std::vector<std::string> tensor_workers;  // tensor parallelism: the ranks, in order
   int32_t stages_from_cluster = 0;  // take this many stages from the workers registered in etcd
   std::string etcd_url;
   double cluster_wait_seconds = 120;
   int32_t microbatches = 0;
   double step_timeout_seconds = 120;
 
-  bool enabled() const { return !stages.empty() || stages_from_cluster > 0; }
+  bool enabled() const { return !stages.empty() || stages_from_cluster > 0 || !tensor_workers.empty(); }
   void add_to(CLI::App* cmd);
 };
 
-// The load options of a coordinator's model: no layers.
-void restrict_load_for_pipeline(LoadOptions& options);
+// The load options of a coordinator's model: no layers (but their norms, with tensor workers).
+void restrict_load_for_pipeline(const PipelineFlags& flags, LoadOptions& options);
 // The engine of a coordinator: no tier that copies KV bytes.
 void restrict_engine_for_pipeline(EngineConfig& config);
 // A coordinator's pipeline, and the watch of the registered workers it takes stages and spares
@@ -49,6 +53,8 @@ void restrict_engine_for_pipeline(EngineConfig& config);
 struct ConnectedPipeline {
   std::unique_ptr<cluster::MemberWatcher> workers;
   std::unique_ptr<parallel::Pipeline> pipeline;
+  std::unique_ptr<parallel::TensorParallel> tensor;  // instead of the pipeline, with --tensor-worker
+  LayerRunner* runner() const { return tensor ? static_cast<LayerRunner*>(tensor.get()) : pipeline.get(); }
 };
 
 // Sets the stages up for `model_path` and the engine's pool; `host`: where the stages send the

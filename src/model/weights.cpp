@@ -140,6 +140,16 @@ Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c, 
     MNEMO_ASSIGN_OR_RETURN(l.post_ffn_norm,
                            load.optional_vector(p + "post_ffw_norm.weight", c.n_embd, c.has_post_norms));
   }
+  for (int32_t il = 0; options.layer_norms && il < c.n_layers; ++il) {
+    if (il >= options.layer_begin && il < layer_end) continue;
+    LayerWeights& l = w.layers[static_cast<size_t>(il)];
+    const std::string p = fmt::format("blk.{}.", il);
+    MNEMO_ASSIGN_OR_RETURN(l.attn_norm, load.vector(p + "attn_norm.weight", c.n_embd));
+    MNEMO_ASSIGN_OR_RETURN(l.ffn_norm, load.vector(p + "ffn_norm.weight", c.n_embd));
+    MNEMO_ASSIGN_OR_RETURN(l.post_attn_norm,
+                           load.optional_vector(p + "post_attention_norm.weight", c.n_embd, c.has_post_norms));
+    MNEMO_ASSIGN_OR_RETURN(l.post_ffn_norm, load.optional_vector(p + "post_ffw_norm.weight", c.n_embd, c.has_post_norms));
+  }
   w.shard = {0, 1, 0, c.n_heads, 0, c.n_kv_heads, 0, c.n_ff};
   if (options.tensor_ranks > 1) {
     int32_t ff_unit = 1;  // the largest block of any down projection held: every slice whole blocks

@@ -61,6 +61,9 @@ struct LoadOptions {
   // layers (model/tensor_shard.h); 1: whole layers.
   int32_t tensor_rank = 0;
   int32_t tensor_ranks = 1;
+  // The norms of the layers outside the range too (a tensor-parallel coordinator applies them
+  // between the workers' shares).
+  bool layer_norms = false;
 };
 
 Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& config, const LoadOptions& options = {});

@@ -88,39 +88,7 @@ int Pipeline::replacements() const {
   return replacements_;
 }
 
-Status Pipeline::on_frame(StageFrame&& frame) {
-  std::lock_guard lock(mutex_);
-  if (frame.step != step_) return ok_status();  // an earlier step's, which failed: dropped
-  switch (frame.kind) {
-    case StageFrameKind::kError:
-      if (failure_.empty()) failure_ = frame.error;
-      break;
-    case StageFrameKind::kRows:
-    case StageFrameKind::kRestored:
-      arrived_[frame.microbatch] = std::move(frame);
-      break;
-    default:
-      return make_error("a coordinator takes rows, errors and restore answers, not this frame");
-  }
-  arrived_cv_.notify_all();
-  return ok_status();
-}
-
-uint64_t Pipeline::begin_step() {
-  std::lock_guard lock(mutex_);
-  arrived_.clear();
-  failure_.clear();
-  return ++step_;
-}
-
-Status Pipeline::await(size_t count, double timeout_seconds, std::string_view what) {
-  std::unique_lock lock(mutex_);
-  const bool done = arrived_cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                                         [&] { return !failure_.empty() || arrived_.size() == count; });
-  if (!failure_.empty()) return make_error("{} {}: {}", what, step_, failure_);
-  if (!done) return make_error("{} {}: {} of {} answers after {} s", what, step_, arrived_.size(), count, timeout_seconds);
-  return ok_status();
-}
+Status Pipeline::on_frame(StageFrame&& frame) { return answers_.take(std::move(frame)); }
 
 Status Pipeline::run_layers(const Batch& batch, std::span<float> x) {
   // A failed pass leaves x as it was (the rows come back into it only when all are in), so it
@@ -136,7 +104,7 @@ Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
   const size_t n_stages = stages_.size();
   const int32_t parts = options_.microbatches > 0 ? options_.microbatches : static_cast<int32_t>(n_stages);
   const auto groups = split_microbatches(batch, parts);
-  const uint64_t step = begin_step();
+  const uint64_t step = answers_.begin();
   size_t total_tokens = 0;
   for (const SequenceInput& s : batch.sequences) total_tokens += s.tokens.size();
   const size_t n_embd = x.size() / std::max<size_t>(1, total_tokens);
@@ -172,9 +140,8 @@ Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
     const Status sent = link_->send(stages_[0], frame, options_.step_timeout_seconds);
     if (!sent.ok()) return make_error("pipeline pass {}: stage 0 ({}): {}", step, stages_[0], sent.error().message());
   }
-  MNEMO_RETURN_IF_ERROR(await(groups.size(), options_.step_timeout_seconds, "pipeline pass"));
-  std::lock_guard lock(mutex_);
-  for (auto& [m, frame] : arrived_) {
+  MNEMO_RETURN_IF_ERROR(answers_.await(groups.size(), options_.step_timeout_seconds, "pipeline pass"));
+  for (auto& [m, frame] : answers_.take_arrived()) {
     const size_t expected = (m + 1 < first_row.size() ? first_row[m + 1] : row) - first_row[m];
     if (m >= groups.size() || frame.rows.size() != expected * n_embd) {
       return make_error("pipeline pass {}: microbatch {} came back with {} floats, not {}", step, m, frame.rows.size(),
@@ -182,7 +149,6 @@ Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
     }
     std::memcpy(x.data() + first_row[m] * n_embd, frame.rows.data(), frame.rows.size() * sizeof(float));
   }
-  arrived_.clear();
   return ok_status();
 }
 
@@ -240,14 +206,14 @@ Result<std::string> Pipeline::set_up_spare(size_t i) {
 Status Pipeline::restore_onto(const std::string& spare, size_t holder, const StageSetup& layers, bool from_replica) {
   StageFrame restore;
   restore.kind = StageFrameKind::kRestore;
-  restore.step = begin_step();
+  restore.step = answers_.begin();
   restore.route = {spare, link_->endpoint()};
   restore.kv.layer_begin = layers.layer_begin;
   restore.kv.layer_end = layers.layer_end;
   restore.kv.replica = from_replica;
   const Status sent = link_->send(stages_[holder], restore, options_.step_timeout_seconds);
   if (!sent.ok()) return make_error("restore from stage {} ({}): {}", holder, stages_[holder], sent.error().message());
-  return await(1, options_.setup_timeout_seconds, "pipeline restore");
+  return answers_.await(1, options_.setup_timeout_seconds, "pipeline restore");
 }
 
 }  // namespace mnemo::parallel

@@ -33,6 +33,7 @@
 
 #include "model/model.h"
 #include "parallel/stage_link.h"
+#include "parallel/step_answers.h"
 
 namespace mnemo::parallel {
 
@@ -79,10 +80,6 @@ class Pipeline : public LayerRunner {
   Result<std::string> set_up_spare(size_t i);
   Status on_frame(StageFrame&& frame);  // the link's progress thread
   Status run_pass(const Batch& batch, std::span<float> x);
-  // A new step id for what comes next, with nothing arrived and no failure.
-  uint64_t begin_step();
-  // Waits until `count` answers of the current step are in, a stage failed it, or the timeout.
-  Status await(size_t count, double timeout_seconds, std::string_view what);
   // Replaces the one stage that does not answer a ping with a spare, restored from replicas.
   Status repair(const Error& failure);
   Status restore_onto(const std::string& spare, size_t holder, const StageSetup& layers, bool from_replica);
@@ -93,11 +90,7 @@ class Pipeline : public LayerRunner {
   int replacements_ = 0;
   mutable std::mutex stages_mutex_;  // stages_ and replacements_ for the readers on other threads
   std::vector<StageSetup> setups_;
-  std::mutex mutex_;
-  std::condition_variable arrived_cv_;
-  uint64_t step_ = 0;                       // the pass in flight
-  std::map<uint32_t, StageFrame> arrived_;  // its microbatches back, by index
-  std::string failure_;                     // a stage's error for it
+  StepAnswers answers_;                     // of the pass (or restore) in flight
   std::unique_ptr<StageLink> link_;         // last: its thread calls on_frame
 };
 

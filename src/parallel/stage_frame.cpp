@@ -225,6 +225,13 @@ std::vector<uint8_t> encode_stage_frame(const StageFrame& frame) {
       out.put<int32_t>(frame.setup.block_size);
       out.put<int32_t>(frame.setup.n_blocks);
       out.put<uint32_t>(static_cast<uint32_t>(frame.setup.kv_dtype));
+      out.put<int32_t>(frame.setup.tensor_rank);
+      out.put<int32_t>(frame.setup.tensor_ranks);
+      break;
+    case StageFrameKind::kTensorRows:
+      out.put<int32_t>(frame.tensor_layer);
+      out.put<uint8_t>(frame.tensor_part);
+      encode_rows(frame, out);
       break;
     case StageFrameKind::kRows:
       encode_rows(frame, out);
@@ -269,10 +276,22 @@ Result<StageFrame> decode_stage_frame(std::span<const uint8_t> bytes, const Stag
       MNEMO_ASSIGN_OR_RETURN(const uint32_t dtype, in.take<uint32_t>("kv dtype"));
       if (!valid_dtype(dtype)) return make_error("stage setup: KV element type {} is neither F16 nor F32", dtype);
       s.kv_dtype = static_cast<DType>(dtype);
-      if (s.layer_begin < 0 || s.layer_begin >= s.layer_end || s.block_size <= 0 || s.n_blocks <= 0) {
-        return make_error("stage setup: layers [{}, {}), blocks of {} tokens, {} blocks: not a stage", s.layer_begin,
-                          s.layer_end, s.block_size, s.n_blocks);
+      MNEMO_ASSIGN_OR_RETURN(s.tensor_rank, in.take<int32_t>("tensor rank"));
+      MNEMO_ASSIGN_OR_RETURN(s.tensor_ranks, in.take<int32_t>("tensor ranks"));
+      if (s.layer_begin < 0 || s.layer_begin >= s.layer_end || s.block_size <= 0 || s.n_blocks <= 0 || s.tensor_ranks < 1 ||
+          s.tensor_ranks > 4096 || s.tensor_rank < 0 || s.tensor_rank >= s.tensor_ranks) {
+        return make_error("stage setup: layers [{}, {}), blocks of {} tokens, {} blocks, tensor rank {} of {}: not a stage",
+                          s.layer_begin, s.layer_end, s.block_size, s.n_blocks, s.tensor_rank, s.tensor_ranks);
       }
+      break;
+    }
+    case StageFrameKind::kTensorRows: {
+      MNEMO_ASSIGN_OR_RETURN(frame.tensor_layer, in.take<int32_t>("tensor layer"));
+      MNEMO_ASSIGN_OR_RETURN(frame.tensor_part, in.take<uint8_t>("tensor part"));
+      if (frame.tensor_layer < 0 || frame.tensor_part > 1) {
+        return make_error("stage frame: tensor layer {} part {}", frame.tensor_layer, frame.tensor_part);
+      }
+      MNEMO_RETURN_IF_ERROR(decode_rows(in, limits, frame));
       break;
     }
     case StageFrameKind::kRows:
@@ -296,7 +315,7 @@ Result<StageFrame> decode_stage_frame(std::span<const uint8_t> bytes, const Stag
 }
 
 Status check_rows_frame(const StageFrame& frame) {
-  if (frame.kind != StageFrameKind::kRows) return make_error("not a rows frame");
+  if (frame.kind != StageFrameKind::kRows && frame.kind != StageFrameKind::kTensorRows) return make_error("not a rows frame");
   size_t tokens = 0;
   for (size_t s = 0; s < frame.sequences.size(); ++s) {
     const SequenceInput& seq = frame.sequences[s];

@@ -8,6 +8,7 @@
 //   stage i ──kv (replica)──▶ its replica holder      (before it sends the rows on: SPEC D7)
 //   coordinator ──ping──▶ stage                        (acknowledged while it lives)
 //   coordinator ──restore──▶ stage j ──kv──▶ a spare ; stage j ──restored──▶ coordinator
+//   coordinator ──tensor rows──▶ every tensor worker ──rows (its partial)──▶ coordinator
 //
 // A rows frame carries its route: the endpoints still ahead of it, the coordinator's last. A
 // stage runs its layers over the rows and sends the frame on to route[0] with the rest of the
@@ -24,7 +25,7 @@
 //   magic "MNST" u32 | version u32 | kind u32 | step u64 | microbatch u32 |
 //   route: count u32, then per endpoint: length u16, bytes; replicas: the same
 //   setup: model fingerprint u64 | layer_begin i32 | layer_end i32 | block_size i32 |
-//          n_blocks i32 | kv dtype u32
+//          n_blocks i32 | kv dtype u32 | tensor rank i32 | tensor ranks i32
 //   rows:  n_embd i32 | sequence count u32, then per sequence: range count u32, (start i32,
 //          length i32) each | block count u32, block ids i32 | token count u32, tokens i32 |
 //          then the rows: (total tokens) x n_embd f32
@@ -33,6 +34,8 @@
 //          slot i32) each | token bytes u32 | then slot count x token bytes
 //   restore: layer_begin i32 | layer_end i32 | from replica u8   (the target is route[0])
 //   ping, restored: nothing more
+//   tensor rows: layer i32 | part u8 | then as rows (the rows are the block's normed input; a
+//          tensor worker answers with a rows frame of its share of the block's output)
 // Every count is checked against StageFrameLimits and the bytes that remain before anything is
 // allocated; decode() refuses trailing bytes. Frames travel inside the KV transport's
 // authenticated messages (stage_link.h): the bytes are hostile until it verified them, and
@@ -53,8 +56,10 @@ namespace mnemo::parallel {
 inline constexpr uint32_t kStageFrameMagic = 0x54534e4dU;  // "MNST" little-endian
 inline constexpr uint32_t kStageFrameVersion = 1;
 
-enum class StageFrameKind : uint32_t { kSetup = 1, kRows = 2, kError = 3, kKv = 4, kRestore = 5, kPing = 6, kRestored = 7 };
-inline constexpr uint32_t kLastStageFrameKind = 7;
+enum class StageFrameKind : uint32_t {
+  kSetup = 1, kRows = 2, kError = 3, kKv = 4, kRestore = 5, kPing = 6, kRestored = 7, kTensorRows = 8
+};
+inline constexpr uint32_t kLastStageFrameKind = 8;
 
 // A stage's share of the model and of the KV pool. Block ids are the coordinator's: every stage
 // holds its layers' slice of every block, so a chunk is on every stage or on none.
@@ -65,6 +70,8 @@ struct StageSetup {
   int32_t block_size = 0;
   int32_t n_blocks = 0;
   DType kv_dtype = DType::F16;
+  int32_t tensor_rank = 0;   // tensor parallelism: this worker's share of every layer
+  int32_t tensor_ranks = 1;  // 1: whole layers (a pipeline stage)
   bool operator==(const StageSetup&) const = default;
 };
 
@@ -87,7 +94,9 @@ struct StageFrame {
   StageSetup setup;                      // kSetup
   int32_t n_embd = 0;                    // kRows
   std::vector<SequenceInput> sequences;  // kRows: tokens, ranges and block tables
-  std::vector<float> rows;               // kRows: one row of n_embd per token, in batch order
+  std::vector<float> rows;               // kRows, kTensorRows: one row of n_embd per token, in batch order
+  int32_t tensor_layer = 0;              // kTensorRows: the layer, and its attention (0) or FFN (1)
+  uint8_t tensor_part = 0;
   std::string error;                     // kError
   StageKv kv;                            // kKv, kRestore
 };

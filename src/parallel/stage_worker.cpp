@@ -47,7 +47,8 @@ Status StageWorker::on_frame(StageFrame&& frame) {
   switch (frame.kind) {
     case StageFrameKind::kSetup:
       return set_up(frame.setup);
-    case StageFrameKind::kRows: {
+    case StageFrameKind::kRows:
+    case StageFrameKind::kTensorRows: {
       if (frame.route.empty()) return make_error("a rows frame with no route: nowhere to send its result");
       {
         std::lock_guard lock(queue_mutex_);
@@ -85,6 +86,8 @@ Status StageWorker::set_up(const StageSetup& setup) {
   load.layer_begin = setup.layer_begin;
   load.layer_end = setup.layer_end;
   load.head = false;
+  load.tensor_rank = setup.tensor_rank;
+  load.tensor_ranks = setup.tensor_ranks;
   load.prepack_budget_bytes = options_.prepack_budget_bytes;
   MNEMO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(options_.model_path, load));
   const KvLayout layout = model->stage_kv_layout(setup.block_size, setup.kv_dtype);
@@ -133,6 +136,23 @@ void StageWorker::run() {
       frame = std::move(queue_.front());
       queue_.pop_front();
     }
+    if (frame.kind == StageFrameKind::kTensorRows) {
+      const Status status = compute_tensor_part(frame);
+      {
+        std::lock_guard lock(queue_mutex_);
+        ++(status.ok() ? stats_.microbatches_run : stats_.microbatches_failed);
+      }
+      if (status.ok()) {
+        frame.kind = StageFrameKind::kRows;
+        frame.microbatch = static_cast<uint32_t>(setup_.tensor_rank);
+        const std::string coordinator = frame.route.back();
+        frame.route.clear();
+        (void)link_->send(coordinator, frame, options_.send_timeout_seconds);
+      } else {
+        send_error(frame, status.error().message());
+      }
+      continue;
+    }
     if (frame.kind == StageFrameKind::kRestore) {
       const Status restored = restore(frame);
       if (!restored.ok()) send_error(frame, restored.error().message());
@@ -164,6 +184,24 @@ void StageWorker::send_error(const StageFrame& about, const std::string& message
   error.microbatch = about.microbatch;
   error.error = message.substr(0, StageFrameLimits{}.max_error_bytes);
   (void)link_->send(about.route.back(), error, options_.send_timeout_seconds);
+}
+
+// A tensor worker's share of one layer's attention or FFN: the frame's rows in, its partial out.
+Status StageWorker::compute_tensor_part(StageFrame& frame) {
+  std::lock_guard lock(model_mutex_);
+  if (model_ == nullptr) return make_error("tensor worker at {} is not set up", endpoint());
+  if (setup_.tensor_ranks < 2) return make_error("a pipeline stage at {} takes rows, not tensor parts", endpoint());
+  if (frame.n_embd != model_->config().n_embd) return make_error("rows of {} floats for a model of {}", frame.n_embd, model_->config().n_embd);
+  Batch batch;
+  batch.sequences = std::move(frame.sequences);
+  std::vector<float> part(frame.rows.size());
+  const Status status = model_->tensor_partial(batch, frame.tensor_layer,
+                                               frame.tensor_part == 0 ? Model::TensorPart::kAttention : Model::TensorPart::kFeedForward,
+                                               frame.rows, part, *kv_, pool_);
+  frame.sequences = std::move(batch.sequences);
+  if (!status.ok()) return make_error("tensor rank {} of {}: {}", setup_.tensor_rank, setup_.tensor_ranks, status.error().message());
+  frame.rows = std::move(part);
+  return ok_status();
 }
 
 Status StageWorker::compute(StageFrame& frame) {

@@ -1,4 +1,5 @@
-// One pipeline stage (SPEC D6), the process `mnemo worker` runs: it listens on a stage link,
+// One pipeline stage (SPEC D6) or tensor-parallel rank (SPEC P10: set up with tensor ranks, it
+// answers each tensor rows frame with its share of a layer's block), the process `mnemo worker` runs: it listens on a stage link,
 // is set up by a coordinator (which layers, which KV pool; stage_frame.h), then runs each rows
 // frame through its layers and sends it on along the frame's route.
 //
@@ -78,6 +79,7 @@ class StageWorker {
   Status set_up(const StageSetup& setup);
   void run();                           // the compute thread
   Status compute(StageFrame& frame);
+  Status compute_tensor_part(StageFrame& frame);
   void send_on(StageFrame&& frame);
   void send_error(const StageFrame& about, const std::string& message);
   // stage_worker_kv.cpp: replication and restores.

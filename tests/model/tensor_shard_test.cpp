@@ -11,9 +11,9 @@
 #include <cstring>
 #include <random>
 
-#include "kernels/nn/ops.h"
 #include "model/model.h"
 #include "model/tensor_shard.h"
+#include "support/tensor_shards.h"
 #include "support/tiny_model.h"
 
 namespace mnemo {
@@ -60,48 +60,6 @@ TEST(TensorShard, HeadsSplitOnKvGroupsOrWithinOneWithItsKvHeadReplicated) {
   EXPECT_FALSE(tensor_shard(heads(4, 2), 2, 2).ok());
 }
 
-// Runs every layer on the shards in this process: the reducer's norms and residual are the
-// whole model's, the partial products summed in rank order.
-class InProcessShards : public LayerRunner {
- public:
-  InProcessShards(const Model& whole, std::vector<std::unique_ptr<Model>> shards, std::vector<std::unique_ptr<KvStorage>> pools,
-                  ThreadPool& pool)
-      : whole_(whole), shards_(std::move(shards)), pools_(std::move(pools)), pool_(pool) {}
-
-  Status run_layers(const Batch& batch, std::span<float> x) override {
-    const ModelConfig& c = whole_.config();
-    const int64_t n = c.n_embd;
-    const int64_t rows = static_cast<int64_t>(x.size()) / n;
-    std::vector<float> h(x.size()), sum(x.size()), part(x.size());
-    for (int32_t il = 0; il < c.n_layers; ++il) {
-      const LayerWeights& w = whole_.weights().layers[static_cast<size_t>(il)];
-      for (const auto part_kind : {Model::TensorPart::kAttention, Model::TensorPart::kFeedForward}) {
-        const bool attention = part_kind == Model::TensorPart::kAttention;
-        for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(x.data() + r * n, attention ? w.attn_norm : w.ffn_norm, h.data() + r * n, n, c.rms_eps);
-        std::fill(sum.begin(), sum.end(), 0.0f);
-        for (size_t s = 0; s < shards_.size(); ++s) {
-          MNEMO_RETURN_IF_ERROR(shards_[s]->tensor_partial(batch, il, part_kind, h, part, *pools_[s], pool_));
-          kernels::add_inplace(sum.data(), part.data(), static_cast<int64_t>(sum.size()));
-        }
-        const Vector& post = attention ? w.post_attn_norm : w.post_ffn_norm;
-        for (int64_t r = 0; r < rows; ++r) {
-          if (c.has_post_norms) kernels::rms_norm(sum.data() + r * n, post, sum.data() + r * n, n, c.rms_eps);
-          kernels::add_inplace(x.data() + r * n, sum.data() + r * n, n);
-        }
-      }
-    }
-    return ok_status();
-  }
-  const KvStorage& pool_of(size_t s) const { return *pools_[s]; }
-  const Model& shard(size_t s) const { return *shards_[s]; }
-
- private:
-  const Model& whole_;
-  std::vector<std::unique_ptr<Model>> shards_;
-  std::vector<std::unique_ptr<KvStorage>> pools_;
-  ThreadPool& pool_;
-};
-
 struct Case {
   TinyModelSpec spec;
   int32_t ranks;
@@ -126,20 +84,10 @@ TEST_P(TensorShardForwardTest, ShardsSummedInRankOrderComputeTheWholeModel) {
   head_only.layer_end = 0;
   auto coordinator = Model::load(path, head_only);
   ASSERT_TRUE(coordinator.ok());
-  std::vector<std::unique_ptr<Model>> shards;
-  std::vector<std::unique_ptr<KvStorage>> pools;
-  for (int32_t r = 0; r < c.ranks; ++r) {
-    LoadOptions o;
-    o.head = false;
-    o.tensor_rank = r;
-    o.tensor_ranks = c.ranks;
-    auto shard = Model::load(path, o);
-    ASSERT_TRUE(shard.ok()) << shard.error().message();
-    pools.push_back(std::make_unique<KvStorage>((*shard)->stage_kv_layout(kBlockSize, DType::F32), kPoolBlocks));
-    shards.push_back(std::move(*shard));
-  }
+  auto shards = testing::InProcessShards::load(**whole, path, c.ranks, kBlockSize, DType::F32, kPoolBlocks, pool_);
   std::remove(path.c_str());
-  InProcessShards runner(**whole, std::move(shards), std::move(pools), pool_);
+  ASSERT_TRUE(shards);
+  testing::InProcessShards& runner = *shards;
   (*coordinator)->set_layer_runner(&runner);
 
   KvStorage whole_kv((*whole)->kv_layout(kBlockSize, DType::F32), kPoolBlocks);
@@ -197,7 +145,11 @@ std::vector<Case> cases() {
   qwen.qkv_bias = true;
   qwen.n_ff = 1024;
   qwen.seed = 2;
-  return {{llama, 2}, {llama, 4}, {gemma, 2}, {qwen, 2}};
+  TinyModelSpec smol = llama;  // SmolLM2's heads: 9 query heads in 3 groups, split 6 and 3
+  smol.n_heads = 9;
+  smol.n_kv_heads = 3;
+  smol.seed = 7;
+  return {{llama, 2}, {llama, 4}, {gemma, 2}, {qwen, 2}, {smol, 2}, {smol, 3}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, TensorShardForwardTest, ::testing::ValuesIn(cases()));

@@ -67,6 +67,8 @@ void expect_same(const StageFrame& a, const StageFrame& b) {
   EXPECT_EQ(a.kv.slots, b.kv.slots);
   EXPECT_EQ(a.kv.token_bytes, b.kv.token_bytes);
   EXPECT_EQ(a.kv.bytes, b.kv.bytes);
+  EXPECT_EQ(a.tensor_layer, b.tensor_layer);
+  EXPECT_EQ(a.tensor_part, b.tensor_part);
 }
 
 TEST(StageFrame, KvThatDoesNotMatchItsSlotsIsRefused) {
@@ -85,7 +87,11 @@ TEST(StageFrame, KvThatDoesNotMatchItsSlotsIsRefused) {
 TEST(StageFrame, EveryKindRoundTrips) {
   StageFrame setup;
   setup.kind = StageFrameKind::kSetup;
-  setup.setup = {0x1234567890abcdefULL, 10, 20, 16, 4096, DType::F32};
+  setup.setup = {0x1234567890abcdefULL, 10, 20, 16, 4096, DType::F32, 1, 3};
+  StageFrame tensor = rows_frame();
+  tensor.kind = StageFrameKind::kTensorRows;
+  tensor.tensor_layer = 17;
+  tensor.tensor_part = 1;
   StageFrame error;
   error.kind = StageFrameKind::kError;
   error.step = 7;
@@ -102,7 +108,7 @@ TEST(StageFrame, EveryKindRoundTrips) {
   ping.kind = StageFrameKind::kPing;
   StageFrame rows = rows_frame();
   rows.replicas = {"127.0.0.1:9001", "10.0.0.2:9000"};
-  for (const StageFrame& f : {rows, setup, error, kv, restore, ping}) {
+  for (const StageFrame& f : {rows, setup, error, kv, restore, ping, tensor}) {
     const auto decoded = decode_stage_frame(encode_stage_frame(f));
     ASSERT_TRUE(decoded.ok()) << decoded.error().message();
     expect_same(f, *decoded);
@@ -164,7 +170,7 @@ TEST(StageFrame, CountsBeyondTheLimitsOrTheBytesAreRefusedByName) {
   EXPECT_NE(huge.error().message().find("sequences"), std::string::npos) << huge.error().message();
   StageFrame setup;
   setup.kind = StageFrameKind::kSetup;
-  setup.setup = {1, 5, 5, 16, 10, DType::F16};
+  setup.setup = {1, 5, 5, 16, 10, DType::F16, 0, 1};
   EXPECT_NE(refusal(setup).find("not a stage"), std::string::npos);
   std::vector<uint8_t> wrong_magic = encode_stage_frame(setup);
   wrong_magic[0] ^= 1;

@@ -1,0 +1,93 @@
+#include "parallel/tensor_parallel.h"
+
+#include "kernels/nn/ops.h"
+#include "parallel/model_fingerprint.h"
+
+namespace mnemo::parallel {
+
+Result<std::unique_ptr<TensorParallel>> TensorParallel::connect(const std::string& model_path, const Model& model,
+                                                                int32_t block_size, DType kv_dtype, int32_t n_blocks,
+                                                                const TensorParallelOptions& options) {
+  if (options.workers.size() < 2) return make_error("tensor parallelism needs at least two ranks, not {}", options.workers.size());
+  const ModelConfig& c = model.config();
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    if (model.weights().layers[static_cast<size_t>(il)].attn_norm.empty()) {
+      return make_error("the coordinator's model has no norms for layer {} (load it with layer_norms)", il);
+    }
+  }
+  MNEMO_ASSIGN_OR_RETURN(const uint64_t fingerprint, stage_model_fingerprint(model_path));
+  std::unique_ptr<TensorParallel> tp(new TensorParallel(model, options));
+  StageLink::Options link_options;
+  link_options.cluster_secret = options.cluster_secret;
+  MNEMO_ASSIGN_OR_RETURN(tp->link_, StageLink::listen(options.host, 0,
+                                                      [t = tp.get()](StageFrame&& f) { return t->answers_.take(std::move(f)); },
+                                                      link_options));
+  const auto ranks = static_cast<int32_t>(options.workers.size());
+  for (int32_t r = 0; r < ranks; ++r) {
+    StageFrame frame;
+    frame.kind = StageFrameKind::kSetup;
+    frame.setup = {fingerprint, 0, c.n_layers, block_size, n_blocks, kv_dtype, r, ranks};
+    const Status status = tp->link_->send(options.workers[static_cast<size_t>(r)], frame, options.setup_timeout_seconds);
+    if (!status.ok()) {
+      return make_error("tensor rank {} of {} ({}): {}", r, ranks, options.workers[static_cast<size_t>(r)], status.error().message());
+    }
+  }
+  return tp;
+}
+
+TensorParallel::~TensorParallel() { link_.reset(); }
+
+Status TensorParallel::all_reduce(const Batch& batch, int32_t il, uint8_t part, std::span<const float> h, std::vector<float>& sum) {
+  StageFrame frame;
+  frame.kind = StageFrameKind::kTensorRows;
+  frame.step = answers_.begin();
+  frame.route = {link_->endpoint()};
+  frame.n_embd = model_.config().n_embd;
+  frame.tensor_layer = il;
+  frame.tensor_part = part;
+  for (const SequenceInput& in : batch.sequences) {
+    SequenceInput seq;
+    seq.tokens = in.tokens;
+    seq.ranges = in.ranges;
+    seq.block_table = in.block_table;
+    seq.logits = LogitsFor::kNone;
+    frame.sequences.push_back(std::move(seq));
+  }
+  frame.rows.assign(h.begin(), h.end());
+  for (size_t r = 0; r < options_.workers.size(); ++r) {
+    const Status sent = link_->send(options_.workers[r], frame, options_.step_timeout_seconds);
+    if (!sent.ok()) return make_error("tensor rank {} ({}): {}", r, options_.workers[r], sent.error().message());
+  }
+  MNEMO_RETURN_IF_ERROR(answers_.await(options_.workers.size(), options_.step_timeout_seconds, "tensor-parallel step"));
+  sum.assign(h.size(), 0.0f);
+  for (auto& [rank, share] : answers_.take_arrived()) {  // in rank order
+    if (share.rows.size() != h.size()) {
+      return make_error("tensor rank {} answered {} floats, not {}", rank, share.rows.size(), h.size());
+    }
+    kernels::add_inplace(sum.data(), share.rows.data(), static_cast<int64_t>(sum.size()));
+  }
+  return ok_status();
+}
+
+Status TensorParallel::run_layers(const Batch& batch, std::span<float> x) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = c.n_embd;
+  const int64_t rows = static_cast<int64_t>(x.size()) / n;
+  std::vector<float> h(x.size()), sum;
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    const LayerWeights& w = model_.weights().layers[static_cast<size_t>(il)];
+    for (uint8_t part = 0; part < 2; ++part) {
+      const Vector& norm = part == 0 ? w.attn_norm : w.ffn_norm;
+      for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(x.data() + r * n, norm, h.data() + r * n, n, c.rms_eps);
+      MNEMO_RETURN_IF_ERROR(all_reduce(batch, il, part, h, sum));
+      const Vector& post = part == 0 ? w.post_attn_norm : w.post_ffn_norm;
+      for (int64_t r = 0; r < rows; ++r) {
+        if (c.has_post_norms) kernels::rms_norm(sum.data() + r * n, post, sum.data() + r * n, n, c.rms_eps);
+        kernels::add_inplace(x.data() + r * n, sum.data() + r * n, n);
+      }
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace mnemo::parallel

@@ -1,0 +1,62 @@
+// The coordinator's side of tensor parallelism (SPEC P10, V7): every layer's attention and
+// feed-forward split across `mnemo worker` ranks (model/tensor_shard.h: each a range of the
+// query heads with the KV heads they use, and of the FFN's rows), the coordinator keeping the
+// embedding, the norms, the residual stream and the output.
+//
+//   per layer, per block (attention, then FFN):
+//     h = norm(x) ──tensor rows──▶ every rank ──its share of the block's output──▶ coordinator
+//     x += post_norm(share_0 + share_1 + ...)        (summed in rank order)
+//
+// Two all-reduces a layer, each one round trip to every rank; the KV pool is partitioned by KV
+// head (a rank holds its heads of every block; one KV head may be on several ranks). The sum's
+// order of additions differs from one instance's single dot product, so the logits are inside
+// a rounding's distance of one instance's, not bit-identical (tests/model/tensor_shard_test.cpp
+// and tests/parallel/tensor_parallel_test.cpp).
+//
+// Failure behaviour: connect() fails, naming the rank, if a worker cannot be reached or refuses
+// its setup (another model; heads that cannot split so). A pass fails, its requests ending with
+// an error, when a rank reports an error or does not answer within step_timeout_seconds. A lost
+// rank is not replaced yet (its KV heads have no replica).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "parallel/stage_link.h"
+#include "parallel/step_answers.h"
+
+namespace mnemo::parallel {
+
+struct TensorParallelOptions {
+  std::vector<std::string> workers;  // in rank order
+  std::string host = "127.0.0.1";    // where this coordinator's link listens for the shares
+  std::string cluster_secret;        // empty: unsigned, loopback only
+  double setup_timeout_seconds = 300;
+  double step_timeout_seconds = 120;
+};
+
+class TensorParallel : public LayerRunner {
+ public:
+  // `model`: the coordinator's, loaded with no layers but their norms (LoadOptions layer_end 0,
+  // layer_norms); the ranks are set up for `model_path` and a pool of `n_blocks` blocks.
+  static Result<std::unique_ptr<TensorParallel>> connect(const std::string& model_path, const Model& model,
+                                                         int32_t block_size, DType kv_dtype, int32_t n_blocks,
+                                                         const TensorParallelOptions& options);
+  ~TensorParallel() override;
+
+  Status run_layers(const Batch& batch, std::span<float> x) override;
+
+ private:
+  TensorParallel(const Model& model, TensorParallelOptions options) : model_(model), options_(std::move(options)) {}
+  // Sends h to every rank as layer il's block `part` and leaves the ranks' shares summed in `sum`.
+  Status all_reduce(const Batch& batch, int32_t il, uint8_t part, std::span<const float> h, std::vector<float>& sum);
+
+  const Model& model_;
+  const TensorParallelOptions options_;
+  StepAnswers answers_;
+  std::unique_ptr<StageLink> link_;  // last: its thread calls answers_
+};
+
+}  // namespace mnemo::parallel
