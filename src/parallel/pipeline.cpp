@@ -93,9 +93,11 @@ Status Pipeline::on_frame(StageFrame&& frame) { return answers_.take(std::move(f
 Status Pipeline::run_layers(const Batch& batch, std::span<float> x) {
   // A failed pass leaves x as it was (the rows come back into it only when all are in), so it
   // can run again once a lost stage is replaced.
-  for (;;) {
+  // At most one replacement per stage for one pass: a pass that keeps failing on fresh stages
+  // has another cause.
+  for (size_t replaced = 0;; ++replaced) {
     const Status status = run_pass(batch, x);
-    if (status.ok()) return status;
+    if (status.ok() || replaced == stages_.size()) return status;
     MNEMO_RETURN_IF_ERROR(repair(status.error()));
   }
 }
