@@ -11,9 +11,9 @@ void PipelineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--tensor-worker", tensor_workers,
                   "A `mnemo worker` endpoint that holds a share of every layer's heads and FFN rows (tensor "
                   "parallelism); repeat in rank order, two or more. Not with --pipeline-stage");
-  cmd->add_option("--pipeline-spare", spares,
-                  "A `mnemo worker` endpoint that takes a lost stage's place, its KV restored from the replica the "
-                  "next stage keeps (repeatable; needs two stages or more)");
+  cmd->add_option("--spare-worker,--pipeline-spare", spares,
+                  "A `mnemo worker` endpoint that takes a lost stage's or tensor rank's place, its KV restored from the "
+                  "replica the next one keeps (repeatable; needs two stages or ranks or more)");
   cmd->add_option("--pipeline-stages", stages_from_cluster,
                   "Take this many stages from the `mnemo worker --cluster` processes registered in --pipeline-cluster "
                   "(waiting for them); every other one registered is a spare")
@@ -59,12 +59,12 @@ Result<ConnectedPipeline> connect_pipeline(const PipelineFlags& flags, const std
                                            const std::string& host, const std::string& cluster_secret) {
   ConnectedPipeline connected;
   if (!flags.tensor_workers.empty()) {
-    if (!flags.stages.empty() || flags.stages_from_cluster > 0 || !flags.spares.empty()) {
-      return make_error("--tensor-worker and a pipeline's flags (--pipeline-stage, --pipeline-stages, --pipeline-spare) "
-                        "do not mix yet");
+    if (!flags.stages.empty() || flags.stages_from_cluster > 0) {
+      return make_error("--tensor-worker and a pipeline's stages (--pipeline-stage, --pipeline-stages) do not mix yet");
     }
     parallel::TensorParallelOptions tensor;
     tensor.workers = flags.tensor_workers;
+    tensor.spares = flags.spares;
     tensor.host = host;
     tensor.cluster_secret = cluster_secret;
     tensor.step_timeout_seconds = flags.step_timeout_seconds;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "parallel/model_fingerprint.h"
+#include "parallel/replace_lost.h"
 
 namespace mnemo::parallel {
 
@@ -155,67 +156,15 @@ Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
 }
 
 Status Pipeline::repair(const Error& failure) {
-  const size_t n_stages = stages_.size();
-  std::vector<size_t> lost;
-  StageFrame ping;
-  ping.kind = StageFrameKind::kPing;
-  for (size_t i = 0; i < n_stages; ++i) {
-    if (!link_->send(stages_[i], ping, options_.ping_timeout_seconds).ok()) lost.push_back(i);
-  }
-  if (lost.empty()) return failure;  // every stage lives: not a failure a replacement mends
-  if (lost.size() > 1 || n_stages < 2) {
-    return make_error("{} (stages lost: {} of {}; a stage is restored from its replica on the next, so one stage of two "
-                      "or more can be replaced at a time)",
-                      failure.message(), lost.size(), n_stages);
-  }
-  const size_t i = lost[0];
-  auto spare_or = set_up_spare(i);
-  if (!spare_or.ok()) return make_error("{} (stage {} lost: {})", failure.message(), i, spare_or.error().message());
-  const std::string spare = *spare_or;
-  // The lost stage's KV from its replica on the next stage; and the replica of the stage before
-  // it, which the lost stage held, from that stage itself.
-  MNEMO_RETURN_IF_ERROR(restore_onto(spare, (i + 1) % n_stages, setups_[i], true));
-  const size_t before = (i + n_stages - 1) % n_stages;
-  MNEMO_RETURN_IF_ERROR(restore_onto(spare, before, setups_[before], false));
-  std::fprintf(stderr, "mnemo: pipeline stage %zu (%s) lost: %s; replaced by %s, its KV restored from the replica on %s\n", i,
-               stages_[i].c_str(), failure.message().c_str(), spare.c_str(), stages_[(i + 1) % n_stages].c_str());
+  std::vector<std::string> stages = stages_;
+  MNEMO_ASSIGN_OR_RETURN(const size_t replaced,
+                         replace_lost_worker(*link_, answers_, stages, setups_, spares_,
+                                             {options_.ping_timeout_seconds, options_.setup_timeout_seconds, options_.step_timeout_seconds},
+                                             failure));
   std::lock_guard lock(stages_mutex_);
-  stages_[i] = spare;
+  stages_[replaced] = stages[replaced];
   ++replacements_;
   return ok_status();
-}
-
-Result<std::string> Pipeline::set_up_spare(size_t i) {
-  if (spares_.empty() && options_.more_spares) {
-    for (const std::string& candidate : options_.more_spares()) {
-      if (std::find(stages_.begin(), stages_.end(), candidate) == stages_.end()) spares_.push_back(candidate);
-    }
-  }
-  StageFrame setup;
-  setup.kind = StageFrameKind::kSetup;
-  setup.setup = setups_[i];
-  std::string refusals;
-  while (!spares_.empty()) {
-    const std::string spare = spares_.front();
-    spares_.erase(spares_.begin());
-    const Status set_up = link_->send(spare, setup, options_.setup_timeout_seconds);
-    if (set_up.ok()) return spare;
-    refusals += fmt::format("; spare {}: {}", spare, set_up.error().message());
-  }
-  return make_error("no spare took its place{}", refusals.empty() ? std::string("; 0 spares") : refusals);
-}
-
-Status Pipeline::restore_onto(const std::string& spare, size_t holder, const StageSetup& layers, bool from_replica) {
-  StageFrame restore;
-  restore.kind = StageFrameKind::kRestore;
-  restore.step = answers_.begin();
-  restore.route = {spare, link_->endpoint()};
-  restore.kv.layer_begin = layers.layer_begin;
-  restore.kv.layer_end = layers.layer_end;
-  restore.kv.replica = from_replica;
-  const Status sent = link_->send(stages_[holder], restore, options_.step_timeout_seconds);
-  if (!sent.ok()) return make_error("restore from stage {} ({}): {}", holder, stages_[holder], sent.error().message());
-  return answers_.await(1, options_.setup_timeout_seconds, "pipeline restore");
 }
 
 }  // namespace mnemo::parallel

@@ -33,6 +33,7 @@
 
 #include "model/model.h"
 #include "parallel/stage_link.h"
+#include "parallel/replace_lost.h"
 #include "parallel/step_answers.h"
 
 namespace mnemo::parallel {
@@ -75,18 +76,16 @@ class Pipeline : public LayerRunner {
   int replacements() const;
 
  private:
-  explicit Pipeline(PipelineOptions options) : options_(options), stages_(options.stages), spares_(options.spares) {}
-  // The next spare that takes stage i's setup, off spares_ or more_spares; an error if none does.
-  Result<std::string> set_up_spare(size_t i);
+  explicit Pipeline(PipelineOptions options)
+      : options_(options), stages_(options.stages), spares_{options.spares, options.more_spares} {}
   Status on_frame(StageFrame&& frame);  // the link's progress thread
   Status run_pass(const Batch& batch, std::span<float> x);
-  // Replaces the one stage that does not answer a ping with a spare, restored from replicas.
+  // Replaces the one stage that does not answer a ping with a spare (parallel/replace_lost.h).
   Status repair(const Error& failure);
-  Status restore_onto(const std::string& spare, size_t holder, const StageSetup& layers, bool from_replica);
 
   const PipelineOptions options_;
   std::vector<std::string> stages_;  // engine thread only (run_layers and what it calls)
-  std::vector<std::string> spares_;
+  Spares spares_;
   int replacements_ = 0;
   mutable std::mutex stages_mutex_;  // stages_ and replacements_ for the readers on other threads
   std::vector<StageSetup> setups_;

@@ -161,6 +161,7 @@ void encode_kv(const StageFrame& frame, Writer& out) {
   out.put<int32_t>(kv.layer_begin);
   out.put<int32_t>(kv.layer_end);
   out.put<uint8_t>(kv.replica ? 1 : 0);
+  out.put<int32_t>(kv.kv_heads);
   if (frame.kind != StageFrameKind::kKv) return;
   out.put<uint32_t>(static_cast<uint32_t>(kv.slots.size()));
   for (const auto& [block, slot] : kv.slots) {
@@ -181,6 +182,8 @@ Status decode_kv(Reader& in, const StageFrameLimits& limits, StageFrame& frame) 
   MNEMO_ASSIGN_OR_RETURN(const uint8_t replica, in.take<uint8_t>("replica flag"));
   if (replica > 1) return make_error("stage frame: replica flag {}", replica);
   kv.replica = replica == 1;
+  MNEMO_ASSIGN_OR_RETURN(kv.kv_heads, in.take<int32_t>("kv heads"));
+  if (kv.kv_heads < 0 || kv.kv_heads > 4096) return make_error("stage frame: {} KV heads", kv.kv_heads);
   if (frame.kind != StageFrameKind::kKv) return ok_status();
   MNEMO_ASSIGN_OR_RETURN(const uint32_t n_slots, in.count("slots", limits.max_slots, 8));
   kv.slots.resize(n_slots);

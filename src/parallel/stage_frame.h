@@ -30,9 +30,10 @@
 //          length i32) each | block count u32, block ids i32 | token count u32, tokens i32 |
 //          then the rows: (total tokens) x n_embd f32
 //   error: length u32, UTF-8 text
-//   kv:    layer_begin i32 | layer_end i32 | into replica u8 | slot count u32, (block i32,
-//          slot i32) each | token bytes u32 | then slot count x token bytes
-//   restore: layer_begin i32 | layer_end i32 | from replica u8   (the target is route[0])
+//   kv:    layer_begin i32 | layer_end i32 | into replica u8 | kv heads i32 | slot count u32,
+//          (block i32, slot i32) each | token bytes u32 | then slot count x token bytes
+//   restore: layer_begin i32 | layer_end i32 | from replica u8 | kv heads i32 (the target is
+//          route[0])
 //   ping, restored: nothing more
 //   tensor rows: layer i32 | part u8 | then as rows (the rows are the block's normed input; a
 //          tensor worker answers with a rows frame of its share of the block's output)
@@ -83,6 +84,9 @@ struct StageKv {
   std::vector<std::pair<BlockId, int32_t>> slots;  // kKv
   uint32_t token_bytes = 0;                        // kKv
   std::vector<uint8_t> bytes;                      // kKv: slots.size() * token_bytes
+  // The KV heads a token's bytes hold (a tensor rank's may differ from the receiver's own); 0:
+  // the receiver's.
+  int32_t kv_heads = 0;
 };
 
 struct StageFrame {

@@ -137,14 +137,20 @@ void StageWorker::run() {
       queue_.pop_front();
     }
     if (frame.kind == StageFrameKind::kTensorRows) {
-      const Status status = compute_tensor_part(frame);
+      bool pass_stored = false;
+      Status status = compute_tensor_part(frame, pass_stored);
+      // The pass's KV is all stored once the last layer's attention ran: replicated on the next
+      // rank (frame.replicas lists the ranks) before this rank answers, so every pass that
+      // completed is replicated.
+      if (status.ok() && pass_stored && !frame.replicas.empty()) {
+        status = replicate(frame, frame.replicas[(frame.microbatch + 1) % frame.replicas.size()]);
+      }
       {
         std::lock_guard lock(queue_mutex_);
         ++(status.ok() ? stats_.microbatches_run : stats_.microbatches_failed);
       }
       if (status.ok()) {
         frame.kind = StageFrameKind::kRows;
-        frame.microbatch = static_cast<uint32_t>(setup_.tensor_rank);
         const std::string coordinator = frame.route.back();
         frame.route.clear();
         (void)link_->send(coordinator, frame, options_.send_timeout_seconds);
@@ -186,8 +192,9 @@ void StageWorker::send_error(const StageFrame& about, const std::string& message
   (void)link_->send(about.route.back(), error, options_.send_timeout_seconds);
 }
 
-// A tensor worker's share of one layer's attention or FFN: the frame's rows in, its partial out.
-Status StageWorker::compute_tensor_part(StageFrame& frame) {
+// A tensor worker's share of one layer's attention or FFN: the frame's rows in, its partial out,
+// its rank as the frame's microbatch; `pass_stored`: this was the last layer's attention.
+Status StageWorker::compute_tensor_part(StageFrame& frame, bool& pass_stored) {
   std::lock_guard lock(model_mutex_);
   if (model_ == nullptr) return make_error("tensor worker at {} is not set up", endpoint());
   if (setup_.tensor_ranks < 2) return make_error("a pipeline stage at {} takes rows, not tensor parts", endpoint());
@@ -201,6 +208,8 @@ Status StageWorker::compute_tensor_part(StageFrame& frame) {
   frame.sequences = std::move(batch.sequences);
   if (!status.ok()) return make_error("tensor rank {} of {}: {}", setup_.tensor_rank, setup_.tensor_ranks, status.error().message());
   frame.rows = std::move(part);
+  frame.microbatch = static_cast<uint32_t>(setup_.tensor_rank);
+  pass_stored = frame.tensor_part == 0 && frame.tensor_layer == setup_.layer_end - 1;
   return ok_status();
 }
 

@@ -79,7 +79,7 @@ class StageWorker {
   Status set_up(const StageSetup& setup);
   void run();                           // the compute thread
   Status compute(StageFrame& frame);
-  Status compute_tensor_part(StageFrame& frame);
+  Status compute_tensor_part(StageFrame& frame, bool& pass_stored);
   void send_on(StageFrame&& frame);
   void send_error(const StageFrame& about, const std::string& message);
   // stage_worker_kv.cpp: replication and restores.

@@ -42,7 +42,7 @@ std::vector<StageFrame> gather_blocks(const KvStorage& pool, const std::vector<u
       frame.kind = StageFrameKind::kKv;
       frame.step = step;
       // What the target keeps it as: a stage's own KV is a replica there, a replica its own.
-      frame.kv = {what.layer_begin, what.layer_end, !what.replica, {}, token_bytes, {}};
+      frame.kv = {what.layer_begin, what.layer_end, !what.replica, {}, token_bytes, {}, pool.layout().n_kv_heads};
       frames.push_back(std::move(frame));
     }
     StageKv& kv = frames.back().kv;
@@ -62,9 +62,10 @@ Status StageWorker::take_kv(const StageFrame& frame) {
   if (!kv.replica) {
     std::lock_guard lock(model_mutex_);
     if (model_ == nullptr) return make_error("stage at {} is not set up for KV", endpoint());
-    if (kv.layer_begin != setup_.layer_begin || kv.layer_end != setup_.layer_end) {
-      return make_error("KV of layers [{}, {}) for a stage of [{}, {})", kv.layer_begin, kv.layer_end, setup_.layer_begin,
-                        setup_.layer_end);
+    if (kv.layer_begin != setup_.layer_begin || kv.layer_end != setup_.layer_end ||
+        (kv.kv_heads != 0 && kv.kv_heads != kv_->layout().n_kv_heads)) {
+      return make_error("KV of layers [{}, {}), {} KV heads, for a stage of [{}, {}), {}", kv.layer_begin, kv.layer_end, kv.kv_heads,
+                        setup_.layer_begin, setup_.layer_end, kv_->layout().n_kv_heads);
     }
     return scatter_slots(kv, *kv_, written_);
   }
@@ -73,10 +74,12 @@ Status StageWorker::take_kv(const StageFrame& frame) {
   if (kv.layer_end > model_layers_) {
     return make_error("a replica of layers [{}, {}) of a model of {}", kv.layer_begin, kv.layer_end, model_layers_);
   }
+  const int32_t kv_heads = kv.kv_heads > 0 ? kv.kv_heads : replica_layout_.n_kv_heads;
   auto it = replicas_.find(kv.layer_begin);
-  if (it == replicas_.end() || it->second.layer_end != kv.layer_end) {
+  if (it == replicas_.end() || it->second.layer_end != kv.layer_end || it->second.kv->layout().n_kv_heads != kv_heads) {
     KvLayout layout = replica_layout_;
     layout.n_layers = kv.layer_end - kv.layer_begin;
+    layout.n_kv_heads = kv_heads;
     const int32_t n_blocks = replica_n_blocks_;
     ReplicaStore store{kv.layer_end, std::make_unique<KvStorage>(layout, n_blocks),
                        std::vector<uint8_t>(static_cast<size_t>(n_blocks), 0)};
@@ -96,6 +99,7 @@ Status StageWorker::replicate(const StageFrame& rows, const std::string& holder)
     frame.kv.layer_end = setup_.layer_end;
     frame.kv.replica = true;
     frame.kv.token_bytes = token_kv_bytes(kv_->layout(), kv_->layout().n_layers);
+    frame.kv.kv_heads = kv_->layout().n_kv_heads;
     for (const SequenceInput& seq : rows.sequences) {
       for (const QueryRange& r : seq.ranges) {
         for (int32_t pos = r.start; pos < r.end(); ++pos) {

@@ -31,11 +31,22 @@ Result<std::unique_ptr<TensorParallel>> TensorParallel::connect(const std::strin
     if (!status.ok()) {
       return make_error("tensor rank {} of {} ({}): {}", r, ranks, options.workers[static_cast<size_t>(r)], status.error().message());
     }
+    tp->setups_.push_back(frame.setup);
   }
   return tp;
 }
 
 TensorParallel::~TensorParallel() { link_.reset(); }
+
+std::vector<std::string> TensorParallel::ranks() const {
+  std::lock_guard lock(ranks_mutex_);
+  return workers_;
+}
+
+int TensorParallel::replacements() const {
+  std::lock_guard lock(ranks_mutex_);
+  return replacements_;
+}
 
 Status TensorParallel::all_reduce(const Batch& batch, int32_t il, uint8_t part, std::span<const float> h, std::vector<float>& sum) {
   StageFrame frame;
@@ -54,11 +65,14 @@ Status TensorParallel::all_reduce(const Batch& batch, int32_t il, uint8_t part, 
     frame.sequences.push_back(std::move(seq));
   }
   frame.rows.assign(h.begin(), h.end());
-  for (size_t r = 0; r < options_.workers.size(); ++r) {
-    const Status sent = link_->send(options_.workers[r], frame, options_.step_timeout_seconds);
-    if (!sent.ok()) return make_error("tensor rank {} ({}): {}", r, options_.workers[r], sent.error().message());
+  // The pass's KV is all stored after the last layer's attention: replicated then, when a spare
+  // could need it.
+  if (!options_.spares.empty() && part == 0 && il == model_.config().n_layers - 1) frame.replicas = workers_;
+  for (size_t r = 0; r < workers_.size(); ++r) {
+    const Status sent = link_->send(workers_[r], frame, options_.step_timeout_seconds);
+    if (!sent.ok()) return make_error("tensor rank {} ({}): {}", r, workers_[r], sent.error().message());
   }
-  MNEMO_RETURN_IF_ERROR(answers_.await(options_.workers.size(), options_.step_timeout_seconds, "tensor-parallel step"));
+  MNEMO_RETURN_IF_ERROR(answers_.await(workers_.size(), options_.step_timeout_seconds, "tensor-parallel step"));
   sum.assign(h.size(), 0.0f);
   for (auto& [rank, share] : answers_.take_arrived()) {  // in rank order
     if (share.rows.size() != h.size()) {
@@ -70,6 +84,26 @@ Status TensorParallel::all_reduce(const Batch& batch, int32_t il, uint8_t part, 
 }
 
 Status TensorParallel::run_layers(const Batch& batch, std::span<float> x) {
+  if (spares_.given.empty()) return run_pass(batch, x);
+  const std::vector<float> input(x.begin(), x.end());  // a failed pass runs again from here
+  for (size_t replaced = 0;; ++replaced) {
+    const Status status = run_pass(batch, x);
+    if (status.ok() || replaced == workers_.size()) return status;
+    std::vector<std::string> workers = workers_;
+    MNEMO_ASSIGN_OR_RETURN(const size_t lost,
+                           replace_lost_worker(*link_, answers_, workers, setups_, spares_,
+                                               {options_.ping_timeout_seconds, options_.setup_timeout_seconds, options_.step_timeout_seconds},
+                                               status.error()));
+    {
+      std::lock_guard lock(ranks_mutex_);
+      workers_[lost] = workers[lost];
+      ++replacements_;
+    }
+    std::copy(input.begin(), input.end(), x.begin());
+  }
+}
+
+Status TensorParallel::run_pass(const Batch& batch, std::span<float> x) {
   const ModelConfig& c = model_.config();
   const int64_t n = c.n_embd;
   const int64_t rows = static_cast<int64_t>(x.size()) / n;

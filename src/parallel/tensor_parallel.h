@@ -14,16 +14,21 @@
 // and tests/parallel/tensor_parallel_test.cpp).
 //
 // Failure behaviour: connect() fails, naming the rank, if a worker cannot be reached or refuses
-// its setup (another model; heads that cannot split so). A pass fails, its requests ending with
-// an error, when a rank reports an error or does not answer within step_timeout_seconds. A lost
-// rank is not replaced yet (its KV heads have no replica).
+// its setup (another model; heads that cannot split so). Each rank's KV heads are replicated on
+// the next rank after every pass (before it answers the pass's last attention). When a step
+// fails (a rank reports an error or does not answer within step_timeout_seconds), a rank that
+// does not answer a ping is replaced by a spare, its KV restored (parallel/replace_lost.h), and
+// the whole pass runs again from its input; otherwise, without a spare, or with two ranks lost,
+// the pass fails and its requests end with an error.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "model/model.h"
+#include "parallel/replace_lost.h"
 #include "parallel/stage_link.h"
 #include "parallel/step_answers.h"
 
@@ -33,8 +38,10 @@ struct TensorParallelOptions {
   std::vector<std::string> workers;  // in rank order
   std::string host = "127.0.0.1";    // where this coordinator's link listens for the shares
   std::string cluster_secret;        // empty: unsigned, loopback only
+  std::vector<std::string> spares;   // workers that replace a lost rank, in order
   double setup_timeout_seconds = 300;
   double step_timeout_seconds = 120;
+  double ping_timeout_seconds = 3;
 };
 
 class TensorParallel : public LayerRunner {
@@ -47,14 +54,24 @@ class TensorParallel : public LayerRunner {
   ~TensorParallel() override;
 
   Status run_layers(const Batch& batch, std::span<float> x) override;
+  // The ranks' endpoints now (a replaced rank's spare in its place), and how many were replaced.
+  std::vector<std::string> ranks() const;
+  int replacements() const;
 
  private:
-  TensorParallel(const Model& model, TensorParallelOptions options) : model_(model), options_(std::move(options)) {}
+  TensorParallel(const Model& model, TensorParallelOptions options)
+      : model_(model), options_(options), workers_(options.workers), spares_{options.spares, nullptr} {}
+  Status run_pass(const Batch& batch, std::span<float> x);
   // Sends h to every rank as layer il's block `part` and leaves the ranks' shares summed in `sum`.
   Status all_reduce(const Batch& batch, int32_t il, uint8_t part, std::span<const float> h, std::vector<float>& sum);
 
   const Model& model_;
   const TensorParallelOptions options_;
+  std::vector<std::string> workers_;  // engine thread; copied for other readers under ranks_mutex_
+  std::vector<StageSetup> setups_;
+  Spares spares_;
+  int replacements_ = 0;
+  mutable std::mutex ranks_mutex_;
   StepAnswers answers_;
   std::unique_ptr<StageLink> link_;  // last: its thread calls answers_
 };

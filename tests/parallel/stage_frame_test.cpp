@@ -67,6 +67,7 @@ void expect_same(const StageFrame& a, const StageFrame& b) {
   EXPECT_EQ(a.kv.slots, b.kv.slots);
   EXPECT_EQ(a.kv.token_bytes, b.kv.token_bytes);
   EXPECT_EQ(a.kv.bytes, b.kv.bytes);
+  EXPECT_EQ(a.kv.kv_heads, b.kv.kv_heads);
   EXPECT_EQ(a.tensor_layer, b.tensor_layer);
   EXPECT_EQ(a.tensor_part, b.tensor_part);
 }
@@ -99,7 +100,7 @@ TEST(StageFrame, EveryKindRoundTrips) {
   StageFrame kv;
   kv.kind = StageFrameKind::kKv;
   kv.step = 3;
-  kv.kv = {4, 9, true, {{7, 0}, {7, 1}, {2, 15}}, 5, std::vector<uint8_t>(15, 0xab)};
+  kv.kv = {4, 9, true, {{7, 0}, {7, 1}, {2, 15}}, 5, std::vector<uint8_t>(15, 0xab), 3};
   StageFrame restore;
   restore.kind = StageFrameKind::kRestore;
   restore.route = {"127.0.0.1:1", "127.0.0.1:2"};

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "parallel/stage_worker.h"
@@ -28,7 +29,7 @@ struct Rig {
   Result<std::unique_ptr<TensorParallel>> tp = make_error("not connected");
 };
 
-Rig make_rig(const TinyModelSpec& spec, const std::string& name, int ranks) {
+Rig make_rig(const TinyModelSpec& spec, const std::string& name, int ranks, int spares = 0) {
   Rig rig;
   rig.path = mnemo::testing::write_tiny_model(spec, name);
   auto whole = Model::load(rig.path);
@@ -43,13 +44,13 @@ Rig make_rig(const TinyModelSpec& spec, const std::string& name, int ranks) {
   TensorParallelOptions options;
   options.step_timeout_seconds = 5;
   options.setup_timeout_seconds = 10;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r = 0; r < ranks + spares; ++r) {
     StageWorkerOptions w;
     w.model_path = rig.path;
     w.threads = 1;
     auto worker = StageWorker::start(w);
     EXPECT_TRUE(worker.ok());
-    options.workers.push_back((*worker)->endpoint());
+    (r < ranks ? options.workers : options.spares).push_back((*worker)->endpoint());
     rig.workers.push_back(std::move(*worker));
   }
   rig.tp = TensorParallel::connect(rig.path, *rig.coordinator, kBlockSize, DType::F32, kBlocks, options);
@@ -57,8 +58,9 @@ Rig make_rig(const TinyModelSpec& spec, const std::string& name, int ranks) {
   return rig;
 }
 
-// The logits of a prefill and three decode steps of two sequences, through `model`.
-std::vector<float> run(Model& model, int32_t n_vocab) {
+// The logits of a prefill and three decode steps of two sequences, through `model`; `between(i)`
+// runs before step i.
+std::vector<float> run(Model& model, int32_t n_vocab, const std::function<void(size_t)>& between = nullptr) {
   ThreadPool pool(1);
   KvStorage kv(model.kv_layout(kBlockSize, DType::F32), kBlocks);
   std::mt19937 rng(3);
@@ -67,7 +69,10 @@ std::vector<float> run(Model& model, int32_t n_vocab) {
     for (TokenId& t : p) t = static_cast<TokenId>(rng() % static_cast<uint32_t>(n_vocab));
   }
   std::vector<float> logits;
-  for (const auto& [start, length] : std::vector<std::pair<int32_t, int32_t>>{{0, 12}, {12, 1}, {13, 1}, {14, 2}}) {
+  const std::vector<std::pair<int32_t, int32_t>> steps = {{0, 12}, {12, 1}, {13, 1}, {14, 2}};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto [start, length] = steps[i];
+    if (between) between(i);
     Batch batch;
     for (size_t s = 0; s < prompts.size(); ++s) {
       SequenceInput seq;
@@ -116,6 +121,35 @@ TEST(TensorParallel, TwoRanksOfLlamaAndGemmaComputeTheWholeModel) {
     EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0) << "the same bits on every run";
     // Two blocks a layer, four passes, each on both ranks.
     for (const auto& w : rig.workers) EXPECT_EQ(w->stats().microbatches_run, 2u * 4u * 2u * static_cast<uint64_t>(spec.n_layers));
+    std::remove(rig.path.c_str());
+  }
+}
+
+// A rank lost between two steps: the next pass fails, the spare takes its place with its KV
+// heads restored from the replica on the next rank (and the replica it held from the rank
+// before), and the pass runs again: every logit is the failure-free run's, bit for bit.
+TEST(TensorParallel, ASpareTakesALostRanksPlaceWithItsKvRestored) {
+  TinyModelSpec spec;  // SmolLM2's grouping: 9 query heads in 3 groups, ranks of 6 and 3
+  spec.n_heads = 9;
+  spec.n_kv_heads = 3;
+  spec.n_ff = 1024;
+  spec.seed = 8;
+  for (const size_t lost : {size_t{0}, size_t{1}}) {
+    Rig reference = make_rig(spec, "tensor_parallel_reference", 2);
+    ASSERT_TRUE(reference.tp.ok());
+    const std::vector<float> want = run(*reference.coordinator, spec.n_vocab);
+    std::remove(reference.path.c_str());
+    Rig rig = make_rig(spec, "tensor_parallel_loss", 2, 1);
+    ASSERT_TRUE(rig.tp.ok()) << rig.tp.error().message();
+    const std::vector<float> got = run(*rig.coordinator, spec.n_vocab, [&](size_t step) {
+      if (step == 2) rig.workers[lost].reset();
+    });
+    ASSERT_EQ(want.size(), got.size());
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "rank " << lost << " lost";
+    EXPECT_EQ((*rig.tp)->replacements(), 1);
+    EXPECT_EQ((*rig.tp)->ranks()[lost], rig.workers.back()->endpoint());
+    // The spare ran steps 2 and 3 only: two blocks a layer, two passes.
+    EXPECT_EQ(rig.workers.back()->stats().microbatches_run, 2u * 2u * static_cast<uint64_t>(spec.n_layers));
     std::remove(rig.path.c_str());
   }
 }

@@ -234,7 +234,7 @@ def kill_mid_stream_and_compare(pipeline, single, victim: Worker, spare: Worker,
     assert killed.is_set()
     assert results == want
     log = open(pipeline.stderr_path).read()
-    assert f"pipeline stage {lost}" in log and f"replaced by {spare.endpoint}" in log, pipeline.log_tail()
+    assert f"worker {lost} (" in log and f"replaced by {spare.endpoint}" in log, pipeline.log_tail()
     assert any("stage of layers" in line for line in spare.lines)
 
 
@@ -312,3 +312,19 @@ def test_tensor_parallel_ranks_answer_within_llama_cpps_noise_band(start_server,
         history.append({"role": "assistant", "content": "".join(got)})
     for w in ranks:
         assert any("stage of layers" in line for line in w.lines)
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_tensor_rank_killed_mid_stream_is_replaced_and_every_stream_completes_unchanged(start_server, workers, secret_file,
+                                                                                          lost):
+    """Two tensor ranks of SmolLM2 and a spare: the replies the ranks give without a failure
+    first, then the same two prompts streamed together while one rank is SIGKILLed: the spare
+    takes its place with its KV heads restored from the replica on the other rank, and both
+    streams end with the failure-free text (tensor parallelism is deterministic, and batch
+    invariant per rank)."""
+    model = chat_model_path()
+    ranks = [workers(model), workers(model)]
+    spare = workers(model)
+    tensor = start_server("--model", model, "-t", "1", "--cluster-secret-file", secret_file, "--tensor-worker", ranks[0].endpoint,
+                          "--tensor-worker", ranks[1].endpoint, "--spare-worker", spare.endpoint, "--pipeline-step-timeout", "20")
+    kill_mid_stream_and_compare(tensor, tensor, ranks[lost], spare, lost)
