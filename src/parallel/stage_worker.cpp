@@ -6,6 +6,13 @@
 #include "util/thread_name.h"
 
 namespace mnemo::parallel {
+namespace {
+
+// Frames waiting for the compute thread: a coordinator has a pass's microbatches (or one
+// restore) in flight; beyond this a sender is refused rather than queued without bound.
+constexpr size_t kMaxQueuedFrames = 1024;
+
+}  // namespace
 
 Result<std::unique_ptr<StageWorker>> StageWorker::start(const StageWorkerOptions& options) {
   MNEMO_ASSIGN_OR_RETURN(const uint64_t fingerprint, stage_model_fingerprint(options.model_path));
@@ -48,33 +55,31 @@ Status StageWorker::on_frame(StageFrame&& frame) {
     case StageFrameKind::kSetup:
       return set_up(frame.setup);
     case StageFrameKind::kRows:
-    case StageFrameKind::kTensorRows: {
+    case StageFrameKind::kTensorRows:
       if (frame.route.empty()) return make_error("a rows frame with no route: nowhere to send its result");
-      {
-        std::lock_guard lock(queue_mutex_);
-        queue_.push_back(std::move(frame));
-      }
-      queue_cv_.notify_one();
-      return ok_status();
-    }
+      return enqueue(std::move(frame));
     case StageFrameKind::kKv:
       return take_kv(frame);
     case StageFrameKind::kPing:
       return ok_status();
-    case StageFrameKind::kRestore: {
+    case StageFrameKind::kRestore:
       if (frame.route.size() != 2) return make_error("a restore names its target and the coordinator, {} endpoints here", frame.route.size());
-      {
-        std::lock_guard lock(queue_mutex_);
-        queue_.push_back(std::move(frame));
-      }
-      queue_cv_.notify_one();
-      return ok_status();
-    }
+      return enqueue(std::move(frame));
     case StageFrameKind::kError:
     case StageFrameKind::kRestored:
       break;
   }
   return make_error("a stage takes setup, rows, kv, restore and ping frames, not answers");
+}
+
+Status StageWorker::enqueue(StageFrame&& frame) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (queue_.size() >= kMaxQueuedFrames) return make_error("stage at {} is busy: {} frames queued", endpoint(), queue_.size());
+    queue_.push_back(std::move(frame));
+  }
+  queue_cv_.notify_one();
+  return ok_status();
 }
 
 Status StageWorker::set_up(const StageSetup& setup) {

@@ -76,6 +76,7 @@ class StageWorker {
  private:
   StageWorker(StageWorkerOptions options, uint64_t model_fingerprint);
   Status on_frame(StageFrame&& frame);  // the link's progress thread
+  Status enqueue(StageFrame&& frame);   // for the compute thread; refused when the queue is full
   Status set_up(const StageSetup& setup);
   void run();                           // the compute thread
   Status compute(StageFrame& frame);
