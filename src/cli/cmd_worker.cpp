@@ -1,6 +1,6 @@
-// `mnemo worker`: one stage of a pipeline (parallel/stage_worker.h). It holds nothing until a
-// coordinator (`mnemo serve --pipeline-stage`) sets it up with a range of the model's layers
-// and a KV pool, then runs the rows of every pass through them until a signal stops it.
+// `mnemo worker`: one stage of a pipeline or one tensor rank (parallel/stage_worker.h). It holds
+// nothing until a coordinator (`mnemo serve --pipeline-stage` or `--tensor-worker`) sets it up
+// with its share of the model and a KV pool, then runs every pass's share until a signal stops it.
 #include <csignal>
 #include <cstdio>
 
@@ -82,7 +82,8 @@ int run_worker(WorkerArgs& args) {
 
 void add_worker_command(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<WorkerArgs>();
-  CLI::App* cmd = app.add_subcommand("worker", "Run a pipeline stage: a range of a model's layers for `mnemo serve --pipeline-stage`");
+  CLI::App* cmd = app.add_subcommand("worker", "Run a worker of a model split across processes: a pipeline stage (`mnemo serve --pipeline-stage`) or a "
+      "tensor rank (`--tensor-worker`), as the coordinator sets it up");
   cmd->add_option("-m,--model", args->options.model_path, "The GGUF model (the coordinator's file; default: the chat model)");
   cmd->add_option("--host", args->options.host, "Address to listen on for the coordinator and the stage before")
       ->capture_default_str();
