@@ -1,6 +1,8 @@
 #include "cli/serve_pipeline.h"
 
 #include <cstdio>
+#include <functional>
+#include <string_view>
 
 namespace mnemo::cli {
 
@@ -14,6 +16,10 @@ void PipelineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--spare-worker,--pipeline-spare", spares,
                   "A `mnemo worker` endpoint that takes a lost stage's or tensor rank's place, its KV restored from the "
                   "replica the next one keeps (repeatable; needs two stages or ranks or more)");
+  cmd->add_option("--tensor-workers", tensor_from_cluster,
+                  "Take this many tensor ranks from the `mnemo worker --cluster` processes registered in "
+                  "--pipeline-cluster (waiting for them); every other one registered is a spare")
+      ->check(CLI::Range(2, 64));
   cmd->add_option("--pipeline-stages", stages_from_cluster,
                   "Take this many stages from the `mnemo worker --cluster` processes registered in --pipeline-cluster "
                   "(waiting for them); every other one registered is a spare")
@@ -33,7 +39,7 @@ void restrict_load_for_pipeline(const PipelineFlags& flags, LoadOptions& options
   options.layer_begin = 0;
   options.layer_end = 0;
   options.head = true;
-  options.layer_norms = !flags.tensor_workers.empty();
+  options.layer_norms = flags.tensor_parallel();
 }
 
 void restrict_engine_for_pipeline(EngineConfig& config) {
@@ -52,48 +58,65 @@ std::vector<std::string> registered_stages(const cluster::MemberWatcher& watcher
   return endpoints;
 }
 
+// Waits for `count` workers registered in the cluster; the first `count` endpoints (in the
+// watcher's order) as `workers`, the others appended to `spares`, and a source of more.
+Status take_registered(const PipelineFlags& flags, const std::string& cluster_name, const std::string& cluster_secret,
+                       int32_t count, std::string_view flag, ConnectedPipeline& connected, std::vector<std::string>& workers,
+                       std::vector<std::string>& spares, std::function<std::vector<std::string>()>& more) {
+  if (!workers.empty()) return make_error("{} takes its workers from the cluster: not with workers given by flag too", flag);
+  if (flags.etcd_url.empty()) return make_error("{} needs --pipeline-cluster, the etcd the workers register in", flag);
+  MNEMO_ASSIGN_OR_RETURN(connected.workers,
+                         cluster::MemberWatcher::start(flags.etcd_url, pipeline_stages_prefix(cluster_name), cluster_secret));
+  const auto enough = [&](const std::vector<cluster::InstanceInfo>& members) { return static_cast<int32_t>(members.size()) >= count; };
+  if (!connected.workers->wait_until(enough, flags.cluster_wait_seconds)) {
+    return make_error("{} workers registered in cluster '{}' after {} s, {} wants {}", connected.workers->members().size(),
+                      cluster_name, flags.cluster_wait_seconds, flag, count);
+  }
+  const std::vector<std::string> registered = registered_stages(*connected.workers);
+  workers.assign(registered.begin(), registered.begin() + count);
+  spares.insert(spares.end(), registered.begin() + count, registered.end());
+  more = [watcher = connected.workers.get()] { return registered_stages(*watcher); };
+  return ok_status();
+}
+
+Result<ConnectedPipeline> connect_tensor_parallel(const PipelineFlags& flags, const std::string& cluster_name,
+                                                  const std::string& model_path, const Model& model, const EngineConfig& config,
+                                                  const std::string& host, const std::string& cluster_secret) {
+  ConnectedPipeline connected;
+  if (!flags.stages.empty() || flags.stages_from_cluster > 0) {
+    return make_error("tensor ranks and a pipeline's stages (--pipeline-stage, --pipeline-stages) do not mix yet");
+  }
+  parallel::TensorParallelOptions tensor;
+  tensor.workers = flags.tensor_workers;
+  tensor.spares = flags.spares;
+  if (flags.tensor_from_cluster > 0) {
+    MNEMO_RETURN_IF_ERROR(take_registered(flags, cluster_name, cluster_secret, flags.tensor_from_cluster, "--tensor-workers",
+                                          connected, tensor.workers, tensor.spares, tensor.more_spares));
+  }
+  tensor.host = host;
+  tensor.cluster_secret = cluster_secret;
+  tensor.step_timeout_seconds = flags.step_timeout_seconds;
+  MNEMO_ASSIGN_OR_RETURN(connected.tensor, parallel::TensorParallel::connect(model_path, model, config.block_size, config.kv_dtype,
+                                                                             config.kv_blocks, tensor));
+  for (size_t r = 0; r < tensor.workers.size(); ++r) {
+    std::printf("mnemo: tensor rank %zu of %zu at %s\n", r, tensor.workers.size(), tensor.workers[r].c_str());
+  }
+  return connected;
+}
+
 }  // namespace
 
 Result<ConnectedPipeline> connect_pipeline(const PipelineFlags& flags, const std::string& cluster_name,
                                            const std::string& model_path, const Model& model, const EngineConfig& config,
                                            const std::string& host, const std::string& cluster_secret) {
+  if (flags.tensor_parallel()) return connect_tensor_parallel(flags, cluster_name, model_path, model, config, host, cluster_secret);
   ConnectedPipeline connected;
-  if (!flags.tensor_workers.empty()) {
-    if (!flags.stages.empty() || flags.stages_from_cluster > 0) {
-      return make_error("--tensor-worker and a pipeline's stages (--pipeline-stage, --pipeline-stages) do not mix yet");
-    }
-    parallel::TensorParallelOptions tensor;
-    tensor.workers = flags.tensor_workers;
-    tensor.spares = flags.spares;
-    tensor.host = host;
-    tensor.cluster_secret = cluster_secret;
-    tensor.step_timeout_seconds = flags.step_timeout_seconds;
-    MNEMO_ASSIGN_OR_RETURN(connected.tensor, parallel::TensorParallel::connect(model_path, model, config.block_size, config.kv_dtype,
-                                                                               config.kv_blocks, tensor));
-    for (size_t r = 0; r < flags.tensor_workers.size(); ++r) {
-      std::printf("mnemo: tensor rank %zu of %zu at %s\n", r, flags.tensor_workers.size(), flags.tensor_workers[r].c_str());
-    }
-    return connected;
-  }
   parallel::PipelineOptions options;
   options.stages = flags.stages;
   options.spares = flags.spares;
   if (flags.stages_from_cluster > 0) {
-    if (!flags.stages.empty()) return make_error("--pipeline-stages takes the stages from the cluster: no --pipeline-stage too");
-    if (flags.etcd_url.empty()) return make_error("--pipeline-stages needs --pipeline-cluster, the etcd the workers register in");
-    MNEMO_ASSIGN_OR_RETURN(connected.workers,
-                           cluster::MemberWatcher::start(flags.etcd_url, pipeline_stages_prefix(cluster_name), cluster_secret));
-    const auto enough = [&](const std::vector<cluster::InstanceInfo>& members) {
-      return static_cast<int32_t>(members.size()) >= flags.stages_from_cluster;
-    };
-    if (!connected.workers->wait_until(enough, flags.cluster_wait_seconds)) {
-      return make_error("{} workers registered in cluster '{}' after {} s, --pipeline-stages wants {}",
-                        connected.workers->members().size(), cluster_name, flags.cluster_wait_seconds, flags.stages_from_cluster);
-    }
-    const std::vector<std::string> registered = registered_stages(*connected.workers);
-    options.stages.assign(registered.begin(), registered.begin() + flags.stages_from_cluster);
-    options.spares.insert(options.spares.end(), registered.begin() + flags.stages_from_cluster, registered.end());
-    options.more_spares = [watcher = connected.workers.get()] { return registered_stages(*watcher); };
+    MNEMO_RETURN_IF_ERROR(take_registered(flags, cluster_name, cluster_secret, flags.stages_from_cluster, "--pipeline-stages",
+                                          connected, options.stages, options.spares, options.more_spares));
   }
   options.host = host;
   options.cluster_secret = cluster_secret;

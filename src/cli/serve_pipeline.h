@@ -34,13 +34,15 @@ struct PipelineFlags {
   std::vector<std::string> stages;
   std::vector<std::string> spares;
   std::vector<std::string> tensor_workers;  // tensor parallelism: the ranks, in order
+  int32_t tensor_from_cluster = 0;  // take this many tensor ranks from the workers registered in etcd
   int32_t stages_from_cluster = 0;  // take this many stages from the workers registered in etcd
   std::string etcd_url;
   double cluster_wait_seconds = 120;
   int32_t microbatches = 0;
   double step_timeout_seconds = 120;
 
-  bool enabled() const { return !stages.empty() || stages_from_cluster > 0 || !tensor_workers.empty(); }
+  bool tensor_parallel() const { return !tensor_workers.empty() || tensor_from_cluster > 0; }
+  bool enabled() const { return !stages.empty() || stages_from_cluster > 0 || tensor_parallel(); }
   void add_to(CLI::App* cmd);
 };
 

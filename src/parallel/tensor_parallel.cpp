@@ -67,7 +67,9 @@ Status TensorParallel::all_reduce(const Batch& batch, int32_t il, uint8_t part, 
   frame.rows.assign(h.begin(), h.end());
   // The pass's KV is all stored after the last layer's attention: replicated then, when a spare
   // could need it.
-  if (!options_.spares.empty() && part == 0 && il == model_.config().n_layers - 1) frame.replicas = workers_;
+  if ((!options_.spares.empty() || options_.more_spares) && part == 0 && il == model_.config().n_layers - 1) {
+    frame.replicas = workers_;
+  }
   for (size_t r = 0; r < workers_.size(); ++r) {
     const Status sent = link_->send(workers_[r], frame, options_.step_timeout_seconds);
     if (!sent.ok()) return make_error("tensor rank {} ({}): {}", r, workers_[r], sent.error().message());
@@ -84,7 +86,7 @@ Status TensorParallel::all_reduce(const Batch& batch, int32_t il, uint8_t part, 
 }
 
 Status TensorParallel::run_layers(const Batch& batch, std::span<float> x) {
-  if (spares_.given.empty()) return run_pass(batch, x);
+  if (spares_.given.empty() && !spares_.more) return run_pass(batch, x);
   const std::vector<float> input(x.begin(), x.end());  // a failed pass runs again from here
   for (size_t replaced = 0;; ++replaced) {
     const Status status = run_pass(batch, x);

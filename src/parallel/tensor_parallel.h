@@ -22,6 +22,7 @@
 // the pass fails and its requests end with an error.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,6 +40,8 @@ struct TensorParallelOptions {
   std::string host = "127.0.0.1";    // where this coordinator's link listens for the shares
   std::string cluster_secret;        // empty: unsigned, loopback only
   std::vector<std::string> spares;   // workers that replace a lost rank, in order
+  // More candidates when those run out (the workers registered in the cluster); null: none.
+  std::function<std::vector<std::string>()> more_spares;
   double setup_timeout_seconds = 300;
   double step_timeout_seconds = 120;
   double ping_timeout_seconds = 3;
@@ -60,7 +63,7 @@ class TensorParallel : public LayerRunner {
 
  private:
   TensorParallel(const Model& model, TensorParallelOptions options)
-      : model_(model), options_(options), workers_(options.workers), spares_{options.spares, nullptr} {}
+      : model_(model), options_(options), workers_(options.workers), spares_{options.spares, options.more_spares} {}
   Status run_pass(const Batch& batch, std::span<float> x);
   // Sends h to every rank as layer il's block `part` and leaves the ranks' shares summed in `sum`.
   Status all_reduce(const Batch& batch, int32_t il, uint8_t part, std::span<const float> h, std::vector<float>& sum);

@@ -328,3 +328,17 @@ def test_a_tensor_rank_killed_mid_stream_is_replaced_and_every_stream_completes_
     tensor = start_server("--model", model, "-t", "1", "--cluster-secret-file", secret_file, "--tensor-worker", ranks[0].endpoint,
                           "--tensor-worker", ranks[1].endpoint, "--spare-worker", spare.endpoint, "--pipeline-step-timeout", "20")
     kill_mid_stream_and_compare(tensor, tensor, ranks[lost], spare, lost)
+
+
+def test_tensor_ranks_and_their_spare_come_from_the_clusters_membership(start_server, workers, secret_file, etcd):
+    """Three workers register in etcd; the coordinator takes two as its tensor ranks
+    (--tensor-workers 2) and the third as the spare that replaces a rank killed mid-stream."""
+    model = chat_model_path()
+    registered = [workers(model, "--cluster", etcd, "--cluster-name", "tensor") for _ in range(3)]
+    tensor = start_server("--model", model, "-t", "1", "--cluster-secret-file", secret_file, "--tensor-workers", "2",
+                          "--pipeline-cluster", etcd, "--cluster-name", "tensor", "--pipeline-step-timeout", "20")
+    rank_endpoints = [m.group(1) for m in (re.search(r"tensor rank \d of 2 at (\S+)", line) for line in tensor.stdout_lines) if m]
+    assert len(rank_endpoints) == 2, tensor.log_tail()
+    by_endpoint = {w.endpoint: w for w in registered}
+    spare = next(w for w in registered if w.endpoint not in rank_endpoints)
+    kill_mid_stream_and_compare(tensor, tensor, by_endpoint[rank_endpoints[0]], spare, 0)
