@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "parallel/model_fingerprint.h"
+#include "parallel/token_kv.h"
 #include "util/thread_name.h"
 
 namespace mnemo::parallel {
@@ -141,51 +142,53 @@ void StageWorker::run() {
       frame = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (frame.kind == StageFrameKind::kTensorRows) {
-      bool pass_stored = false;
-      Status status = compute_tensor_part(frame, pass_stored);
-      // The pass's KV is all stored once the last layer's attention ran: replicated on the next
-      // rank (frame.replicas lists the ranks) before this rank answers, so every pass that
-      // completed is replicated.
-      if (status.ok() && pass_stored && !frame.replicas.empty()) {
-        status = replicate(frame, frame.replicas[(frame.microbatch + 1) % frame.replicas.size()]);
-      }
-      {
-        std::lock_guard lock(queue_mutex_);
-        ++(status.ok() ? stats_.microbatches_run : stats_.microbatches_failed);
-      }
-      if (status.ok()) {
-        frame.kind = StageFrameKind::kRows;
-        const std::string coordinator = frame.route.back();
-        frame.route.clear();
-        (void)link_->send(coordinator, frame, options_.send_timeout_seconds);
-      } else {
-        send_error(frame, status.error().message());
-      }
-      continue;
-    }
     if (frame.kind == StageFrameKind::kRestore) {
       const Status restored = restore(frame);
       if (!restored.ok()) send_error(frame, restored.error().message());
       continue;
     }
-    Status status = compute(frame);
-    if (status.ok() && !frame.replicas.empty()) {
-      const std::string holder = frame.replicas.front();
-      frame.replicas.erase(frame.replicas.begin());
-      status = replicate(frame, holder);
-    }
+    const bool tensor = frame.kind == StageFrameKind::kTensorRows;
+    const Status status = tensor ? run_tensor_part(frame) : run_rows(frame);
     {
       std::lock_guard lock(queue_mutex_);
       ++(status.ok() ? stats_.microbatches_run : stats_.microbatches_failed);
       stats_.tokens_replicated = tokens_replicated_;
     }
-    if (status.ok()) {
-      send_on(std::move(frame));
-    } else {
+    if (!status.ok()) {
       send_error(frame, status.error().message());
+    } else if (tensor) {  // this rank's share goes back to the coordinator
+      frame.kind = StageFrameKind::kRows;
+      const std::string coordinator = frame.route.back();
+      frame.route.clear();
+      (void)link_->send(coordinator, frame, options_.send_timeout_seconds);
+    } else {
+      send_on(std::move(frame));
     }
   }
+}
+
+// A pipeline stage's microbatch: its layers, then its KV to the frame's first replica holder.
+Status StageWorker::run_rows(StageFrame& frame) {
+  MNEMO_RETURN_IF_ERROR(compute(frame));
+  if (frame.replicas.empty()) return ok_status();
+  const std::string holder = frame.replicas.front();
+  frame.replicas.erase(frame.replicas.begin());
+  return replicate(frame, holder);
+}
+
+// A tensor rank's share of one block. The pass's KV is all stored once the last layer's
+// attention ran: replicated then on the next rank (frame.replicas lists the ranks), before this
+// rank answers, so every pass that completed is replicated.
+Status StageWorker::run_tensor_part(StageFrame& frame) {
+  bool pass_stored = false;
+  MNEMO_RETURN_IF_ERROR(compute_tensor_part(frame, pass_stored));
+  if (!pass_stored || frame.replicas.empty()) return ok_status();
+  return replicate(frame, frame.replicas[(frame.microbatch + 1) % frame.replicas.size()]);
+}
+
+// Marks the blocks `sequences` wrote (restores send only those). Caller holds model_mutex_.
+void StageWorker::mark_written(const std::vector<SequenceInput>& sequences) {
+  for (const auto& [block, slot] : written_slots(sequences, setup_.block_size)) written_[static_cast<size_t>(block)] = 1;
 }
 
 void StageWorker::send_error(const StageFrame& about, const std::string& message) {
@@ -212,6 +215,7 @@ Status StageWorker::compute_tensor_part(StageFrame& frame, bool& pass_stored) {
                                                frame.rows, part, *kv_, pool_);
   frame.sequences = std::move(batch.sequences);
   if (!status.ok()) return make_error("tensor rank {} of {}: {}", setup_.tensor_rank, setup_.tensor_ranks, status.error().message());
+  if (frame.tensor_part == 0) mark_written(frame.sequences);
   frame.rows = std::move(part);
   frame.microbatch = static_cast<uint32_t>(setup_.tensor_rank);
   pass_stored = frame.tensor_part == 0 && frame.tensor_layer == setup_.layer_end - 1;
@@ -235,13 +239,7 @@ Status StageWorker::compute(StageFrame& frame) {
   if (!status.ok()) {
     return make_error("stage of layers [{}, {}): {}", setup_.layer_begin, setup_.layer_end, status.error().message());
   }
-  for (const SequenceInput& seq : frame.sequences) {  // run_layers checked the tables cover the ranges
-    for (const QueryRange& r : seq.ranges) {
-      for (int32_t pos = r.start; pos < r.end(); pos += setup_.block_size - pos % setup_.block_size) {
-        written_[static_cast<size_t>(seq.block_table[static_cast<size_t>(pos / setup_.block_size)])] = 1;
-      }
-    }
-  }
+  mark_written(frame.sequences);
   return ok_status();
 }
 

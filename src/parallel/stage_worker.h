@@ -79,8 +79,11 @@ class StageWorker {
   Status enqueue(StageFrame&& frame);   // for the compute thread; refused when the queue is full
   Status set_up(const StageSetup& setup);
   void run();                           // the compute thread
+  Status run_rows(StageFrame& frame);
+  Status run_tensor_part(StageFrame& frame);
   Status compute(StageFrame& frame);
   Status compute_tensor_part(StageFrame& frame, bool& pass_stored);
+  void mark_written(const std::vector<SequenceInput>& sequences);
   void send_on(StageFrame&& frame);
   void send_error(const StageFrame& about, const std::string& message);
   // stage_worker_kv.cpp: replication and restores.

@@ -100,13 +100,7 @@ Status StageWorker::replicate(const StageFrame& rows, const std::string& holder)
     frame.kv.replica = true;
     frame.kv.token_bytes = token_kv_bytes(kv_->layout(), kv_->layout().n_layers);
     frame.kv.kv_heads = kv_->layout().n_kv_heads;
-    for (const SequenceInput& seq : rows.sequences) {
-      for (const QueryRange& r : seq.ranges) {
-        for (int32_t pos = r.start; pos < r.end(); ++pos) {
-          frame.kv.slots.emplace_back(seq.block_table[static_cast<size_t>(pos / setup_.block_size)], pos % setup_.block_size);
-        }
-      }
-    }
+    frame.kv.slots = written_slots(rows.sequences, setup_.block_size);
     frame.kv.bytes.resize(frame.kv.slots.size() * frame.kv.token_bytes);
     for (size_t i = 0; i < frame.kv.slots.size(); ++i) {
       gather_token_kv(*kv_, frame.kv.slots[i].first, frame.kv.slots[i].second, frame.kv.bytes.data() + i * frame.kv.token_bytes);

@@ -32,6 +32,18 @@ void gather_token_kv(const KvStorage& kv, BlockId block, int32_t slot, uint8_t* 
   });
 }
 
+std::vector<std::pair<BlockId, int32_t>> written_slots(const std::vector<SequenceInput>& sequences, int32_t block_size) {
+  std::vector<std::pair<BlockId, int32_t>> slots;
+  for (const SequenceInput& seq : sequences) {
+    for (const QueryRange& r : seq.ranges) {
+      for (int32_t pos = r.start; pos < r.end(); ++pos) {
+        slots.emplace_back(seq.block_table[static_cast<size_t>(pos / block_size)], pos % block_size);
+      }
+    }
+  }
+  return slots;
+}
+
 void scatter_token_kv(KvStorage& kv, BlockId block, int32_t slot, const uint8_t* in) {
   for_each_row(kv, block, slot, [&](uint8_t* row, size_t n) {
     std::memcpy(row, in, n);

@@ -5,13 +5,20 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "kv/kv_storage.h"
+#include "model/batch.h"
 
 namespace mnemo::parallel {
 
 // Preconditions: block < kv.n_blocks(), slot < the layout's block_size.
 void gather_token_kv(const KvStorage& kv, BlockId block, int32_t slot, uint8_t* out);
 void scatter_token_kv(KvStorage& kv, BlockId block, int32_t slot, const uint8_t* in);
+
+// The (block, slot) each token of `sequences` writes its KV to, in batch order: what a pass
+// stored. Precondition: the tables cover the ranges (as a forward pass checked).
+std::vector<std::pair<BlockId, int32_t>> written_slots(const std::vector<SequenceInput>& sequences, int32_t block_size);
 
 }  // namespace mnemo::parallel

@@ -154,6 +154,30 @@ TEST(TensorParallel, ASpareTakesALostRanksPlaceWithItsKvRestored) {
   }
 }
 
+// One rank lost, then the other: the second spare's KV comes from the replica the first spare
+// was given at its restore, so both losses leave the logits the failure-free run's.
+TEST(TensorParallel, BothRanksLostInTurnAreReplaced) {
+  TinyModelSpec spec;
+  spec.n_heads = 9;
+  spec.n_kv_heads = 3;
+  spec.n_ff = 1024;
+  spec.seed = 9;
+  Rig reference = make_rig(spec, "tensor_parallel_reference2", 2);
+  ASSERT_TRUE(reference.tp.ok());
+  const std::vector<float> want = run(*reference.coordinator, spec.n_vocab);
+  std::remove(reference.path.c_str());
+  Rig rig = make_rig(spec, "tensor_parallel_two_losses", 2, 2);
+  ASSERT_TRUE(rig.tp.ok()) << rig.tp.error().message();
+  const std::vector<float> got = run(*rig.coordinator, spec.n_vocab, [&](size_t step) {
+    if (step == 1) rig.workers[1].reset();
+    if (step == 3) rig.workers[0].reset();
+  });
+  ASSERT_EQ(want.size(), got.size());
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+  EXPECT_EQ((*rig.tp)->replacements(), 2);
+  std::remove(rig.path.c_str());
+}
+
 TEST(TensorParallel, ASplitTheHeadsCannotTakeIsRefusedAtSetup) {
   TinyModelSpec gemma;  // 4 query heads, one KV head: not over 3 ranks
   gemma.arch = Arch::kGemma3;
