@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "parallel/token_kv.h"
 #include "util/thread_name.h"
 
 namespace mnemo::parallel {
@@ -56,29 +57,36 @@ Status MicrobatchSwap::run(Batch& batch, int32_t first_layer, const std::functio
   // The blocks the ranges reach, each once (sequences may share a prefix's blocks).
   in_.clear();
   std::vector<std::vector<BlockId>> tables;
+  std::vector<size_t> needed;  // per sequence: the blocks its ranges reach
+  const auto forget_slots = [&] {  // slot_of_ is all kNoBlock between microbatches
+    for (BlockId id : in_) slot_of_[static_cast<size_t>(id)] = kNoBlock;
+  };
   for (SequenceInput& seq : batch.sequences) {
     const int32_t end = seq.ranges.empty() ? 0 : seq.ranges.back().end();
-    const size_t needed = static_cast<size_t>((end + block_size - 1) / block_size);
-    if (seq.block_table.size() < needed) return make_error("a block table of {} blocks does not reach position {}", seq.block_table.size(), end - 1);
-    for (size_t b = 0; b < needed; ++b) {
+    needed.push_back(static_cast<size_t>((end + block_size - 1) / block_size));
+    if (seq.block_table.size() < needed.back()) {
+      forget_slots();
+      return make_error("a block table of {} blocks does not reach position {}", seq.block_table.size(), end - 1);
+    }
+    for (size_t b = 0; b < needed.back(); ++b) {
       const BlockId id = seq.block_table[b];
-      if (id < 0 || id >= host_.n_blocks()) return make_error("block id {} outside the stage's {} blocks", id, host_.n_blocks());
+      if (id < 0 || id >= host_.n_blocks()) {
+        forget_slots();
+        return make_error("block id {} outside the stage's {} blocks", id, host_.n_blocks());
+      }
       if (slot_of_[static_cast<size_t>(id)] != kNoBlock) continue;
       slot_of_[static_cast<size_t>(id)] = static_cast<BlockId>(in_.size());
       in_.push_back(id);
     }
   }
-  const auto forget_slots = [&] {
-    for (BlockId id : in_) slot_of_[static_cast<size_t>(id)] = kNoBlock;
-  };
   if (static_cast<int32_t>(in_.size()) > device_.n_blocks()) {
     forget_slots();
     return make_error("a microbatch of {} blocks, the stage's pool holds {}", in_.size(), device_.n_blocks());
   }
-  for (SequenceInput& seq : batch.sequences) {
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    SequenceInput& seq = batch.sequences[s];
     tables.push_back(seq.block_table);
-    const size_t needed = static_cast<size_t>((seq.ranges.empty() ? 0 : seq.ranges.back().end() + block_size - 1) / block_size);
-    seq.block_table.resize(needed);
+    seq.block_table.resize(needed[s]);
     for (BlockId& id : seq.block_table) id = slot_of_[static_cast<size_t>(id)];
   }
   {
@@ -108,14 +116,8 @@ Status MicrobatchSwap::run(Batch& batch, int32_t first_layer, const std::functio
   batch.before_layer = nullptr;
   // The blocks the ranges wrote go back whole (their other slots came in with them).
   std::vector<uint8_t> written(in_.size(), 0);
-  for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    for (const QueryRange& r : batch.sequences[s].ranges) {
-      for (int32_t pos = r.start; pos < r.end(); pos += block_size - pos % block_size) {
-        written[static_cast<size_t>(batch.sequences[s].block_table[static_cast<size_t>(pos / block_size)])] = 1;
-      }
-    }
-    batch.sequences[s].block_table = std::move(tables[s]);
-  }
+  for (const auto& [slot, position] : written_slots(batch.sequences, block_size)) written[static_cast<size_t>(slot)] = 1;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) batch.sequences[s].block_table = std::move(tables[s]);
   for (size_t slot = 0; status.ok() && slot < in_.size(); ++slot) {
     if (written[slot] == 0) continue;
     std::memcpy(host_.block(in_[slot]), device_.block(static_cast<BlockId>(slot)), host_.block_bytes());

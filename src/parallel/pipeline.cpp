@@ -125,17 +125,9 @@ Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
     frame.route = route;
     frame.replicas = replicas;
     frame.n_embd = static_cast<int32_t>(n_embd);
+    frame.sequences = frame_sequences(batch, groups[m].first, groups[m].second);
     size_t tokens = 0;
-    for (size_t s = groups[m].first; s < groups[m].second; ++s) {
-      const SequenceInput& in = batch.sequences[s];
-      SequenceInput seq;
-      seq.tokens = in.tokens;
-      seq.ranges = in.ranges;
-      seq.block_table = in.block_table;
-      seq.logits = LogitsFor::kNone;
-      tokens += in.tokens.size();
-      frame.sequences.push_back(std::move(seq));
-    }
+    for (const SequenceInput& seq : frame.sequences) tokens += seq.tokens.size();
     first_row.push_back(row);
     frame.rows.assign(x.begin() + static_cast<std::ptrdiff_t>(row * n_embd),
                       x.begin() + static_cast<std::ptrdiff_t>((row + tokens) * n_embd));

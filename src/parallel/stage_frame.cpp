@@ -317,6 +317,20 @@ Result<StageFrame> decode_stage_frame(std::span<const uint8_t> bytes, const Stag
   return frame;
 }
 
+std::vector<SequenceInput> frame_sequences(const Batch& batch, size_t begin, size_t end) {
+  std::vector<SequenceInput> sequences;
+  for (size_t s = begin; s < end; ++s) {
+    const SequenceInput& in = batch.sequences[s];
+    SequenceInput seq;
+    seq.tokens = in.tokens;
+    seq.ranges = in.ranges;
+    seq.block_table = in.block_table;
+    seq.logits = LogitsFor::kNone;
+    sequences.push_back(std::move(seq));
+  }
+  return sequences;
+}
+
 Status check_rows_frame(const StageFrame& frame) {
   if (frame.kind != StageFrameKind::kRows && frame.kind != StageFrameKind::kTensorRows) return make_error("not a rows frame");
   size_t tokens = 0;

@@ -127,6 +127,9 @@ std::vector<uint8_t> encode_stage_frame(const StageFrame& frame);
 // Every field checked as the encoding above says; the error names the first one that is not.
 Result<StageFrame> decode_stage_frame(std::span<const uint8_t> bytes, const StageFrameLimits& limits = {});
 
+// Sequences [begin, end) of `batch` as a rows frame carries them: tokens, ranges, tables.
+std::vector<SequenceInput> frame_sequences(const Batch& batch, size_t begin, size_t end);
+
 // Whether `frame` is a rows frame whose rows match its tokens (n_embd floats each) and whose
 // ranges cover its tokens.
 Status check_rows_frame(const StageFrame& frame);

@@ -48,37 +48,23 @@ int TensorParallel::replacements() const {
   return replacements_;
 }
 
-Status TensorParallel::all_reduce(const Batch& batch, int32_t il, uint8_t part, std::span<const float> h, std::vector<float>& sum) {
-  StageFrame frame;
-  frame.kind = StageFrameKind::kTensorRows;
+Status TensorParallel::all_reduce(StageFrame& frame, int32_t il, uint8_t part, std::vector<float>& sum) {
   frame.step = answers_.begin();
-  frame.route = {link_->endpoint()};
-  frame.n_embd = model_.config().n_embd;
   frame.tensor_layer = il;
   frame.tensor_part = part;
-  for (const SequenceInput& in : batch.sequences) {
-    SequenceInput seq;
-    seq.tokens = in.tokens;
-    seq.ranges = in.ranges;
-    seq.block_table = in.block_table;
-    seq.logits = LogitsFor::kNone;
-    frame.sequences.push_back(std::move(seq));
-  }
-  frame.rows.assign(h.begin(), h.end());
   // The pass's KV is all stored after the last layer's attention: replicated then, when a spare
   // could need it.
-  if ((!options_.spares.empty() || options_.more_spares) && part == 0 && il == model_.config().n_layers - 1) {
-    frame.replicas = workers_;
-  }
+  const bool replicate = (!options_.spares.empty() || options_.more_spares) && part == 0 && il == model_.config().n_layers - 1;
+  frame.replicas = replicate ? workers_ : std::vector<std::string>();
   for (size_t r = 0; r < workers_.size(); ++r) {
     const Status sent = link_->send(workers_[r], frame, options_.step_timeout_seconds);
     if (!sent.ok()) return make_error("tensor rank {} ({}): {}", r, workers_[r], sent.error().message());
   }
   MNEMO_RETURN_IF_ERROR(answers_.await(workers_.size(), options_.step_timeout_seconds, "tensor-parallel step"));
-  sum.assign(h.size(), 0.0f);
+  sum.assign(frame.rows.size(), 0.0f);
   for (auto& [rank, share] : answers_.take_arrived()) {  // in rank order
-    if (share.rows.size() != h.size()) {
-      return make_error("tensor rank {} answered {} floats, not {}", rank, share.rows.size(), h.size());
+    if (share.rows.size() != sum.size()) {
+      return make_error("tensor rank {} answered {} floats, not {}", rank, share.rows.size(), sum.size());
     }
     kernels::add_inplace(sum.data(), share.rows.data(), static_cast<int64_t>(sum.size()));
   }
@@ -109,13 +95,20 @@ Status TensorParallel::run_pass(const Batch& batch, std::span<float> x) {
   const ModelConfig& c = model_.config();
   const int64_t n = c.n_embd;
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
-  std::vector<float> h(x.size()), sum;
+  // One frame for the pass: its sequences go out with every block; the rows are each block's input.
+  StageFrame frame;
+  frame.kind = StageFrameKind::kTensorRows;
+  frame.route = {link_->endpoint()};
+  frame.n_embd = c.n_embd;
+  frame.sequences = frame_sequences(batch, 0, batch.sequences.size());
+  frame.rows.resize(x.size());
+  std::vector<float> sum;
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& w = model_.weights().layers[static_cast<size_t>(il)];
     for (uint8_t part = 0; part < 2; ++part) {
       const Vector& norm = part == 0 ? w.attn_norm : w.ffn_norm;
-      for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(x.data() + r * n, norm, h.data() + r * n, n, c.rms_eps);
-      MNEMO_RETURN_IF_ERROR(all_reduce(batch, il, part, h, sum));
+      for (int64_t r = 0; r < rows; ++r) kernels::rms_norm(x.data() + r * n, norm, frame.rows.data() + r * n, n, c.rms_eps);
+      MNEMO_RETURN_IF_ERROR(all_reduce(frame, il, part, sum));
       const Vector& post = part == 0 ? w.post_attn_norm : w.post_ffn_norm;
       for (int64_t r = 0; r < rows; ++r) {
         if (c.has_post_norms) kernels::rms_norm(sum.data() + r * n, post, sum.data() + r * n, n, c.rms_eps);

@@ -65,8 +65,9 @@ class TensorParallel : public LayerRunner {
   TensorParallel(const Model& model, TensorParallelOptions options)
       : model_(model), options_(options), workers_(options.workers), spares_{options.spares, options.more_spares} {}
   Status run_pass(const Batch& batch, std::span<float> x);
-  // Sends h to every rank as layer il's block `part` and leaves the ranks' shares summed in `sum`.
-  Status all_reduce(const Batch& batch, int32_t il, uint8_t part, std::span<const float> h, std::vector<float>& sum);
+  // Sends the pass's frame (its rows: the block's normed input) to every rank as layer il's
+  // block `part`, and leaves the ranks' shares summed in `sum`.
+  Status all_reduce(StageFrame& frame, int32_t il, uint8_t part, std::vector<float>& sum);
 
   const Model& model_;
   const TensorParallelOptions options_;
