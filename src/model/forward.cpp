@@ -91,38 +91,39 @@ Status Model::forward(const Batch& batch, KvStorage& kv, ThreadPool& pool, Forwa
 
 Status Model::run_layers(const Batch& batch, std::span<float> x, KvStorage& kv, ThreadPool& pool) {
   if (weights_.shard.ranks > 1) return make_error("a tensor shard computes partial layers (tensor_partial), not whole ones");
-  MNEMO_RETURN_IF_ERROR(validate(batch, kv, layer_end_ - layer_begin_));
   Pass p{batch, kv, pool, layer_begin_, {}, {}, 0, 0, 0, 0, 0, {}};
-  flatten(p);
-  const size_t rows_floats = static_cast<size_t>(p.T * config_.n_embd);
-  if (x.size() != rows_floats) {
-    return make_error("stage input holds {} floats for {} rows of {}", x.size(), p.T, config_.n_embd);
-  }
-  prepare(p);
-  std::copy(x.begin(), x.end(), scratch_.x.begin());
+  MNEMO_RETURN_IF_ERROR(begin_pass_over(p, x, scratch_.x));
   run_local_layers(p, layer_begin_, layer_end_);
-  std::copy(scratch_.x.begin(), scratch_.x.begin() + static_cast<std::ptrdiff_t>(rows_floats), x.begin());
+  std::copy(scratch_.x.begin(), scratch_.x.begin() + static_cast<std::ptrdiff_t>(x.size()), x.begin());
   return ok_status();
 }
 
 Status Model::tensor_partial(const Batch& batch, int32_t il, TensorPart part, std::span<const float> h,
                              std::span<float> out, KvStorage& kv, ThreadPool& pool) {
   if (il < layer_begin_ || il >= layer_end_) return make_error("layer {} is not among this model's [{}, {})", il, layer_begin_, layer_end_);
-  MNEMO_RETURN_IF_ERROR(validate(batch, kv, layer_end_ - layer_begin_));
+  if (out.size() != h.size()) return make_error("a tensor part of {} floats answered in {}", h.size(), out.size());
   Pass p{batch, kv, pool, layer_begin_, {}, {}, 0, 0, 0, 0, 0, {}};
-  flatten(p);
-  const size_t rows_floats = static_cast<size_t>(p.T * config_.n_embd);
-  if (h.size() != rows_floats || out.size() != rows_floats) {
-    return make_error("tensor part of {} and {} floats for {} rows of {}", h.size(), out.size(), p.T, config_.n_embd);
-  }
-  prepare(p);
-  std::copy(h.begin(), h.end(), scratch_.h.begin());
+  MNEMO_RETURN_IF_ERROR(begin_pass_over(p, h, scratch_.h));
   if (part == TensorPart::kAttention) {
     attention_core(p, il);
   } else {
     ffn_core(p, il);
   }
-  std::copy(scratch_.h.begin(), scratch_.h.begin() + static_cast<std::ptrdiff_t>(rows_floats), out.begin());
+  std::copy(scratch_.h.begin(), scratch_.h.begin() + static_cast<std::ptrdiff_t>(out.size()), out.begin());
+  return ok_status();
+}
+
+// A pass over rows given from outside (a stage's, a shard's): the batch checked against a pool of
+// this model's layers, its rows flattened, the buffers sized and `rows` (n_embd floats a token)
+// copied into `into`.
+Status Model::begin_pass_over(Pass& p, std::span<const float> rows, std::vector<float>& into) {
+  MNEMO_RETURN_IF_ERROR(validate(p.batch, p.kv, layer_end_ - layer_begin_));
+  flatten(p);
+  if (rows.size() != static_cast<size_t>(p.T * config_.n_embd)) {
+    return make_error("{} floats of rows for {} tokens of {}", rows.size(), p.T, config_.n_embd);
+  }
+  prepare(p);
+  std::copy(rows.begin(), rows.end(), into.begin());
   return ok_status();
 }
 

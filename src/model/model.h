@@ -81,6 +81,7 @@ class Model {
   struct Pass;
   void flatten(Pass& p);
   void prepare(Pass& p);
+  Status begin_pass_over(Pass& p, std::span<const float> rows, std::vector<float>& into);
   void embed(Pass& p);
   void run_local_layers(Pass& p, int32_t begin, int32_t end);
   void attention_block(Pass& p, int32_t il);
