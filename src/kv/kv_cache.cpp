@@ -94,6 +94,16 @@ KvPoolConfig two_tier(int32_t device_blocks, int32_t host_blocks) {
   return c;
 }
 
+// A remote device's blocks come back whole at match time and never shrink into device slots:
+// both would need the workers' bytes mid-pass (kv/remote_device.h).
+KvPoolConfig for_device(KvPoolConfig config) {
+  if (config.remote_device != nullptr) {
+    config.layerwise_swap_in = false;
+    config.compact_on_device = false;
+  }
+  return config;
+}
+
 KvCodec codec_for(const KvLayout& layout, std::optional<KvType> type) {
   if (!type) return KvCodec::identity(layout);
   auto codec = KvCodec::make(layout, *type);
@@ -124,7 +134,7 @@ KvCache::DiskPayload KvCache::disk_payload(const KvLayout& layout, const KvPoolC
 }
 
 KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
-    : config_(std::move(config)),
+    : config_(for_device(std::move(config))),
       device_codec_(KvCodec::identity(layout)),
       host_codec_(codec_for(layout, config_.host_type)),
       disk_codec_(codec_for(layout, config_.disk_type)),
@@ -188,6 +198,26 @@ KvCache::~KvCache() {
 
 double KvCache::now() const { return config_.clock(); }
 
+bool KvCache::pull_device(std::span<const BlockId> blocks) {
+  if (config_.remote_device == nullptr || blocks.empty()) return true;
+  if (!config_.remote_device->pull(blocks, device_).ok()) {
+    ++counters_.remote_failures;
+    return false;
+  }
+  counters_.remote_pulled_blocks += static_cast<int64_t>(blocks.size());
+  return true;
+}
+
+bool KvCache::push_device(std::span<const BlockId> blocks) {
+  if (config_.remote_device == nullptr || blocks.empty()) return true;
+  if (!config_.remote_device->push(blocks, device_).ok()) {
+    ++counters_.remote_failures;
+    return false;
+  }
+  counters_.remote_pushed_blocks += static_cast<int64_t>(blocks.size());
+  return true;
+}
+
 int32_t KvCache::blocks_needed(const KvTable& table, int32_t begin, int32_t end) const {
   if (end <= begin) return 0;
   const int32_t bs = block_size();
@@ -209,15 +239,31 @@ bool KvCache::prepare_write(KvTable& table, int32_t begin, int32_t end) {
   if (end <= begin) return true;
   const int32_t bs = block_size();
   std::vector<BlockId>& ids = table.ids_;
+  // Copy-on-write: this sequence gets its own copy of each shared block. Planned first, so that
+  // copies a remote device cannot make leave the table as it was.
+  std::vector<std::pair<BlockId, BlockId>> copies;  // (shared, its copy)
   size_t next = 0;
+  for (int32_t b = begin / bs; b <= (end - 1) / bs; ++b) {
+    const auto chunk = static_cast<size_t>(b);
+    if (chunk >= ids.size()) {
+      ++next;
+    } else if (device_alloc_.ref_count(ids[chunk]) > 1) {
+      copies.emplace_back(ids[chunk], (*fresh)[next++]);
+    }
+  }
+  if (config_.remote_device != nullptr && !copies.empty() && !config_.remote_device->copy(copies).ok()) {
+    ++counters_.remote_failures;
+    for (BlockId id : *fresh) device_alloc_.release(id);
+    return false;
+  }
+  next = 0;
   for (int32_t b = begin / bs; b <= (end - 1) / bs; ++b) {
     const auto chunk = static_cast<size_t>(b);
     if (chunk >= ids.size()) {
       ids.push_back((*fresh)[next++]);
     } else if (device_alloc_.ref_count(ids[chunk]) > 1) {
-      // Copy-on-write: this sequence gets its own copy of the shared block.
       const BlockId copy = (*fresh)[next++];
-      std::memcpy(device_.block(copy), device_.block(ids[chunk]), chunk_bytes());
+      if (config_.remote_device == nullptr) std::memcpy(device_.block(copy), device_.block(ids[chunk]), chunk_bytes());
       device_alloc_.release(ids[chunk]);
       ids[chunk] = copy;
     }
@@ -301,6 +347,10 @@ bool KvCache::swap_out(KvTable& table) {
   // Into blocks of the device's type: a preempted sequence resumes exactly as it would have run.
   auto host = allocate_exact_host(n);
   if (!host) return false;
+  if (!pull_device(table.blocks())) {
+    for (BlockId b : *host) release_host(b);
+    return false;
+  }
   for (size_t i = 0; i < table.size(); ++i) std::memcpy(host_copy((*host)[i], false).bytes, device_.block(table[i]), chunk_bytes());
   swapped_out_blocks_ += n;
   counters_.bytes_device_to_host += static_cast<int64_t>(chunk_bytes()) * n;
@@ -317,6 +367,10 @@ bool KvCache::swap_in(KvTable& table) {
   auto device = device_alloc_.allocate(n);
   if (!device) return false;
   for (size_t i = 0; i < table.size(); ++i) std::memcpy(device_.block((*device)[i]), host_copy(table[i], false).bytes, chunk_bytes());
+  if (!push_device(*device)) {
+    for (BlockId b : *device) device_alloc_.release(b);
+    return false;
+  }
   counters_.bytes_host_to_device += static_cast<int64_t>(chunk_bytes()) * n;
   release(table);
   table.ids_ = std::move(*device);
@@ -402,10 +456,22 @@ void KvCache::plan_ahead_copies() {
   if (wanted <= 0) return;  // ahead-of-need copies never evict the host tier
   auto host = host_alloc_.allocate(wanted);
   if (!host) return;
+  std::vector<BlockId> pulled;
+  const size_t first_new = pending_copies_.size();
   for (int32_t i = 0; i < wanted; ++i) {
     const PrefixIndex::Chunk& c = dirty[static_cast<size_t>(i)];
     device_alloc_.add_ref(c.device);  // pinned until the copy is committed
     pending_copies_.push_back({c.node, c.device, (*host)[static_cast<size_t>(i)]});
+    pulled.push_back(c.device);
+  }
+  // A remote device's blocks are read here, before the pass (which does not write them: only
+  // the index holds them), so the copies run beside it as they do on one instance.
+  if (!pull_device(pulled)) {
+    for (size_t i = first_new; i < pending_copies_.size(); ++i) {
+      device_alloc_.release(pending_copies_[i].device);
+      host_alloc_.release(pending_copies_[i].host);
+    }
+    pending_copies_.resize(first_new);
   }
 }
 

@@ -37,6 +37,7 @@
 #include "kv/kv_storage.h"
 #include "kv/kv_table.h"
 #include "kv/prefix_index.h"
+#include "kv/remote_device.h"
 #include "kv/retention_model.h"
 
 namespace mnemo {
@@ -82,6 +83,11 @@ struct KvPoolConfig {
   std::optional<KvType> host_type;
   std::optional<KvType> disk_type;
   int32_t host_exact_blocks = 0;
+  // The device tier's bytes are other processes' (model parallelism's workers; kv/remote_device.h):
+  // the cache pulls them before it reads a device block and pushes them after it writes one.
+  // Chunks then come back to the device whole at match time (not layer by layer beside the
+  // pass), and do not shrink in place on the device (their compact copies go to the host).
+  RemoteDevice* remote_device = nullptr;
 };
 
 // Ghosts per cached chunk (KvPoolConfig::ghosts_per_chunk) where `serve` runs the learnt policy:
@@ -221,7 +227,8 @@ class KvCache {
                                 uint64_t parent_key = 0, int32_t first_position = 0);
   size_t chunk_bytes_of_transfer() const { return chunk_bytes(); }
   // Layer `layer` of the device blocks `blocks[first_chunk, first_chunk + chunks)`, one slice
-  // after another: a prompt's KV streamed out layer by layer as it is computed (SPEC D3).
+  // after another: a prompt's KV streamed out layer by layer as it is computed (SPEC D3). Not
+  // with a remote device (a sharded coordinator serves outside a cluster: no disaggregation).
   std::vector<uint8_t> layer_slices(std::span<const BlockId> blocks, int32_t first_chunk, int32_t chunks,
                                     int32_t layer) const;
 
@@ -274,6 +281,11 @@ class KvCache {
     int64_t bytes_host_to_device = 0;
     int64_t bytes_to_disk = 0;
     int64_t bytes_disk_to_device = 0;
+    // With a remote device: blocks pulled from and pushed to the workers, and operations the
+    // workers could not do (their chunks dropped or recomputed instead).
+    int64_t remote_pulled_blocks = 0;
+    int64_t remote_pushed_blocks = 0;
+    int64_t remote_failures = 0;
   };
   const Counters& counters() const { return counters_; }
   const RetentionModel& retention_model() const { return eviction_.model(); }
@@ -281,6 +293,10 @@ class KvCache {
 
  private:
   double now() const;
+  // A remote device's bytes of `blocks` into device_ before they are read, and device_'s out to
+  // it after they were written; false (counted) when the workers could not. True without one.
+  bool pull_device(std::span<const BlockId> blocks);
+  bool push_device(std::span<const BlockId> blocks);
   size_t chunk_bytes() const { return layout().block_bytes(); }
   // The last copy of `c` left: counted, and (without ghosts) the retention model stops observing it.
   void note_dropped(const PrefixIndex::Chunk& c);
@@ -377,6 +393,10 @@ class KvCache {
   // the pool has no room; returns how many. Then the hits and recomputes counted.
   size_t bring_to_device(const std::vector<PrefixIndex::Chunk>& chain, std::vector<ChunkUse>& use, std::vector<Tier>& from,
                          KvTable& table);
+  // With a remote device: the chunks loaded into the table's blocks at `loaded` pushed to it;
+  // if that fails they are recomputed instead.
+  void push_loaded(const std::vector<PrefixIndex::Chunk>& chain, const std::vector<size_t>& loaded, std::vector<ChunkUse>& use,
+                   const KvTable& table);
   void account_match(const std::vector<ChunkUse>& use, const std::vector<Tier>& from, PrefixMatch& result);
   // import_prefix's steps: the node the chunks hang below, the part of their path indexed now,
   // and their insertion into the blocks made room for. Returns the chunks inserted.

@@ -118,6 +118,7 @@ PrefixMatch KvCache::match_prefix(uint64_t ns, std::span<const TokenId> tokens, 
 size_t KvCache::bring_to_device(const std::vector<PrefixIndex::Chunk>& chain, std::vector<ChunkUse>& use,
                                 std::vector<Tier>& from, KvTable& table) {
   size_t i = 0;
+  std::vector<size_t> loaded;  // chain positions written into fresh device blocks here
   for (; i < chain.size(); ++i) {
     const PrefixIndex::Chunk& c = chain[i];
     if (c.device != kNoBlock) {
@@ -148,8 +149,26 @@ size_t KvCache::bring_to_device(const std::vector<PrefixIndex::Chunk>& chain, st
         use[i] = ChunkUse::kRecompute;
         break;
     }
+    if (use[i] != ChunkUse::kRecompute) loaded.push_back(i);
   }
+  push_loaded(chain, loaded, use, table);
   return i;
+}
+
+void KvCache::push_loaded(const std::vector<PrefixIndex::Chunk>& chain, const std::vector<size_t>& loaded,
+                          std::vector<ChunkUse>& use, const KvTable& table) {
+  std::vector<BlockId> blocks;
+  for (size_t i : loaded) blocks.push_back(table[i]);
+  if (push_device(blocks)) return;
+  // The workers do not have these chunks' bytes: recomputed, and the index forgets the device
+  // copies it was given (their lower copies stay).
+  for (size_t i : loaded) {
+    if (use[i] == ChunkUse::kFull && index_.live(chain[i].node) && index_.chunk(chain[i].node).device == table[i]) {
+      index_.set_device(chain[i].node, kNoBlock);
+      device_alloc_.release(table[i]);
+    }
+    use[i] = ChunkUse::kRecompute;
+  }
 }
 
 void KvCache::account_match(const std::vector<ChunkUse>& use, const std::vector<Tier>& from, PrefixMatch& result) {
@@ -187,9 +206,12 @@ void KvCache::cache_prefix(uint64_t ns, std::span<const TokenId> tokens, int32_t
   const auto kept = index_.insert(ns, tokens.first(whole * static_cast<size_t>(block_size())),
                                   table.blocks().first(whole), t, adoptable);
   eviction_.observe_insert(static_cast<int32_t>(whole), static_cast<int32_t>(whole), t);
+  // Written through to disk below: a remote device's bytes first (if the workers cannot send
+  // them, the chunks stay cached without a durable copy).
+  const bool write_through = config_.disk && pull_device(kept);
   for (BlockId id : kept) {
     device_alloc_.add_ref(id);
-    if (config_.disk) {
+    if (write_through) {
       // Written through: the disk tier holds every cached chunk, so a restart finds them all.
       // A chunk already a window before its conversation's end goes compact.
       if (const auto node = index_.node_at(id, Tier::kDevice)) {

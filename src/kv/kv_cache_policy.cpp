@@ -151,7 +151,10 @@ void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
   }
   const bool copy_in_memory = c.has(Tier::kHost) || c.device_slot != kNoBlock;
   const bool on_disk = c.has(Tier::kDisk) || c.disk == DiskCopy::kWriting;
-  if (!copy_in_memory && !on_disk) {
+  // A remote device's bytes are pulled only for a copy that is made; if they cannot be, the
+  // chunk leaves without one (dropped, when it was its last).
+  const auto readable = [&] { return pull_device(std::span<const BlockId>(&c.device, 1)); };
+  if (!copy_in_memory && !on_disk && readable()) {
     if (compactable(c) && make_compact_room(1)) {
       pack_global_layers(device_.block(c.device), compact_buffer_.data(), device_codec_);
       demote_compact(c, compact_buffer_.data());
@@ -160,7 +163,7 @@ void KvCache::evict_device_copy(const PrefixIndex::Chunk& c) {
     } else if (config_.disk) {
       write_to_disk(c, device_.block(c.device), /*compact=*/false, device_codec_);
     }
-  } else if (!copy_in_memory && !compactable(c) && host_takes_instead_of_disk(c)) {
+  } else if (!copy_in_memory && on_disk && !compactable(c) && host_takes_instead_of_disk(c) && readable()) {
     // Its lower copy is on disk only (written through): a host copy makes its return a copy from
     // memory rather than a read, and keeps the host tier in use.
     demote_to_host(c);

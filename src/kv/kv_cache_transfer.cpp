@@ -42,7 +42,7 @@ KvCache::ExportedPrefix KvCache::export_prefix(uint64_t ns, std::span<const Toke
       disk_codec_.decode(disk_buffer_.data(), to, layout().n_layers);
       return true;
     };
-    if (c.device != kNoBlock) {
+    if (c.device != kNoBlock && pull_device(std::span<const BlockId>(&c.device, 1))) {
       std::memcpy(to, device_.block(c.device), chunk_bytes());
     } else if (c.host != kNoBlock && !c.host_compact) {
       const HostCopy copy = host_copy(c);
@@ -70,7 +70,7 @@ KvCache::ExportedPrefix KvCache::export_blocks(uint64_t ns, std::span<const Toke
   const size_t end = std::min({static_cast<size_t>(std::max(0, end_chunk)), table.size(), tokens.size() / bs});
   const auto first = static_cast<size_t>(std::max(0, first_chunk));
   out.first_chunk = static_cast<int32_t>(first);
-  if (end <= first) return out;
+  if (end <= first || !pull_device(table.blocks().subspan(first, end - first))) return out;
   out.chunks = static_cast<int32_t>(end - first);
   out.parent_key = key_of_prefix(ns, tokens, bs, first);
   out.tokens.assign(tokens.begin() + static_cast<ptrdiff_t>(first * bs), tokens.begin() + static_cast<ptrdiff_t>(end * bs));
@@ -108,6 +108,9 @@ Result<int32_t> KvCache::import_prefix(uint64_t ns, std::span<const TokenId> tok
   }
   // Into host blocks of the device's type: a replica resumes its stream token for token.
   const bool to_host = has_exact_host();
+  if (!to_host && config_.remote_device != nullptr) {
+    return make_error(ErrorCode::kUnavailable, "KV import: the device tier is this coordinator's workers' and there is no host tier for the chunks");
+  }
   std::vector<BlockId> blocks;
   if (wanted > 0) {
     std::optional<std::vector<BlockId>> got;
