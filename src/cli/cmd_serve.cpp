@@ -167,7 +167,7 @@ uint64_t layout_fingerprint(const std::string& model_path, const Model& model, c
 // The disk tier lives in the state folder.
 Result<std::shared_ptr<DiskTier>> open_disk_tier(const ServeArgs& args, const std::string& model_path, const Model& model,
                                                  const EngineConfig& config, int64_t disk_bytes) {
-  if (disk_bytes == 0 || !config.prefix_caching || args.pipeline.enabled()) return std::shared_ptr<DiskTier>();
+  if (disk_bytes == 0 || !config.prefix_caching) return std::shared_ptr<DiskTier>();
   const KvLayout layout = model.kv_layout(config.block_size, config.kv_dtype);
   const KvType disk_type = config.disk_kv_type.value_or(config.kv_dtype == DType::F32 ? KvType::kF32 : KvType::kF16);
   MNEMO_ASSIGN_OR_RETURN(const KvCodec disk_codec, KvCodec::make(layout, disk_type));
@@ -261,7 +261,6 @@ Result<EngineConfig> engine_config_for(const ServeArgs& args, const std::string&
   engine_config.speculation.enabled = args.speculation == "on";
   MNEMO_ASSIGN_OR_RETURN(engine_config.cost, cost_model_for(args, model_path));
   MNEMO_ASSIGN_OR_RETURN(engine_config.disk, open_disk_tier(args, model_path, model, engine_config, args.disk_cache_bytes / models));
-  if (args.pipeline.enabled()) restrict_engine_for_pipeline(engine_config);
   return engine_config;
 }
 
@@ -316,11 +315,12 @@ Result<LoadedModel> load_model(const ServeArgs& args, const std::string& path, s
   MNEMO_ASSIGN_OR_RETURN(loaded.tokenizer, Tokenizer::from_gguf(loaded.model->file()));
   MNEMO_ASSIGN_OR_RETURN(ChatTemplate chat_template, ChatTemplate::for_model(loaded.model->file()));
   loaded.chat_template = std::move(chat_template);
-  MNEMO_ASSIGN_OR_RETURN(const EngineConfig engine_config, engine_config_for(args, path, *loaded.model, models));
+  MNEMO_ASSIGN_OR_RETURN(EngineConfig engine_config, engine_config_for(args, path, *loaded.model, models));
   if (args.pipeline.enabled()) {
     MNEMO_ASSIGN_OR_RETURN(loaded.pipeline, connect_pipeline(args.pipeline, args.cluster_name, path, *loaded.model, engine_config,
                                                              reachable_host(args.server.host), args.server.auth.cluster_secret));
     loaded.model->set_layer_runner(loaded.pipeline.runner());
+    engine_config.remote_device = loaded.pipeline.remote_device();  // the KV cache's device tier is the workers'
   }
   loaded.engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, engine_config);
   if (engine_config.disk) {

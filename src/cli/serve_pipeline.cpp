@@ -42,13 +42,6 @@ void restrict_load_for_pipeline(const PipelineFlags& flags, LoadOptions& options
   options.layer_norms = flags.tensor_parallel();
 }
 
-void restrict_engine_for_pipeline(EngineConfig& config) {
-  config.host_swap_blocks = 0;
-  config.host_exact_blocks = 0;
-  config.host_compact_blocks = 0;
-  config.disk.reset();
-}
-
 namespace {
 
 // The stage endpoints registered now, in the watcher's (id) order.

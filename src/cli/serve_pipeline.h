@@ -1,10 +1,12 @@
 // `mnemo serve --pipeline-stage ENDPOINT ...`: the server as the coordinator of a pipeline whose
 // layers run on `mnemo worker` processes (parallel/pipeline.h). What it changes in serving:
 //  - the model loads without layers (the embedding and the output projection only);
-//  - the KV cache keeps its bookkeeping here and its bytes on the stages, so the tiers that
-//    would copy bytes (host swap and compaction, disk) are off: a chunk that leaves the pool is
-//    dropped and recomputed (SPEC P5), and prefix caching across turns works as on one instance;
-//  - a cluster instance (--cluster) cannot be a coordinator yet (its KV transfers copy bytes);
+//  - the KV cache keeps its bookkeeping, its host tier and its disk tier here and its device
+//    tier's bytes on the workers (kv/remote_device.h): a chunk leaving the device is pulled from
+//    them, one coming back is pushed to them, so prefix caching, the tiers, the disk and their
+//    durability work as on one instance (device compaction is off: compact copies go to the host);
+//  - a cluster instance (--cluster) cannot be a coordinator yet (disaggregated prefill streams
+//    the device's bytes layer by layer as a pass writes them);
 //  - each stage's KV is replicated on the next stage, and a lost stage is replaced by a
 //    --pipeline-spare with its KV restored, so its requests go on (parallel/pipeline.h).
 // `--tensor-worker ENDPOINT ...` makes it the coordinator of tensor-parallel ranks instead
@@ -48,8 +50,6 @@ struct PipelineFlags {
 
 // The load options of a coordinator's model: no layers (but their norms, with tensor workers).
 void restrict_load_for_pipeline(const PipelineFlags& flags, LoadOptions& options);
-// The engine of a coordinator: no tier that copies KV bytes.
-void restrict_engine_for_pipeline(EngineConfig& config);
 // A coordinator's pipeline, and the watch of the registered workers it takes stages and spares
 // from (--pipeline-stages N): the watcher outlives the pipeline, which asks it for spares.
 struct ConnectedPipeline {
@@ -57,6 +57,7 @@ struct ConnectedPipeline {
   std::unique_ptr<parallel::Pipeline> pipeline;
   std::unique_ptr<parallel::TensorParallel> tensor;  // instead of the pipeline, with --tensor-worker
   LayerRunner* runner() const { return tensor ? static_cast<LayerRunner*>(tensor.get()) : pipeline.get(); }
+  RemoteDevice* remote_device() const { return tensor ? static_cast<RemoteDevice*>(tensor.get()) : pipeline.get(); }
 };
 
 // Sets the stages up for `model_path` and the engine's pool; `host`: where the stages send the

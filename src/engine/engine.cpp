@@ -34,8 +34,9 @@ KvPoolConfig pool_config(const EngineConfig& config, const ModelConfig& model) {
   c.cost = config.cost;
   c.swap_out_threshold = config.prefix_caching ? config.swap_out_threshold : 0.0f;
   c.disk = config.prefix_caching ? config.disk : nullptr;
-  c.layerwise_swap_in = true;
+  c.layerwise_swap_in = config.layerwise_swap_in;
   c.clock = config.cache_clock;
+  c.remote_device = config.remote_device;
   return c;
 }
 

@@ -67,6 +67,12 @@ struct EngineConfig {
   // Seconds, for the KV cache's idle times (the learnt retention policy's think times); default:
   // a steady clock. Tests that replay a trace set their own.
   std::function<double()> cache_clock;
+  // Host chunks a match brings back are copied layer by layer beside the forward pass (SPEC P8);
+  // false: at match time (what a remote device does in any case).
+  bool layerwise_swap_in = true;
+  // The KV cache's device tier is these workers' (model parallelism; kv/remote_device.h): it
+  // pulls and pushes the blocks its tiers move. Null: this process's own pool.
+  RemoteDevice* remote_device = nullptr;
 };
 
 class Engine {

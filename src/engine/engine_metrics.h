@@ -60,6 +60,11 @@ struct MetricsSnapshot {
   uint64_t cache_demoted_chunks = 0;
   uint64_t cache_device_compacted_chunks = 0;
   uint64_t cache_ahead_copied_chunks = 0;
+  // Model parallelism (kv/remote_device.h): blocks the cache pulled from and pushed to the
+  // workers, and operations they could not do.
+  uint64_t cache_remote_pulled_blocks = 0;
+  uint64_t cache_remote_pushed_blocks = 0;
+  uint64_t cache_remote_failures = 0;
   uint64_t cache_evicted_copies = 0;
   uint64_t cache_dropped_chunks = 0;
   uint64_t cache_forgotten_chunks = 0;

@@ -30,6 +30,9 @@ void Engine::publish_cache_metrics() {
     m.cache_demoted_chunks = static_cast<uint64_t>(c.demoted_chunks);
     m.cache_device_compacted_chunks = static_cast<uint64_t>(c.device_compacted_chunks);
     m.cache_ahead_copied_chunks = static_cast<uint64_t>(c.ahead_copied_chunks);
+    m.cache_remote_pulled_blocks = static_cast<uint64_t>(c.remote_pulled_blocks);
+    m.cache_remote_pushed_blocks = static_cast<uint64_t>(c.remote_pushed_blocks);
+    m.cache_remote_failures = static_cast<uint64_t>(c.remote_failures);
     m.cache_evicted_copies = static_cast<uint64_t>(c.evicted_chunks);
     m.cache_dropped_chunks = static_cast<uint64_t>(c.dropped_chunks);
     m.cache_forgotten_chunks = static_cast<uint64_t>(c.forgotten_chunks);

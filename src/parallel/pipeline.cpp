@@ -73,6 +73,7 @@ Result<std::unique_ptr<Pipeline>> Pipeline::connect(const std::string& model_pat
                         status.error().message());
     }
     pipeline->setups_.push_back(frame.setup);
+    pipeline->shares_.push_back({ranges[i].first, ranges[i].second, 0, model.config().n_kv_heads});
   }
   return pipeline;
 }
@@ -96,11 +97,19 @@ Status Pipeline::run_layers(const Batch& batch, std::span<float> x) {
   // can run again once a lost stage is replaced.
   // At most one replacement per stage for one pass: a pass that keeps failing on fresh stages
   // has another cause.
-  for (size_t replaced = 0;; ++replaced) {
-    const Status status = run_pass(batch, x);
-    if (status.ok() || replaced == stages_.size()) return status;
-    MNEMO_RETURN_IF_ERROR(repair(status.error()));
-  }
+  return with_repair([&] { return run_pass(batch, x); });
+}
+
+Status Pipeline::pull(std::span<const BlockId> blocks, KvStorage& into) {
+  return with_repair([&] { return pull_blocks(group(), blocks, into); });
+}
+
+Status Pipeline::push(std::span<const BlockId> blocks, const KvStorage& from) {
+  return with_repair([&] { return push_blocks(group(), blocks, from); });
+}
+
+Status Pipeline::copy(std::span<const std::pair<BlockId, BlockId>> copies) {
+  return with_repair([&] { return copy_blocks(group(), copies); });
 }
 
 Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {

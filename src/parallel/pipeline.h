@@ -31,10 +31,12 @@
 #include <string>
 #include <vector>
 
+#include "kv/remote_device.h"
 #include "model/model.h"
 #include "parallel/stage_link.h"
 #include "parallel/replace_lost.h"
 #include "parallel/step_answers.h"
+#include "parallel/worker_blocks.h"
 
 namespace mnemo::parallel {
 
@@ -59,7 +61,9 @@ std::vector<std::pair<int32_t, int32_t>> split_layers(int32_t n_layers, int32_t 
 // tokens, none empty.
 std::vector<std::pair<size_t, size_t>> split_microbatches(const Batch& batch, int32_t parts);
 
-class Pipeline : public LayerRunner {
+// The coordinator's KV cache reaches the stages' blocks through the pipeline (kv/remote_device.h,
+// parallel/worker_blocks.h): pulls, pushes and copies, each retried once a lost stage is replaced.
+class Pipeline : public LayerRunner, public RemoteDevice {
  public:
   // Sets every stage up for `model_path`'s layers and a pool of `n_blocks` blocks of the layout.
   static Result<std::unique_ptr<Pipeline>> connect(const std::string& model_path, const Model& model,
@@ -68,6 +72,9 @@ class Pipeline : public LayerRunner {
   ~Pipeline() override;
 
   Status run_layers(const Batch& batch, std::span<float> x) override;
+  Status pull(std::span<const BlockId> blocks, KvStorage& into) override;
+  Status push(std::span<const BlockId> blocks, const KvStorage& from) override;
+  Status copy(std::span<const std::pair<BlockId, BlockId>> copies) override;
 
   const std::vector<StageSetup>& stage_setups() const { return setups_; }
   std::string endpoint() const { return link_->endpoint(); }
@@ -82,6 +89,10 @@ class Pipeline : public LayerRunner {
   Status run_pass(const Batch& batch, std::span<float> x);
   // Replaces the one stage that does not answer a ping with a spare (parallel/replace_lost.h).
   Status repair(const Error& failure);
+  WorkerGroup group() { return {*link_, answers_, stages_, shares_, stages_.size() > 1, options_.step_timeout_seconds}; }
+  Status with_repair(const std::function<Status()>& op) {
+    return run_repairing(stages_.size(), op, [this](const Error& e) { return repair(e); });
+  }
 
   const PipelineOptions options_;
   std::vector<std::string> stages_;  // engine thread only (run_layers and what it calls)
@@ -89,6 +100,7 @@ class Pipeline : public LayerRunner {
   int replacements_ = 0;
   mutable std::mutex stages_mutex_;  // stages_ and replacements_ for the readers on other threads
   std::vector<StageSetup> setups_;
+  std::vector<KvShare> shares_;             // by stage: its layers, every head
   StepAnswers answers_;                     // of the pass (or restore) in flight
   std::unique_ptr<StageLink> link_;         // last: its thread calls on_frame
 };

@@ -45,6 +45,14 @@ Status restore_onto(StageLink& link, StepAnswers& answers, const std::string& sp
 
 }  // namespace
 
+Status run_repairing(size_t max_repairs, const std::function<Status()>& op, const std::function<Status(const Error&)>& repair) {
+  for (size_t repaired = 0;; ++repaired) {
+    const Status status = op();
+    if (status.ok() || repaired == max_repairs) return status;
+    MNEMO_RETURN_IF_ERROR(repair(status.error()));
+  }
+}
+
 Result<size_t> replace_lost_worker(StageLink& link, StepAnswers& answers, std::vector<std::string>& workers,
                                    const std::vector<StageSetup>& setups, Spares& spares, const ReplaceTimeouts& timeouts,
                                    const Error& failure) {

@@ -32,6 +32,10 @@ struct ReplaceTimeouts {
 // returns its index, the spare's endpoint in its place. An error, with `failure`'s message, when
 // every worker answers (not a failure a replacement mends), when more than one is lost or there
 // is one worker only, or when no spare takes the place.
+// Runs `op` until it succeeds; after a failure, `repair` replaces a lost worker (its error, or a
+// failure after `max_repairs` repairs, is returned): a step a replacement mends runs again.
+Status run_repairing(size_t max_repairs, const std::function<Status()>& op, const std::function<Status(const Error&)>& repair);
+
 Result<size_t> replace_lost_worker(StageLink& link, StepAnswers& answers, std::vector<std::string>& workers,
                                    const std::vector<StageSetup>& setups, Spares& spares, const ReplaceTimeouts& timeouts,
                                    const Error& failure);

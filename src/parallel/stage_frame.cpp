@@ -162,7 +162,12 @@ void encode_kv(const StageFrame& frame, Writer& out) {
   out.put<int32_t>(kv.layer_end);
   out.put<uint8_t>(kv.replica ? 1 : 0);
   out.put<int32_t>(kv.kv_heads);
-  if (frame.kind != StageFrameKind::kKv) return;
+  if (frame.kind == StageFrameKind::kPull) {
+    out.put<uint32_t>(static_cast<uint32_t>(frame.blocks.size()));
+    for (BlockId b : frame.blocks) out.put<int32_t>(b);
+    return;
+  }
+  if (frame.kind != StageFrameKind::kKv && frame.kind != StageFrameKind::kPush) return;
   out.put<uint32_t>(static_cast<uint32_t>(kv.slots.size()));
   for (const auto& [block, slot] : kv.slots) {
     out.put<int32_t>(block);
@@ -184,7 +189,11 @@ Status decode_kv(Reader& in, const StageFrameLimits& limits, StageFrame& frame) 
   kv.replica = replica == 1;
   MNEMO_ASSIGN_OR_RETURN(kv.kv_heads, in.take<int32_t>("kv heads"));
   if (kv.kv_heads < 0 || kv.kv_heads > 4096) return make_error("stage frame: {} KV heads", kv.kv_heads);
-  if (frame.kind != StageFrameKind::kKv) return ok_status();
+  if (frame.kind == StageFrameKind::kPull) {
+    MNEMO_ASSIGN_OR_RETURN(const uint32_t n_blocks, in.count("pulled blocks", limits.max_block_ops, 4));
+    return in.i32s("pulled block", n_blocks, frame.blocks);
+  }
+  if (frame.kind != StageFrameKind::kKv && frame.kind != StageFrameKind::kPush) return ok_status();
   MNEMO_ASSIGN_OR_RETURN(const uint32_t n_slots, in.count("slots", limits.max_slots, 8));
   kv.slots.resize(n_slots);
   for (auto& [block, slot] : kv.slots) {
@@ -245,7 +254,16 @@ std::vector<uint8_t> encode_stage_frame(const StageFrame& frame) {
       break;
     case StageFrameKind::kKv:
     case StageFrameKind::kRestore:
+    case StageFrameKind::kPush:
+    case StageFrameKind::kPull:
       encode_kv(frame, out);
+      break;
+    case StageFrameKind::kCopy:
+      out.put<uint32_t>(static_cast<uint32_t>(frame.block_copies.size()));
+      for (const auto& [from, to] : frame.block_copies) {
+        out.put<int32_t>(from);
+        out.put<int32_t>(to);
+      }
       break;
     case StageFrameKind::kPing:
     case StageFrameKind::kRestored:
@@ -307,8 +325,19 @@ Result<StageFrame> decode_stage_frame(std::span<const uint8_t> bytes, const Stag
     }
     case StageFrameKind::kKv:
     case StageFrameKind::kRestore:
+    case StageFrameKind::kPush:
+    case StageFrameKind::kPull:
       MNEMO_RETURN_IF_ERROR(decode_kv(in, limits, frame));
       break;
+    case StageFrameKind::kCopy: {
+      MNEMO_ASSIGN_OR_RETURN(const uint32_t n, in.count("block copies", limits.max_block_ops, 8));
+      frame.block_copies.resize(n);
+      for (auto& [from, to] : frame.block_copies) {
+        MNEMO_ASSIGN_OR_RETURN(from, in.take<int32_t>("copied block"));
+        MNEMO_ASSIGN_OR_RETURN(to, in.take<int32_t>("copy's block"));
+      }
+      break;
+    }
     case StageFrameKind::kPing:
     case StageFrameKind::kRestored:
       break;

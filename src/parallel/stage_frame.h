@@ -9,6 +9,14 @@
 //   coordinator ──ping──▶ stage                        (acknowledged while it lives)
 //   coordinator ──restore──▶ stage j ──kv──▶ a spare ; stage j ──restored──▶ coordinator
 //   coordinator ──tensor rows──▶ every tensor worker ──rows (its partial)──▶ coordinator
+//   coordinator ──pull──▶ worker ──kv (its share of the blocks)──▶ coordinator
+//   coordinator ──push (kv of its share)──▶ worker ──kv (replica)──▶ its replica holder
+//                                           worker ──restored──▶ coordinator
+//   coordinator ──copy──▶ worker ──restored──▶ coordinator
+//
+// Pull, push and copy are the coordinator's KV cache moving chunks between the workers' device
+// tier and its own host and disk tiers (kv/remote_device.h): the worker answers each, in order
+// with its passes, with the frame's microbatch (the coordinator's request number).
 //
 // A rows frame carries its route: the endpoints still ahead of it, the coordinator's last. A
 // stage runs its layers over the rows and sends the frame on to route[0] with the rest of the
@@ -34,6 +42,10 @@
 //          (block i32, slot i32) each | token bytes u32 | then slot count x token bytes
 //   restore: layer_begin i32 | layer_end i32 | from replica u8 | kv heads i32 (the target is
 //          route[0])
+//   push:  as kv (into the worker's own pool; replicas: its replica holder, or none)
+//   pull:  as restore | block count u32, block ids i32 (answered with a kv frame of every slot
+//          of those blocks, in order)
+//   copy:  pair count u32, (from block i32, to block i32) each
 //   ping, restored: nothing more
 //   tensor rows: layer i32 | part u8 | then as rows (the rows are the block's normed input; a
 //          tensor worker answers with a rows frame of its share of the block's output)
@@ -58,9 +70,13 @@ inline constexpr uint32_t kStageFrameMagic = 0x54534e4dU;  // "MNST" little-endi
 inline constexpr uint32_t kStageFrameVersion = 1;
 
 enum class StageFrameKind : uint32_t {
-  kSetup = 1, kRows = 2, kError = 3, kKv = 4, kRestore = 5, kPing = 6, kRestored = 7, kTensorRows = 8
+  kSetup = 1, kRows = 2, kError = 3, kKv = 4, kRestore = 5, kPing = 6, kRestored = 7, kTensorRows = 8,
+  kPull = 9, kPush = 10, kCopy = 11
 };
-inline constexpr uint32_t kLastStageFrameKind = 8;
+inline constexpr uint32_t kLastStageFrameKind = 11;
+
+// A frame of KV (a restore's, a pull's answer, a push) stays below this many bytes.
+inline constexpr size_t kMaxKvFrameBytes = size_t{32} << 20;
 
 // A stage's share of the model and of the KV pool. Block ids are the coordinator's: every stage
 // holds its layers' slice of every block, so a chunk is on every stage or on none.
@@ -102,7 +118,9 @@ struct StageFrame {
   int32_t tensor_layer = 0;              // kTensorRows: the layer, and its attention (0) or FFN (1)
   uint8_t tensor_part = 0;
   std::string error;                     // kError
-  StageKv kv;                            // kKv, kRestore
+  StageKv kv;                            // kKv, kRestore, kPush; kPull: the share's layers and heads
+  std::vector<BlockId> blocks;           // kPull
+  std::vector<std::pair<BlockId, BlockId>> block_copies;  // kCopy: (from, to)
 };
 
 struct StageFrameLimits {
@@ -118,6 +136,7 @@ struct StageFrameLimits {
   uint32_t max_slots = 1u << 24;
   uint32_t max_token_bytes = 1u << 24;
   uint64_t max_kv_bytes = uint64_t{1} << 32;
+  uint32_t max_block_ops = 1u << 22;  // blocks a pull names, pairs a copy lists
 };
 
 // The bytes of one token's KV for `n_layers` layers of `layout` (its n_layers is ignored).

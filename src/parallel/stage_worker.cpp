@@ -66,11 +66,17 @@ Status StageWorker::on_frame(StageFrame&& frame) {
     case StageFrameKind::kRestore:
       if (frame.route.size() != 2) return make_error("a restore names its target and the coordinator, {} endpoints here", frame.route.size());
       return enqueue(std::move(frame));
+    case StageFrameKind::kPull:
+    case StageFrameKind::kPush:
+    case StageFrameKind::kCopy:
+      if (frame.route.size() != 1) return make_error("a KV block operation names the coordinator, {} endpoints here", frame.route.size());
+      if (frame.replicas.size() > 1) return make_error("a push goes on to one replica holder, not {}", frame.replicas.size());
+      return enqueue(std::move(frame));
     case StageFrameKind::kError:
     case StageFrameKind::kRestored:
       break;
   }
-  return make_error("a stage takes setup, rows, kv, restore and ping frames, not answers");
+  return make_error("a stage takes setup, rows, kv, restore, ping, pull, push and copy frames, not answers");
 }
 
 Status StageWorker::enqueue(StageFrame&& frame) {
@@ -142,9 +148,10 @@ void StageWorker::run() {
       frame = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (frame.kind == StageFrameKind::kRestore) {
-      const Status restored = restore(frame);
-      if (!restored.ok()) send_error(frame, restored.error().message());
+    if (frame.kind == StageFrameKind::kRestore || frame.kind == StageFrameKind::kPull || frame.kind == StageFrameKind::kPush ||
+        frame.kind == StageFrameKind::kCopy) {
+      const Status done = frame.kind == StageFrameKind::kRestore ? restore(frame) : run_block_op(frame);
+      if (!done.ok()) send_error(frame, done.error().message());
       continue;
     }
     const bool tensor = frame.kind == StageFrameKind::kTensorRows;

@@ -17,6 +17,10 @@
 // that one's replica), then runs the pass again: nothing the lost stage had computed is computed
 // again.
 //
+// The coordinator's KV cache keeps its host and disk tiers itself: it pulls a stage's share of
+// the blocks it moves down and pushes those it brings back (pull, push and copy frames, run in
+// order with the microbatches), so a chunk is on every stage or on none.
+//
 // Failure behaviour: a setup for another model file, or layers the file does not have, is
 // refused (the coordinator's send fails with the reason). A rows frame the stage cannot run (no
 // setup yet, a batch its layers refuse) or cannot send on is answered with an error frame to the
@@ -90,6 +94,14 @@ class StageWorker {
   Status take_kv(const StageFrame& frame);             // the progress thread
   Status replicate(const StageFrame& rows, const std::string& holder);  // the compute thread
   Status restore(const StageFrame& request);           // the compute thread
+  // The coordinator's KV cache moving chunks (kv/remote_device.h), on the compute thread in
+  // order with the passes: this stage's share of blocks sent to it, written (and on to the
+  // replica holder), or copied block to block in its pool and the replicas it holds; each
+  // answered to the route's last endpoint.
+  Status pull(const StageFrame& request);
+  Status push(const StageFrame& request);
+  Status copy_blocks(const StageFrame& request);
+  Status run_block_op(const StageFrame& request);
 
   const StageWorkerOptions options_;
   const uint64_t model_fingerprint_;

@@ -1,15 +1,14 @@
 // StageWorker's replication and restores (stage_worker.h): KV out to a replica holder after each
-// microbatch, into the pool or a replica store as it arrives, and a restore onto a spare.
+// microbatch, into the pool or a replica store as it arrives, a restore onto a spare, and the
+// coordinator's KV cache pulling, pushing and copying blocks.
 #include <algorithm>
+#include <cstring>
 
 #include "parallel/stage_worker.h"
 #include "parallel/token_kv.h"
 
 namespace mnemo::parallel {
 namespace {
-
-// A restore's frames stay below this many bytes of KV each.
-constexpr size_t kRestoreFrameBytes = size_t{32} << 20;
 
 // Stores each slot's token KV into `pool`; every slot checked first.
 Status scatter_slots(const StageKv& kv, KvStorage& pool, std::vector<uint8_t>& written) {
@@ -28,13 +27,13 @@ Status scatter_slots(const StageKv& kv, KvStorage& pool, std::vector<uint8_t>& w
   return ok_status();
 }
 
-// Every written block of `pool` as kv frames of at most kRestoreFrameBytes, stamped `step`.
+// Every written block of `pool` as kv frames of at most kMaxKvFrameBytes, stamped `step`.
 std::vector<StageFrame> gather_blocks(const KvStorage& pool, const std::vector<uint8_t>& written, const StageKv& what,
                                       uint64_t step) {
   std::vector<StageFrame> frames;
   const uint32_t token_bytes = token_kv_bytes(pool.layout(), pool.layout().n_layers);
   const int32_t block_size = pool.layout().block_size;
-  const size_t blocks_per_frame = std::max<size_t>(1, kRestoreFrameBytes / (static_cast<size_t>(token_bytes) * block_size));
+  const size_t blocks_per_frame = std::max<size_t>(1, kMaxKvFrameBytes / (static_cast<size_t>(token_bytes) * block_size));
   for (BlockId block = 0; block < pool.n_blocks(); ++block) {
     if (written[static_cast<size_t>(block)] == 0) continue;
     if (frames.empty() || frames.back().kv.slots.size() >= blocks_per_frame * static_cast<size_t>(block_size)) {
@@ -113,7 +112,7 @@ Status StageWorker::replicate(const StageFrame& rows, const std::string& holder)
 }
 
 // Sends every block written of the KV asked for (this stage's own, or a replica it holds) to
-// route[0] in frames of at most kRestoreFrameBytes, then says so to the coordinator.
+// route[0] in frames of at most kMaxKvFrameBytes, then says so to the coordinator.
 Status StageWorker::restore(const StageFrame& request) {
   const std::string& target = request.route.front();
   std::vector<StageFrame> frames;
@@ -146,6 +145,85 @@ Status StageWorker::restore(const StageFrame& request) {
   done.kind = StageFrameKind::kRestored;
   done.step = request.step;
   return link_->send(request.route.back(), done, options_.send_timeout_seconds);
+}
+
+Status StageWorker::run_block_op(const StageFrame& request) {
+  Status done = request.kind == StageFrameKind::kPull   ? pull(request)
+                : request.kind == StageFrameKind::kPush ? push(request)
+                                                        : copy_blocks(request);
+  if (!done.ok() || request.kind == StageFrameKind::kPull) return done;  // a pull's answer is its KV
+  StageFrame ack;
+  ack.kind = StageFrameKind::kRestored;
+  ack.step = request.step;
+  ack.microbatch = request.microbatch;
+  return link_->send(request.route.back(), ack, options_.send_timeout_seconds);
+}
+
+Status StageWorker::pull(const StageFrame& request) {
+  StageFrame answer;
+  answer.kind = StageFrameKind::kKv;
+  answer.step = request.step;
+  answer.microbatch = request.microbatch;
+  {
+    std::lock_guard lock(model_mutex_);
+    if (model_ == nullptr) return make_error("stage at {} is not set up: no KV to pull", endpoint());
+    const KvLayout& layout = kv_->layout();
+    if (request.kv.layer_begin != setup_.layer_begin || request.kv.layer_end != setup_.layer_end ||
+        request.kv.kv_heads != layout.n_kv_heads) {
+      return make_error("a pull of layers [{}, {}), {} KV heads, from a stage of [{}, {}), {}", request.kv.layer_begin,
+                        request.kv.layer_end, request.kv.kv_heads, setup_.layer_begin, setup_.layer_end, layout.n_kv_heads);
+    }
+    const uint32_t token_bytes = token_kv_bytes(layout, layout.n_layers);
+    const size_t bytes = request.blocks.size() * static_cast<size_t>(layout.block_size) * token_bytes;
+    if (bytes > kMaxKvFrameBytes) return make_error("a pull of {} bytes of KV: at most {} a frame", bytes, kMaxKvFrameBytes);
+    for (BlockId block : request.blocks) {
+      if (block < 0 || block >= kv_->n_blocks()) return make_error("a pull of block {} of a pool of {}", block, kv_->n_blocks());
+    }
+    answer.kv = {setup_.layer_begin, setup_.layer_end, false, {}, token_bytes, std::vector<uint8_t>(bytes), layout.n_kv_heads};
+    uint8_t* out = answer.kv.bytes.data();
+    for (BlockId block : request.blocks) {
+      for (int32_t slot = 0; slot < layout.block_size; ++slot, out += token_bytes) {
+        answer.kv.slots.emplace_back(block, slot);
+        gather_token_kv(*kv_, block, slot, out);
+      }
+    }
+  }
+  return link_->send(request.route.back(), answer, options_.send_timeout_seconds);
+}
+
+Status StageWorker::push(const StageFrame& request) {
+  MNEMO_RETURN_IF_ERROR(take_kv(request));  // into this stage's own pool (the frame's kv is not a replica's)
+  if (request.replicas.empty()) return ok_status();
+  StageFrame replica;
+  replica.kind = StageFrameKind::kKv;
+  replica.step = request.step;
+  replica.kv = request.kv;
+  replica.kv.replica = true;
+  const Status sent = link_->send(request.replicas.front(), replica, options_.send_timeout_seconds);
+  if (!sent.ok()) return make_error("stage at {}: replica holder {}: {}", endpoint(), request.replicas.front(), sent.error().message());
+  return ok_status();
+}
+
+Status StageWorker::copy_blocks(const StageFrame& request) {
+  std::lock_guard lock(model_mutex_);
+  if (model_ == nullptr) return make_error("stage at {} is not set up: no KV to copy", endpoint());
+  for (const auto& [from, to] : request.block_copies) {
+    if (from < 0 || from >= kv_->n_blocks() || to < 0 || to >= kv_->n_blocks() || from == to) {
+      return make_error("a copy of block {} into {} in a pool of {}", from, to, kv_->n_blocks());
+    }
+  }
+  const auto copy_in = [&](KvStorage& pool, std::vector<uint8_t>& written) {
+    for (const auto& [from, to] : request.block_copies) {
+      std::memcpy(pool.block(to), pool.block(from), pool.block_bytes());
+      written[static_cast<size_t>(to)] = written[static_cast<size_t>(from)];
+    }
+  };
+  copy_in(*kv_, written_);
+  // The replicas this stage holds are of the same block ids: the copy is made there too, so a
+  // spare restored from one has it.
+  std::lock_guard replica_lock(replica_mutex_);
+  for (auto& [layer_begin, store] : replicas_) copy_in(*store.kv, store.written);
+  return ok_status();
 }
 
 }  // namespace mnemo::parallel

@@ -20,10 +20,11 @@ Status StepAnswers::take(StageFrame&& frame) {
       break;
     case StageFrameKind::kRows:
     case StageFrameKind::kRestored:
+    case StageFrameKind::kKv:  // a pull's answer
       arrived_[frame.microbatch] = std::move(frame);
       break;
     default:
-      return make_error("a coordinator takes rows, errors and restore answers, not this frame");
+      return make_error("a coordinator takes rows, KV it pulled, errors and acknowledgements, not this frame");
   }
   arrived_cv_.notify_all();
   return ok_status();

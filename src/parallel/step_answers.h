@@ -1,5 +1,5 @@
 // What a coordinator (parallel/pipeline.h, parallel/tensor_parallel.h) waits for: the answers
-// to its current step (rows, a restore's end, a worker's error), which arrive on its link's
+// to its current step (rows, a restore's end, KV pulled, a push or copy done, a worker's error), which arrive on its link's
 // progress thread, while the engine thread waits. Answers to another step (one that failed) are
 // dropped. Thread-safe.
 #pragma once
@@ -20,8 +20,8 @@ class StepAnswers {
  public:
   // A new step, with nothing arrived and no failure; its id.
   uint64_t begin();
-  // The link's handler: keeps rows and restored frames of the current step by their microbatch
-  // (or rank), and the first error; refuses other kinds.
+  // The link's handler: keeps rows, kv (a pull's) and restored frames of the current step by
+  // their microbatch (or rank, or request), and the first error; refuses other kinds.
   Status take(StageFrame&& frame);
   // Until `count` answers are in (OK), a worker reported an error, or the timeout passes.
   Status await(size_t count, double timeout_seconds, std::string_view what);

@@ -1,6 +1,7 @@
 #include "parallel/tensor_parallel.h"
 
 #include "kernels/nn/ops.h"
+#include "model/tensor_shard.h"
 #include "parallel/model_fingerprint.h"
 
 namespace mnemo::parallel {
@@ -32,6 +33,8 @@ Result<std::unique_ptr<TensorParallel>> TensorParallel::connect(const std::strin
       return make_error("tensor rank {} of {} ({}): {}", r, ranks, options.workers[static_cast<size_t>(r)], status.error().message());
     }
     tp->setups_.push_back(frame.setup);
+    MNEMO_ASSIGN_OR_RETURN(const TensorShard shard, tensor_shard(c, r, ranks));
+    tp->shares_.push_back({0, c.n_layers, shard.kv_begin, shard.kv_end});
   }
   return tp;
 }
@@ -72,23 +75,38 @@ Status TensorParallel::all_reduce(StageFrame& frame, int32_t il, uint8_t part, s
 }
 
 Status TensorParallel::run_layers(const Batch& batch, std::span<float> x) {
-  if (spares_.given.empty() && !spares_.more) return run_pass(batch, x);
+  if (!has_spares()) return run_pass(batch, x);
   const std::vector<float> input(x.begin(), x.end());  // a failed pass runs again from here
-  for (size_t replaced = 0;; ++replaced) {
-    const Status status = run_pass(batch, x);
-    if (status.ok() || replaced == workers_.size()) return status;
-    std::vector<std::string> workers = workers_;
-    MNEMO_ASSIGN_OR_RETURN(const size_t lost,
-                           replace_lost_worker(*link_, answers_, workers, setups_, spares_,
-                                               {options_.ping_timeout_seconds, options_.setup_timeout_seconds, options_.step_timeout_seconds},
-                                               status.error()));
-    {
-      std::lock_guard lock(ranks_mutex_);
-      workers_[lost] = workers[lost];
-      ++replacements_;
-    }
-    std::copy(input.begin(), input.end(), x.begin());
-  }
+  bool first = true;
+  return with_repair([&] {
+    if (!first) std::copy(input.begin(), input.end(), x.begin());
+    first = false;
+    return run_pass(batch, x);
+  });
+}
+
+Status TensorParallel::repair(const Error& failure) {
+  std::vector<std::string> workers = workers_;
+  MNEMO_ASSIGN_OR_RETURN(const size_t lost,
+                         replace_lost_worker(*link_, answers_, workers, setups_, spares_,
+                                             {options_.ping_timeout_seconds, options_.setup_timeout_seconds, options_.step_timeout_seconds},
+                                             failure));
+  std::lock_guard lock(ranks_mutex_);
+  workers_[lost] = workers[lost];
+  ++replacements_;
+  return ok_status();
+}
+
+Status TensorParallel::pull(std::span<const BlockId> blocks, KvStorage& into) {
+  return with_repair([&] { return pull_blocks(group(), blocks, into); });
+}
+
+Status TensorParallel::push(std::span<const BlockId> blocks, const KvStorage& from) {
+  return with_repair([&] { return push_blocks(group(), blocks, from); });
+}
+
+Status TensorParallel::copy(std::span<const std::pair<BlockId, BlockId>> copies) {
+  return with_repair([&] { return copy_blocks(group(), copies); });
 }
 
 Status TensorParallel::run_pass(const Batch& batch, std::span<float> x) {

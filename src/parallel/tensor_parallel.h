@@ -28,10 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "kv/remote_device.h"
 #include "model/model.h"
 #include "parallel/replace_lost.h"
 #include "parallel/stage_link.h"
 #include "parallel/step_answers.h"
+#include "parallel/worker_blocks.h"
 
 namespace mnemo::parallel {
 
@@ -47,7 +49,9 @@ struct TensorParallelOptions {
   double ping_timeout_seconds = 3;
 };
 
-class TensorParallel : public LayerRunner {
+// The coordinator's KV cache reaches the ranks' blocks through it too (kv/remote_device.h,
+// parallel/worker_blocks.h), each operation retried once a lost rank is replaced.
+class TensorParallel : public LayerRunner, public RemoteDevice {
  public:
   // `model`: the coordinator's, loaded with no layers but their norms (LoadOptions layer_end 0,
   // layer_norms); the ranks are set up for `model_path` and a pool of `n_blocks` blocks.
@@ -57,6 +61,9 @@ class TensorParallel : public LayerRunner {
   ~TensorParallel() override;
 
   Status run_layers(const Batch& batch, std::span<float> x) override;
+  Status pull(std::span<const BlockId> blocks, KvStorage& into) override;
+  Status push(std::span<const BlockId> blocks, const KvStorage& from) override;
+  Status copy(std::span<const std::pair<BlockId, BlockId>> copies) override;
   // The ranks' endpoints now (a replaced rank's spare in its place), and how many were replaced.
   std::vector<std::string> ranks() const;
   int replacements() const;
@@ -65,6 +72,13 @@ class TensorParallel : public LayerRunner {
   TensorParallel(const Model& model, TensorParallelOptions options)
       : model_(model), options_(options), workers_(options.workers), spares_{options.spares, options.more_spares} {}
   Status run_pass(const Batch& batch, std::span<float> x);
+  bool has_spares() const { return !spares_.given.empty() || spares_.more != nullptr; }
+  // Replaces the one rank that does not answer a ping with a spare (parallel/replace_lost.h).
+  Status repair(const Error& failure);
+  Status with_repair(const std::function<Status()>& op) {
+    return run_repairing(workers_.size(), op, [this](const Error& e) { return repair(e); });
+  }
+  WorkerGroup group() { return {*link_, answers_, workers_, shares_, has_spares(), options_.step_timeout_seconds}; }
   // Sends the pass's frame (its rows: the block's normed input) to every rank as layer il's
   // block `part`, and leaves the ranks' shares summed in `sum`.
   Status all_reduce(StageFrame& frame, int32_t il, uint8_t part, std::vector<float>& sum);
@@ -73,6 +87,7 @@ class TensorParallel : public LayerRunner {
   const TensorParallelOptions options_;
   std::vector<std::string> workers_;  // engine thread; copied for other readers under ranks_mutex_
   std::vector<StageSetup> setups_;
+  std::vector<KvShare> shares_;  // by rank: every layer, its KV heads
   Spares spares_;
   int replacements_ = 0;
   mutable std::mutex ranks_mutex_;

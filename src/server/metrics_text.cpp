@@ -108,6 +108,15 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "cache_device_compacted_chunks_total", "Cached chunks shrunk on the device to their global layers when it needed room.",
           m.cache_device_compacted_chunks);
   counter(out, "cache_ahead_copied_chunks_total", "Cached chunks copied from device to host ahead of need.", m.cache_ahead_copied_chunks);
+  counter(out, "cache_remote_pulled_blocks_total",
+          "KV blocks the cache pulled from its model-parallel workers (a chunk leaving their device tier).",
+          m.cache_remote_pulled_blocks);
+  counter(out, "cache_remote_pushed_blocks_total",
+          "KV blocks the cache pushed to its model-parallel workers (a chunk brought back to their device tier).",
+          m.cache_remote_pushed_blocks);
+  counter(out, "cache_remote_failures_total",
+          "Pulls, pushes and copies the model-parallel workers could not do (their chunks dropped or recomputed).",
+          m.cache_remote_failures);
   counter(out, "cache_evicted_copies_total", "Copies of cached chunks that left a tier.", m.cache_evicted_copies);
   counter(out, "cache_dropped_chunks_total", "Cached chunks whose last copy was discarded.", m.cache_dropped_chunks);
   // The names of release 1 (they counted chunks as "blocks"), kept for one more release.

@@ -1,5 +1,6 @@
 // The stage frame codec (parallel/stage_frame.h): every kind round-trips; every truncation and
-// every count beyond the limits or the bytes left is refused with the field named; and the
+// every count beyond the limits or the bytes left (rows, KV, the KV cache's block operations)
+// is refused with the field named; and the
 // splits of layers and microbatches.
 #include <gtest/gtest.h>
 
@@ -70,6 +71,8 @@ void expect_same(const StageFrame& a, const StageFrame& b) {
   EXPECT_EQ(a.kv.kv_heads, b.kv.kv_heads);
   EXPECT_EQ(a.tensor_layer, b.tensor_layer);
   EXPECT_EQ(a.tensor_part, b.tensor_part);
+  EXPECT_EQ(a.blocks, b.blocks);
+  EXPECT_EQ(a.block_copies, b.block_copies);
 }
 
 TEST(StageFrame, KvThatDoesNotMatchItsSlotsIsRefused) {
@@ -83,6 +86,30 @@ TEST(StageFrame, KvThatDoesNotMatchItsSlotsIsRefused) {
   EXPECT_NE(refusal(kv).find("0 bytes of KV a token"), std::string::npos) << refusal(kv);
   kv.kv = {3, 3, false, {}, 8, {}};
   EXPECT_NE(refusal(kv).find("layers [3, 3) are not a range"), std::string::npos) << refusal(kv);
+}
+
+TEST(StageFrame, BlockOperationsBeyondTheLimitsOrTheBytesAreRefused) {
+  StageFrame pull;
+  pull.kind = StageFrameKind::kPull;
+  pull.kv = {0, 2, false, {}, 0, {}, 1};
+  pull.blocks = {1, 2, 3};
+  StageFrameLimits limits;
+  limits.max_block_ops = 2;
+  EXPECT_NE(refusal(pull, limits).find("3 pulled blocks exceed the limit of 2"), std::string::npos) << refusal(pull, limits);
+  std::vector<uint8_t> bytes = encode_stage_frame(pull);
+  bytes.resize(bytes.size() - 4);  // the last block id gone: the count no longer fits
+  const auto short_pull = decode_stage_frame(bytes);
+  ASSERT_FALSE(short_pull.ok());
+  EXPECT_NE(short_pull.error().message().find("3 pulled blocks of 4 bytes each do not fit in the 8 bytes left"), std::string::npos)
+      << short_pull.error().message();
+  StageFrame copy;
+  copy.kind = StageFrameKind::kCopy;
+  copy.block_copies = {{1, 2}, {3, 4}, {5, 6}};
+  EXPECT_NE(refusal(copy, limits).find("3 block copies exceed the limit of 2"), std::string::npos) << refusal(copy, limits);
+  StageFrame push;
+  push.kind = StageFrameKind::kPush;
+  push.kv = {0, 2, false, {{1, 1}}, 8, std::vector<uint8_t>(7, 1)};
+  EXPECT_NE(refusal(push).find("1 slots of 8 bytes of KV need 8 bytes, 7 are left"), std::string::npos) << refusal(push);
 }
 
 TEST(StageFrame, EveryKindRoundTrips) {
@@ -109,7 +136,19 @@ TEST(StageFrame, EveryKindRoundTrips) {
   ping.kind = StageFrameKind::kPing;
   StageFrame rows = rows_frame();
   rows.replicas = {"127.0.0.1:9001", "10.0.0.2:9000"};
-  for (const StageFrame& f : {rows, setup, error, kv, restore, ping, tensor}) {
+  StageFrame pull;
+  pull.kind = StageFrameKind::kPull;
+  pull.route = {"127.0.0.1:3"};
+  pull.kv = {0, 30, false, {}, 0, {}, 2};
+  pull.blocks = {4, 0, 4095};
+  StageFrame push = kv;
+  push.kind = StageFrameKind::kPush;
+  push.kv.replica = false;
+  push.replicas = {"127.0.0.1:4"};
+  StageFrame copy;
+  copy.kind = StageFrameKind::kCopy;
+  copy.block_copies = {{3, 9}, {4, 10}};
+  for (const StageFrame& f : {rows, setup, error, kv, restore, ping, tensor, pull, push, copy}) {
     const auto decoded = decode_stage_frame(encode_stage_frame(f));
     ASSERT_TRUE(decoded.ok()) << decoded.error().message();
     expect_same(f, *decoded);
