@@ -9,6 +9,9 @@ SIGKILL mid-stream is replaced by a spare (given by flag, or a worker registered
 etcd) whose KV is restored from the replica the next stage keeps, and every stream completes
 with the text it would have had without the failure; without a spare, the requests that need
 the lost stage fail at once instead of hanging. Stages and spares can come from etcd alone.
+The cache's host and disk tiers work across the stages as on one instance: history pushed out of
+a small device pool comes back from the host with the same output, and after the coordinator
+restarts, from its disk (and a stored response's conversation goes on).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import pytest
 import requests
 
 from cluster_fixtures import etcd  # noqa: F401 (a fixture)
-from helpers import CLUSTER_SECRET, chat_model_path, reference_model_path
+from helpers import CLUSTER_SECRET, chat_model_path, output_text, read_metrics, reference_model_path, wait_for
 
 LISTENING = re.compile(r"listening at (\S+) for a coordinator")
 TURNS = [
@@ -342,3 +345,74 @@ def test_tensor_ranks_and_their_spare_come_from_the_clusters_membership(start_se
     by_endpoint = {w.endpoint: w for w in registered}
     spare = next(w for w in registered if w.endpoint not in rank_endpoints)
     kill_mid_stream_and_compare(tensor, tensor, by_endpoint[rank_endpoints[0]], spare, 0)
+
+
+LONG = ("Tell me about the fox who lived at the edge of a mountain village, and the baker who left bread on the "
+        "windowsill every winter morning." + " The fox watched the baker, the baker watched the snow." * 30)
+OTHER = " apple banana cherry date elderberry fig grape honeydew kiwi lemon" * 50
+TIERS = ["--kv-tokens", "1024", "--host-swap-tokens", "2048", "--kv-types", "f16", "--model-name", "m"]
+
+
+def complete(url: str, prompt: str, max_tokens: int = 24) -> dict:
+    r = requests.post(url + "/v1/completions", json={"model": "m", "prompt": prompt, "max_tokens": max_tokens,
+                                                     "temperature": 0}, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def respond(url: str, **body) -> dict:
+    r = requests.post(url + "/v1/responses", json={"model": "m", "max_output_tokens": 16, "temperature": 0, **body}, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("sharding", ["pipeline", "tensor"])
+def test_the_host_and_disk_tiers_work_across_shards_as_on_one_instance(start_server, workers, secret_file, sharding):
+    """A coordinator of two SmolLM2 stages (or tensor ranks) with a 1,024-token device pool, a host
+    tier and a disk tier: a long prompt's history is pushed out of the device by another, and its
+    next turn comes back from the host (pulled from the workers when it left, pushed to them when
+    it came back) with the output of a reference that keeps it on the device (one instance with
+    the same pools; for tensor ranks, whose sums round differently from one instance's, two more
+    ranks with a roomy pool). The coordinator then restarts over the same state folder and
+    workers: the history comes back from the disk, with the same output, and a response stored
+    before the restart goes on as the reference's does."""
+    model = chat_model_path()
+    shards = [workers(model), workers(model)]
+    state = tempfile.mkdtemp(prefix="mnemo-e2e-pipeline-state-")
+    if sharding == "pipeline":
+        args = coordinator_args(model, shards, secret_file, *TIERS, "--state-dir", state)
+        single = start_server("--model", model, "-t", "1", *TIERS)
+    else:
+        args = ["--model", model, "-t", "1", "--cluster-secret-file", secret_file, *TIERS, "--state-dir", state]
+        reference = ["--model", model, "-t", "1", "--cluster-secret-file", secret_file, "--model-name", "m"]
+        for w, r in zip(shards, [workers(model), workers(model)]):
+            args += ["--tensor-worker", w.endpoint]
+            reference += ["--tensor-worker", r.endpoint]
+        single = start_server(*reference)
+    pipeline = start_server(*args)
+    follow_up = LONG + " What happened next?"
+    for server in (pipeline, single):
+        complete(server.url, LONG)
+        complete(server.url, OTHER, 48)  # the device pool cannot hold both
+    got, want = complete(pipeline.url, follow_up), complete(single.url, follow_up)
+    assert got["choices"][0]["text"] == want["choices"][0]["text"]
+    metrics = read_metrics(pipeline.url)
+    assert metrics["mnemo_cache_host_hit_tokens_total"] > 0, metrics
+    assert metrics["mnemo_cache_remote_pulled_blocks_total"] > 0
+    assert metrics["mnemo_cache_remote_pushed_blocks_total"] > 0
+    assert metrics["mnemo_cache_remote_failures_total"] == 0
+    assert got["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    stored = respond(pipeline.url, input="Name three colours of the rainbow.")
+    wait_for(lambda: read_metrics(pipeline.url)["mnemo_disk_writes_queued"] == 0, timeout=60, what="disk writes")
+    assert pipeline.terminate() == 0
+
+    restarted = start_server(*args)
+    again = complete(restarted.url, follow_up)
+    assert again["choices"][0]["text"] == want["choices"][0]["text"]
+    assert read_metrics(restarted.url)["mnemo_cache_disk_hit_tokens_total"] > 0
+    went_on = respond(restarted.url, input="Which of them is the warmest?", previous_response_id=stored["id"])
+    assert went_on["usage"]["input_tokens"] > stored["usage"]["input_tokens"]
+    first = respond(single.url, input="Name three colours of the rainbow.")
+    assert output_text(first) == output_text(stored)
+    second = respond(single.url, input="Which of them is the warmest?", previous_response_id=first["id"])
+    assert output_text(went_on) == output_text(second)
