@@ -9,7 +9,8 @@ namespace mnemo::cli {
 void PipelineFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--pipeline-stage", stages,
                   "A `mnemo worker` endpoint (host:port) that runs a contiguous range of the model's layers; "
-                  "repeat in layer order. The server keeps scheduling, sampling and the KV cache's bookkeeping");
+                  "repeat in layer order. The server keeps scheduling, sampling, the KV cache's bookkeeping and its host and disk "
+                  "tiers");
   cmd->add_option("--tensor-worker", tensor_workers,
                   "A `mnemo worker` endpoint that holds a share of every layer's heads and FFN rows (tensor "
                   "parallelism); repeat in rank order, two or more. Not with --pipeline-stage");

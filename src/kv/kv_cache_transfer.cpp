@@ -109,7 +109,8 @@ Result<int32_t> KvCache::import_prefix(uint64_t ns, std::span<const TokenId> tok
   // Into host blocks of the device's type: a replica resumes its stream token for token.
   const bool to_host = has_exact_host();
   if (!to_host && config_.remote_device != nullptr) {
-    return make_error(ErrorCode::kUnavailable, "KV import: the device tier is this coordinator's workers' and there is no host tier for the chunks");
+    return make_error(ErrorCode::kUnavailable,
+                      "KV import: the device tier is this coordinator's workers' and there is no host tier for the chunks");
   }
   std::vector<BlockId> blocks;
   if (wanted > 0) {

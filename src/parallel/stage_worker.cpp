@@ -69,7 +69,9 @@ Status StageWorker::on_frame(StageFrame&& frame) {
     case StageFrameKind::kPull:
     case StageFrameKind::kPush:
     case StageFrameKind::kCopy:
-      if (frame.route.size() != 1) return make_error("a KV block operation names the coordinator, {} endpoints here", frame.route.size());
+      if (frame.route.size() != 1) {
+        return make_error("a KV block operation names the coordinator, {} endpoints here", frame.route.size());
+      }
       if (frame.replicas.size() > 1) return make_error("a push goes on to one replica holder, not {}", frame.replicas.size());
       return enqueue(std::move(frame));
     case StageFrameKind::kError:

@@ -41,6 +41,23 @@ void speculation_counters(std::string& out, const MetricsSnapshot& m) {
   }
 }
 
+// KV moved between the tiers, and (model parallelism) between the cache and its workers.
+void tier_traffic_counters(std::string& out, const MetricsSnapshot& m) {
+  counter(out, "kv_bytes_device_to_host_total", "KV bytes copied from the device to the host tier.", m.bytes_device_to_host);
+  counter(out, "kv_bytes_host_to_device_total", "KV bytes copied from the host tier to the device.", m.bytes_host_to_device);
+  counter(out, "kv_bytes_to_disk_total", "KV bytes queued for writing to the disk tier.", m.bytes_to_disk);
+  counter(out, "kv_bytes_disk_to_device_total", "KV bytes read from the disk tier to the device.", m.bytes_disk_to_device);
+  counter(out, "cache_remote_pulled_blocks_total",
+          "KV blocks the cache pulled from its model-parallel workers (a chunk leaving their device tier).",
+          m.cache_remote_pulled_blocks);
+  counter(out, "cache_remote_pushed_blocks_total",
+          "KV blocks the cache pushed to its model-parallel workers (a chunk brought back to their device tier).",
+          m.cache_remote_pushed_blocks);
+  counter(out, "cache_remote_failures_total",
+          "Pulls, pushes and copies the model-parallel workers could not do (their chunks dropped or recomputed).",
+          m.cache_remote_failures);
+}
+
 }  // namespace
 
 std::string render_transport_metrics(const transfer::KvTransport::Stats& s) {
@@ -108,15 +125,6 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "cache_device_compacted_chunks_total", "Cached chunks shrunk on the device to their global layers when it needed room.",
           m.cache_device_compacted_chunks);
   counter(out, "cache_ahead_copied_chunks_total", "Cached chunks copied from device to host ahead of need.", m.cache_ahead_copied_chunks);
-  counter(out, "cache_remote_pulled_blocks_total",
-          "KV blocks the cache pulled from its model-parallel workers (a chunk leaving their device tier).",
-          m.cache_remote_pulled_blocks);
-  counter(out, "cache_remote_pushed_blocks_total",
-          "KV blocks the cache pushed to its model-parallel workers (a chunk brought back to their device tier).",
-          m.cache_remote_pushed_blocks);
-  counter(out, "cache_remote_failures_total",
-          "Pulls, pushes and copies the model-parallel workers could not do (their chunks dropped or recomputed).",
-          m.cache_remote_failures);
   counter(out, "cache_evicted_copies_total", "Copies of cached chunks that left a tier.", m.cache_evicted_copies);
   counter(out, "cache_dropped_chunks_total", "Cached chunks whose last copy was discarded.", m.cache_dropped_chunks);
   // The names of release 1 (they counted chunks as "blocks"), kept for one more release.
@@ -138,10 +146,7 @@ std::string render_metrics(const MetricsSnapshot& m) {
   counter(out, "cache_persisted_running_chunks_total",
           "Chunks of running requests cached (and written to the disk tier) as they filled, for a restart to resume them.",
           m.persisted_running_chunks);
-  counter(out, "kv_bytes_device_to_host_total", "KV bytes copied from the device to the host tier.", m.bytes_device_to_host);
-  counter(out, "kv_bytes_host_to_device_total", "KV bytes copied from the host tier to the device.", m.bytes_host_to_device);
-  counter(out, "kv_bytes_to_disk_total", "KV bytes queued for writing to the disk tier.", m.bytes_to_disk);
-  counter(out, "kv_bytes_disk_to_device_total", "KV bytes read from the disk tier to the device.", m.bytes_disk_to_device);
+  tier_traffic_counters(out, m);
   counter(out, "engine_task_seconds_total",
           "Engine-thread seconds spent on work posted by other threads (KV exports and imports, forgets).",
           m.engine_task_seconds);
