@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/mman.h>
+
 namespace mnemo {
 
 // One persistent thread that runs block copies while the engine thread runs the forward pass
@@ -102,6 +104,14 @@ KvPoolConfig for_device(KvPoolConfig config) {
     config.compact_on_device = false;
   }
   return config;
+}
+
+// A remote device's staging bytes matter only while a copy runs (the cache pulls before every
+// read): handing their pages back to the kernel keeps a coordinator's memory to its host tier's
+// rather than a device pool's worth. The mapping is page-aligned (util/anonymous_memory.h).
+void release_staging(KvStorage& staging) {
+  if (staging.n_blocks() == 0) return;
+  (void)::madvise(staging.block(0), staging.block_bytes() * static_cast<size_t>(staging.n_blocks()), MADV_DONTNEED);
 }
 
 KvCodec codec_for(const KvLayout& layout, std::optional<KvType> type) {
@@ -476,7 +486,10 @@ void KvCache::plan_ahead_copies() {
 }
 
 void KvCache::end_background_work() {
-  if (!loads_started_) return;
+  if (!loads_started_) {
+    if (config_.remote_device != nullptr) release_staging(device_);
+    return;
+  }
   copier_->wait();
   loads_started_ = false;
   for (const PendingLoad& l : pending_loads_) release_host(l.host);  // the pins
@@ -492,6 +505,7 @@ void KvCache::end_background_work() {
     }
   }
   pending_copies_.clear();
+  if (config_.remote_device != nullptr) release_staging(device_);
 }
 
 }  // namespace mnemo

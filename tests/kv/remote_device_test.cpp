@@ -3,10 +3,11 @@
 // operations, so a byte the cache read without pulling it first would reach the host, the disk or
 // the workers as poison. Chunks go device -> host -> disk and come back with the bytes the
 // "workers" computed; a copy-on-write copies on the workers; copies ahead of need pull before
-// the pass; and when the workers cannot pull, push or copy, chunks are dropped or recomputed,
-// never kept with bytes nobody has.
+// the pass (and the staged pages are handed back after it); and when the workers cannot pull,
+// push or copy, chunks are dropped or recomputed, never kept with bytes nobody has.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kv/kv_cache.h"
@@ -164,6 +165,9 @@ TEST_F(RemoteDeviceTest, CopiesAheadOfNeedPullBeforeThePass) {
   kv.begin_background_work();
   EXPECT_EQ(workers_.pulled, 2);  // a's chunks, the lowest value, read before the pass
   kv.end_background_work();
+  // Staged bytes go back to the kernel once the copies are done: the pages read as zeros.
+  const uint8_t* staging = kv.device().block(0);
+  EXPECT_TRUE(std::all_of(staging, staging + kv.device().block_bytes() * 4, [](uint8_t byte) { return byte == 0; }));
   EXPECT_EQ(kv.counters().ahead_copied_chunks, 2);
   // A third conversation takes their blocks for free; they come back from the host intact.
   clock_ += 1;
