@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import openai
 import pytest
@@ -171,14 +172,28 @@ def drafted_and_kept(metrics: dict[str, float]) -> tuple[float, float]:
     return drafted, kept
 
 
-def test_speculation_keeps_the_output_and_a_request_may_opt_out(server, client, model_id):
+def settled_metrics(url: str) -> dict[str, float]:
+    """The metrics once the shared server is idle and its speculation counters stop moving (a
+    request's last step may be counted just after its response is sent, and an earlier test's
+    abandoned stream may still be running)."""
     from helpers import read_metrics
 
-    before = read_metrics(server.url)
+    deadline = time.monotonic() + 30
+    while True:
+        first = read_metrics(url)
+        time.sleep(0.2)
+        second = read_metrics(url)
+        idle = second["mnemo_running_sequences"] == 0 and second["mnemo_waiting_sequences"] == 0
+        if (idle and drafted_and_kept(first) == drafted_and_kept(second)) or time.monotonic() > deadline:
+            return second
+
+
+def test_speculation_keeps_the_output_and_a_request_may_opt_out(server, client, model_id):
+    before = settled_metrics(server.url)
     assert 'mnemo_spec_draft_tokens_total{drafter="prompt_lookup"}' in before
     assert 'mnemo_spec_accepted_tokens_total{drafter="tenant_history"}' in before
     fast = client.completions.create(model=model_id, prompt=CODE_PROMPT, temperature=0, max_tokens=40)
-    middle = read_metrics(server.url)
+    middle = settled_metrics(server.url)
     drafted, kept = drafted_and_kept(middle)
     assert drafted > drafted_and_kept(before)[0], "a repeated function drafts from its own context"
     assert kept > drafted_and_kept(before)[1]
@@ -187,7 +202,7 @@ def test_speculation_keeps_the_output_and_a_request_may_opt_out(server, client, 
     assert tokens / passes > 1.0, "kept drafts are tokens without a pass of their own"
     plain = client.completions.create(model=model_id, prompt=CODE_PROMPT, temperature=0, max_tokens=40,
                                       extra_body={"speculation": False})
-    after = read_metrics(server.url)
+    after = settled_metrics(server.url)
     assert drafted_and_kept(after) == (drafted, kept), "an opted-out request drafts nothing"
     assert plain.choices[0].text == fast.choices[0].text
     with pytest.raises(openai.BadRequestError) as info:
