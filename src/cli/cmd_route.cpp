@@ -102,6 +102,11 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--request-seconds", args->config.cost.request_seconds, "Cost model: time of each request queued ahead")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--pressure-weight", args->config.cost.pressure_weight,
+                  "Cost model: the share of a token's compute charged for each cached token a placement pushes out of a "
+                  "full cache (0: off; spreads conversations over caches with room)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--transfer-bytes-per-second", args->config.cost.transfer_bytes_per_second,
                   "Cost model: KV transfer bandwidth between instances (moving KV vs recomputing it)")
       ->capture_default_str()

@@ -82,6 +82,16 @@ std::string instance_id(int port) {
   return fmt::format("{}-{}-{:08x}", host, port, random());
 }
 
+// Tokens every tier of the cache can hold (the router's cache-pressure term): the device, the
+// host's whole and compact blocks, and the disk's extents.
+int64_t cache_capacity_tokens(const EngineConfig& config) {
+  int64_t chunks = int64_t{config.kv_blocks} + config.host_swap_blocks + config.host_exact_blocks + config.host_compact_blocks;
+  if (config.disk) {
+    chunks += config.disk->capacity_bytes() / static_cast<int64_t>(config.disk->extent_bytes(static_cast<size_t>(config.block_size)));
+  }
+  return chunks * config.block_size;
+}
+
 // Joins the cluster: the instance's key lives as long as its lease, which a background thread
 // keeps alive with the current load.
 class ClusterMembership {
@@ -97,6 +107,7 @@ class ClusterMembership {
     info.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, port) : args.advertise;
     info.role = cluster::role_named(args.role).value_or(cluster::Role::kColocated);  // the flag allows only the three
     info.capacity_tokens = static_cast<int64_t>(engine.config().kv_blocks) * engine.config().block_size;
+    info.cache_capacity_tokens = cache_capacity_tokens(engine.config());
     const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
     info.kv_bytes_per_token = static_cast<int64_t>(layout.block_bytes() / static_cast<size_t>(layout.block_size));
     // A measured profile is the router's cost model for this instance; defaults are no better

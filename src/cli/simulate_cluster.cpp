@@ -60,6 +60,11 @@ void add_cluster_flags(CLI::App* cmd, ClusterArgs& args) {
   cmd->add_option("--request-seconds", args.request_seconds, "The router's charge per request in flight on an instance")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--pressure-weight", args.pressure_weight,
+                  "Cache-aware: the share of its recompute charged for each cached token a placement pushes out of a full "
+                  "cache (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 int run_cluster_simulation(const ClusterArgs& args, const sim::SimulationOptions& o, const std::string& json_path) {
@@ -74,6 +79,7 @@ int run_cluster_simulation(const ClusterArgs& args, const sim::SimulationOptions
   config.routing_cost.transfer_bytes_per_second = args.transfer_gbps * 1e9;
   config.routing_cost.transfer_overhead_seconds = args.transfer_overhead_ms / 1e3;
   config.routing_cost.request_seconds = args.request_seconds;
+  config.routing_cost.pressure_weight = args.pressure_weight;
   std::printf("cluster: %zu requests over %.0f s (%s), %d-token chunks, cache policy %s, KV %s, transfers %s\n",
               trace->requests.size(), trace->duration_s(), args.workload.c_str(), o.cache.chunk_tokens, cache_policy.c_str(),
               o.cache.kv_types.c_str(), config.transfers ? "on" : "off");

@@ -26,6 +26,7 @@ struct ClusterArgs {
   double transfer_gbps = 8;         // GB/s between instances
   double transfer_overhead_ms = 1;  // per transfer
   double request_seconds = 1.0;     // the router's charge per request in flight
+  double pressure_weight = router::CostParams{}.pressure_weight;  // cache-aware: a placement pushing cached tokens out
 };
 
 void add_cluster_flags(CLI::App* cmd, ClusterArgs& args);

@@ -60,6 +60,7 @@ std::string InstanceInfo::to_json() const {
                     {"role", role_name(role)},
                     {"transfer_endpoint", transfer_endpoint},
                     {"capacity_tokens", capacity_tokens},
+                    {"cache_capacity_tokens", cache_capacity_tokens},
                     {"queued_requests", queued_requests},
                     {"queued_tokens", queued_tokens},
                     {"kv_bytes_per_token", kv_bytes_per_token},
@@ -87,6 +88,7 @@ Result<InstanceInfo> InstanceInfo::from_json(std::string_view text) {
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "prompt_fingerprint", info.prompt_fingerprint));
     MNEMO_RETURN_IF_ERROR(read_string(parsed, "state_id", info.state_id));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "capacity_tokens", info.capacity_tokens));
+    MNEMO_RETURN_IF_ERROR(read_count(parsed, "cache_capacity_tokens", info.cache_capacity_tokens));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_requests", info.queued_requests));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "queued_tokens", info.queued_tokens));
     MNEMO_RETURN_IF_ERROR(read_count(parsed, "kv_bytes_per_token", info.kv_bytes_per_token));

@@ -46,6 +46,7 @@ struct InstanceInfo {
   Role role = Role::kColocated;
   std::string transfer_endpoint;    // "" until KV transfer exists
   int64_t capacity_tokens = 0;      // device KV pool, tokens
+  int64_t cache_capacity_tokens = 0;  // every tier of its KV cache (device, host, disk), tokens; 0: unknown
   int64_t queued_requests = 0;      // waiting + running
   int64_t queued_tokens = 0;        // prompt tokens admitted but not yet computed
   int64_t kv_bytes_per_token = 0;   // what moving a token's KV costs (0: unknown)

@@ -211,6 +211,14 @@ int64_t Router::matched_tokens(const std::string& instance, const PromptKeys& pr
   return static_cast<int64_t>(it->second->matched_chunks(prompt.reusable_keys(chunk), now, !conservative)) * chunk;
 }
 
+int64_t Router::cached_tokens(const std::string& instance, const PromptKeys& prompt) const {
+  if (!prompt.tokenized()) return routing_.tokens_of_text(tree_.size(instance) * tree_.chunk_bytes());
+  const auto it = followers_.find(instance);
+  if (it == followers_.end()) return 0;
+  const int32_t chunk = it->second->chunk_tokens() > 0 ? it->second->chunk_tokens() : kDefaultChunkTokens;
+  return static_cast<int64_t>(it->second->held_chunks()) * chunk;
+}
+
 void Router::record_prompt(const std::string& instance, const PromptKeys& prompt, double now, int64_t tokens) {
   if (!prompt.tokenized()) {
     const size_t bytes =

@@ -178,6 +178,9 @@ class Router final : private RelayHost {
   // the prompt is tokenized, else estimated from the text tree. `conservative`: an estimate
   // that errs low (what a KV replica may skip). Caller holds mutex_.
   int64_t matched_tokens(const std::string& instance, const PromptKeys& prompt, double now, bool conservative = false);
+  // Tokens `instance`'s cache holds as far as the router knows (its events, or the prompt tree's
+  // entries when the router does not tokenize), for the cache-pressure term.
+  int64_t cached_tokens(const std::string& instance, const PromptKeys& prompt) const;
   // `instance` will hold the prompt's first `tokens` tokens (all: -1). Caller holds mutex_.
   void record_prompt(const std::string& instance, const PromptKeys& prompt, double now, int64_t tokens = -1);
   // Where etcd keeps the instance that stored a response.

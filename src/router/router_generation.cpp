@@ -156,6 +156,8 @@ Candidate Router::candidate_of(const cluster::InstanceInfo& m, const PromptKeys&
   c.has_transport = !m.transfer_endpoint.empty();
   c.kv_bytes_per_token = m.kv_bytes_per_token;
   c.profile = profile_of(m);
+  c.cache_capacity_tokens = m.cache_capacity_tokens;
+  c.cached_tokens = cached_tokens(m.id, prompt);
   return c;
 }
 

@@ -51,7 +51,15 @@ double RoutingPolicy::exec_seconds(const Candidate& c, int64_t prompt_tokens, in
 
 double RoutingPolicy::predicted_seconds(const Candidate& c, int64_t prompt_tokens) const {
   const auto ahead = static_cast<double>(c.in_flight);
-  return ahead * cost_.request_seconds + exec_seconds(c, prompt_tokens, c.matched_tokens);
+  const int64_t uncached = prompt_tokens - std::min(prompt_tokens, c.matched_tokens);
+  return ahead * cost_.request_seconds + exec_seconds(c, prompt_tokens, c.matched_tokens) + pressure_seconds(c, uncached);
+}
+
+double RoutingPolicy::pressure_seconds(const Candidate& c, int64_t new_tokens) const {
+  if (cost_.pressure_weight <= 0 || c.cache_capacity_tokens <= 0) return 0;
+  const int64_t overflow = std::max<int64_t>(0, new_tokens - std::max<int64_t>(0, c.cache_capacity_tokens - c.cached_tokens));
+  const double per_token = c.profile ? c.profile->seconds_per_token_at(0) : 1.0 / cost_.prefill_tokens_per_second;
+  return cost_.pressure_weight * static_cast<double>(overflow) * per_token;
 }
 
 double RoutingPolicy::transfer_seconds(const Candidate& from, int64_t tokens) const {

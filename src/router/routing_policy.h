@@ -36,6 +36,10 @@ struct Candidate {
   // The instance's own profile (`mnemo profile`, published in etcd): what a token costs it at
   // each context position. Null: CostParams::prefill_tokens_per_second, flat.
   std::shared_ptr<const CostModel> profile;
+  // Cache pressure: tokens the instance's cache holds now (by its events) and can hold (its
+  // tiers); 0 capacity: unknown, no pressure term.
+  int64_t cached_tokens = 0;
+  int64_t cache_capacity_tokens = 0;
 };
 
 // exec(x, y_p) of SPEC M6: the prompt's tokens past the cached prefix, each at its context
@@ -49,6 +53,12 @@ struct CostParams {
   // Moving KV between instances (SPEC M7): bytes / bandwidth + a fixed cost per transfer.
   double transfer_bytes_per_second = 1e9;
   double transfer_overhead_seconds = 0.05;
+  // What placing a prompt on a full cache costs later: each cached token it pushes out is
+  // charged this share of a token's compute (about the chance it is asked for again). Without
+  // it, cache-aware routing keeps sending conversations to the few instances holding a shared
+  // prefix, which then evict one another's histories (docs/benchmarks.md, "Cluster
+  // simulation"). 0: off.
+  double pressure_weight = 0.5;
 };
 
 struct Decision {
@@ -69,8 +79,12 @@ class RoutingPolicy {
   // (transfer(y_p, y_p') <= exec(x, y_p) - exec(x, y_p')); nullopt to recompute.
   std::optional<size_t> transfer_source(const std::vector<Candidate>& candidates, size_t chosen) const;
   double transfer_seconds(const Candidate& from, int64_t tokens) const;
+  // What placing `new_tokens` more in c's cache costs later: those beyond its free room push
+  // as many cached tokens out, each charged CostParams::pressure_weight of a token's compute.
+  double pressure_seconds(const Candidate& c, int64_t new_tokens) const;
 
-  // The seconds cache-aware routing predicts for a candidate.
+  // The seconds cache-aware routing predicts for a candidate: the requests in flight there, the
+  // prompt's uncached tokens, and the cache pressure the placement adds (pressure_seconds).
   double predicted_seconds(const Candidate& c, int64_t prompt_tokens) const;
   // exec(x, y_p): seconds for `c` to compute prompt positions [cached_tokens, prompt_tokens),
   // plus the prompt tokens queued there (taken at position 0: their contexts are unknown).

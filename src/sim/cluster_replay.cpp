@@ -40,6 +40,11 @@ class ClusterReplay {
       c.has_transport = config_.transfers;
       c.kv_bytes_per_token = config_.cache.kv_bytes_per_token;
       c.profile = profile_;
+      const KvCache& cache = instances_[i].sim->cache();
+      // Every tier, as `serve` publishes it (cli/cmd_serve.cpp, cache_capacity_tokens).
+      int64_t chunks = int64_t{cache.n_blocks()} + cache.n_host_blocks() + cache.n_host_exact_blocks() + cache.n_host_compact_blocks();
+      if (const DiskTier* disk = cache.disk()) chunks += disk->capacity_bytes() / static_cast<int64_t>(disk->extent_bytes(static_cast<size_t>(c_)));
+      c.cache_capacity_tokens = chunks * c_;
       read_events(i);
     }
     return ok_status();
@@ -194,6 +199,7 @@ class ClusterReplay {
       CacheEventLog::Batch batch = log.read(s.events_epoch, s.events_next, std::chrono::milliseconds(0));
       if (batch.snapshot) {
         for (auto& [key, held] : holders_) std::erase(held, instance);
+        candidates_[i].cached_tokens = 0;
         for (const auto& [key, hold] : batch.held) hold_key(key, instance, hold);
       }
       for (const auto& [key, hold] : batch.events) hold_key(key, instance, hold);
@@ -207,11 +213,16 @@ class ClusterReplay {
   void hold_key(uint64_t key, int32_t instance, ChunkHold hold) {
     std::vector<int32_t>& held = holders_[key];
     const auto it = std::find(held.begin(), held.end(), instance);
+    int64_t& cached = candidates_[static_cast<size_t>(instance)].cached_tokens;
     if (hold == ChunkHold::kNone) {
-      if (it != held.end()) held.erase(it);
+      if (it != held.end()) {
+        held.erase(it);
+        cached -= c_;
+      }
       if (held.empty()) holders_.erase(key);
     } else if (it == held.end()) {
       held.push_back(instance);
+      cached += c_;
     }
   }
 

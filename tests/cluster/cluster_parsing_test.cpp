@@ -193,6 +193,7 @@ TEST(InstanceInfo, RoundTripsThroughJson) {
   info.role = Role::kDecode;
   info.transfer_endpoint = "ucx://10.0.0.1:13337";
   info.capacity_tokens = 1 << 20;
+  info.cache_capacity_tokens = int64_t{3} << 20;
   info.queued_requests = 3;
   info.queued_tokens = 900;
   info.prompt_fingerprint = "0123456789abcdef";

@@ -256,6 +256,38 @@ TEST(PlanRoute, PushesTheKvOfTheHolderOnlyWhenAllowedAndCheaper) {
   EXPECT_EQ(plan.order.size(), 3u);
 }
 
+// Cache pressure: a prompt whose new tokens overflow a full cache pushes as many cached tokens
+// out, each charged pressure_weight of a token's compute, so a holder of a shared prefix that is
+// full loses a new conversation to an instance with room; with room, or with the term off, the
+// holder keeps it; an unknown capacity adds nothing.
+TEST(RoutingPolicy, CacheAwareChargesWhatAPlacementPushesOutOfAFullCache) {
+  CostParams cost;
+  cost.prefill_tokens_per_second = 100;  // 1 token: 10 ms
+  cost.pressure_weight = 0.5;
+  RoutingPolicy p(Policy::kCacheAware, cost);
+  auto c = three();
+  for (auto& x : c) x.cache_capacity_tokens = 10000;
+  c[0].matched_tokens = 300;   // the shared prefix: 9 s for the 900 new tokens
+  c[0].cached_tokens = 10000;  // full: those 900 push 900 out, 0.5 x 9 s more
+  c[1].cached_tokens = 9900;   // room for 100 of its 1,200 new: 1,100 pushed out
+  c[2].cached_tokens = 2000;   // room for all
+  EXPECT_DOUBLE_EQ(p.pressure_seconds(c[0], 900), 4.5);
+  EXPECT_DOUBLE_EQ(p.pressure_seconds(c[1], 1200), 5.5);
+  EXPECT_DOUBLE_EQ(p.pressure_seconds(c[2], 1200), 0.0);
+  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[0], 1200), 13.5);
+  EXPECT_DOUBLE_EQ(p.predicted_seconds(c[1], 1200), 17.5);
+  EXPECT_EQ(p.choose(c, 1200, "")->index, 2u);  // 12 s, with room, against the full holder's 13.5 s
+  // The holder with room keeps the conversation (9 s).
+  c[0].cached_tokens = 2000;
+  EXPECT_EQ(p.choose(c, 1200, "")->index, 0u);
+  // Full, but the term off, or the capacity unknown: the prefix decides.
+  c[0].cached_tokens = 10000;
+  cost.pressure_weight = 0;
+  EXPECT_EQ(RoutingPolicy(Policy::kCacheAware, cost).choose(c, 1200, "")->index, 0u);
+  c[0].cache_capacity_tokens = 0;
+  EXPECT_EQ(p.choose(c, 1200, "")->index, 0u);
+}
+
 TEST(PlanRoute, APinnedSessionGoesToItsInstanceWhateverTheCacheAndLoad) {
   CostParams cost;
   cost.prefill_tokens_per_second = 100;
