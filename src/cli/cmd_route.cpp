@@ -80,6 +80,27 @@ int run_route(RouteArgs args) {
   return 0;
 }
 
+// The cache-aware policy's cost model (router/routing_policy.h).
+void add_cost_model_flags(CLI::App* cmd, router::CostParams& cost) {
+  cmd->add_option("--prefill-tokens-per-second", cost.prefill_tokens_per_second,
+                  "Cost model: the prompt throughput of instances that publish no `mnemo profile` (those that do are "
+                  "charged their own profiled cost per token and context position)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--request-seconds", cost.request_seconds, "Cost model: time of each request queued ahead")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--pressure-weight", cost.pressure_weight,
+                  "Cost model: the share of a token's compute charged for each cached token a placement pushes out of a "
+                  "full cache (0: off; spreads conversations over caches with room)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--transfer-bytes-per-second", cost.transfer_bytes_per_second,
+                  "Cost model: KV transfer bandwidth between instances (moving KV vs recomputing it)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
 }  // namespace
 
 void add_route_command(CLI::App& app, std::function<int()>& run) {
@@ -94,23 +115,7 @@ void add_route_command(CLI::App& app, std::function<int()>& run) {
                                             "least-loaded (fewest requests in flight), round-robin")
       ->capture_default_str()
       ->check(CLI::IsMember(router::policy_names()));
-  cmd->add_option("--prefill-tokens-per-second", args->config.cost.prefill_tokens_per_second,
-                  "Cost model: the prompt throughput of instances that publish no `mnemo profile` (those that do are "
-                  "charged their own profiled cost per token and context position)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--request-seconds", args->config.cost.request_seconds, "Cost model: time of each request queued ahead")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--pressure-weight", args->config.cost.pressure_weight,
-                  "Cost model: the share of a token's compute charged for each cached token a placement pushes out of a "
-                  "full cache (0: off; spreads conversations over caches with room)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--transfer-bytes-per-second", args->config.cost.transfer_bytes_per_second,
-                  "Cost model: KV transfer bandwidth between instances (moving KV vs recomputing it)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_cost_model_flags(cmd, args->config.cost);
   cmd->add_option("-m,--model", args->config.model_path,
                   "The served model's GGUF: the router then tokenizes prompts as the instances do and follows each "
                   "instance's cache by its insert and evict events (exact prompt trees); without it, prompt trees "

@@ -24,6 +24,7 @@
 #include "cli/serve_pipeline.h"
 #include "cli/model_flags.h"
 #include "cluster/membership.h"
+#include "engine/cache_capacity.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/prompt.h"
@@ -82,16 +83,6 @@ std::string instance_id(int port) {
   return fmt::format("{}-{}-{:08x}", host, port, random());
 }
 
-// Tokens every tier of the cache can hold (the router's cache-pressure term): the device, the
-// host's whole and compact blocks, and the disk's extents.
-int64_t cache_capacity_tokens(const EngineConfig& config) {
-  int64_t chunks = int64_t{config.kv_blocks} + config.host_swap_blocks + config.host_exact_blocks + config.host_compact_blocks;
-  if (config.disk) {
-    chunks += config.disk->capacity_bytes() / static_cast<int64_t>(config.disk->extent_bytes(static_cast<size_t>(config.block_size)));
-  }
-  return chunks * config.block_size;
-}
-
 // Joins the cluster: the instance's key lives as long as its lease, which a background thread
 // keeps alive with the current load.
 class ClusterMembership {
@@ -110,8 +101,7 @@ class ClusterMembership {
     info.cache_capacity_tokens = cache_capacity_tokens(engine.config());
     const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
     info.kv_bytes_per_token = static_cast<int64_t>(layout.block_bytes() / static_cast<size_t>(layout.block_size));
-    // A measured profile is the router's cost model for this instance; defaults are no better
-    // than the router's own flags.
+    // A measured profile is the router's cost model for this instance (defaults add nothing to its flags).
     if (engine.config().cost.source != "default") {
       auto profile = cost_model_json(engine.config().cost);
       if (!profile.ok()) return profile.error().with_context("publishing the cost profile");
