@@ -14,6 +14,7 @@
 
 #include "parallel/pipeline.h"
 #include "parallel/stage_worker.h"
+#include "support/lose_worker.h"
 #include "support/tiny_model.h"
 
 namespace mnemo::parallel {
@@ -188,7 +189,7 @@ TEST_P(PipelineLossTest, ASpareTakesALostStagesPlaceWithItsKvRestored) {
   ASSERT_TRUE(s.pipeline);
   const size_t lost = static_cast<size_t>(c.lost);
   expect_pipeline_matches(s, spec.n_vocab, [&](size_t step) {
-    if (step == 3) s.workers[lost].reset();
+    if (step == 3) mnemo::testing::lose_worker(s.workers[lost]);
   });
   EXPECT_EQ(s.pipeline->replacements(), 1);
   const StageWorker& spare = *s.workers.back();
@@ -208,7 +209,7 @@ TEST(Pipeline, WithoutASpareALostStageFailsThePass) {
   spec.n_layers = 4;
   PipelineRig s = make_rig(spec, "pipeline_nospare", 2, "", 0);
   ASSERT_TRUE(s.pipeline);
-  s.workers[0].reset();
+  mnemo::testing::lose_worker(s.workers[0]);
   ThreadPool pool(1);
   KvStorage kv(s.coordinator->kv_layout(kBlockSize), kBlocks);
   ForwardOutput out;
@@ -251,7 +252,7 @@ TEST(Pipeline, APassWhoseStageIsGoneFailsInsteadOfHanging) {
   spec.n_layers = 4;
   PipelineRig s = make_rig(spec, "pipeline_gone", 2, "", 0);
   ASSERT_TRUE(s.pipeline);
-  s.workers[1].reset();  // the last stage goes away: the first cannot send on
+  mnemo::testing::lose_worker(s.workers[1]);  // the last stage goes away: the first cannot send on
   ThreadPool pool(1);
   KvStorage kv(s.coordinator->kv_layout(kBlockSize), kBlocks);
   const Batch batch = step_batch({std::vector<TokenId>(8, 3), std::vector<TokenId>(8, 4)}, 0, 8);

@@ -20,6 +20,7 @@
 #include "parallel/pipeline.h"
 #include "parallel/stage_worker.h"
 #include "parallel/tensor_parallel.h"
+#include "support/lose_worker.h"
 #include "support/tiny_model.h"
 
 namespace mnemo::parallel {
@@ -135,7 +136,7 @@ TEST(ShardedCache, APipelinesStagesArePulledPushedAndCopiedAsOnePool) {
   ASSERT_FALSE(self_copy.ok());
   EXPECT_NE(self_copy.error().message().find("a copy of block 3 into 3"), std::string::npos) << self_copy.error().message();
   EXPECT_EQ((*pipeline)->replacements(), 0);
-  expect_push_and_copy_survive_a_loss(**pipeline, layout, [&] { workers[0].reset(); });
+  expect_push_and_copy_survive_a_loss(**pipeline, layout, [&] { mnemo::testing::lose_worker(workers[0]); });
   EXPECT_EQ((*pipeline)->replacements(), 1);
   std::remove(path.c_str());
 }
@@ -185,7 +186,7 @@ TEST(ShardedCache, TensorRanksArePulledPushedAndCopiedAsOnePool) {
     EXPECT_LE(max_diff, 2e-2f * max_value) << "block " << b;
     EXPECT_GT(max_value, 0.0f);
   }
-  expect_push_and_copy_survive_a_loss(**tp, layout, [&] { workers[1].reset(); });
+  expect_push_and_copy_survive_a_loss(**tp, layout, [&] { mnemo::testing::lose_worker(workers[1]); });
   EXPECT_EQ((*tp)->replacements(), 1);
   std::remove(path.c_str());
 }

@@ -12,6 +12,7 @@
 
 #include "parallel/stage_worker.h"
 #include "parallel/tensor_parallel.h"
+#include "support/lose_worker.h"
 #include "support/tiny_model.h"
 
 namespace mnemo::parallel {
@@ -142,7 +143,7 @@ TEST(TensorParallel, ASpareTakesALostRanksPlaceWithItsKvRestored) {
     Rig rig = make_rig(spec, "tensor_parallel_loss", 2, 1);
     ASSERT_TRUE(rig.tp.ok()) << rig.tp.error().message();
     const std::vector<float> got = run(*rig.coordinator, spec.n_vocab, [&](size_t step) {
-      if (step == 2) rig.workers[lost].reset();
+      if (step == 2) mnemo::testing::lose_worker(rig.workers[lost]);
     });
     ASSERT_EQ(want.size(), got.size());
     EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "rank " << lost << " lost";
@@ -169,8 +170,8 @@ TEST(TensorParallel, BothRanksLostInTurnAreReplaced) {
   Rig rig = make_rig(spec, "tensor_parallel_two_losses", 2, 2);
   ASSERT_TRUE(rig.tp.ok()) << rig.tp.error().message();
   const std::vector<float> got = run(*rig.coordinator, spec.n_vocab, [&](size_t step) {
-    if (step == 1) rig.workers[1].reset();
-    if (step == 3) rig.workers[0].reset();
+    if (step == 1) mnemo::testing::lose_worker(rig.workers[1]);
+    if (step == 3) mnemo::testing::lose_worker(rig.workers[0]);
   });
   ASSERT_EQ(want.size(), got.size());
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
@@ -195,7 +196,7 @@ TEST(TensorParallel, APassWhoseRankIsGoneFails) {
   llama.n_ff = 1024;
   Rig rig = make_rig(llama, "tensor_parallel_gone", 2);
   ASSERT_TRUE(rig.tp.ok());
-  rig.workers[1].reset();
+  mnemo::testing::lose_worker(rig.workers[1]);
   ThreadPool pool(1);
   KvStorage kv(rig.coordinator->kv_layout(kBlockSize, DType::F32), kBlocks);
   Batch batch;
