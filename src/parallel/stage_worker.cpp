@@ -52,6 +52,7 @@ StageWorker::Stats StageWorker::stats() const {
 }
 
 Status StageWorker::on_frame(StageFrame&& frame) {
+  if (lost_.load()) return make_error(ErrorCode::kUnavailable, "stage at {} is lost (simulate_loss)", endpoint());
   switch (frame.kind) {
     case StageFrameKind::kSetup:
       return set_up(frame.setup);

@@ -27,6 +27,7 @@
 // coordinator, the route's last endpoint, so the pass fails at once rather than at its timeout.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -66,6 +67,11 @@ class StageWorker {
   StageWorker& operator=(const StageWorker&) = delete;
 
   std::string endpoint() const { return link_->endpoint(); }
+  // Fault injection for tests that run workers in their own process: from now on the worker
+  // refuses every frame, as sends to a killed worker fail, without tearing its UCX context down
+  // beside the coordinator's (tests/support/lose_worker.h says why). Killed processes are what
+  // the e2e tests lose.
+  void simulate_loss() { lost_.store(true); }
 
   struct Stats {
     uint64_t setups = 0;
@@ -136,6 +142,7 @@ class StageWorker {
   Stats stats_;  // guarded by queue_mutex_
   uint64_t tokens_replicated_ = 0;  // compute thread; copied into stats()
 
+  std::atomic<bool> lost_{false};  // simulate_loss()
   std::unique_ptr<StageLink> link_;
   std::thread thread_;
 };

@@ -88,6 +88,9 @@ inline constexpr int kMaxPollMs = 100;
 inline constexpr double kCallerGraceSeconds = 2.0;
 // How long shutdown waits for closing endpoints and cancelled requests to complete.
 inline constexpr double kShutdownSeconds = 2.0;
+// At shutdown the listener stays (refusing connections) at least this long after the endpoints
+// start closing, so that connections it had accepted complete while it exists (shutdown()).
+inline constexpr double kListenerGraceSeconds = 0.05;
 
 enum AckCode : uint32_t { kAckOk = 0, kAckRejected = 1, kAckRefused = 2 };
 

@@ -367,10 +367,15 @@ void KvTransport::Impl::shutdown() {
     for (auto& op : submitted) op->result.set_value(make_error(ErrorCode::kUnavailable, "the transport is shutting down"));
     submitted.clear();
   }
-  for (const ucp_conn_request_h request : connection_requests) ucp_listener_reject(listener, request);
-  connection_requests.clear();
-  ucp_listener_destroy(listener);
-  listener = nullptr;
+  // The listener goes last: UCX 1.13 crashes when a connection its listener had accepted, whose
+  // request was not yet delivered, completes after the listener is destroyed (its async thread
+  // then rejects it through the freed listener). So connection requests are rejected while the
+  // rest closes, for at least kListenerGraceSeconds, and only then is the listener destroyed.
+  const auto reject_requests = [&] {
+    for (const ucp_conn_request_h request : connection_requests) ucp_listener_reject(listener, request);
+    connection_requests.clear();
+  };
+  reject_requests();
   for (auto& [endpoint, peer] : peers) {
     peer->retired = true;
     const ucp_ep_h ep = peer->ep;
@@ -393,10 +398,15 @@ void KvTransport::Impl::shutdown() {
     }
     return false;
   };
-  while (pending() && Clock::now() < give_up) {
+  const Clock::time_point grace_until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kListenerGraceSeconds));
+  while ((pending() || Clock::now() < grace_until) && Clock::now() < give_up) {
     ucp_worker_progress(worker);
     reap();
+    reject_requests();
   }
+  ucp_listener_destroy(listener);
+  listener = nullptr;
 }
 
 // ---- UCX callbacks ---------------------------------------------------------------------------
