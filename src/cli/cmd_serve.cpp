@@ -24,7 +24,6 @@
 #include "cli/serve_pipeline.h"
 #include "cli/model_flags.h"
 #include "cluster/membership.h"
-#include "engine/cache_capacity.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/prompt.h"
@@ -98,7 +97,7 @@ class ClusterMembership {
     info.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, port) : args.advertise;
     info.role = cluster::role_named(args.role).value_or(cluster::Role::kColocated);  // the flag allows only the three
     info.capacity_tokens = static_cast<int64_t>(engine.config().kv_blocks) * engine.config().block_size;
-    info.cache_capacity_tokens = cache_capacity_tokens(engine.config());
+    info.cache_capacity_tokens = engine.cache_capacity_tokens();
     const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
     info.kv_bytes_per_token = static_cast<int64_t>(layout.block_bytes() / static_cast<size_t>(layout.block_size));
     // A measured profile is the router's cost model for this instance (defaults add nothing to its flags).

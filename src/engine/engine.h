@@ -117,6 +117,9 @@ class Engine {
   void shutdown();
 
   const EngineConfig& config() const { return config_; }
+  // Tokens every tier of the KV cache can hold (fixed at construction, so any thread may ask):
+  // what an instance publishes for the router's cache-pressure term.
+  int64_t cache_capacity_tokens() const { return kv_.capacity_chunks() * config_.block_size; }
   const Model& model() const { return model_; }
   // The engine's last published figures, with the disk tier's queue and usage read live (its
   // writes finish while the engine idles).

@@ -174,12 +174,7 @@ KvCache::KvCache(const KvLayout& layout, KvPoolConfig config)
   index_.set_observer([events = events_.get()](uint64_t key, ChunkHold hold) { events->record(key, hold); });
   eviction_.rank(index_);
   if (config_.ghosts_per_chunk > 0) {
-    int64_t chunks = int64_t{config_.device_blocks} + config_.host_blocks + exact_alloc_.n_blocks() + compact_alloc_.n_blocks();
-    if (config_.disk) {
-      chunks += config_.disk->capacity_bytes() /
-                static_cast<int64_t>(config_.disk->extent_bytes(static_cast<size_t>(layout.block_size)));
-    }
-    index_.keep_ghosts(static_cast<size_t>(std::max<int64_t>(1, chunks * config_.ghosts_per_chunk)));
+    index_.keep_ghosts(static_cast<size_t>(std::max<int64_t>(1, capacity_chunks() * config_.ghosts_per_chunk)));
     eviction_.observe_ghosts();
   }
   index_.set_forget_listener([this, ghosts = config_.ghosts_per_chunk > 0](const PrefixIndex::Chunk& c) {
@@ -207,6 +202,14 @@ KvCache::~KvCache() {
 }
 
 double KvCache::now() const { return config_.clock(); }
+
+int64_t KvCache::capacity_chunks() const {
+  int64_t chunks = int64_t{device_alloc_.n_blocks()} + host_alloc_.n_blocks() + exact_alloc_.n_blocks() + compact_alloc_.n_blocks();
+  if (config_.disk) {
+    chunks += config_.disk->capacity_bytes() / static_cast<int64_t>(config_.disk->extent_bytes(static_cast<size_t>(block_size())));
+  }
+  return chunks;
+}
 
 bool KvCache::pull_device(std::span<const BlockId> blocks) {
   if (config_.remote_device == nullptr || blocks.empty()) return true;

@@ -234,6 +234,9 @@ class KvCache {
 
   // Free blocks plus blocks only the index holds (what an allocation could get).
   int32_t n_available() const;
+  // Chunks every tier can hold: device, host (whole, exact and compact blocks) and disk extents.
+  // Fixed at construction.
+  int64_t capacity_chunks() const;
   size_t n_cached_blocks(Tier tier) const { return index_.size(tier); }
   size_t n_dropped_chunks() const { return index_.n_dropped(); }
   int32_t n_host_compact_blocks() const { return compact_alloc_.n_blocks(); }

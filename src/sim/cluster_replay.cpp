@@ -40,11 +40,7 @@ class ClusterReplay {
       c.has_transport = config_.transfers;
       c.kv_bytes_per_token = config_.cache.kv_bytes_per_token;
       c.profile = profile_;
-      const KvCache& cache = instances_[i].sim->cache();
-      // Every tier, as `serve` publishes it (cli/cmd_serve.cpp, cache_capacity_tokens).
-      int64_t chunks = int64_t{cache.n_blocks()} + cache.n_host_blocks() + cache.n_host_exact_blocks() + cache.n_host_compact_blocks();
-      if (const DiskTier* disk = cache.disk()) chunks += disk->capacity_bytes() / static_cast<int64_t>(disk->extent_bytes(static_cast<size_t>(c_)));
-      c.cache_capacity_tokens = chunks * c_;
+      c.cache_capacity_tokens = instances_[i].sim->cache().capacity_chunks() * c_;  // as `serve` publishes it
       read_events(i);
     }
     return ok_status();
