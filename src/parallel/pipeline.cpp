@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "parallel/model_fingerprint.h"
-#include "parallel/replace_lost.h"
 
 namespace mnemo::parallel {
 
@@ -54,11 +53,7 @@ Result<std::unique_ptr<Pipeline>> Pipeline::connect(const std::string& model_pat
   }
   MNEMO_ASSIGN_OR_RETURN(const uint64_t fingerprint, stage_model_fingerprint(model_path));
   std::unique_ptr<Pipeline> pipeline(new Pipeline(options));
-  StageLink::Options link_options;
-  link_options.cluster_secret = options.cluster_secret;
-  MNEMO_ASSIGN_OR_RETURN(pipeline->link_,
-                         StageLink::listen(options.host, 0, [p = pipeline.get()](StageFrame&& f) { return p->on_frame(std::move(f)); },
-                                           link_options));
+  MNEMO_RETURN_IF_ERROR(pipeline->listen(options.host, options.cluster_secret));
   if (!options.spares.empty() && options.stages.size() < 2) {
     return make_error("spares replace a stage from its replica on another: a pipeline of one stage has none");
   }
@@ -78,20 +73,6 @@ Result<std::unique_ptr<Pipeline>> Pipeline::connect(const std::string& model_pat
   return pipeline;
 }
 
-Pipeline::~Pipeline() { link_.reset(); }
-
-std::vector<std::string> Pipeline::stages() const {
-  std::lock_guard lock(stages_mutex_);
-  return stages_;
-}
-
-int Pipeline::replacements() const {
-  std::lock_guard lock(stages_mutex_);
-  return replacements_;
-}
-
-Status Pipeline::on_frame(StageFrame&& frame) { return answers_.take(std::move(frame)); }
-
 Status Pipeline::run_layers(const Batch& batch, std::span<float> x) {
   // A failed pass leaves x as it was (the rows come back into it only when all are in), so it
   // can run again once a lost stage is replaced.
@@ -100,20 +81,8 @@ Status Pipeline::run_layers(const Batch& batch, std::span<float> x) {
   return with_repair([&] { return run_pass(batch, x); });
 }
 
-Status Pipeline::pull(std::span<const BlockId> blocks, KvStorage& into) {
-  return with_repair([&] { return pull_blocks(group(), blocks, into); });
-}
-
-Status Pipeline::push(std::span<const BlockId> blocks, const KvStorage& from) {
-  return with_repair([&] { return push_blocks(group(), blocks, from); });
-}
-
-Status Pipeline::copy(std::span<const std::pair<BlockId, BlockId>> copies) {
-  return with_repair([&] { return copy_blocks(group(), copies); });
-}
-
 Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
-  const size_t n_stages = stages_.size();
+  const size_t n_stages = workers_.size();
   const int32_t parts = options_.microbatches > 0 ? options_.microbatches : static_cast<int32_t>(n_stages);
   const auto groups = split_microbatches(batch, parts);
   const uint64_t step = answers_.begin();
@@ -122,10 +91,10 @@ Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
   const size_t n_embd = x.size() / std::max<size_t>(1, total_tokens);
   std::vector<size_t> first_row;  // per microbatch, its first row in x
   size_t row = 0;
-  std::vector<std::string> route(stages_.begin() + 1, stages_.end());
+  std::vector<std::string> route(workers_.begin() + 1, workers_.end());
   route.push_back(link_->endpoint());
   std::vector<std::string> replicas;  // stage i's KV is kept by stage i + 1 (the last's by the first)
-  for (size_t i = 0; n_stages > 1 && i < n_stages; ++i) replicas.push_back(stages_[(i + 1) % n_stages]);
+  for (size_t i = 0; n_stages > 1 && i < n_stages; ++i) replicas.push_back(workers_[(i + 1) % n_stages]);
   for (size_t m = 0; m < groups.size(); ++m) {
     StageFrame frame;
     frame.kind = StageFrameKind::kRows;
@@ -141,8 +110,8 @@ Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
     frame.rows.assign(x.begin() + static_cast<std::ptrdiff_t>(row * n_embd),
                       x.begin() + static_cast<std::ptrdiff_t>((row + tokens) * n_embd));
     row += tokens;
-    const Status sent = link_->send(stages_[0], frame, options_.step_timeout_seconds);
-    if (!sent.ok()) return make_error("pipeline pass {}: stage 0 ({}): {}", step, stages_[0], sent.error().message());
+    const Status sent = link_->send(workers_[0], frame, options_.step_timeout_seconds);
+    if (!sent.ok()) return make_error("pipeline pass {}: stage 0 ({}): {}", step, workers_[0], sent.error().message());
   }
   MNEMO_RETURN_IF_ERROR(answers_.await(groups.size(), options_.step_timeout_seconds, "pipeline pass"));
   for (auto& [m, frame] : answers_.take_arrived()) {
@@ -153,18 +122,6 @@ Status Pipeline::run_pass(const Batch& batch, std::span<float> x) {
     }
     std::memcpy(x.data() + first_row[m] * n_embd, frame.rows.data(), frame.rows.size() * sizeof(float));
   }
-  return ok_status();
-}
-
-Status Pipeline::repair(const Error& failure) {
-  std::vector<std::string> stages = stages_;
-  MNEMO_ASSIGN_OR_RETURN(const size_t replaced,
-                         replace_lost_worker(*link_, answers_, stages, setups_, spares_,
-                                             {options_.ping_timeout_seconds, options_.setup_timeout_seconds, options_.step_timeout_seconds},
-                                             failure));
-  std::lock_guard lock(stages_mutex_);
-  stages_[replaced] = stages[replaced];
-  ++replacements_;
   return ok_status();
 }
 

@@ -22,21 +22,13 @@
 // failed pass are dropped.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "kv/remote_device.h"
-#include "model/model.h"
-#include "parallel/stage_link.h"
-#include "parallel/replace_lost.h"
-#include "parallel/step_answers.h"
-#include "parallel/worker_blocks.h"
+#include "parallel/sharded_coordinator.h"
 
 namespace mnemo::parallel {
 
@@ -61,48 +53,27 @@ std::vector<std::pair<int32_t, int32_t>> split_layers(int32_t n_layers, int32_t 
 // tokens, none empty.
 std::vector<std::pair<size_t, size_t>> split_microbatches(const Batch& batch, int32_t parts);
 
-// The coordinator's KV cache reaches the stages' blocks through the pipeline (kv/remote_device.h,
-// parallel/worker_blocks.h): pulls, pushes and copies, each retried once a lost stage is replaced.
-class Pipeline : public LayerRunner, public RemoteDevice {
+// The coordinator's KV cache reaches the stages' blocks through the pipeline (ShardedCoordinator).
+class Pipeline : public ShardedCoordinator {
  public:
   // Sets every stage up for `model_path`'s layers and a pool of `n_blocks` blocks of the layout.
   static Result<std::unique_ptr<Pipeline>> connect(const std::string& model_path, const Model& model,
                                                    int32_t block_size, DType kv_dtype, int32_t n_blocks,
                                                    const PipelineOptions& options);
-  ~Pipeline() override;
 
   Status run_layers(const Batch& batch, std::span<float> x) override;
-  Status pull(std::span<const BlockId> blocks, KvStorage& into) override;
-  Status push(std::span<const BlockId> blocks, const KvStorage& from) override;
-  Status copy(std::span<const std::pair<BlockId, BlockId>> copies) override;
-
   const std::vector<StageSetup>& stage_setups() const { return setups_; }
-  std::string endpoint() const { return link_->endpoint(); }
-  // The stages' endpoints now (a replaced stage's spare in its place), and how many were replaced.
-  std::vector<std::string> stages() const;
-  int replacements() const;
 
  private:
-  explicit Pipeline(PipelineOptions options)
-      : options_(options), stages_(options.stages), spares_{options.spares, options.more_spares} {}
-  Status on_frame(StageFrame&& frame);  // the link's progress thread
+  // Each stage's KV is replicated on the next once there are two.
+  explicit Pipeline(const PipelineOptions& options)
+      : ShardedCoordinator(options.stages, {options.spares, options.more_spares},
+                           {options.ping_timeout_seconds, options.setup_timeout_seconds, options.step_timeout_seconds},
+                           options.stages.size() > 1),
+        options_(options) {}
   Status run_pass(const Batch& batch, std::span<float> x);
-  // Replaces the one stage that does not answer a ping with a spare (parallel/replace_lost.h).
-  Status repair(const Error& failure);
-  WorkerGroup group() { return {*link_, answers_, stages_, shares_, stages_.size() > 1, options_.step_timeout_seconds}; }
-  Status with_repair(const std::function<Status()>& op) {
-    return run_repairing(stages_.size(), op, [this](const Error& e) { return repair(e); });
-  }
 
   const PipelineOptions options_;
-  std::vector<std::string> stages_;  // engine thread only (run_layers and what it calls)
-  Spares spares_;
-  int replacements_ = 0;
-  mutable std::mutex stages_mutex_;  // stages_ and replacements_ for the readers on other threads
-  std::vector<StageSetup> setups_;
-  std::vector<KvShare> shares_;             // by stage: its layers, every head
-  StepAnswers answers_;                     // of the pass (or restore) in flight
-  std::unique_ptr<StageLink> link_;         // last: its thread calls on_frame
 };
 
 }  // namespace mnemo::parallel

@@ -18,11 +18,7 @@ Result<std::unique_ptr<TensorParallel>> TensorParallel::connect(const std::strin
   }
   MNEMO_ASSIGN_OR_RETURN(const uint64_t fingerprint, stage_model_fingerprint(model_path));
   std::unique_ptr<TensorParallel> tp(new TensorParallel(model, options));
-  StageLink::Options link_options;
-  link_options.cluster_secret = options.cluster_secret;
-  MNEMO_ASSIGN_OR_RETURN(tp->link_, StageLink::listen(options.host, 0,
-                                                      [t = tp.get()](StageFrame&& f) { return t->answers_.take(std::move(f)); },
-                                                      link_options));
+  MNEMO_RETURN_IF_ERROR(tp->listen(options.host, options.cluster_secret));
   const auto ranks = static_cast<int32_t>(options.workers.size());
   for (int32_t r = 0; r < ranks; ++r) {
     StageFrame frame;
@@ -39,25 +35,13 @@ Result<std::unique_ptr<TensorParallel>> TensorParallel::connect(const std::strin
   return tp;
 }
 
-TensorParallel::~TensorParallel() { link_.reset(); }
-
-std::vector<std::string> TensorParallel::ranks() const {
-  std::lock_guard lock(ranks_mutex_);
-  return workers_;
-}
-
-int TensorParallel::replacements() const {
-  std::lock_guard lock(ranks_mutex_);
-  return replacements_;
-}
-
 Status TensorParallel::all_reduce(StageFrame& frame, int32_t il, uint8_t part, std::vector<float>& sum) {
   frame.step = answers_.begin();
   frame.tensor_layer = il;
   frame.tensor_part = part;
   // The pass's KV is all stored after the last layer's attention: replicated then, when a spare
   // could need it.
-  const bool replicate = (!options_.spares.empty() || options_.more_spares) && part == 0 && il == model_.config().n_layers - 1;
+  const bool replicate = replicates() && part == 0 && il == model_.config().n_layers - 1;
   frame.replicas = replicate ? workers_ : std::vector<std::string>();
   for (size_t r = 0; r < workers_.size(); ++r) {
     const Status sent = link_->send(workers_[r], frame, options_.step_timeout_seconds);
@@ -75,7 +59,7 @@ Status TensorParallel::all_reduce(StageFrame& frame, int32_t il, uint8_t part, s
 }
 
 Status TensorParallel::run_layers(const Batch& batch, std::span<float> x) {
-  if (!has_spares()) return run_pass(batch, x);
+  if (!replicates()) return run_pass(batch, x);  // no spare: a lost rank cannot be replaced
   const std::vector<float> input(x.begin(), x.end());  // a failed pass runs again from here
   bool first = true;
   return with_repair([&] {
@@ -83,30 +67,6 @@ Status TensorParallel::run_layers(const Batch& batch, std::span<float> x) {
     first = false;
     return run_pass(batch, x);
   });
-}
-
-Status TensorParallel::repair(const Error& failure) {
-  std::vector<std::string> workers = workers_;
-  MNEMO_ASSIGN_OR_RETURN(const size_t lost,
-                         replace_lost_worker(*link_, answers_, workers, setups_, spares_,
-                                             {options_.ping_timeout_seconds, options_.setup_timeout_seconds, options_.step_timeout_seconds},
-                                             failure));
-  std::lock_guard lock(ranks_mutex_);
-  workers_[lost] = workers[lost];
-  ++replacements_;
-  return ok_status();
-}
-
-Status TensorParallel::pull(std::span<const BlockId> blocks, KvStorage& into) {
-  return with_repair([&] { return pull_blocks(group(), blocks, into); });
-}
-
-Status TensorParallel::push(std::span<const BlockId> blocks, const KvStorage& from) {
-  return with_repair([&] { return push_blocks(group(), blocks, from); });
-}
-
-Status TensorParallel::copy(std::span<const std::pair<BlockId, BlockId>> copies) {
-  return with_repair([&] { return copy_blocks(group(), copies); });
 }
 
 Status TensorParallel::run_pass(const Batch& batch, std::span<float> x) {

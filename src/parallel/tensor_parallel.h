@@ -24,16 +24,10 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "kv/remote_device.h"
-#include "model/model.h"
-#include "parallel/replace_lost.h"
-#include "parallel/stage_link.h"
-#include "parallel/step_answers.h"
-#include "parallel/worker_blocks.h"
+#include "parallel/sharded_coordinator.h"
 
 namespace mnemo::parallel {
 
@@ -49,50 +43,32 @@ struct TensorParallelOptions {
   double ping_timeout_seconds = 3;
 };
 
-// The coordinator's KV cache reaches the ranks' blocks through it too (kv/remote_device.h,
-// parallel/worker_blocks.h), each operation retried once a lost rank is replaced.
-class TensorParallel : public LayerRunner, public RemoteDevice {
+// The coordinator's KV cache reaches the ranks' blocks through it too (ShardedCoordinator).
+class TensorParallel : public ShardedCoordinator {
  public:
   // `model`: the coordinator's, loaded with no layers but their norms (LoadOptions layer_end 0,
   // layer_norms); the ranks are set up for `model_path` and a pool of `n_blocks` blocks.
   static Result<std::unique_ptr<TensorParallel>> connect(const std::string& model_path, const Model& model,
                                                          int32_t block_size, DType kv_dtype, int32_t n_blocks,
                                                          const TensorParallelOptions& options);
-  ~TensorParallel() override;
 
   Status run_layers(const Batch& batch, std::span<float> x) override;
-  Status pull(std::span<const BlockId> blocks, KvStorage& into) override;
-  Status push(std::span<const BlockId> blocks, const KvStorage& from) override;
-  Status copy(std::span<const std::pair<BlockId, BlockId>> copies) override;
-  // The ranks' endpoints now (a replaced rank's spare in its place), and how many were replaced.
-  std::vector<std::string> ranks() const;
-  int replacements() const;
 
  private:
-  TensorParallel(const Model& model, TensorParallelOptions options)
-      : model_(model), options_(options), workers_(options.workers), spares_{options.spares, options.more_spares} {}
+  // The ranks keep one another's KV only when a spare could need it.
+  TensorParallel(const Model& model, const TensorParallelOptions& options)
+      : ShardedCoordinator(options.workers, {options.spares, options.more_spares},
+                           {options.ping_timeout_seconds, options.setup_timeout_seconds, options.step_timeout_seconds},
+                           !options.spares.empty() || options.more_spares != nullptr),
+        model_(model),
+        options_(options) {}
   Status run_pass(const Batch& batch, std::span<float> x);
-  bool has_spares() const { return !spares_.given.empty() || spares_.more != nullptr; }
-  // Replaces the one rank that does not answer a ping with a spare (parallel/replace_lost.h).
-  Status repair(const Error& failure);
-  Status with_repair(const std::function<Status()>& op) {
-    return run_repairing(workers_.size(), op, [this](const Error& e) { return repair(e); });
-  }
-  WorkerGroup group() { return {*link_, answers_, workers_, shares_, has_spares(), options_.step_timeout_seconds}; }
   // Sends the pass's frame (its rows: the block's normed input) to every rank as layer il's
   // block `part`, and leaves the ranks' shares summed in `sum`.
   Status all_reduce(StageFrame& frame, int32_t il, uint8_t part, std::vector<float>& sum);
 
   const Model& model_;
   const TensorParallelOptions options_;
-  std::vector<std::string> workers_;  // engine thread; copied for other readers under ranks_mutex_
-  std::vector<StageSetup> setups_;
-  std::vector<KvShare> shares_;  // by rank: every layer, its KV heads
-  Spares spares_;
-  int replacements_ = 0;
-  mutable std::mutex ranks_mutex_;
-  StepAnswers answers_;
-  std::unique_ptr<StageLink> link_;  // last: its thread calls answers_
 };
 
 }  // namespace mnemo::parallel

@@ -193,7 +193,7 @@ TEST_P(PipelineLossTest, ASpareTakesALostStagesPlaceWithItsKvRestored) {
   });
   EXPECT_EQ(s.pipeline->replacements(), 1);
   const StageWorker& spare = *s.workers.back();
-  EXPECT_EQ(s.pipeline->stages()[lost], spare.endpoint());
+  EXPECT_EQ(s.pipeline->workers()[lost], spare.endpoint());
   // Steps 3 and 4 ran on the spare (one microbatch per stage each); nothing before was recomputed.
   EXPECT_EQ(spare.stats().microbatches_run, 2u * static_cast<uint64_t>(c.stages));
   EXPECT_GT(spare.stats().tokens_replicated, 0u);

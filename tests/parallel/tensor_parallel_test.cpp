@@ -148,7 +148,7 @@ TEST(TensorParallel, ASpareTakesALostRanksPlaceWithItsKvRestored) {
     ASSERT_EQ(want.size(), got.size());
     EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "rank " << lost << " lost";
     EXPECT_EQ((*rig.tp)->replacements(), 1);
-    EXPECT_EQ((*rig.tp)->ranks()[lost], rig.workers.back()->endpoint());
+    EXPECT_EQ((*rig.tp)->workers()[lost], rig.workers.back()->endpoint());
     // The spare ran steps 2 and 3 only: two blocks a layer, two passes.
     EXPECT_EQ(rig.workers.back()->stats().microbatches_run, 2u * 2u * static_cast<uint64_t>(spec.n_layers));
     std::remove(rig.path.c_str());
