@@ -31,13 +31,25 @@ using mnemo::testing::TinyModelSpec;
 constexpr int32_t kBlockSize = 4;
 constexpr int32_t kBlocks = 64;
 
-std::unique_ptr<StageWorker> start_worker(const std::string& path) {
-  StageWorkerOptions w;
-  w.model_path = path;
-  w.threads = 1;
-  auto worker = StageWorker::start(w);
-  EXPECT_TRUE(worker.ok()) << worker.error().message();
-  return worker.ok() ? std::move(*worker) : nullptr;
+// `n` workers of the model at `path`, a thread each (fewer, with a test failure, if one does not start).
+std::vector<std::unique_ptr<StageWorker>> start_workers(const std::string& path, int n) {
+  std::vector<std::unique_ptr<StageWorker>> workers;
+  for (int i = 0; i < n; ++i) {
+    StageWorkerOptions w;
+    w.model_path = path;
+    w.threads = 1;
+    auto worker = StageWorker::start(w);
+    EXPECT_TRUE(worker.ok()) << worker.error().message();
+    if (worker.ok()) workers.push_back(std::move(*worker));
+  }
+  return workers;
+}
+
+// The endpoints of workers [begin, end).
+std::vector<std::string> endpoints_of(const std::vector<std::unique_ptr<StageWorker>>& workers, size_t begin, size_t end) {
+  std::vector<std::string> endpoints;
+  for (size_t i = begin; i < end; ++i) endpoints.push_back(workers[i]->endpoint());
+  return endpoints;
 }
 
 // Two sequences' prefill and two decode steps through `model`, into blocks [0, 8) of `kv`.
@@ -107,14 +119,12 @@ TEST(ShardedCache, APipelinesStagesArePulledPushedAndCopiedAsOnePool) {
   head_only.layer_end = 0;
   auto coordinator = Model::load(path, head_only);
   ASSERT_TRUE(coordinator.ok());
-  std::vector<std::unique_ptr<StageWorker>> workers;
+  std::vector<std::unique_ptr<StageWorker>> workers = start_workers(path, 3);
+  ASSERT_EQ(workers.size(), 3u);
   PipelineOptions options;
   options.step_timeout_seconds = 5;
-  for (int i = 0; i < 3; ++i) {
-    workers.push_back(start_worker(path));
-    ASSERT_TRUE(workers.back());
-    (i < 2 ? options.stages : options.spares).push_back(workers.back()->endpoint());
-  }
+  options.stages = endpoints_of(workers, 0, 2);
+  options.spares = endpoints_of(workers, 2, 3);
   auto pipeline = Pipeline::connect(path, **coordinator, kBlockSize, DType::F16, kBlocks, options);
   ASSERT_TRUE(pipeline.ok()) << pipeline.error().message();
   (*coordinator)->set_layer_runner(pipeline->get());
@@ -154,14 +164,12 @@ TEST(ShardedCache, TensorRanksArePulledPushedAndCopiedAsOnePool) {
   norms_only.layer_norms = true;
   auto coordinator = Model::load(path, norms_only);
   ASSERT_TRUE(coordinator.ok());
-  std::vector<std::unique_ptr<StageWorker>> workers;
+  std::vector<std::unique_ptr<StageWorker>> workers = start_workers(path, 3);
+  ASSERT_EQ(workers.size(), 3u);
   TensorParallelOptions options;
   options.step_timeout_seconds = 5;
-  for (int i = 0; i < 3; ++i) {
-    workers.push_back(start_worker(path));
-    ASSERT_TRUE(workers.back());
-    (i < 2 ? options.workers : options.spares).push_back(workers.back()->endpoint());
-  }
+  options.workers = endpoints_of(workers, 0, 2);
+  options.spares = endpoints_of(workers, 2, 3);
   auto tp = TensorParallel::connect(path, **coordinator, kBlockSize, DType::F32, kBlocks, options);
   ASSERT_TRUE(tp.ok()) << tp.error().message();
   (*coordinator)->set_layer_runner(tp->get());
@@ -288,14 +296,11 @@ TEST(ShardedCache, AnEngineOverAPipelineUsesTheHostAndDiskTiersAsOneInstance) {
   head_only.layer_end = 0;
   auto coordinator = Model::load(path, head_only);
   ASSERT_TRUE(coordinator.ok());
-  std::vector<std::unique_ptr<StageWorker>> workers;
+  std::vector<std::unique_ptr<StageWorker>> workers = start_workers(path, 2);
+  ASSERT_EQ(workers.size(), 2u);
   PipelineOptions options;
   options.step_timeout_seconds = 10;
-  for (int i = 0; i < 2; ++i) {
-    workers.push_back(start_worker(path));
-    ASSERT_TRUE(workers.back());
-    options.stages.push_back(workers.back()->endpoint());
-  }
+  options.stages = endpoints_of(workers, 0, 2);
   auto pipeline = Pipeline::connect(path, **coordinator, kBlockSize, DType::F16, small_pool(nullptr).kv_blocks, options);
   ASSERT_TRUE(pipeline.ok()) << pipeline.error().message();
   (*coordinator)->set_layer_runner(pipeline->get());
