@@ -157,6 +157,7 @@ size_t KvCache::bring_to_device(const std::vector<PrefixIndex::Chunk>& chain, st
 
 void KvCache::push_loaded(const std::vector<PrefixIndex::Chunk>& chain, const std::vector<size_t>& loaded,
                           std::vector<ChunkUse>& use, const KvTable& table) {
+  if (config_.remote_device == nullptr) return;  // the loads wrote the device's own bytes
   std::vector<BlockId> blocks;
   for (size_t i : loaded) blocks.push_back(table[i]);
   if (push_device(blocks)) return;
