@@ -144,9 +144,21 @@ int run_simulate(SimulateArgs args) {
   std::printf("%s", describe_capacities(o.cache).c_str());
   std::printf("cost model: %s\n\n%s", o.cache.cost.source.c_str(), sim::format_policy_table(result->outcomes).c_str());
   for (const sim::PolicyOutcome& outcome : result->outcomes) {
+    if (outcome.refused_turns > 0) {
+      std::printf("%s: %lld turns (%lld prompt tokens) need more blocks than the whole device has; serve refuses them, "
+                  "which ends their conversations (not counted above)\n",
+                  outcome.policy.c_str(), static_cast<long long>(outcome.refused_turns),
+                  static_cast<long long>(outcome.refused_prompt_tokens));
+    }
+    if (outcome.waited_turns > 0) {
+      std::printf("%s: %lld turns found the device held by running turns and waited for them, as the engine queues "
+                  "them: %.1f s on average, %.1f s at most\n",
+                  outcome.policy.c_str(), static_cast<long long>(outcome.waited_turns),
+                  outcome.wait_seconds / static_cast<double>(outcome.waited_turns), outcome.longest_wait_s);
+    }
     if (outcome.counters.device_overcommits == 0) continue;
-    std::printf("warning: %s: %lld chunks of running turns found every device block held by other running turns; "
-                "those turns ran without caching (a device of at least the running peak above avoids it)\n",
+    std::printf("warning: %s: %lld chunks of turns the whole device could not hold ran without caching "
+                "(a device of at least the longest turn avoids it)\n",
                 outcome.policy.c_str(), static_cast<long long>(outcome.counters.device_overcommits));
   }
   if (!args.json_path.empty()) {

@@ -1,6 +1,7 @@
 #include "sim/cache_replay.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <queue>
 #include <tuple>
@@ -37,7 +38,8 @@ TokenId token_at(int32_t id, int64_t position) {
 class CacheReplay {
  public:
   CacheReplay(const Trace& trace, const SimConfig& config, std::string_view name)
-      : trace_(trace), config_(config), c_(config.chunk_tokens), next_use_(trace.size(), std::numeric_limits<double>::infinity()) {
+      : trace_(trace), config_(config), c_(config.chunk_tokens), next_use_(trace.size(), std::numeric_limits<double>::infinity()),
+        next_start_(trace.size(), std::numeric_limits<double>::infinity()) {
     out_.policy = std::string(name);
     out_.chunk_bytes = config.chunk_bytes();
     out_.unit_bytes = config.unit_bytes();
@@ -57,26 +59,32 @@ class CacheReplay {
     return ok_status();
   }
 
+  // The trace's events, with the engine's admission: a turn the device has no room for waits,
+  // oldest first, until running turns end; it then runs for as long as the trace says, and its
+  // conversation's next turn comes the trace's think time after it ends. Without waits the times
+  // are the trace's.
   PolicyOutcome run() {
-    std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
     for (size_t i = 0; i < trace_.size(); ++i) {
-      if (!trace_[i].turns.empty()) events.push({trace_[i].turns[0].start_s, kStart, static_cast<int32_t>(i), 0});
+      if (!trace_[i].turns.empty()) events_.push({trace_[i].turns[0].start_s, kStart, static_cast<int32_t>(i), 0});
     }
-    while (!events.empty()) {
-      const Event e = events.top();
-      events.pop();
+    while (!events_.empty()) {
+      const Event e = events_.top();
+      events_.pop();
       now_ = e.time_s;
-      const std::vector<TraceTurn>& turns = trace_[static_cast<size_t>(e.conversation)].turns;
-      const TraceTurn& turn = turns[static_cast<size_t>(e.turn)];
       if (e.kind == kStart) {
-        start_turn(e.conversation, e.turn);
-        events.push({turn.end_s, kEnd, e.conversation, e.turn});
+        if (fits_the_device(turn_at(e.conversation, e.turn))) {
+          waiting_.push_back(e);
+        } else {
+          refuse(e.conversation, e.turn);
+        }
       } else {
         end_turn(e.conversation, e.turn);
+        const std::vector<TraceTurn>& turns = trace_[static_cast<size_t>(e.conversation)].turns;
         if (static_cast<size_t>(e.turn) + 1 < turns.size()) {
-          events.push({turns[static_cast<size_t>(e.turn) + 1].start_s, kStart, e.conversation, e.turn + 1});
+          events_.push({next_start_[static_cast<size_t>(e.conversation)], kStart, e.conversation, e.turn + 1});
         }
       }
+      admit_waiting();
       instance_->step();
     }
     out_.counters = instance_->counters();
@@ -112,6 +120,38 @@ class CacheReplay {
     return owners;
   }
 
+  // Whether the device could hold the turn on its own: `serve` refuses a request that needs more
+  // blocks than its pool has (Engine::submit, which also counts a block of slack a replay's turns,
+  // of known lengths, do not need).
+  bool fits_the_device(const TraceTurn& turn) const {
+    return (turn.prompt_tokens + turn.reply_tokens + c_ - 1) / c_ <= config_.capacity_chunks()[0];
+  }
+
+  // A refused turn ends its conversation: its client got an error, not a reply to go on from.
+  void refuse(int32_t id, int32_t t) {
+    const std::vector<TraceTurn>& turns = trace_[static_cast<size_t>(id)].turns;
+    out_.refused_turns += static_cast<int64_t>(turns.size()) - t;
+    for (size_t i = static_cast<size_t>(t); i < turns.size(); ++i) out_.refused_prompt_tokens += turns[i].prompt_tokens;
+    next_use_[static_cast<size_t>(id)] = std::numeric_limits<double>::infinity();
+  }
+
+  // Starts waiting turns, oldest first, while the device has room for the next.
+  void admit_waiting() {
+    while (!waiting_.empty()) {
+      const Event& w = waiting_.front();
+      const TraceTurn& turn = turn_at(w.conversation, w.turn);
+      if (!instance_->has_room_for(turn.prompt_tokens + turn.reply_tokens)) return;
+      if (now_ > w.time_s) {
+        ++out_.waited_turns;
+        out_.wait_seconds += now_ - w.time_s;
+        out_.longest_wait_s = std::max(out_.longest_wait_s, now_ - w.time_s);
+      }
+      start_turn(w.conversation, w.turn);
+      events_.push({now_ + (turn.end_s - turn.start_s), kEnd, w.conversation, w.turn});
+      waiting_.pop_front();
+    }
+  }
+
   void start_turn(int32_t id, int32_t t) {
     const TraceTurn& turn = turn_at(id, t);
     next_use_[static_cast<size_t>(id)] = now_;
@@ -121,7 +161,7 @@ class CacheReplay {
 
     const std::vector<TokenId> prompt = tokens_of(id, turn.prompt_tokens);
     const auto max_chunks = static_cast<int32_t>((turn.prompt_tokens - 1) / c_);
-    const SimulatedInstance::Started match = instance_->start(id, prompt, max_chunks);
+    const SimulatedInstance::Started match = instance_->start(id, prompt, max_chunks, turn.prompt_tokens + turn.reply_tokens);
     const int32_t hits = match.hits();
     out_.hit_tokens[0] += static_cast<int64_t>(match.device_chunks) * c_;
     out_.hit_tokens[1] += static_cast<int64_t>(match.host_chunks) * c_;
@@ -144,8 +184,12 @@ class CacheReplay {
   void end_turn(int32_t id, int32_t t) {
     const TraceTurn& turn = turn_at(id, t);
     const std::vector<TraceTurn>& turns = trace_[static_cast<size_t>(id)].turns;
-    next_use_[static_cast<size_t>(id)] = static_cast<size_t>(t) + 1 < turns.size() ? turns[static_cast<size_t>(t) + 1].start_s
-                                                                                  : std::numeric_limits<double>::infinity();
+    // The next turn comes the trace's think time after this one ends (later than the trace's
+    // time when this one waited).
+    const bool last = static_cast<size_t>(t) + 1 >= turns.size();
+    next_start_[static_cast<size_t>(id)] = last ? std::numeric_limits<double>::infinity()
+                                                : now_ + (turns[static_cast<size_t>(t) + 1].start_s - turn.end_s);
+    next_use_[static_cast<size_t>(id)] = next_start_[static_cast<size_t>(id)];
     instance_->end(id, tokens_of(id, turn.prompt_tokens + turn.reply_tokens), turn.prompt_tokens, ends_explicitly(id, t),
                    keeps_alive(id, t) ? config_.keep_alive_ttl_s : 0.0);
   }
@@ -167,6 +211,9 @@ class CacheReplay {
   int64_t c_;
   double now_ = 0;
   std::vector<double> next_use_;  // per conversation: its next turn's start (the oracle's)
+  std::vector<double> next_start_;  // per conversation: when its next turn arrives
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::deque<Event> waiting_;  // turns that arrived and wait for the device's room, oldest first
   std::unordered_map<uint64_t, int32_t> owners_;  // the oracle's only
   std::unique_ptr<SimulatedInstance> instance_;
   PolicyOutcome out_;

@@ -9,6 +9,11 @@
 // token, which is always computed) are reusable; each is a hit in the tier the cache finds it in,
 // or recomputed.
 //
+// Times and admission are the engine's: a turn the device has no room for beside the running
+// turns waits for them to end, oldest first (its conversation's later turns shift with it), and a
+// turn that needs more blocks than the whole device has is refused and ends its conversation, as
+// `serve` refuses it. Both are reported (PolicyOutcome), and are the same for every policy.
+//
 // The cache is one SimulatedInstance (sim/simulated_instance.h): serve's KvCache built as `serve`
 // builds it, driven turn by turn as the engine drives it. Per turn: the prompt's longest cached
 // prefix is matched (at most all but its last token); at the end the turn's sequence is offered

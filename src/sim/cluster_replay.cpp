@@ -87,7 +87,7 @@ class ClusterReplay {
     const double transfer_s = transfer_to(chosen, prompt, max_chunks);
 
     InstanceState& at = instances_[chosen];
-    const SimulatedInstance::Started s = at.sim->start(static_cast<int64_t>(k), prompt, max_chunks);
+    const SimulatedInstance::Started s = at.sim->start(static_cast<int64_t>(k), prompt, max_chunks, r.prompt_tokens + r.reply_tokens);
     at.sim->step();
     read_events(chosen);
     const int32_t hits = s.hits();

@@ -70,6 +70,11 @@ nlohmann::json policy_outcome_json(const PolicyOutcome& o, const std::vector<Pol
       {"evicted_chunks", evicted},
       {"dropped_chunks", o.counters.dropped_chunks},
       {"device_overcommits", o.counters.device_overcommits},
+      {"waited_turns", o.waited_turns},
+      {"wait_seconds", o.wait_seconds},
+      {"longest_wait_s", o.longest_wait_s},
+      {"refused_turns", o.refused_turns},
+      {"refused_prompt_tokens", o.refused_prompt_tokens},
       {"peak_device_bytes", o.counters.peak_device_units * o.unit_bytes},
   };
 }

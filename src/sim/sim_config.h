@@ -84,6 +84,16 @@ struct PolicyOutcome {
   std::array<int64_t, kTierCount> hit_tokens{};  // served from each tier
   int64_t recomputed_tokens = 0;                  // reusable, but computed again
   double recomputed_seconds = 0;                  // what recomputing them costs (SimConfig::cost)
+  // Turns that arrived to a device without room for them and waited for running turns to end
+  // (the engine's admission), and their waits in seconds: the same for every policy (running
+  // turns hold the same blocks whatever is cached).
+  int64_t waited_turns = 0;
+  double wait_seconds = 0;
+  double longest_wait_s = 0;
+  // Turns that need more blocks than the whole device has, which `serve` refuses, and the turns
+  // of their conversations after them (never asked): neither served, reused nor recomputed.
+  int64_t refused_turns = 0;
+  int64_t refused_prompt_tokens = 0;
   CacheCounters counters;
   int64_t chunk_bytes = 0;
   int64_t unit_bytes = 0;  // what a unit of the cache's sizes is (a chunk, or a layer of one)

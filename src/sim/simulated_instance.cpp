@@ -134,7 +134,16 @@ KvPoolConfig SimulatedInstance::pool_config(RetentionPolicy policy, std::shared_
   return c;
 }
 
-SimulatedInstance::Started SimulatedInstance::start(int64_t id, std::span<const TokenId> prompt, int32_t max_chunks) {
+bool SimulatedInstance::has_room_for(int64_t total_tokens) const {
+  if (running_.empty()) return true;
+  // Every block of the sequence: a device chunk it matches is one n_available() counts (no other
+  // request holds it: conversations share no chunk).
+  const int64_t c = config_.chunk_tokens;
+  return kv_->n_available() - reserved_blocks_ >= (total_tokens + c - 1) / c;
+}
+
+SimulatedInstance::Started SimulatedInstance::start(int64_t id, std::span<const TokenId> prompt, int32_t max_chunks,
+                                                    int64_t total_tokens) {
   PrefixMatch match = kv_->match_prefix(/*ns=*/0, prompt, max_chunks);
   Started out;
   out.device_chunks = match.device_chunks;
@@ -147,7 +156,12 @@ SimulatedInstance::Started SimulatedInstance::start(int64_t id, std::span<const 
   r.partial = std::move(match.partial);
   const auto c = static_cast<int32_t>(config_.chunk_tokens);
   r.cached = kv_->prepare_write(r.table, static_cast<int32_t>(r.table.size()) * c, static_cast<int32_t>(prompt.size()));
-  if (!r.cached) overcommit(r, static_cast<int64_t>(prompt.size()));
+  if (!r.cached) {
+    overcommit(r, static_cast<int64_t>(prompt.size()));
+    return out;
+  }
+  r.reply_blocks = std::max<int64_t>(0, (total_tokens + c - 1) / c - static_cast<int64_t>(r.table.size()));
+  reserved_blocks_ += r.reply_blocks;
   return out;
 }
 
@@ -156,6 +170,7 @@ void SimulatedInstance::end(int64_t id, std::span<const TokenId> tokens, int64_t
   const auto it = running_.find(id);
   MNEMO_CHECK(it != running_.end(), "request {} ends without having started", id);
   Running& r = it->second;
+  reserved_blocks_ -= r.reply_blocks;
   const auto end = static_cast<int64_t>(tokens.size());
   if (r.cached && !kv_->prepare_write(r.table, static_cast<int32_t>(prompt_tokens), static_cast<int32_t>(end))) {
     overcommit(r, end);

@@ -7,9 +7,11 @@
 // starts; when it ends its reply gets blocks, the sequence is offered to the cache and released.
 // A background step runs after every event (the engine runs one per forward pass).
 //
-// A request whose blocks the device cannot give (every block held by running requests) runs
-// without them, as if the engine had queued it: counted in device_overcommits; its tokens are not
-// cached. `mnemo simulate` replays a trace through one (sim/cache_replay.h), the cluster
+// The engine queues a request until the device has room for it; a driver asks has_room_for()
+// before start() and queues what does not fit (sim/cache_replay.cpp). A request started without
+// the blocks it needs (every block held by running requests: a request longer than the device, or
+// a driver that does not queue) runs without them: counted in device_overcommits; its tokens are
+// not cached. `mnemo simulate` replays a trace through one (sim/cache_replay.h), the cluster
 // simulation through one per instance (sim/cluster_replay.h).
 #pragma once
 
@@ -49,9 +51,14 @@ class SimulatedInstance {
     std::vector<int32_t> recompute;      // chunks inside the match computed again (dropped)
     int32_t hits() const { return device_chunks + host_chunks + disk_chunks; }
   };
+  // Whether a request of `total_tokens` (prompt and reply) has room on the device beside what the
+  // running requests hold and their replies will still take: the engine admits a waiting request
+  // only then, oldest first. True when nothing runs (nothing would free a block).
+  bool has_room_for(int64_t total_tokens) const;
   // Request `id` starts: the longest cached prefix of `prompt` (at most `max_chunks`) is matched
-  // and the rest of the prompt gets blocks.
-  Started start(int64_t id, std::span<const TokenId> prompt, int32_t max_chunks);
+  // and the rest of the prompt gets blocks; the blocks its reply will take, up to `total_tokens`,
+  // are counted as taken from now on.
+  Started start(int64_t id, std::span<const TokenId> prompt, int32_t max_chunks, int64_t total_tokens);
   // Request `id` ends with `tokens` (its prompt, then its reply) computed: the reply's blocks,
   // then the whole sequence offered to the cache; `ends_conversation`: its client's end
   // (KvCache::end_conversation).
@@ -76,6 +83,7 @@ class SimulatedInstance {
     KvTable table;
     std::vector<int32_t> partial;
     bool cached = false;
+    int64_t reply_blocks = 0;  // blocks its reply will still take (counted in reserved_blocks_)
   };
   KvPoolConfig pool_config(RetentionPolicy policy, std::shared_ptr<DiskTier> disk, NextUse next_use) const;
   void overcommit(Running& r, int64_t tokens);
@@ -87,6 +95,7 @@ class SimulatedInstance {
   std::shared_ptr<DiskTier> disk_;
   std::unique_ptr<KvCache> kv_;
   std::unordered_map<int64_t, Running> running_;
+  int64_t reserved_blocks_ = 0;  // the running requests' reply_blocks
   int64_t device_overcommits_ = 0;
   int64_t peak_device_chunks_ = 0;
 };

@@ -1,7 +1,7 @@
 // Replays through the serving KV cache (sim/cache_replay.h): the figures are what a KvCache driven
 // turn by turn, as the engine drives it, reports; the tier rules are the serving cache's (a disk
-// tier written through, the host copies a match brings back pinned, a turn without blocks not
-// cached).
+// tier written through, the host copies a match brings back pinned, a turn without room waiting
+// for it).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -112,29 +112,62 @@ TEST(CacheReplay, EveryReusableTokenIsAHitOrARecompute) {
 // The serving cache writes every cached chunk through to the disk: a chunk evicted from the
 // device leaves for free, and the disk alone holds it until the disk needs the room.
 TEST(CacheReplay, TheDiskTierIsWrittenThrough) {
-  const Trace trace = {conversation("A", {turn(0, 1, 8, 0), turn(10, 11, 12, 0)}), conversation("B", {turn(2, 3, 8, 0)})};
-  const PolicyOutcome o = run_policy(trace, small_config(2, 0, 4), "lru");
+  const Trace trace = {conversation("A", {turn(0, 1, 8, 0), turn(10, 11, 12, 0)}), conversation("B", {turn(2, 3, 12, 0)})};
+  const PolicyOutcome o = run_policy(trace, small_config(3, 0, 6), "lru");
   // A0 and A1 are on the disk when B takes the device; A comes back and reads both from it.
   EXPECT_EQ(o.hit_tokens[2], 8);
   EXPECT_EQ(o.recomputed_tokens, 0);
   EXPECT_EQ(o.moved_bytes(Tier::kDisk, Tier::kDevice), 2 * 4);
   EXPECT_EQ(o.moved_bytes(Tier::kDevice, Tier::kHost), 0);
-  EXPECT_GE(o.moved_bytes(Tier::kHost, Tier::kDisk), 4 * 4);  // A's and B's chunks, written through
+  EXPECT_GE(o.moved_bytes(Tier::kHost, Tier::kDisk), 5 * 4);  // A's and B's chunks, written through
   // Without the disk they are dropped.
-  EXPECT_EQ(run_policy(trace, small_config(2), "lru").recomputed_tokens, 8);
+  EXPECT_EQ(run_policy(trace, small_config(3), "lru").recomputed_tokens, 8);
 }
 
-// A turn whose blocks the device cannot give runs uncached: A holds 2 of 3 blocks from 0 to 50;
-// B needs 2 at 1. A is never evicted, so its second turn hits all of its context.
-TEST(CacheReplay, ATurnWithoutBlocksRunsUncached) {
-  const Trace trace = {conversation("A", {turn(0, 50, 8, 0), turn(60, 61, 12, 0)}), conversation("B", {turn(1, 2, 8, 0), turn(5, 6, 12, 0)})};
-  for (const char* name : {"lru", "pensieve", "mnemo"}) {
-    const PolicyOutcome o = run_policy(trace, small_config(3), name);
-    EXPECT_EQ(o.counters.device_overcommits, 2 + 3) << name;  // B's turns: 2 blocks, then 3
+// A turn the device has no room for waits, as the engine queues it: A holds 2 of 3 blocks from 0
+// to 50; B arrives at 1 needing 2 and starts at 50, when A ends. B's next turn comes its think
+// time (3 s) after it ends, at 54. A's chunks leave for the 2-chunk host as B needs the room, and
+// come back for A's second turn at 60: nothing is recomputed (run uncached, B's first turn was).
+TEST(CacheReplay, ATurnWithoutRoomWaitsForRunningTurnsToEnd) {
+  const Trace trace = {conversation("A", {turn(0, 50, 8, 0), turn(60, 61, 12, 0)}),
+                       conversation("B", {turn(1, 2, 8, 0), turn(5, 6, 12, 0)})};
+  for (const char* name : {"lru", "pensieve", "mnemo", "oracle"}) {
+    const PolicyOutcome o = run_policy(trace, small_config(3, 2), name);
+    EXPECT_EQ(o.counters.device_overcommits, 0) << name;
+    EXPECT_EQ(o.waited_turns, 1) << name;
+    EXPECT_DOUBLE_EQ(o.wait_seconds, 49) << name;
+    EXPECT_DOUBLE_EQ(o.longest_wait_s, 49) << name;
+    EXPECT_EQ(o.hit_tokens[0], 8) << name;  // B's second turn
+    EXPECT_EQ(o.hit_tokens[1], 8) << name;  // A's, from the host
+    EXPECT_EQ(o.recomputed_tokens, 0) << name;
     EXPECT_EQ(o.counters.peak_device_chunks, 3) << name;
-    EXPECT_EQ(o.hit_tokens[0], 8) << name;  // A's
-    EXPECT_EQ(o.recomputed_tokens, 8) << name;  // B's first turn was never cached
   }
+}
+
+// Waiting turns start oldest first: C (1 block) arrives at 2 behind B (2 blocks) with a block
+// free, and waits for B's turn to start, as the engine's queue does not let a later request pass
+// its head.
+TEST(CacheReplay, WaitingTurnsStartInArrivalOrder) {
+  const Trace trace = {conversation("A", {turn(0, 50, 8, 0)}), conversation("B", {turn(1, 2, 8, 0)}),
+                       conversation("C", {turn(2, 3, 4, 0)})};
+  const PolicyOutcome o = run_policy(trace, small_config(3), "lru");
+  EXPECT_EQ(o.waited_turns, 2);
+  EXPECT_DOUBLE_EQ(o.wait_seconds, 49 + 48);
+  EXPECT_EQ(o.counters.device_overcommits, 0);
+}
+
+// A turn that needs more blocks than the whole device has is refused, as serve refuses it, and
+// its conversation ends there: A's second turn needs 5 blocks of a 4-block device.
+TEST(CacheReplay, ATurnTheDeviceCannotHoldIsRefusedAndEndsItsConversation) {
+  const Trace trace = {conversation("A", {turn(0, 1, 8, 0), turn(10, 11, 17, 0), turn(20, 21, 24, 0)}),
+                       conversation("B", {turn(30, 31, 11, 5), turn(40, 41, 16, 0)})};
+  const PolicyOutcome o = run_policy(trace, small_config(4), "lru");
+  EXPECT_EQ(o.turns, 3);  // A's first, B's two (16 tokens each: 4 blocks)
+  EXPECT_EQ(o.refused_turns, 2);
+  EXPECT_EQ(o.refused_prompt_tokens, 17 + 24);
+  EXPECT_EQ(o.reusable_tokens, 12);  // B's second turn
+  EXPECT_EQ(o.recomputed_tokens, 0);
+  EXPECT_EQ(o.counters.device_overcommits, 0);
 }
 
 TEST(CacheReplay, RefusesADeviceWithoutAChunk) {

@@ -73,7 +73,7 @@ TEST(SimulateCli, AClusterOfEachSizeUnderEachRoutingPolicy) {
 // A compressed host holds more chunks in the same bytes, less the share `serve` keeps in F16;
 // with F16 everywhere the capacities are the bytes' own. Fewer tokens recomputed at equal bytes.
 TEST(SimulateCli, ACompressedHostHoldsMoreChunksInTheSameBytes) {
-  const std::string base = "simulate --estimate-tokens -n 60 --rate 0.2 --think-mean 60 --device-bytes 16M --host-bytes 32M "
+  const std::string base = "simulate --estimate-tokens -n 60 --rate 0.2 --think-mean 60 --device-bytes 64M --host-bytes 32M "
                            "--seed 3 --policies lru ";
   const auto f16 = run_mnemo(base + "--kv-types f16");
   const auto q8 = run_mnemo(base + "--kv-types device=f16,host=q8_0,disk=q8_0 --host-exact-share 0.1");

@@ -42,20 +42,20 @@ TEST(SlidingWindowSimulation, CompactHistoryLeavesRoomThatWholeChunksWouldTake) 
   EXPECT_GT(run_policy(trace, whole, "lru").recomputed_tokens, 0);
 }
 
-// Y needs 16 units with 12 free. LRU takes X's 4 compact leading chunks: X recomputes them and
+// Y needs 20 units with 16 free. LRU takes X's 4 compact leading chunks: X recomputes them and
 // reuses its last window. Tail-first takes X's last chunk: recomputing it reads the local layers
 // of the chunks a window before it, which are compact, so they are recomputed too, and so on
 // back to the start: nothing of X is reusable.
 TEST(SlidingWindowSimulation, LosingTheLastWindowStrandsTheCompactHistory) {
-  const Trace trace = {conversation("X", {turn(0, 1, 24, 0), turn(100, 101, 28, 0)}), conversation("Y", {turn(10, 11, 16, 0)})};
-  const PolicyOutcome lru = run_policy(trace, swa_config(24), "lru");
+  const Trace trace = {conversation("X", {turn(0, 1, 24, 0), turn(100, 101, 28, 0)}), conversation("Y", {turn(10, 11, 20, 0)})};
+  const PolicyOutcome lru = run_policy(trace, swa_config(28), "lru");
   EXPECT_EQ(lru.recomputed_tokens, 16);
   EXPECT_EQ(lru.hit_tokens[0], 8);
-  const PolicyOutcome tail = run_policy(trace, swa_config(24), "tail-first");
+  const PolicyOutcome tail = run_policy(trace, swa_config(28), "tail-first");
   EXPECT_EQ(tail.recomputed_tokens, 24);
   EXPECT_EQ(tail.hit_tokens_total(), 0);
   // mnemo values a conversation's chunks alike (per byte of the conversation): leading first.
-  EXPECT_EQ(run_policy(trace, swa_config(24), "mnemo").recomputed_tokens, 16);
+  EXPECT_EQ(run_policy(trace, swa_config(28), "mnemo").recomputed_tokens, 16);
 }
 
 // A (6 chunks, 2 units a chunk) idles from 1, B (2 whole chunks, 4 a chunk) from 3; C needs 16
