@@ -143,8 +143,17 @@ size_t DiskTier::queued() const {
 }
 
 bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> payload) {
-  if (!valid_payload_size(payload.size()) || header.tokens.size() > kMaxTokens) return false;
-  std::vector<uint8_t> bytes(header_bytes(header.tokens.size()) + payload.size());
+  return write(header, payload, payload.size(), {});
+}
+
+bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> source, size_t payload_bytes,
+                     PayloadEncoder encode) {
+  if (!valid_payload_size(payload_bytes) || header.tokens.size() > kMaxTokens) return false;
+  if (!encode && source.size() != payload_bytes) return false;
+  Job job;
+  job.key = header.key;
+  job.head_bytes = header_bytes(header.tokens.size()) - sizeof(HeaderTrailer);
+  job.bytes.resize(header_bytes(header.tokens.size()) + payload_bytes);
   HeaderPrefix prefix{};
   std::memcpy(prefix.magic, kMagic, sizeof(kMagic));
   prefix.fingerprint = fingerprint_;
@@ -153,39 +162,50 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> payloa
   prefix.parent_key = header.parent_key;
   prefix.position = header.position;
   prefix.n_tokens = static_cast<int32_t>(header.tokens.size());
-  uint8_t* p = bytes.data();
-  std::memcpy(p, &prefix, sizeof(prefix));
-  p += sizeof(prefix);
-  copy_bytes(p, header.tokens.data(), header.tokens.size() * sizeof(int32_t));
-  p += header.tokens.size() * sizeof(int32_t);
-  HeaderTrailer trailer{};
-  trailer.payload_bytes = payload.size();
-  trailer.payload_hash = XXH3_64bits(payload.data(), payload.size());
-  trailer.header_hash = XXH3_64bits(bytes.data(), static_cast<size_t>(p - bytes.data()));
-  std::memcpy(p, &trailer, sizeof(trailer));
-  p += sizeof(trailer);
-  copy_bytes(p, payload.data(), payload.size());
+  std::memcpy(job.bytes.data(), &prefix, sizeof(prefix));
+  copy_bytes(job.bytes.data() + sizeof(prefix), header.tokens.data(), header.tokens.size() * sizeof(int32_t));
+  if (encode) {
+    job.source.assign(source.begin(), source.end());
+    job.encode = std::move(encode);
+  } else {
+    copy_bytes(job.bytes.data() + job.head_bytes + sizeof(HeaderTrailer), source.data(), source.size());
+  }
 
-  const auto size = static_cast<int64_t>(bytes.size());
+  const auto size = static_cast<int64_t>(job.bytes.size());
   {
     std::lock_guard lock(mutex_);
-    if (queued_bytes_ + bytes.size() > kMaxQueuedBytes || used_bytes_ + size > capacity_bytes_) return false;
+    if (queued_bytes_ + job.queued_bytes() > kMaxQueuedBytes || used_bytes_ + size > capacity_bytes_) return false;
     if (extents_.count(header.key) != 0) return false;  // one extent per key
     if (orphans_.count(header.key) != 0) {
       // Its parent came back: the new extent takes over. Deleted first, so a failed write leaves
       // no file the tier does not track.
       forget_orphan_locked(header.key);
-      queue_.push_back(Job{header.key, {}});
+      queue_.push_back(Job::removal(header.key));
     }
     reclaim_orphans_locked(size);
     extents_[header.key] = size;
     used_bytes_ += size;
-    queued_bytes_ += bytes.size();
-    queue_.push_back(Job{header.key, std::move(bytes)});
+    queued_bytes_ += job.queued_bytes();
+    queue_.push_back(std::move(job));
   }
   work_ready_.notify_one();
   if (each_write_waits_) flush();
   return true;
+}
+
+void DiskTier::finish_extent(Job& job) {
+  uint8_t* trailer_at = job.bytes.data() + job.head_bytes;
+  const std::span<uint8_t> payload(trailer_at + sizeof(HeaderTrailer), job.bytes.size() - job.head_bytes - sizeof(HeaderTrailer));
+  if (job.encode) {
+    job.encode(job.source, payload);
+    job.source = {};  // its memory back now, not with the batch
+    job.encode = nullptr;
+  }
+  HeaderTrailer trailer{};
+  trailer.payload_bytes = payload.size();
+  trailer.payload_hash = XXH3_64bits(payload.data(), payload.size());
+  trailer.header_hash = XXH3_64bits(job.bytes.data(), job.head_bytes);
+  std::memcpy(trailer_at, &trailer, sizeof(trailer));
 }
 
 void DiskTier::remove(uint64_t key) {
@@ -200,7 +220,7 @@ void DiskTier::remove(uint64_t key) {
     } else {
       return;
     }
-    queue_.push_back(Job{key, {}});
+    queue_.push_back(Job::removal(key));
   }
   work_ready_.notify_one();
 }
@@ -222,7 +242,7 @@ void DiskTier::reclaim_orphans_locked(int64_t bytes) {
   while (!orphans_by_depth_.empty() && used_bytes_ + orphan_bytes_ + bytes > capacity_bytes_) {
     const uint64_t key = std::prev(orphans_by_depth_.end())->second;
     forget_orphan_locked(key);
-    queue_.push_back(Job{key, {}});
+    queue_.push_back(Job::removal(key));
     ++orphans_reclaimed_;
   }
 }
@@ -249,18 +269,21 @@ void DiskTier::run() {
     lock.unlock();
     std::vector<std::pair<uint64_t, bool>> done;
     bool renamed_any = false;
-    for (const Job& job : batch) {
+    size_t batch_bytes = 0;
+    for (Job& job : batch) {
+      batch_bytes += job.queued_bytes();
       if (job.bytes.empty()) {
         ::unlink(path_of(job.key).c_str());
         continue;
       }
+      finish_extent(job);
       const bool ok = write_extent(job);
       renamed_any |= ok;
       done.emplace_back(job.key, ok);
     }
     if (renamed_any) fsync_dir(dir_);
     lock.lock();
-    for (const Job& job : batch) queued_bytes_ -= job.bytes.size();
+    queued_bytes_ -= batch_bytes;
     for (const auto& [key, ok] : done) {
       if (!ok) {
         auto it = extents_.find(key);

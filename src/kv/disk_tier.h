@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -83,6 +84,12 @@ class DiskTier {
   // Queues the write of one extent (the payload is copied). False, and nothing queued, when the
   // queue already holds its bound of bytes or the extent would not fit the capacity.
   bool write(const ExtentHeader& header, std::span<const uint8_t> payload);
+  // Turns the bytes given to write() into the extent's payload, on the writer thread.
+  using PayloadEncoder = std::function<void(std::span<const uint8_t> source, std::span<uint8_t> payload)>;
+  // The same, for a payload of `payload_bytes` that `encode` makes from `source` (copied) on the
+  // writer thread, as are the checksums: a conversion to the disk's element type costs the
+  // caller (the engine thread) a copy of the source, not the conversion.
+  bool write(const ExtentHeader& header, std::span<const uint8_t> source, size_t payload_bytes, PayloadEncoder encode);
   // Writes finished since the last call: the key and whether it is durable.
   std::vector<std::pair<uint64_t, bool>> take_completed();
   // Reads a durable extent's payload (full or compact: `out` has its size), checking its
@@ -115,8 +122,21 @@ class DiskTier {
   bool valid_payload_size(size_t n) const { return n == payload_bytes_ || (compact_payload_bytes_ != 0 && n == compact_payload_bytes_); }
   struct Job {
     uint64_t key = 0;
-    std::vector<uint8_t> bytes;  // the whole extent; empty: remove it
+    // The whole extent; empty: remove it. Its header's tokens are in place when queued; the
+    // trailer (checksums) and the payload are filled on the writer thread.
+    std::vector<uint8_t> bytes;
+    size_t head_bytes = 0;         // the header's bytes before its trailer
+    std::vector<uint8_t> source;   // what `encode` makes the payload of (empty: the payload is in place)
+    PayloadEncoder encode;
+    size_t queued_bytes() const { return bytes.size() + source.size(); }
+    static Job removal(uint64_t key) {
+      Job job;
+      job.key = key;
+      return job;
+    }
   };
+  // The payload (from the job's source) and the trailer's checksums of a queued extent.
+  static void finish_extent(Job& job);
   // Why read_header() refused an extent: scan() deletes the first two, counted apart.
   enum class Defect : uint8_t { kMalformed, kCorrupt, kForeign };
   struct Orphan {

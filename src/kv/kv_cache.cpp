@@ -338,22 +338,6 @@ std::optional<std::vector<BlockId>> KvCache::allocate_exact_host(int32_t n) {
   return blocks;
 }
 
-const uint8_t* KvCache::convert(const uint8_t* bytes, int32_t n_layers, const KvCodec& from, const KvCodec& to,
-                                std::vector<uint8_t>& out) {
-  if (from.type() == to.type()) return bytes;
-  out.resize(static_cast<size_t>(n_layers) * to.layer_bytes());
-  if (from.is_identity()) {
-    to.encode(bytes, out.data(), n_layers);
-  } else if (to.is_identity()) {
-    from.decode(bytes, out.data(), n_layers);
-  } else {
-    convert_buffer_.resize(static_cast<size_t>(n_layers) * device_codec_.layer_bytes());
-    from.decode(bytes, convert_buffer_.data(), n_layers);
-    to.encode(convert_buffer_.data(), out.data(), n_layers);
-  }
-  return out.data();
-}
-
 bool KvCache::swap_out(KvTable& table) {
   MNEMO_CHECK(!table.on_host_, "swapping out a table already on the host");
   const auto n = static_cast<int32_t>(table.size());

@@ -377,11 +377,8 @@ class KvCache {
   std::optional<std::vector<BlockId>> allocate_exact_host(int32_t n);
   bool has_exact_host() const { return lossy_host_ ? exact_alloc_.n_blocks() > 0 : host_alloc_.n_blocks() > 0; }
   // `bytes` (whole, or compact: the global layers) held as `codec` holds them, written to disk
-  // as the disk holds them.
+  // as the disk holds them (converted on the disk's writer thread).
   void write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, bool compact, const KvCodec& codec);
-  // `n_layers` layers held as `from` holds them, as `to` holds them (through the device's form
-  // when they differ); returns `bytes` itself when they are the same.
-  const uint8_t* convert(const uint8_t* bytes, int32_t n_layers, const KvCodec& from, const KvCodec& to, std::vector<uint8_t>& out);
   void take_disk_completions();
   // Whether no later query of the conversation through this chunk reads its local layers.
   bool compactable(const PrefixIndex::Chunk& c) const;
@@ -424,8 +421,6 @@ class KvCache {
   CompactSlabs slabs_;  // device blocks holding compact copies
   std::vector<uint8_t> compact_buffer_;  // a compact copy in the device's form, on its way somewhere
   std::vector<uint8_t> disk_buffer_;     // an extent's payload of the disk's type read, on its way to the device
-  std::vector<uint8_t> disk_staging_;    // an extent's payload of the disk's type, on its way to the writer
-  std::vector<uint8_t> convert_buffer_;  // a block in the device's form between two other types
   // Before index_: the index's observer records here.
   std::unique_ptr<CacheEventLog> events_ = std::make_unique<CacheEventLog>();
   PrefixIndex index_;

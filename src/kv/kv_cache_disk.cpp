@@ -41,9 +41,16 @@ void KvCache::write_to_disk(const PrefixIndex::Chunk& c, const uint8_t* bytes, b
   const auto tokens = index_.chunk_tokens_of(c.node);
   header.tokens.assign(tokens.begin(), tokens.end());
   const int32_t n_layers = compact ? n_global_layers() : layout().n_layers;
-  const uint8_t* payload = convert(bytes, n_layers, codec, disk_codec_, disk_staging_);
   const size_t n = static_cast<size_t>(n_layers) * disk_codec_.layer_bytes();
-  if (disk.write(header, {payload, n})) {
+  const std::span<const uint8_t> source(bytes, static_cast<size_t>(n_layers) * codec.layer_bytes());
+  // A conversion to the disk's type runs on the disk's writer thread: the engine thread copies.
+  DiskTier::PayloadEncoder encode;
+  if (codec.type() != disk_codec_.type()) {
+    encode = [from = codec, to = disk_codec_, n_layers](std::span<const uint8_t> in, std::span<uint8_t> out) {
+      convert_layers(from, to, in.data(), out.data(), n_layers);
+    };
+  }
+  if (disk.write(header, source, n, std::move(encode))) {
     index_.set_disk(c.node, DiskCopy::kWriting, compact);
     counters_.bytes_to_disk += static_cast<int64_t>(n);
   }

@@ -237,4 +237,19 @@ void KvCodec::decode(const uint8_t* in, uint8_t* layers, int32_t n_layers) const
   }
 }
 
+void convert_layers(const KvCodec& from, const KvCodec& to, const uint8_t* in, uint8_t* out, int32_t n_layers) {
+  const size_t n = static_cast<size_t>(n_layers);
+  if (from.type() == to.type()) {
+    std::memcpy(out, in, n * to.layer_bytes());
+  } else if (from.is_identity()) {
+    to.encode(in, out, n_layers);
+  } else if (to.is_identity()) {
+    from.decode(in, out, n_layers);
+  } else {
+    std::vector<uint8_t> device_form(n * from.device_layer_bytes());
+    from.decode(in, device_form.data(), n_layers);
+    to.encode(device_form.data(), out, n_layers);
+  }
+}
+
 }  // namespace mnemo

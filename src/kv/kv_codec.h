@@ -67,6 +67,7 @@ class KvCodec {
   // many in this type (layer_bytes() each), and back.
   void encode(const uint8_t* layers, uint8_t* out, int32_t n_layers) const;
   void decode(const uint8_t* in, uint8_t* layers, int32_t n_layers) const;
+  size_t device_layer_bytes() const { return device_layer_bytes_; }
 
  private:
   KvCodec(const KvLayout& layout, KvType type);
@@ -80,5 +81,9 @@ class KvCodec {
   size_t layer_bytes_ = 0;
   size_t device_layer_bytes_ = 0;
 };
+
+// `n_layers` layers held as `from` to as many held as `to` (two codecs of one layout), through
+// the device's form when neither is it.
+void convert_layers(const KvCodec& from, const KvCodec& to, const uint8_t* in, uint8_t* out, int32_t n_layers);
 
 }  // namespace mnemo

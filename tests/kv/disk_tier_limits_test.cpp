@@ -1,6 +1,7 @@
 // DiskTier's limits and its writer thread: capacity and queue refusals, removal ordered after a
 // queued write, a key written twice, wrong sizes, open() errors, the destructor finishing queued
-// writes, and completions taken while another thread polls.
+// writes, completions taken while another thread polls, and payloads encoded on the writer
+// thread.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -234,6 +235,37 @@ TEST_F(DiskTierTest, EveryWriteCompletesExactlyOnceWhileAnotherThreadPolls) {
     ASSERT_TRUE(tier->read(key, out).ok()) << key;
     EXPECT_EQ(out, pattern(kPayload, static_cast<uint32_t>(key)));
   }
+}
+
+// A payload made from its source on the writer thread (KvCache's conversion to the disk's
+// element type): the caller's source is copied at write(), the encoder runs on another thread,
+// and the extent holds what it made, with checksums read() accepts.
+TEST_F(DiskTierTest, APayloadIsEncodedOnTheWriterThread) {
+  auto tier = open();
+  ASSERT_NE(tier, nullptr);
+  std::vector<uint8_t> source = pattern(2 * kPayload, 4);
+  const std::vector<uint8_t> original = source;
+  std::atomic<std::thread::id> encoded_on{};
+  const auto halve = [&](std::span<const uint8_t> in, std::span<uint8_t> out) {
+    encoded_on = std::this_thread::get_id();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(in[2 * i] ^ in[2 * i + 1]);
+  };
+  ASSERT_TRUE(tier->write(make_header(41, 0, 0), source, kPayload, halve));
+  std::fill(source.begin(), source.end(), 0);  // the tier holds its own copy
+  tier->flush();
+  EXPECT_NE(encoded_on.load(), std::this_thread::get_id());
+  EXPECT_EQ(tier->take_completed(), (std::vector<std::pair<uint64_t, bool>>{{41, true}}));
+  std::vector<uint8_t> out(kPayload, 0);
+  const Status read = tier->read(41, out);
+  ASSERT_TRUE(read.ok()) << read.error().message();
+  for (size_t i = 0; i < kPayload; ++i) {
+    ASSERT_EQ(out[i], static_cast<uint8_t>(original[2 * i] ^ original[2 * i + 1])) << i;
+  }
+  // A payload size the tier does not hold is refused with or without an encoder; without one the
+  // source is the payload and must have its size.
+  EXPECT_FALSE(tier->write(make_header(42, 0, 0), original, kPayload + 1, halve));
+  EXPECT_FALSE(tier->write(make_header(43, 0, 0), original, kPayload, {}));
+  EXPECT_TRUE(tier->write(make_header(44, 0, 0), std::span(original).first(kPayload), kPayload, {}));
 }
 
 }  // namespace

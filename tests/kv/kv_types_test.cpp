@@ -149,6 +149,36 @@ TEST(KvCodec, RefusesGeometriesItsFormatsCannotHold) {
   EXPECT_NE(checked.error().message().find("even block size"), std::string::npos) << checked.error().message();
 }
 
+// What a write-through to disk does with a chunk of another tier's type (on the disk's writer
+// thread): the same type is copied, from or to the device's form is one encode or decode, and
+// between two compressed types it goes through the device's form.
+TEST(KvCodec, ConvertLayersBetweenEveryPairOfForms) {
+  const KvLayout l = small_layout();
+  std::vector<uint8_t> device_form(l.block_bytes());
+  auto* h = reinterpret_cast<uint16_t*>(device_form.data());
+  for (size_t i = 0; i < l.block_elems(); ++i) h[i] = fp32_to_fp16(pattern(3, i));
+  const KvCodec f16 = KvCodec::identity(l);
+  const KvCodec q8 = *KvCodec::make(l, KvType::kQ8_0);
+  const KvCodec k4v8 = *KvCodec::make(l, KvType::kK4V8);
+  std::vector<uint8_t> as_q8(q8.block_bytes()), as_k4v8(k4v8.block_bytes()), expected(k4v8.block_bytes());
+  convert_layers(f16, q8, device_form.data(), as_q8.data(), l.n_layers);
+  q8.encode(device_form.data(), expected.data(), l.n_layers);
+  EXPECT_EQ(as_q8, std::vector<uint8_t>(expected.begin(), expected.begin() + static_cast<ptrdiff_t>(q8.block_bytes())));
+
+  std::vector<uint8_t> back(l.block_bytes()), decoded(l.block_bytes());
+  convert_layers(q8, f16, as_q8.data(), back.data(), l.n_layers);
+  q8.decode(as_q8.data(), decoded.data(), l.n_layers);
+  EXPECT_EQ(back, decoded);
+
+  convert_layers(q8, k4v8, as_q8.data(), as_k4v8.data(), l.n_layers);
+  k4v8.encode(decoded.data(), expected.data(), l.n_layers);
+  EXPECT_EQ(as_k4v8, expected);
+
+  std::vector<uint8_t> copied(q8.block_bytes());
+  convert_layers(q8, q8, as_q8.data(), copied.data(), l.n_layers);
+  EXPECT_EQ(copied, as_q8);
+}
+
 TEST(KvTypesSpec, ParsesEveryTierAndNamesWhatIsWrong) {
   const auto all = parse_kv_types("f16");
   ASSERT_TRUE(all.ok());
