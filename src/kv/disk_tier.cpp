@@ -150,32 +150,28 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> source
                      PayloadEncoder encode) {
   if (!valid_payload_size(payload_bytes) || header.tokens.size() > kMaxTokens) return false;
   if (!encode && source.size() != payload_bytes) return false;
-  Job job;
-  job.key = header.key;
-  job.head_bytes = header_bytes(header.tokens.size()) - sizeof(HeaderTrailer);
-  job.bytes.resize(header_bytes(header.tokens.size()) + payload_bytes);
-  HeaderPrefix prefix{};
-  std::memcpy(prefix.magic, kMagic, sizeof(kMagic));
-  prefix.fingerprint = fingerprint_;
-  prefix.ns = header.ns;
-  prefix.key = header.key;
-  prefix.parent_key = header.parent_key;
-  prefix.position = header.position;
-  prefix.n_tokens = static_cast<int32_t>(header.tokens.size());
-  std::memcpy(job.bytes.data(), &prefix, sizeof(prefix));
-  copy_bytes(job.bytes.data() + sizeof(prefix), header.tokens.data(), header.tokens.size() * sizeof(int32_t));
-  if (encode) {
-    job.source.assign(source.begin(), source.end());
-    job.encode = std::move(encode);
-  } else {
-    copy_bytes(job.bytes.data() + job.head_bytes + sizeof(HeaderTrailer), source.data(), source.size());
-  }
-
-  const auto size = static_cast<int64_t>(job.bytes.size());
+  const auto size = static_cast<int64_t>(header_bytes(header.tokens.size()) + payload_bytes);
+  const size_t queued = source.size() + (encode ? payload_bytes : 0);
+  const auto refused_locked = [&] {
+    return queued_bytes_ + queued > kMaxQueuedBytes || used_bytes_ + size > capacity_bytes_ || extents_.count(header.key) != 0;
+  };
   {
     std::lock_guard lock(mutex_);
-    if (queued_bytes_ + job.queued_bytes() > kMaxQueuedBytes || used_bytes_ + size > capacity_bytes_) return false;
-    if (extents_.count(header.key) != 0) return false;  // one extent per key
+    if (refused_locked()) return false;  // before the copy; one extent per key
+  }
+  Job job;
+  job.key = header.key;
+  job.header = header;
+  job.source = take_spare_buffer();
+  job.source.assign(source.begin(), source.end());
+  job.payload_bytes = payload_bytes;
+  job.encode = std::move(encode);
+  {
+    std::lock_guard lock(mutex_);
+    if (refused_locked()) {  // another thread wrote meanwhile
+      keep_spare_locked(std::move(job.source));
+      return false;
+    }
     if (orphans_.count(header.key) != 0) {
       // Its parent came back: the new extent takes over. Deleted first, so a failed write leaves
       // no file the tier does not track.
@@ -185,7 +181,7 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> source
     reclaim_orphans_locked(size);
     extents_[header.key] = size;
     used_bytes_ += size;
-    queued_bytes_ += job.queued_bytes();
+    queued_bytes_ += queued;
     queue_.push_back(std::move(job));
   }
   work_ready_.notify_one();
@@ -193,19 +189,62 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> source
   return true;
 }
 
-void DiskTier::finish_extent(Job& job) {
-  uint8_t* trailer_at = job.bytes.data() + job.head_bytes;
-  const std::span<uint8_t> payload(trailer_at + sizeof(HeaderTrailer), job.bytes.size() - job.head_bytes - sizeof(HeaderTrailer));
+std::vector<uint8_t> DiskTier::take_spare_buffer() {
+  std::lock_guard lock(mutex_);
+  if (spare_.empty()) return {};
+  std::vector<uint8_t> buffer = std::move(spare_.back());
+  spare_.pop_back();
+  spare_bytes_ -= buffer.capacity();
+  return buffer;
+}
+
+void DiskTier::give_back_buffer(std::vector<uint8_t> buffer) {
+  std::lock_guard lock(mutex_);
+  keep_spare_locked(std::move(buffer));
+}
+
+void DiskTier::keep_spare_locked(std::vector<uint8_t> buffer) {
+  if (buffer.capacity() == 0 || spare_bytes_ + buffer.capacity() > kSpareBytes) return;
+  spare_bytes_ += buffer.capacity();
+  spare_.push_back(std::move(buffer));
+}
+
+bool DiskTier::write_job(Job& job, std::vector<uint8_t>& encoded) const {
+  std::span<const uint8_t> payload = job.source;
   if (job.encode) {
-    job.encode(job.source, payload);
-    job.source = {};  // its memory back now, not with the batch
-    job.encode = nullptr;
+    encoded.resize(job.payload_bytes);
+    job.encode(job.source, encoded);
+    payload = encoded;
   }
+  const ExtentHeader& h = job.header;
+  std::vector<uint8_t> head(header_bytes(h.tokens.size()));
+  HeaderPrefix prefix{};
+  std::memcpy(prefix.magic, kMagic, sizeof(kMagic));
+  prefix.fingerprint = fingerprint_;
+  prefix.ns = h.ns;
+  prefix.key = h.key;
+  prefix.parent_key = h.parent_key;
+  prefix.position = h.position;
+  prefix.n_tokens = static_cast<int32_t>(h.tokens.size());
+  std::memcpy(head.data(), &prefix, sizeof(prefix));
+  copy_bytes(head.data() + sizeof(prefix), h.tokens.data(), h.tokens.size() * sizeof(int32_t));
   HeaderTrailer trailer{};
   trailer.payload_bytes = payload.size();
   trailer.payload_hash = XXH3_64bits(payload.data(), payload.size());
-  trailer.header_hash = XXH3_64bits(job.bytes.data(), job.head_bytes);
-  std::memcpy(trailer_at, &trailer, sizeof(trailer));
+  trailer.header_hash = XXH3_64bits(head.data(), head.size() - sizeof(trailer));
+  std::memcpy(head.data() + head.size() - sizeof(trailer), &trailer, sizeof(trailer));
+
+  const std::string path = path_of(job.key);
+  const std::string tmp = path + kTempSuffix;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = write_all(fd, head.data(), head.size()) && write_all(fd, payload.data(), payload.size()) && ::fdatasync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
 }
 
 void DiskTier::remove(uint64_t key) {
@@ -270,17 +309,19 @@ void DiskTier::run() {
     std::vector<std::pair<uint64_t, bool>> done;
     bool renamed_any = false;
     size_t batch_bytes = 0;
+    std::vector<uint8_t> encoded = take_spare_buffer();
     for (Job& job : batch) {
       batch_bytes += job.queued_bytes();
-      if (job.bytes.empty()) {
+      if (job.remove) {
         ::unlink(path_of(job.key).c_str());
         continue;
       }
-      finish_extent(job);
-      const bool ok = write_extent(job);
+      const bool ok = write_job(job, encoded);
+      give_back_buffer(std::move(job.source));
       renamed_any |= ok;
       done.emplace_back(job.key, ok);
     }
+    give_back_buffer(std::move(encoded));
     if (renamed_any) fsync_dir(dir_);
     lock.lock();
     queued_bytes_ -= batch_bytes;
@@ -299,20 +340,6 @@ void DiskTier::run() {
   }
   busy_ = false;
   idle_.notify_all();
-}
-
-bool DiskTier::write_extent(const Job& job) const {
-  const std::string path = path_of(job.key);
-  const std::string tmp = path + kTempSuffix;
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  const bool ok = write_all(fd, job.bytes.data(), job.bytes.size()) && ::fdatasync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
 }
 
 Result<ExtentHeader> DiskTier::read_header(const std::string& path, size_t file_size, Defect* defect) const {

@@ -115,28 +115,38 @@ class DiskTier {
   std::string path_of(uint64_t key) const;
 
   static constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
+  // Buffers kept for the next writes (an extent's source or encoded payload each), in bytes: a
+  // burst of write-throughs (a long prompt's chunks) finds its buffers' pages already touched.
+  static constexpr size_t kSpareBytes = size_t{32} << 20;
 
  private:
   DiskTier(std::string dir, uint64_t fingerprint, size_t payload_bytes, int64_t capacity_bytes,
            size_t compact_payload_bytes);
   bool valid_payload_size(size_t n) const { return n == payload_bytes_ || (compact_payload_bytes_ != 0 && n == compact_payload_bytes_); }
+  // A queued write (or, with `remove`, a deletion). The extent is assembled on the writer thread:
+  // the caller copies the source into a buffer of spare_ and queues it.
   struct Job {
     uint64_t key = 0;
-    // The whole extent; empty: remove it. Its header's tokens are in place when queued; the
-    // trailer (checksums) and the payload are filled on the writer thread.
-    std::vector<uint8_t> bytes;
-    size_t head_bytes = 0;         // the header's bytes before its trailer
-    std::vector<uint8_t> source;   // what `encode` makes the payload of (empty: the payload is in place)
+    bool remove = false;
+    ExtentHeader header;
+    std::vector<uint8_t> source;  // the payload itself, or what `encode` makes it from
+    size_t payload_bytes = 0;
     PayloadEncoder encode;
-    size_t queued_bytes() const { return bytes.size() + source.size(); }
+    size_t queued_bytes() const { return source.size() + (encode ? payload_bytes : 0); }
     static Job removal(uint64_t key) {
       Job job;
       job.key = key;
+      job.remove = true;
       return job;
     }
   };
-  // The payload (from the job's source) and the trailer's checksums of a queued extent.
-  static void finish_extent(Job& job);
+  // A buffer whose pages were touched before, if one is spare: a fresh one of an extent's size is
+  // a fresh mapping, and faulting its pages in costs the caller more than the copy into it.
+  std::vector<uint8_t> take_spare_buffer();
+  void give_back_buffer(std::vector<uint8_t> buffer);
+  void keep_spare_locked(std::vector<uint8_t> buffer);
+  // Writes the job's extent (its header, checksums and payload, encoded here if need be).
+  bool write_job(Job& job, std::vector<uint8_t>& encoded) const;
   // Why read_header() refused an extent: scan() deletes the first two, counted apart.
   enum class Defect : uint8_t { kMalformed, kCorrupt, kForeign };
   struct Orphan {
@@ -148,7 +158,6 @@ class DiskTier {
     int64_t bytes = 0;
   };
   void run();
-  bool write_extent(const Job& job) const;
   // The validated header of the open extent `fd` (named `path` in errors) of `file_size` bytes;
   // on an error, `defect` (if given) says which kind.
   Result<ExtentHeader> read_header(int fd, const std::string& path, size_t file_size, Defect* defect = nullptr) const;
@@ -183,6 +192,8 @@ class DiskTier {
   int64_t orphan_bytes_ = 0;           // guarded by mutex_
   int64_t orphans_reclaimed_ = 0;      // guarded by mutex_
   ScanStats last_scan_;                // guarded by mutex_
+  std::vector<std::vector<uint8_t>> spare_;  // guarded by mutex_
+  size_t spare_bytes_ = 0;                   // their capacities; guarded by mutex_
   std::thread thread_;
 };
 
