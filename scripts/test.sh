@@ -26,11 +26,11 @@ if [ "${MNEMO_TEST_SKIP_ASAN:-0}" != 1 ]; then
 fi
 if [ "${MNEMO_TEST_SKIP_TSAN:-0}" != 1 ]; then
   # The unit tests with threads of their own (label unit-concurrent): the thread pool, cluster
-  # membership on a real etcd, the KV transport, the HTTP layer. Not the engine: a TSan build of
-  # the model stack would double CI's time.
+  # membership on a real etcd, the KV transport, the HTTP layer, the disk tier's writer. Not the
+  # engine: a TSan build of the model stack would double CI's time.
   echo "== tsan: concurrent unit tests"
   cmake --preset tsan > /dev/null
-  cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test kv_replicator_test http_server_test relay_test
+  cmake --build --preset tsan --target util_test etcd_client_test membership_test transfer_test kv_replicator_test http_server_test relay_test disk_tier_test
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --preset tsan -L concurrent -j"$JOBS" --timeout 900
 fi
 if [ "${MNEMO_TEST_SKIP_FUZZ:-0}" != 1 ]; then
