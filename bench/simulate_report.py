@@ -5,7 +5,7 @@
 
 Runs that differ only in their seed form one setting. The first table gives, per setting, the
 recomputed tokens of each policy in the run with the lowest seed and their ratio to LRU (with
-LRU's uncached chunks of running turns in that run, and its hit rate, as measures of pressure); the
+the turns that waited for the device in that run, and LRU's hit rate, as measures of pressure); the
 second, the ratio to LRU over all seeds of the setting: median (min-max), in tokens and, for
 Pensieve (which weighs cost) and mnemo, in recompute seconds under the run's cost model. Last, per
 policy, in how many runs it recomputed fewer tokens than LRU, as many, and more.
@@ -46,7 +46,7 @@ def main(paths):
     for key in runs:
         runs[key].sort(key=lambda r: r["config"]["seed"])
 
-    print("| think time | device | host | disk | LRU uncached | LRU hit rate | " + " | ".join(FIRST_TABLE) + " |")
+    print("| think time | device | host | disk | waited turns | LRU hit rate | " + " | ".join(FIRST_TABLE) + " |")
     print("|---|---|---|---|---|---|" + "---|" * len(FIRST_TABLE))
     for key in sorted(runs):
         think, device, host, disk, _ = key
@@ -61,8 +61,8 @@ def main(paths):
             ratio = p["recomputed_vs_lru"]
             cells.append(f"{p['recomputed_tokens']:,} ({ratio:.3f})" if ratio is not None else f"{p['recomputed_tokens']:,}")
         lru_hit = by_name["lru"]["hit_rate"] if "lru" in by_name else None
-        overcommits = by_name["lru"]["device_overcommits"] if "lru" in by_name else "-"
-        print(f"| {think_label(think)} | {mib(device)} | {mib(host)} | {mib(disk) if disk else '-'} | {overcommits} | "
+        waited = first["policies"][0].get("waited_turns", "-")
+        print(f"| {think_label(think)} | {mib(device)} | {mib(host)} | {mib(disk) if disk else '-'} | {waited} | "
               f"{'-' if lru_hit is None else f'{100 * lru_hit:.1f}%'} | " + " | ".join(cells) + " |")
 
     print()
