@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A bounded fuzzing pass over the request parsers, as scripts/test.sh runs it: builds
 # openai_request_fuzz, responses_request_fuzz, internal_request_fuzz, bounded_json_fuzz,
-# grammar_fuzz and stage_frame_fuzz with
+# grammar_fuzz, stage_frame_fuzz and disk_tier_fuzz (the disk tier's extents, read back after a
+# crash or a damaged disk) with
 # the "fuzz" preset (clang, ASan + UBSan) and runs each for a fixed time from its seeds
-# (fuzz/corpus/openai, responses, internal, grammar or stage). Fails on any crash, sanitizer
+# (fuzz/corpus/openai, responses, internal, grammar, stage or disk). Fails on any crash, sanitizer
 # report, leak or input slower than 10 s.
 #   fuzz/ci.sh [seconds per target, default $MNEMO_FUZZ_SECONDS or 30]
 # New inputs go to build/fuzz/corpus/<target> (kept between runs), crashes to
@@ -12,7 +13,8 @@ set -euo pipefail
 seconds="${1:-${MNEMO_FUZZ_SECONDS:-30}}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build/fuzz"
-targets=(openai_request_fuzz responses_request_fuzz internal_request_fuzz bounded_json_fuzz grammar_fuzz stage_frame_fuzz)
+targets=(openai_request_fuzz responses_request_fuzz internal_request_fuzz bounded_json_fuzz grammar_fuzz stage_frame_fuzz
+         disk_tier_fuzz)
 
 (cd "$root" && cmake --preset fuzz > /dev/null)
 ninja -C "$build" -j"${JOBS:-$(nproc)}" "${targets[@]}"
@@ -28,6 +30,7 @@ for target in "${targets[@]}"; do
   [ "$target" = internal_request_fuzz ] && seeds="$root/fuzz/corpus/internal"
   [ "$target" = grammar_fuzz ] && seeds="$root/fuzz/corpus/grammar"
   [ "$target" = stage_frame_fuzz ] && seeds="$root/fuzz/corpus/stage"
+  [ "$target" = disk_tier_fuzz ] && seeds="$root/fuzz/corpus/disk"
   if ! "$build/fuzz/$target" "$corpus" "$seeds" -dict="$root/fuzz/openai.dict" -max_len=4096 \
       -timeout=10 -max_total_time="$seconds" -artifact_prefix="$build/artifacts/$target-" -print_final_stats=1 \
       > "$log" 2>&1; then
