@@ -38,8 +38,7 @@ TokenId token_at(int32_t id, int64_t position) {
 class CacheReplay {
  public:
   CacheReplay(const Trace& trace, const SimConfig& config, std::string_view name)
-      : trace_(trace), config_(config), c_(config.chunk_tokens), next_use_(trace.size(), std::numeric_limits<double>::infinity()),
-        next_start_(trace.size(), std::numeric_limits<double>::infinity()) {
+      : trace_(trace), config_(config), c_(config.chunk_tokens), next_use_(trace.size(), std::numeric_limits<double>::infinity()) {
     out_.policy = std::string(name);
     out_.chunk_bytes = config.chunk_bytes();
     out_.unit_bytes = config.unit_bytes();
@@ -79,10 +78,6 @@ class CacheReplay {
         }
       } else {
         end_turn(e.conversation, e.turn);
-        const std::vector<TraceTurn>& turns = trace_[static_cast<size_t>(e.conversation)].turns;
-        if (static_cast<size_t>(e.turn) + 1 < turns.size()) {
-          events_.push({next_start_[static_cast<size_t>(e.conversation)], kStart, e.conversation, e.turn + 1});
-        }
       }
       admit_waiting();
       instance_->step();
@@ -187,9 +182,9 @@ class CacheReplay {
     // The next turn comes the trace's think time after this one ends (later than the trace's
     // time when this one waited).
     const bool last = static_cast<size_t>(t) + 1 >= turns.size();
-    next_start_[static_cast<size_t>(id)] = last ? std::numeric_limits<double>::infinity()
-                                                : now_ + (turns[static_cast<size_t>(t) + 1].start_s - turn.end_s);
-    next_use_[static_cast<size_t>(id)] = next_start_[static_cast<size_t>(id)];
+    next_use_[static_cast<size_t>(id)] = last ? std::numeric_limits<double>::infinity()
+                                              : now_ + (turns[static_cast<size_t>(t) + 1].start_s - turn.end_s);
+    if (!last) events_.push({next_use_[static_cast<size_t>(id)], kStart, id, t + 1});
     instance_->end(id, tokens_of(id, turn.prompt_tokens + turn.reply_tokens), turn.prompt_tokens, ends_explicitly(id, t),
                    keeps_alive(id, t) ? config_.keep_alive_ttl_s : 0.0);
   }
@@ -210,8 +205,7 @@ class CacheReplay {
   const SimConfig& config_;
   int64_t c_;
   double now_ = 0;
-  std::vector<double> next_use_;  // per conversation: its next turn's start (the oracle's)
-  std::vector<double> next_start_;  // per conversation: when its next turn arrives
+  std::vector<double> next_use_;  // per conversation: its next turn's start, now while one runs (the oracle's too)
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::deque<Event> waiting_;  // turns that arrived and wait for the device's room, oldest first
   std::unordered_map<uint64_t, int32_t> owners_;  // the oracle's only
