@@ -151,14 +151,6 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> source
   if (!valid_payload_size(payload_bytes) || header.tokens.size() > kMaxTokens) return false;
   if (!encode && source.size() != payload_bytes) return false;
   const auto size = static_cast<int64_t>(header_bytes(header.tokens.size()) + payload_bytes);
-  const size_t queued = source.size() + (encode ? payload_bytes : 0);
-  const auto refused_locked = [&] {
-    return queued_bytes_ + queued > kMaxQueuedBytes || used_bytes_ + size > capacity_bytes_ || extents_.count(header.key) != 0;
-  };
-  {
-    std::lock_guard lock(mutex_);
-    if (refused_locked()) return false;  // before the copy; one extent per key
-  }
   Job job;
   job.key = header.key;
   job.header = header;
@@ -168,7 +160,9 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> source
   job.encode = std::move(encode);
   {
     std::lock_guard lock(mutex_);
-    if (refused_locked()) {  // another thread wrote meanwhile
+    // One extent per key; the queue's and the tier's bounds.
+    if (queued_bytes_ + job.queued_bytes() > kMaxQueuedBytes || used_bytes_ + size > capacity_bytes_ ||
+        extents_.count(header.key) != 0) {
       keep_spare_locked(std::move(job.source));
       return false;
     }
@@ -181,7 +175,7 @@ bool DiskTier::write(const ExtentHeader& header, std::span<const uint8_t> source
     reclaim_orphans_locked(size);
     extents_[header.key] = size;
     used_bytes_ += size;
-    queued_bytes_ += queued;
+    queued_bytes_ += job.queued_bytes();
     queue_.push_back(std::move(job));
   }
   work_ready_.notify_one();
