@@ -17,9 +17,7 @@ import os
 import statistics
 import sys
 
-
-def mib(n):
-    return f"{n / 2**20:g}M" if n < 2**30 else f"{n / 2**30:g}G"
+from simulate_report import mib
 
 
 def load(folder):
