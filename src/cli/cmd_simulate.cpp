@@ -157,8 +157,8 @@ int run_simulate(SimulateArgs args) {
                   outcome.wait_seconds / static_cast<double>(outcome.waited_turns), outcome.longest_wait_s);
     }
     if (outcome.counters.device_overcommits == 0) continue;
-    std::printf("warning: %s: %lld chunks of turns the whole device could not hold ran without caching "
-                "(a device of at least the longest turn avoids it)\n",
+    std::printf("warning: %s: %lld chunks of admitted turns found no device block and ran without caching "
+                "(the admission's count of free blocks fell short)\n",
                 outcome.policy.c_str(), static_cast<long long>(outcome.counters.device_overcommits));
   }
   if (!args.json_path.empty()) {
