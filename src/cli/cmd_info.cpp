@@ -2,6 +2,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "model/config.h"
@@ -10,6 +14,39 @@
 
 namespace mnemo::cli {
 namespace {
+
+// What the RoPE scaling adds to the rope line ("" when nothing).
+std::string rope_scaling_text(const ModelConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  std::string text;
+  if (s.type == RopeScalingType::kYarn) {
+    text = fmt::format(", YaRN x{:g} of {} positions (beta {:g}/{:g})", s.factor, s.original_context, s.yarn_beta_fast,
+                       s.yarn_beta_slow);
+  } else if (s.type == RopeScalingType::kLongRope) {
+    text = fmt::format(", LongRoPE from {} positions", s.original_context);
+  }
+  if (s.attn_factor != 1.0f) text += fmt::format(", attention factor {:g}", s.attn_factor);
+  int no_rope = 0;
+  for (int il = 0; il < c.n_layers; ++il) no_rope += c.uses_rope(il) ? 0 : 1;
+  if (no_rope > 0) text += fmt::format(", none in {} of {} layers", no_rope, c.n_layers);
+  return text;
+}
+
+// The architecture's features beyond a Llama block, comma-separated.
+std::string feature_text(const ModelConfig& c) {
+  std::vector<std::string> parts;
+  if (c.has_qk_norm) parts.emplace_back("QK-norm");
+  if (c.has_post_norms) parts.emplace_back("post-norms");
+  if (c.embedding_scale != 1.0f) parts.push_back(fmt::format("embedding x{:g}", c.embedding_scale));
+  if (c.residual_scale != 1.0f) parts.push_back(fmt::format("residual x{:g}", c.residual_scale));
+  if (c.logit_scale != 1.0f) parts.push_back(fmt::format("logits / {:g}", c.logit_scale));
+  if (c.final_logit_softcap > 0.0f) parts.push_back(fmt::format("logit softcap {:g}", c.final_logit_softcap));
+  if (c.attention_temperature_scale != 0.0f) {
+    parts.push_back(fmt::format("query temperature {:g} per {} positions", c.attention_temperature_scale,
+                                c.attention_temperature_length));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
 
 int run_info(const std::string& path, bool show_template) {
   auto file = gguf::File::open(path);
@@ -47,8 +84,11 @@ int run_info(const std::string& path, bool show_template) {
   std::printf("feed-forward:    %d (%s)\n", c.n_ff, c.activation == FfnActivation::kGeluTanh ? "GeGLU" : "SwiGLU");
   std::printf("heads:           %d query, %d key/value, head size %d/%d\n", c.n_heads, c.n_kv_heads, c.head_dim_k, c.head_dim_v);
   std::printf("context length:  %d\n", c.context_length);
-  std::printf("rope:            %s, %d dims, base %.0f, scale %g\n", c.rope_style == RopeStyle::kNeox ? "neox" : "normal",
-              c.rope_dims, static_cast<double>(c.rope_base), static_cast<double>(c.rope_freq_scale));
+  std::printf("rope:            %s, %d of %d dims, base %.0f, scale %g%s\n", c.rope_style == RopeStyle::kNeox ? "neox" : "normal",
+              c.rope_dims, c.head_dim_k, static_cast<double>(c.rope_base), static_cast<double>(c.rope_freq_scale),
+              rope_scaling_text(c).c_str());
+  const std::string features = feature_text(c);
+  if (!features.empty()) std::printf("features:        %s\n", features.c_str());
   if (c.sliding_window > 0) {
     std::string pattern;
     for (int il = 0; il < c.n_layers; ++il) pattern += c.is_local(il) ? 'L' : 'G';

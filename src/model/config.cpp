@@ -1,31 +1,66 @@
 #include "model/config.h"
 
+#include <array>
 #include <cmath>
+
+#include "model/config_reader.h"
 
 namespace mnemo {
 namespace {
 
-struct Reader {
-  const gguf::File& file;
-  std::string prefix;  // "<arch>."
+using config_detail::Reader;
 
-  std::string key(std::string_view suffix) const { return prefix + std::string(suffix); }
-
-  Result<int32_t> positive_int(std::string_view suffix) const {
-    MNEMO_ASSIGN_OR_RETURN(int64_t v, file.get_int(key(suffix)));
-    if (v <= 0 || v > (1 << 24)) return make_error("{}: metadata '{}' = {} is out of range", file.name(), key(suffix), v);
-    return static_cast<int32_t>(v);
-  }
-  Result<int32_t> positive_int_or(std::string_view suffix, int32_t fallback) const {
-    if (!file.has(key(suffix))) return fallback;
-    return positive_int(suffix);
-  }
-  Result<float> float_or(std::string_view suffix, float fallback) const {
-    MNEMO_ASSIGN_OR_RETURN(double v, file.get_float_or(key(suffix), fallback));
-    if (!std::isfinite(v)) return make_error("{}: metadata '{}' is not finite", file.name(), key(suffix));
-    return static_cast<float>(v);
-  }
+struct ArchEntry {
+  std::string_view name;
+  Arch arch;
+  Status (*read)(const Reader&, ModelConfig&);
 };
+
+// general.architecture values, each with its family's reader. "mistral" is the Llama layout
+// under another name (Mistral 7B/Nemo/Small files).
+constexpr std::array kArchitectures = {
+    ArchEntry{"llama", Arch::kLlama, config_detail::read_llama},
+    ArchEntry{"mistral", Arch::kLlama, config_detail::read_llama},
+    ArchEntry{"qwen2", Arch::kQwen2, config_detail::read_qwen2},
+    ArchEntry{"qwen3", Arch::kQwen3, config_detail::read_qwen3},
+    ArchEntry{"phi3", Arch::kPhi3, config_detail::read_phi3},
+    ArchEntry{"smollm3", Arch::kSmolLM3, config_detail::read_smollm3},
+    ArchEntry{"granite", Arch::kGranite, config_detail::read_granite},
+    ArchEntry{"mistral3", Arch::kMistral3, config_detail::read_mistral3},
+    ArchEntry{"gemma3", Arch::kGemma3, config_detail::read_gemma3},
+};
+
+Status read_rope_scaling(const Reader& r, ModelConfig& c) {
+  RopeScaling& s = c.rope_scaling;
+  const std::string type_key = r.key("rope.scaling.type");
+  if (r.file.has(type_key)) {
+    MNEMO_ASSIGN_OR_RETURN(std::string type, r.file.get_string(type_key));
+    if (type == "none") {
+      s.type = RopeScalingType::kNone;
+    } else if (type == "linear") {
+      s.type = RopeScalingType::kLinear;
+    } else if (type == "yarn") {
+      s.type = RopeScalingType::kYarn;
+    } else if (type == "longrope") {
+      s.type = RopeScalingType::kLongRope;
+    } else {
+      return make_error("{}: '{}' = '{}' is not a supported RoPE scaling (none, linear, yarn, longrope)", r.file.name(),
+                        type_key, type);
+    }
+  }
+  // The older key name of the factor, as llama.cpp also reads it.
+  const std::string_view factor_key = r.has("rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear";
+  MNEMO_ASSIGN_OR_RETURN(float factor, r.float_or(factor_key, 0.0f));
+  if (factor < 0.0f) return make_error("{}: RoPE scaling factor '{}' = {} is negative", r.file.name(), r.key(factor_key), factor);
+  s.factor = factor == 0.0f ? 1.0f : factor;
+  MNEMO_ASSIGN_OR_RETURN(s.original_context, r.positive_int_or("rope.scaling.original_context_length", c.context_length));
+  MNEMO_ASSIGN_OR_RETURN(s.attn_factor, r.positive_float_or("rope.scaling.attn_factor", 1.0f));
+  MNEMO_ASSIGN_OR_RETURN(s.yarn_beta_fast, r.float_or("rope.scaling.yarn_beta_fast", 32.0f));
+  MNEMO_ASSIGN_OR_RETURN(s.yarn_beta_slow, r.float_or("rope.scaling.yarn_beta_slow", 1.0f));
+  MNEMO_ASSIGN_OR_RETURN(s.yarn_log_multiplier, r.float_or("rope.scaling.yarn_log_multiplier", 0.0f));
+  c.rope_freq_scale = s.type == RopeScalingType::kNone ? 1.0f : 1.0f / s.factor;
+  return ok_status();
+}
 
 Status read_common(const Reader& r, ModelConfig& c) {
   MNEMO_ASSIGN_OR_RETURN(c.n_layers, r.positive_int("block_count"));
@@ -39,17 +74,8 @@ Status read_common(const Reader& r, ModelConfig& c) {
   MNEMO_ASSIGN_OR_RETURN(c.rope_dims, r.positive_int_or("rope.dimension_count", c.head_dim_k));
   MNEMO_ASSIGN_OR_RETURN(float eps, r.float_or("attention.layer_norm_rms_epsilon", 1e-5f));
   c.rms_eps = eps;
-  MNEMO_ASSIGN_OR_RETURN(c.rope_base, r.float_or("rope.freq_base", 10000.0f));
-  if (r.file.has(r.key("rope.scaling.type"))) {
-    MNEMO_ASSIGN_OR_RETURN(std::string type, r.file.get_string(r.key("rope.scaling.type")));
-    if (type == "linear") {
-      MNEMO_ASSIGN_OR_RETURN(float factor, r.float_or("rope.scaling.factor", 1.0f));
-      if (factor <= 0) return make_error("{}: rope scaling factor {} must be positive", r.file.name(), factor);
-      c.rope_freq_scale = 1.0f / factor;
-    } else if (type != "none") {
-      return make_error("{}: rope scaling type '{}' is not supported", r.file.name(), type);
-    }
-  }
+  MNEMO_ASSIGN_OR_RETURN(c.rope_base, r.positive_float_or("rope.freq_base", 10000.0f));
+  MNEMO_RETURN_IF_ERROR(read_rope_scaling(r, c));
   if (c.n_heads % c.n_kv_heads != 0) {
     return make_error("{}: {} attention heads are not a multiple of {} key/value heads", r.file.name(),
                       c.n_heads, c.n_kv_heads);
@@ -58,69 +84,37 @@ Status read_common(const Reader& r, ModelConfig& c) {
     return make_error("{}: rope dimension count {} does not fit head size {}", r.file.name(), c.rope_dims, c.head_dim_k);
   }
   c.layer_is_local.assign(static_cast<size_t>(c.n_layers), false);
-  return ok_status();
-}
-
-Status read_gemma3(const Reader& r, ModelConfig& c) {
-  c.rope_style = RopeStyle::kNeox;
-  c.activation = FfnActivation::kGeluTanh;
-  c.has_qk_norm = true;
-  c.has_post_norms = true;
-  c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
-  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
-  MNEMO_ASSIGN_OR_RETURN(c.final_logit_softcap, r.float_or("final_logit_softcapping", 0.0f));
-  MNEMO_ASSIGN_OR_RETURN(int64_t window, r.file.get_int_or(r.key("attention.sliding_window"), 0));
-  if (window < 0 || window > (1 << 24)) return make_error("{}: sliding window {} out of range", r.file.name(), window);
-  c.sliding_window = static_cast<int32_t>(window);
-  if (c.sliding_window == 0) return ok_status();
-  MNEMO_ASSIGN_OR_RETURN(c.rope_base_local, r.float_or("rope.freq_base_swa", 10000.0f));
-  c.rope_freq_scale_local = 1.0f;
-  // The layer pattern: an explicit per-layer array, else every n-th layer is global (Gemma 3's
-  // default n = 6: five local layers, then one global).
-  const std::string pattern_key = r.key("attention.sliding_window_pattern");
-  const gguf::Value* pattern = r.file.find(pattern_key);
-  if (pattern != nullptr && pattern->type() == gguf::ValueType::kArray) {
-    const auto& items = std::get<gguf::Array>(pattern->v).items;
-    if (items.size() != static_cast<size_t>(c.n_layers)) {
-      return make_error("{}: '{}' has {} entries for {} layers", r.file.name(), pattern_key, items.size(), c.n_layers);
-    }
-    for (size_t i = 0; i < items.size(); ++i) {
-      const bool* local = std::get_if<bool>(&items[i].v);
-      if (local == nullptr) return make_error("{}: '{}' must be an array of bools", r.file.name(), pattern_key);
-      c.layer_is_local[i] = *local;
-    }
-    return ok_status();
-  }
-  MNEMO_ASSIGN_OR_RETURN(int64_t period, r.file.get_int_or(pattern_key, 6));
-  if (period < 0 || period > c.n_layers + 1) return make_error("{}: '{}' = {} out of range", r.file.name(), pattern_key, period);
-  for (int32_t il = 0; il < c.n_layers; ++il) {
-    c.layer_is_local[static_cast<size_t>(il)] = period == 0 || (il % period < period - 1);
-  }
+  c.layer_uses_rope.assign(static_cast<size_t>(c.n_layers), true);
   return ok_status();
 }
 
 }  // namespace
 
+std::string supported_architectures() {
+  std::string names;
+  for (const ArchEntry& entry : kArchitectures) {
+    if (!names.empty()) names += ", ";
+    names += entry.name;
+  }
+  return names;
+}
+
 Result<ModelConfig> read_model_config(const gguf::File& file) {
   ModelConfig c;
   MNEMO_ASSIGN_OR_RETURN(c.arch_name, file.get_string("general.architecture"));
   MNEMO_ASSIGN_OR_RETURN(c.name, file.get_string_or("general.name", ""));
-  if (c.arch_name == "gemma3") {
-    c.arch = Arch::kGemma3;
-  } else if (c.arch_name == "llama" || c.arch_name == "mistral" || c.arch_name == "qwen2") {
-    c.arch = Arch::kLlama;
-  } else {
-    return make_error("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, gemma3)",
-                      file.name(), c.arch_name);
+  const ArchEntry* entry = nullptr;
+  for (const ArchEntry& candidate : kArchitectures) {
+    if (candidate.name == c.arch_name) entry = &candidate;
   }
+  if (entry == nullptr) {
+    return make_error("{}: architecture '{}' is not supported (supported: {})", file.name(), c.arch_name,
+                      supported_architectures());
+  }
+  c.arch = entry->arch;
   const Reader reader{file, c.arch_name + "."};
   MNEMO_RETURN_IF_ERROR(read_common(reader, c));
-  if (c.arch == Arch::kGemma3) {
-    MNEMO_RETURN_IF_ERROR(read_gemma3(reader, c));
-  } else if (c.arch_name == "qwen2") {
-    c.rope_style = RopeStyle::kNeox;
-    c.has_qkv_bias = true;
-  }
+  MNEMO_RETURN_IF_ERROR(entry->read(reader, c));
   if (c.attention_scale == 0.0f) c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
   // The vocabulary size comes from the token list (checked against the embedding later).
   if (const gguf::Value* tokens = file.find("tokenizer.ggml.tokens"); tokens != nullptr) {

@@ -4,6 +4,7 @@
 // operation is per token (or per (token, head) in attention) and computed the same way whatever
 // else is in the batch, so a token's logits do not depend on the batch (batch invariance).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/nn/argmax.h"
@@ -11,6 +12,7 @@
 #include "kernels/nn/f16_ops.h"
 #include "kernels/nn/ops.h"
 #include "model/model.h"
+#include "model/rope_setup.h"
 
 namespace mnemo {
 namespace {
@@ -33,18 +35,28 @@ void rms_norm_rows(const float* x, const std::vector<float>& weight, float* y, i
 }
 
 // The step between two sub-blocks in one pass over the rows (one pool job instead of three):
-// h = post_norm(h) (when the model has post norms), x += h, then h = next_norm(x) (when given).
+// h = post_norm(h) (when the model has post norms), x += h (times the residual scale, when not
+// 1), then h = next_norm(x) (when given).
 void residual_step(float* x, float* h, const std::vector<float>* post_norm, const std::vector<float>* next_norm,
-                   int64_t rows, int64_t n, float eps, ThreadPool& pool) {
+                   float residual_scale, int64_t rows, int64_t n, float eps, ThreadPool& pool) {
   pool.parallel_for(rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
       float* hr = h + r * n;
       float* xr = x + r * n;
       if (post_norm != nullptr) kernels::rms_norm(hr, *post_norm, hr, n, eps);
+      if (residual_scale != 1.0f) {
+        for (int64_t i = 0; i < n; ++i) hr[i] *= residual_scale;
+      }
       kernels::add_inplace(xr, hr, n);
       if (next_norm != nullptr) kernels::rms_norm(xr, *next_norm, hr, n, eps);
     }
   });
+}
+
+// Mistral 3's query temperature at a position (llama.cpp's, in double, then rounded).
+float query_temperature(const ModelConfig& c, int32_t position) {
+  const double steps = std::floor(static_cast<double>(position) / c.attention_temperature_length);
+  return static_cast<float>(std::log(steps + 1.0) * c.attention_temperature_scale + 1.0);
 }
 
 void add_bias(float* x, const std::vector<float>& bias, int64_t rows) {
@@ -198,8 +210,8 @@ void Model::attention_block(Pass& p, int32_t il) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
   attention_core(p, il);
-  residual_step(scratch_.x.data(), scratch_.h.data(), c.has_post_norms ? &w.post_attn_norm : nullptr, &w.ffn_norm, p.T,
-                c.n_embd, c.rms_eps, p.pool);
+  residual_step(scratch_.x.data(), scratch_.h.data(), c.has_post_norms ? &w.post_attn_norm : nullptr, &w.ffn_norm,
+                c.residual_scale, p.T, c.n_embd, c.rms_eps, p.pool);
 }
 
 // h holds attn_norm(x); leaves the attention's output projection in h (before any post-norm).
@@ -222,6 +234,7 @@ void Model::attention_core(Pass& p, int32_t il) {
   if (p.batch.before_attention) p.batch.before_attention(il);
   kernels::paged_attention(p.queries, p.kv, il - p.kv_layer_base, shape, p.pool);
   kernels::matmul(w.wo, b.attn.data(), T, b.h.data(), p.pool, b.matmul);
+  add_bias(b.h.data(), w.bo, T);
 }
 
 // QK-norm and RoPE of each row's Q and K at its position, then its K and V into its slot of the
@@ -230,7 +243,6 @@ void Model::position_and_store(Pass& p, int32_t il) {
   const ModelConfig& c = config_;
   Scratch& b = scratch_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
-  const bool local = c.is_local(il);
   const int32_t block_size = p.kv.layout().block_size;
   const kernels::F16Ops& f16 = kernels::f16_ops();
   const bool f32_pool = p.kv.layout().dtype == DType::F32;
@@ -242,13 +254,9 @@ void Model::position_and_store(Pass& p, int32_t il) {
       f16.to_f16(src, static_cast<uint16_t*>(plane) + static_cast<int64_t>(slot) * dim, dim);
     }
   };
-  const kernels::RopeParams rope{
-      c.rope_style == RopeStyle::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal,
-      c.head_dim_k,
-      c.rope_dims,
-      local ? c.rope_base_local : c.rope_base,
-      local ? c.rope_freq_scale_local : c.rope_freq_scale,
-      weights_.rope_freq_factors.empty() ? nullptr : weights_.rope_freq_factors.data()};
+  const kernels::RopeParams rope =
+      rope_params_for_layer(c, il, weights_.rope_freq_factors.empty() ? nullptr : weights_.rope_freq_factors.data());
+  const bool uses_rope = c.uses_rope(il);
   p.pool.parallel_for(p.T, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       float* q = b.q.data() + t * p.q_dim;
@@ -258,10 +266,16 @@ void Model::position_and_store(Pass& p, int32_t il) {
         for (int32_t h = 0; h < c.n_kv_heads; ++h) kernels::rms_norm(k + h * c.head_dim_k, w.k_norm, k + h * c.head_dim_k, c.head_dim_k, c.rms_eps);
       }
       const TokenPlace& place = p.places[static_cast<size_t>(t)];
-      kernels::RopeAngles angles;  // once for Q and K
-      kernels::rope_angles(place.position, rope, angles);
-      kernels::rope_apply(q, c.n_heads, angles, rope);
-      kernels::rope_apply(k, c.n_kv_heads, angles, rope);
+      if (uses_rope) {
+        kernels::RopeAngles angles;  // once for Q and K
+        kernels::rope_angles(place.position, rope, angles);
+        kernels::rope_apply(q, c.n_heads, angles, rope);
+        kernels::rope_apply(k, c.n_kv_heads, angles, rope);
+      }
+      if (c.attention_temperature_scale != 0.0f) {
+        const float temperature = query_temperature(c, place.position);
+        for (int64_t i = 0; i < p.q_dim; ++i) q[i] *= temperature;
+      }
       const auto& table = p.batch.sequences[static_cast<size_t>(place.sequence)].block_table;
       const BlockId block = table[static_cast<size_t>(place.position / block_size)];
       const int32_t slot = place.position % block_size;
@@ -280,8 +294,8 @@ void Model::ffn_block(Pass& p, int32_t il, int32_t layers_end) {
   ffn_core(p, il);
   // x += post_ffn_norm(h), and the next layer's attn_norm(x) into h.
   const std::vector<float>* next_norm = il + 1 < layers_end ? &weights_.layers[static_cast<size_t>(il) + 1].attn_norm : nullptr;
-  residual_step(scratch_.x.data(), scratch_.h.data(), c.has_post_norms ? &w.post_ffn_norm : nullptr, next_norm, p.T, c.n_embd,
-                c.rms_eps, p.pool);
+  residual_step(scratch_.x.data(), scratch_.h.data(), c.has_post_norms ? &w.post_ffn_norm : nullptr, next_norm,
+                c.residual_scale, p.T, c.n_embd, c.rms_eps, p.pool);
 }
 
 // h holds ffn_norm(x); leaves the FFN's down projection in h (before any post-norm).
@@ -292,6 +306,8 @@ void Model::ffn_core(Pass& p, int32_t il) {
   const int64_t T = p.T;
   const kernels::MatmulTask gate_up[] = {{&w.w_gate, b.gate.data()}, {&w.w_up, b.up.data()}};
   kernels::matmul_many(gate_up, b.h.data(), T, p.pool, b.matmul);
+  add_bias(b.gate.data(), w.b_gate, T);
+  add_bias(b.up.data(), w.b_up, T);
   const int64_t n_ff = c.n_ff;
   p.pool.parallel_for(T, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
@@ -306,6 +322,7 @@ void Model::ffn_core(Pass& p, int32_t il) {
     }
   });
   kernels::matmul(w.w_down, b.ffn.data(), T, b.h.data(), p.pool, b.matmul);
+  add_bias(b.h.data(), w.b_down, T);
 }
 
 namespace {
@@ -386,17 +403,22 @@ void Model::compute_logits(Pass& p, ForwardOutput& out) {
   out.logits.resize(static_cast<size_t>(n_out) * static_cast<size_t>(out.n_vocab));
   out.row_argmax.assign(static_cast<size_t>(n_out), -1);
   if (n_out == 0) return;
-  // The product folds the argmax-only rows itself unless a softcap comes between (it is
-  // monotonic, but rounding can make two logits equal after it).
+  // The product folds the argmax-only rows itself unless a softcap or a logit scale comes between
+  // (both are monotonic, but rounding can make two logits equal after them).
   const bool any_argmax = std::find(argmax_only.begin(), argmax_only.end(), 1) != argmax_only.end();
+  const bool logits_transformed = c.final_logit_softcap > 0.0f || c.logit_scale != 1.0f;
   kernels::ArgmaxRows& argmax = b.argmax;
   argmax.folded = false;
-  if (any_argmax && c.final_logit_softcap <= 0.0f) {
+  if (any_argmax && !logits_transformed) {
     argmax.wanted = argmax_only;
     argmax.masks = row_masks(batch, out, b.argmax_masks);
     kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), p.pool, b.matmul, argmax);
   } else {
     kernels::matmul(weights_.output, b.logits_in.data(), n_out, out.logits.data(), p.pool, b.matmul);
+  }
+  if (c.logit_scale != 1.0f) {
+    const float inverse = 1.0f / c.logit_scale;  // ggml_scale by 1 / logit_scale, as llama.cpp
+    for (float& logit : out.logits) logit *= inverse;
   }
   if (c.final_logit_softcap > 0.0f) {
     kernels::softcap(out.logits.data(), static_cast<int64_t>(out.logits.size()), c.final_logit_softcap);

@@ -105,6 +105,13 @@ Status slice_for_shard(const ModelConfig& c, const TensorShard& s, int32_t layer
     MNEMO_ASSIGN_OR_RETURN(l.wo, column_slice(l.wo, s.q_begin * dv, s.q_end * dv, w.sliced.back(), p + "attn_output.weight"));
     l.w_gate = row_slice(l.w_gate, s.ff_begin, s.ff_end);
     l.w_up = row_slice(l.w_up, s.ff_begin, s.ff_end);
+    l.b_gate = vector_slice(l.b_gate, s.ff_begin, s.ff_end);
+    l.b_up = vector_slice(l.b_up, s.ff_begin, s.ff_end);
+    // The output projections' biases join the sum once: rank 0's share carries them.
+    if (s.rank != 0) {
+      l.bo.clear();
+      l.b_down.clear();
+    }
     w.sliced.emplace_back();
     MNEMO_ASSIGN_OR_RETURN(l.w_down, column_slice(l.w_down, s.ff_begin, s.ff_end, w.sliced.back(), p + "ffn_down.weight"));
   }

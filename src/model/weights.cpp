@@ -39,6 +39,9 @@ class Loader {
     return vector(name, n);
   }
 
+  // A tensor any architecture may carry (biases): loaded when the file has it, else empty.
+  Result<Vector> vector_if_present(const std::string& name, int64_t n) const { return optional_vector(name, n, has(name)); }
+
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
 
  private:
@@ -59,6 +62,59 @@ class Loader {
   const gguf::File& file_;
   const ModelConfig& config_;
 };
+
+// Rows [begin, end) of m: a view into the same bytes.
+WeightMatrix rows_of(const WeightMatrix& m, int64_t begin, int64_t end) {
+  return WeightMatrix{m.type, m.in_features, end - begin, m.data + static_cast<size_t>(begin) * m.row_bytes()};
+}
+
+Vector slice_of(const Vector& v, int64_t begin, int64_t end) {
+  return Vector(v.begin() + begin, v.begin() + end);
+}
+
+// Q, K and V with their biases: three tensors, or Phi-3's attn_qkv whose rows (and bias) are Q's,
+// then K's, then V's.
+Status load_attention_inputs(const Loader& load, const std::string& p, int64_t n_embd, int64_t q_dim, int64_t k_dim,
+                             int64_t v_dim, LayerWeights& l) {
+  if (load.has(p + "attn_qkv.weight")) {
+    MNEMO_ASSIGN_OR_RETURN(const WeightMatrix fused, load.matrix(p + "attn_qkv.weight", n_embd, q_dim + k_dim + v_dim));
+    l.wq = rows_of(fused, 0, q_dim);
+    l.wk = rows_of(fused, q_dim, q_dim + k_dim);
+    l.wv = rows_of(fused, q_dim + k_dim, q_dim + k_dim + v_dim);
+    if (load.has(p + "attn_qkv.bias")) {
+      MNEMO_ASSIGN_OR_RETURN(const Vector bias, load.vector(p + "attn_qkv.bias", q_dim + k_dim + v_dim));
+      l.bq = slice_of(bias, 0, q_dim);
+      l.bk = slice_of(bias, q_dim, q_dim + k_dim);
+      l.bv = slice_of(bias, q_dim + k_dim, q_dim + k_dim + v_dim);
+      return ok_status();
+    }
+  } else {
+    MNEMO_ASSIGN_OR_RETURN(l.wq, load.matrix(p + "attn_q.weight", n_embd, q_dim));
+    MNEMO_ASSIGN_OR_RETURN(l.wk, load.matrix(p + "attn_k.weight", n_embd, k_dim));
+    MNEMO_ASSIGN_OR_RETURN(l.wv, load.matrix(p + "attn_v.weight", n_embd, v_dim));
+  }
+  MNEMO_ASSIGN_OR_RETURN(l.bq, load.vector_if_present(p + "attn_q.bias", q_dim));
+  MNEMO_ASSIGN_OR_RETURN(l.bk, load.vector_if_present(p + "attn_k.bias", k_dim));
+  MNEMO_ASSIGN_OR_RETURN(l.bv, load.vector_if_present(p + "attn_v.bias", v_dim));
+  return ok_status();
+}
+
+// Gate and up: two tensors, or Phi-3's ffn_up of twice the rows, the gate's first.
+Status load_ffn(const Loader& load, const std::string& p, int64_t n_embd, int64_t n_ff, LayerWeights& l) {
+  if (load.has(p + "ffn_gate.weight")) {
+    MNEMO_ASSIGN_OR_RETURN(l.w_gate, load.matrix(p + "ffn_gate.weight", n_embd, n_ff));
+    MNEMO_ASSIGN_OR_RETURN(l.w_up, load.matrix(p + "ffn_up.weight", n_embd, n_ff));
+    MNEMO_ASSIGN_OR_RETURN(l.b_gate, load.vector_if_present(p + "ffn_gate.bias", n_ff));
+    MNEMO_ASSIGN_OR_RETURN(l.b_up, load.vector_if_present(p + "ffn_up.bias", n_ff));
+  } else {
+    MNEMO_ASSIGN_OR_RETURN(const WeightMatrix fused, load.matrix(p + "ffn_up.weight", n_embd, 2 * n_ff));
+    l.w_gate = rows_of(fused, 0, n_ff);
+    l.w_up = rows_of(fused, n_ff, 2 * n_ff);
+  }
+  MNEMO_ASSIGN_OR_RETURN(l.w_down, load.matrix(p + "ffn_down.weight", n_ff, n_embd));
+  MNEMO_ASSIGN_OR_RETURN(l.b_down, load.vector_if_present(p + "ffn_down.bias", n_embd));
+  return ok_status();
+}
 
 // See LoadOptions::prepack_budget_bytes. The output projection comes first: every sequence of
 // every step multiplies it, and its Q8_0 tiles replace the file's rows (whose pages are given
@@ -107,6 +163,10 @@ Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c, 
   }
   if (load.has("rope_freqs.weight")) {
     MNEMO_ASSIGN_OR_RETURN(w.rope_freq_factors, load.vector("rope_freqs.weight", c.rope_dims / 2));
+  } else {
+    const std::string factors = c.context_length > c.rope_scaling.original_context ? "rope_factors_long.weight"
+                                                                                   : "rope_factors_short.weight";
+    MNEMO_ASSIGN_OR_RETURN(w.rope_freq_factors, load.vector_if_present(factors, c.rope_dims / 2));
   }
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim_k;
   const int64_t k_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim_k;
@@ -122,21 +182,15 @@ Result<ModelWeights> load_weights(const gguf::File& file, const ModelConfig& c, 
     LayerWeights& l = w.layers[static_cast<size_t>(il)];
     const std::string p = fmt::format("blk.{}.", il);
     MNEMO_ASSIGN_OR_RETURN(l.attn_norm, load.vector(p + "attn_norm.weight", c.n_embd));
-    MNEMO_ASSIGN_OR_RETURN(l.wq, load.matrix(p + "attn_q.weight", c.n_embd, q_dim));
-    MNEMO_ASSIGN_OR_RETURN(l.wk, load.matrix(p + "attn_k.weight", c.n_embd, k_dim));
-    MNEMO_ASSIGN_OR_RETURN(l.wv, load.matrix(p + "attn_v.weight", c.n_embd, v_dim));
+    MNEMO_RETURN_IF_ERROR(load_attention_inputs(load, p, c.n_embd, q_dim, k_dim, v_dim, l));
     MNEMO_ASSIGN_OR_RETURN(l.wo, load.matrix(p + "attn_output.weight", o_dim, c.n_embd));
-    MNEMO_ASSIGN_OR_RETURN(l.bq, load.optional_vector(p + "attn_q.bias", q_dim, c.has_qkv_bias));
-    MNEMO_ASSIGN_OR_RETURN(l.bk, load.optional_vector(p + "attn_k.bias", k_dim, c.has_qkv_bias));
-    MNEMO_ASSIGN_OR_RETURN(l.bv, load.optional_vector(p + "attn_v.bias", v_dim, c.has_qkv_bias));
+    MNEMO_ASSIGN_OR_RETURN(l.bo, load.vector_if_present(p + "attn_output.bias", c.n_embd));
     MNEMO_ASSIGN_OR_RETURN(l.q_norm, load.optional_vector(p + "attn_q_norm.weight", c.head_dim_k, c.has_qk_norm));
     MNEMO_ASSIGN_OR_RETURN(l.k_norm, load.optional_vector(p + "attn_k_norm.weight", c.head_dim_k, c.has_qk_norm));
     MNEMO_ASSIGN_OR_RETURN(l.post_attn_norm,
                            load.optional_vector(p + "post_attention_norm.weight", c.n_embd, c.has_post_norms));
     MNEMO_ASSIGN_OR_RETURN(l.ffn_norm, load.vector(p + "ffn_norm.weight", c.n_embd));
-    MNEMO_ASSIGN_OR_RETURN(l.w_gate, load.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff));
-    MNEMO_ASSIGN_OR_RETURN(l.w_up, load.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff));
-    MNEMO_ASSIGN_OR_RETURN(l.w_down, load.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd));
+    MNEMO_RETURN_IF_ERROR(load_ffn(load, p, c.n_embd, c.n_ff, l));
     MNEMO_ASSIGN_OR_RETURN(l.post_ffn_norm,
                            load.optional_vector(p + "post_ffw_norm.weight", c.n_embd, c.has_post_norms));
   }

@@ -17,14 +17,17 @@ using kernels::WeightMatrix;
 // Norm weights and biases are small: kept as owned float vectors whatever their file type.
 using Vector = std::vector<float>;
 
+// Q, K and V (and gate and up) are views of rows when the file fuses them in one tensor
+// (Phi-3's attn_qkv and ffn_up): each product still reads only its own rows.
 struct LayerWeights {
   Vector attn_norm;
   WeightMatrix wq, wk, wv, wo;
-  Vector bq, bk, bv;            // empty unless the architecture has QKV bias
+  Vector bq, bk, bv, bo;        // biases, each empty unless the file has it (Qwen 2: Q/K/V)
   Vector q_norm, k_norm;        // empty unless QK-norm
   Vector post_attn_norm;        // empty unless post-norms
   Vector ffn_norm;
   WeightMatrix w_gate, w_up, w_down;
+  Vector b_gate, b_up, b_down;  // empty unless the file has them (Granite, Mistral 3 may)
   Vector post_ffn_norm;
 };
 
@@ -37,7 +40,10 @@ struct ModelWeights {
   // file's mapping.
   std::vector<kernels::PackedTiles> packed_tiles;
   size_t prepacked_extra_bytes = 0;
-  Vector rope_freq_factors;      // optional per-dimension-pair divisors of the RoPE frequency
+  // Optional per-dimension-pair divisors of the RoPE frequency: rope_freqs (Llama 3), or LongRoPE's
+  // long set when the context served (the model's context length) exceeds the original one,
+  // else its short set (Phi-3), as llama.cpp chooses them.
+  Vector rope_freq_factors;
   TensorShard shard;             // the heads and FFN rows these layers hold (all of them unless sliced)
   std::vector<std::vector<uint8_t>> sliced;  // column slices' bytes (the matrices point into them)
   std::vector<LayerWeights> layers;

@@ -89,8 +89,12 @@ Status TensorParallel::run_pass(const Batch& batch, std::span<float> x) {
       MNEMO_RETURN_IF_ERROR(all_reduce(frame, il, part, sum));
       const Vector& post = part == 0 ? w.post_attn_norm : w.post_ffn_norm;
       for (int64_t r = 0; r < rows; ++r) {
-        if (c.has_post_norms) kernels::rms_norm(sum.data() + r * n, post, sum.data() + r * n, n, c.rms_eps);
-        kernels::add_inplace(x.data() + r * n, sum.data() + r * n, n);
+        float* share = sum.data() + r * n;
+        if (c.has_post_norms) kernels::rms_norm(share, post, share, n, c.rms_eps);
+        if (c.residual_scale != 1.0f) {
+          for (int64_t i = 0; i < n; ++i) share[i] *= c.residual_scale;
+        }
+        kernels::add_inplace(x.data() + r * n, share, n);
       }
     }
   }

@@ -15,7 +15,8 @@ TEST(KernelsDispatch, EveryTypeHasItsKernelsOnEverySupportedIsa) {
       {DType::Q4_0, DType::Q8_0}, {DType::Q4_1, DType::Q8_1}, {DType::Q5_0, DType::Q8_0},
       {DType::Q5_1, DType::Q8_1}, {DType::Q8_0, DType::Q8_0}, {DType::Q4_K, DType::Q8_K},
       {DType::Q5_K, DType::Q8_K}, {DType::Q6_K, DType::Q8_K}, {DType::Q8_1, DType::Q8_1},
-      {DType::Q8_K, DType::Q8_K}};
+      {DType::Q8_K, DType::Q8_K}, {DType::Q2_K, DType::Q8_K}, {DType::Q3_K, DType::Q8_K},
+      {DType::IQ4_NL, DType::Q8_0}, {DType::IQ4_XS, DType::Q8_K}, {DType::MXFP4, DType::Q8_0}};
   for (Isa isa : testing::supported_isas()) {
     for (const auto& [type, vec_dot_type] : expected_vec_dot_types) {
       const TypeKernels* kernels = type_kernels(type, isa);
@@ -34,7 +35,7 @@ TEST(KernelsDispatch, EveryTypeHasItsKernelsOnEverySupportedIsa) {
 }
 
 TEST(KernelsDispatch, TypesWithoutKernels) {
-  for (DType type : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::I32, DType::MXFP4}) {
+  for (DType type : {DType::IQ2_XXS, DType::IQ3_S, DType::IQ1_M, DType::TQ2_0, DType::I32}) {
     EXPECT_EQ(type_kernels(type), nullptr) << dtype_name(type);
   }
 }

@@ -64,8 +64,10 @@ TEST_P(DotVsDequantised, ApproximatesTheUnquantisedDot) {
   const testing::DotReference exact = testing::float_dot(weights, activations);
   const float actual = kernels()->vec_dot(n, w.data(), a.data());
   // 4-bit weights carry ~5% relative error per element, spread randomly: the sum keeps well
-  // under 2% of sum |w * a|. Wrong layouts or scales are off by far more.
-  EXPECT_LE(std::fabs(actual - exact.dot), 0.02 * exact.magnitude) << "dot=" << actual << " exact=" << exact.dot;
+  // under 2% of sum |w * a|; Q2_K's four levels about three times that error, under 4%. Wrong
+  // layouts or scales are off by far more.
+  const double tolerance = type() == DType::Q2_K ? 0.04 : 0.02;
+  EXPECT_LE(std::fabs(actual - exact.dot), tolerance * exact.magnitude) << "dot=" << actual << " exact=" << exact.dot;
 }
 
 std::vector<std::tuple<DType, Isa>> weight_types_on_all_isas() {

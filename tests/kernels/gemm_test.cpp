@@ -120,7 +120,8 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GemmTest);
 TEST(Gemm, DispatchFollowsTheIsa) {
   for (DType type : testing::weight_types()) {
     EXPECT_EQ(gemm_kernel(type, Isa::kScalar), nullptr);
-    const bool block32 = type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q8_0;
+    const bool block32 = type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 ||
+                         type == DType::Q8_0 || type == DType::IQ4_NL || type == DType::MXFP4;
     if (isa_supported(Isa::kAvx2) && block32) {
       EXPECT_NE(gemm_kernel(type, Isa::kAvx2), nullptr);
     } else {

@@ -19,9 +19,10 @@ namespace mnemo::kernels::testing {
 
 // The weight types with a vec_dot, and the activation-only formats.
 inline const std::vector<DType>& weight_types() {
-  static const std::vector<DType> types = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
-                                           DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-                                           DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  static const std::vector<DType> types = {DType::F32,  DType::F16,  DType::BF16,   DType::Q4_0,   DType::Q4_1,
+                                           DType::Q5_0, DType::Q5_1, DType::Q8_0,   DType::Q2_K,   DType::Q3_K,
+                                           DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_NL, DType::IQ4_XS,
+                                           DType::MXFP4};
   return types;
 }
 
@@ -130,6 +131,27 @@ inline std::vector<uint8_t> random_weight_row(DType type, int64_t n, std::mt1993
     case DType::Q6_K:
       fix_halves(reinterpret_cast<BlockQ6_K*>(row.data()), [&](BlockQ6_K& b) { b.d = random_half(rng, -0.001f, 0.001f); });
       break;
+    case DType::Q2_K:
+      fix_halves(reinterpret_cast<BlockQ2_K*>(row.data()), [&](BlockQ2_K& b) {
+        b.d = random_half(rng, 0.0f, 0.02f);
+        b.dmin = random_half(rng, 0.0f, 0.02f);
+      });
+      break;
+    case DType::Q3_K:
+      fix_halves(reinterpret_cast<BlockQ3_K*>(row.data()), [&](BlockQ3_K& b) { b.d = random_half(rng, -0.005f, 0.005f); });
+      break;
+    case DType::IQ4_NL:
+      fix_halves(reinterpret_cast<BlockIQ4_NL*>(row.data()), [&](BlockIQ4_NL& b) { b.d = random_half(rng, -0.01f, 0.01f); });
+      break;
+    case DType::IQ4_XS:
+      fix_halves(reinterpret_cast<BlockIQ4_XS*>(row.data()), [&](BlockIQ4_XS& b) { b.d = random_half(rng, -0.001f, 0.001f); });
+      break;
+    case DType::MXFP4: {
+      // E8M0 scales around 2^-7 (e = 255 would read as 2^127 and overflow any dot product).
+      std::uniform_int_distribution<int> exponent(110, 125);
+      for (int64_t b = 0; b < blocks; ++b) reinterpret_cast<BlockMXFP4*>(row.data())[b].e = static_cast<uint8_t>(exponent(rng));
+      break;
+    }
     default:
       break;
   }

@@ -184,6 +184,107 @@ TEST_P(KnownValues, Q6_K) {
   EXPECT_EQ(x[38], 0.5f * (2 - 8) * (0 - 32));      // ql[38]/qh[6] bits 2-3 are untouched
 }
 
+TEST_P(KnownValues, Q2_K) {
+  BlockQ2_K block{};
+  block.d = kHalfHalf;
+  block.dmin = kHalfOne;
+  for (int s = 0; s < 16; ++s) block.scales[s] = static_cast<uint8_t>((s % 16) | ((15 - s) << 4));  // sc = s, m = 15 - s
+  std::memset(block.qs, 0, sizeof(block.qs));
+  // Element 200 = half 1, run j = 2 (elements 192-223), l = 8: bits 4-5 of qs[32 + 8].
+  block.qs[40] = 3 << 4;
+  // Element 31 = half 0, run 0, l = 31: bits 0-1 of qs[31].
+  block.qs[31] = 2;
+  // Element 63 = half 0, run 1, l = 31: bits 2-3 of qs[31].
+  block.qs[31] |= 1 << 2;
+  const std::vector<float> x = dequantise(DType::Q2_K, &block, kQKK, GetParam());
+  EXPECT_EQ(x[200], 0.5f * 12 * 3 - (15 - 12));  // sub-block 12
+  EXPECT_EQ(x[31], 0.5f * 1 * 2 - 14);           // sub-block 1
+  EXPECT_EQ(x[63], 0.5f * 3 * 1 - 12);           // sub-block 3
+  EXPECT_EQ(x[0], -15.0f);                       // q = 0, sub-block 0: -m
+  EXPECT_EQ(x[255], 0.0f);                       // sub-block 15: m = 0
+}
+
+TEST_P(KnownValues, Q3_K) {
+  BlockQ3_K block{};
+  block.d = kHalfHalf;
+  // Codes: sub-block s has code 32 + s - 8 (scale s - 8), packed by hand: low nibbles of codes
+  // 0-7 in bytes 0-7's low nibbles, of codes 8-15 in their high nibbles; top two bits of code s
+  // in byte 8 + s % 4, bits 2 * (s / 4).
+  uint8_t codes[16];
+  for (int s = 0; s < 16; ++s) codes[s] = static_cast<uint8_t>(24 + s);
+  std::memset(block.scales, 0, sizeof(block.scales));
+  for (int s = 0; s < 16; ++s) {
+    block.scales[s % 8] |= static_cast<uint8_t>((codes[s] & 15) << (4 * (s / 8)));
+    block.scales[8 + s % 4] |= static_cast<uint8_t>((codes[s] >> 4) << (2 * (s / 4)));
+  }
+  std::memset(block.qs, 0, sizeof(block.qs));
+  std::memset(block.hmask, 0xff, sizeof(block.hmask));  // every third bit set: q = low bits
+  // Element 150 = half 1, run 0, l = 22: bits 0-1 of qs[32 + 22], bit 4 of hmask[22].
+  block.qs[54] = 3;
+  block.hmask[22] = static_cast<uint8_t>(~(1 << 4));  // clear: q = 3 - 4
+  // Element 97 = half 0, run 3, l = 1: bits 6-7 of qs[1], bit 3 of hmask[1].
+  block.qs[1] = 2 << 6;
+  const std::vector<float> x = dequantise(DType::Q3_K, &block, kQKK, GetParam());
+  EXPECT_EQ(x[150], 0.5f * (9 - 8) * (3 - 4));  // sub-block 9
+  EXPECT_EQ(x[97], 0.5f * (6 - 8) * 2);         // sub-block 6
+  EXPECT_EQ(x[118], 0.0f);                      // hmask[22] bit 3 set, low bits 0: q = 0
+  EXPECT_EQ(x[22], 0.0f);                       // bit 0 of hmask[22] set: q = 0
+  EXPECT_EQ(x[182], 0.0f);                      // half 1, run 1, l = 22: bits 2-3 of qs[54] clear, bit 5 of hmask[22] set
+}
+
+TEST_P(KnownValues, IQ4_NL) {
+  BlockIQ4_NL block{};
+  block.d = kHalfHalf;
+  for (int j = 0; j < 16; ++j) block.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const std::vector<float> x = dequantise(DType::IQ4_NL, &block, kQK, GetParam());
+  EXPECT_EQ(x[0], -63.5f);   // code 0: -127
+  EXPECT_EQ(x[8], 0.5f);     // code 8: 1
+  EXPECT_EQ(x[15], 56.5f);   // code 15: 113
+  EXPECT_EQ(x[16], 56.5f);   // high nibble of qs[0]: code 15
+  EXPECT_EQ(x[31], -63.5f);  // high nibble of qs[15]: code 0
+  EXPECT_EQ(x[20], 19.0f);   // high nibble of qs[4]: code 11, 38
+}
+
+TEST_P(KnownValues, IQ4_XS) {
+  BlockIQ4_XS block{};
+  block.d = kHalfTwo;
+  // Sub-block s has code 32 + s - 3 (scale s - 3): low nibbles in scales_l, top bits in scales_h.
+  block.scales_h = 0;
+  std::memset(block.scales_l, 0, sizeof(block.scales_l));
+  for (int s = 0; s < 8; ++s) {
+    const int code = 29 + s;
+    block.scales_l[s / 2] |= static_cast<uint8_t>((code & 15) << (4 * (s % 2)));
+    block.scales_h = static_cast<uint16_t>(block.scales_h | ((code >> 4) << (2 * s)));
+  }
+  std::memset(block.qs, 0x98, sizeof(block.qs));  // low nibbles code 8 (1), high nibbles 9 (13)
+  block.qs[16 * 5 + 3] = 0x0f;                     // sub-block 5: element 3 code 15 (113), 19 code 0 (-127)
+  const std::vector<float> x = dequantise(DType::IQ4_XS, &block, kQKK, GetParam());
+  EXPECT_EQ(x[0], 2.0f * -3 * 1);            // sub-block 0
+  EXPECT_EQ(x[16], 2.0f * -3 * 13);
+  EXPECT_EQ(x[5 * 32 + 3], 2.0f * 2 * 113);  // sub-block 5
+  EXPECT_EQ(x[5 * 32 + 19], 2.0f * 2 * -127);
+  EXPECT_EQ(x[255], 2.0f * 4 * 13);          // sub-block 7
+  EXPECT_EQ(x[3 * 32], 0.0f);                // sub-block 3: scale 0
+}
+
+TEST_P(KnownValues, MXFP4) {
+  BlockMXFP4 blocks[3]{};
+  blocks[0].e = 127;  // 2^0, halved: 0.5
+  blocks[1].e = 130;  // 2^3, halved: 4
+  blocks[2].e = 1;    // 2^-126, halved: 2^-127 (a subnormal)
+  for (auto& block : blocks) {
+    for (int j = 0; j < 16; ++j) block.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  }
+  const std::vector<float> x = dequantise(DType::MXFP4, blocks, 3 * kQK, GetParam());
+  EXPECT_EQ(x[7], 6.0f);      // code 7: E2M1 6.0 (12 halved)
+  EXPECT_EQ(x[15], -6.0f);    // code 15: -6.0
+  EXPECT_EQ(x[3], 1.5f);      // code 3: 1.5
+  EXPECT_EQ(x[16], -6.0f);    // high nibble of qs[0]: code 15
+  EXPECT_EQ(x[8], 0.0f);      // code 8: -0
+  EXPECT_EQ(x[32 + 5], 4.0f * 6);  // code 5: 3.0 at scale 8
+  EXPECT_EQ(x[64 + 1], 0x1p-127f);  // code 1: 0.5 at scale 2^-126
+}
+
 TEST_P(KnownValues, Q8_K) {
   std::vector<float> values(kQKK, 0.0f);
   values[0] = 1.0f;

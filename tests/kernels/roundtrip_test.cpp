@@ -100,6 +100,72 @@ void q6_k_bounds(const std::vector<float>& x, Bounds& bounds) {
   }
 }
 
+// Q2_K: per 16-element sub-block an affine step (hi - lo) / 3 and minimum -lo, both stored as
+// 4-bit multiples of per-super-block units (as affine_k_bounds, with 15 units).
+void q2_k_bounds(const std::vector<float>& x, Bounds& bounds) {
+  for (size_t sb = 0; sb < x.size() / kQKK; ++sb) {
+    double ranges[16], negmins[16];
+    for (int s = 0; s < 16; ++s) {
+      const float* v = &x[sb * kQKK + static_cast<size_t>(s) * 16];
+      const double lo = std::min(0.0, static_cast<double>(*std::min_element(v, v + 16)));
+      ranges[s] = *std::max_element(v, v + 16) - lo;
+      negmins[s] = -lo;
+    }
+    const double scale_unit = *std::max_element(ranges, ranges + 16) / 3.0 / 15.0;
+    const double min_unit = *std::max_element(negmins, negmins + 16) / 15.0;
+    const double amax = amax_of(&x[sb * kQKK], kQKK);
+    for (int s = 0; s < 16; ++s) {
+      const double step = ranges[s] / 3.0;
+      set_range(bounds, static_cast<int64_t>(sb * kQKK) + s * 16, 16,
+                0.5 * (step + scale_unit) + 0.5 * min_unit + amax * 4 * kHalfEps, step);
+    }
+  }
+}
+
+// Q3_K: per 16-element sub-block a symmetric step amax / 4 (the extreme at level -4, the other
+// side clipped at 3), the steps stored as 6-bit signed multiples of a super-block unit
+// (max step / 32): each step off by at most half a unit: a clipped value is off by up to step + 1.5 units.
+void q3_k_bounds(const std::vector<float>& x, Bounds& bounds) {
+  for (size_t sb = 0; sb < x.size() / kQKK; ++sb) {
+    double steps[16];
+    for (int s = 0; s < 16; ++s) steps[s] = amax_of(&x[sb * kQKK + static_cast<size_t>(s) * 16], 16) / 4.0;
+    const double unit = *std::max_element(steps, steps + 16) / 32.0;
+    const double amax = amax_of(&x[sb * kQKK], kQKK);
+    for (int s = 0; s < 16; ++s) {
+      set_range(bounds, static_cast<int64_t>(sb * kQKK) + s * 16, 16, 1.0 * steps[s] + 1.5 * unit + amax * 4 * kHalfEps,
+                steps[s]);
+    }
+  }
+}
+
+// The IQ4_NL table: the extreme at -127 d, gaps between neighbours up to 24 d (so half a gap
+// is 12 d) and the top level 113 d (values up to 127 d clip by up to 14 d); about 16 d apart on
+// average, the "step" of the RMS check. IQ4_XS stores d per 32 as 6-bit signed multiples of a
+// super-block unit (max d / 32), which moves every level by up to 127 x half a unit.
+void iq4_bounds(const std::vector<float>& x, bool six_bit_scales, Bounds& bounds) {
+  const size_t super = six_bit_scales ? kQKK : kQK;
+  for (size_t sb = 0; sb < x.size() / super; ++sb) {
+    std::vector<double> d(super / kQK);
+    for (size_t b = 0; b < d.size(); ++b) d[b] = amax_of(&x[sb * super + b * kQK], kQK) / 127.0;
+    const double unit = six_bit_scales ? *std::max_element(d.begin(), d.end()) / 32.0 : 0.0;
+    for (size_t b = 0; b < d.size(); ++b) {
+      set_range(bounds, static_cast<int64_t>(sb * super + b * kQK), kQK,
+                14.0 * d[b] + 127.0 * 0.5 * unit + 128 * half_rounding(d[b] + unit), 16.0 * d[b]);
+    }
+  }
+}
+
+// MXFP4: scale 2^(floor(log2 amax) - 2), so amax / scale is in [4, 8); levels 0, 0.5, 1, 1.5, 2,
+// 3, 4, 6 of it and their negatives: half a gap is at most 1 scale, a clipped extreme (up to 8)
+// 2 scales; the levels' spacing is about 1 scale where most values fall.
+void mxfp4_bounds(const std::vector<float>& x, Bounds& bounds) {
+  for (size_t b = 0; b < x.size() / kQK; ++b) {
+    const double amax = amax_of(&x[b * kQK], kQK);
+    const double scale = amax > 0 ? std::exp2(std::floor(std::log2(amax)) - 2) : 0.0;
+    set_range(bounds, static_cast<int64_t>(b) * kQK, kQK, 2.0 * scale, scale);
+  }
+}
+
 Bounds bounds_for(DType type, const std::vector<float>& x) {
   Bounds bounds{std::vector<double>(x.size()), std::vector<double>(x.size())};
   switch (type) {
@@ -140,6 +206,21 @@ Bounds bounds_for(DType type, const std::vector<float>& x) {
       break;
     case DType::Q6_K:
       q6_k_bounds(x, bounds);
+      break;
+    case DType::Q2_K:
+      q2_k_bounds(x, bounds);
+      break;
+    case DType::Q3_K:
+      q3_k_bounds(x, bounds);
+      break;
+    case DType::IQ4_NL:
+      iq4_bounds(x, false, bounds);
+      break;
+    case DType::IQ4_XS:
+      iq4_bounds(x, true, bounds);
+      break;
+    case DType::MXFP4:
+      mxfp4_bounds(x, bounds);
       break;
     default:
       ADD_FAILURE() << "no bounds for " << dtype_name(type);

@@ -283,6 +283,12 @@ TinyModelSpec gemma3_spec() {
   s.seed = 3;
   return s;
 }
+TinyModelSpec arch_spec(Arch arch, uint64_t seed) {
+  TinyModelSpec s;
+  s.arch = arch;
+  s.seed = seed;
+  return s;
+}
 
 TEST_P(PagedForwardTest, ArgmaxOnlySequencesGetTheIndexOfTheirLargestLogit) {
   // The same batch twice: once with the first sequence asking only for its greedy token
@@ -319,11 +325,13 @@ TEST_P(PagedForwardTest, ArgmaxOnlySequencesGetTheIndexOfTheirLargestLogit) {
 INSTANTIATE_TEST_SUITE_P(
     Architectures, PagedForwardTest,
     ::testing::Values(Case{llama_spec(), DType::F16}, Case{qwen2_spec(), DType::F16}, Case{gemma3_spec(), DType::F16},
-                      Case{llama_spec(), DType::F32}, Case{gemma3_spec(), DType::F32}),
+                      Case{llama_spec(), DType::F32}, Case{gemma3_spec(), DType::F32},
+                      Case{arch_spec(Arch::kQwen3, 4), DType::F16}, Case{arch_spec(Arch::kPhi3, 5), DType::F16},
+                      Case{arch_spec(Arch::kSmolLM3, 6), DType::F16}, Case{arch_spec(Arch::kGranite, 7), DType::F16},
+                      Case{arch_spec(Arch::kMistral3, 8), DType::F16}, Case{arch_spec(Arch::kPhi3, 9), DType::F32}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       const TinyModelSpec& s = param_info.param.spec;
-      const std::string arch = s.arch == Arch::kGemma3 ? "gemma3" : (s.qkv_bias ? "qwen2" : "llama");
-      return arch + "_kv_" + std::string(dtype_name(param_info.param.kv_dtype));
+      return testing::tiny_arch_name(s) + "_kv_" + std::string(dtype_name(param_info.param.kv_dtype));
     });
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/nn/ops.h"
+#include "model/rope_setup.h"
 #include "util/fp16.h"
 
 namespace mnemo::testing {
@@ -60,13 +61,18 @@ std::vector<float> reference_forward(const Model& model, std::span<const TokenId
       norm_rows(k, l.k_norm, dk, c.rms_eps);
     }
     const bool local = c.is_local(il);
-    const kernels::RopeParams rope{
-        c.rope_style == RopeStyle::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal, c.head_dim_k,
-        c.rope_dims, local ? c.rope_base_local : c.rope_base, local ? c.rope_freq_scale_local : c.rope_freq_scale,
-        w.rope_freq_factors.empty() ? nullptr : w.rope_freq_factors.data()};
-    for (int64_t t = 0; t < T; ++t) {
+    const kernels::RopeParams rope =
+        rope_params_for_layer(c, il, w.rope_freq_factors.empty() ? nullptr : w.rope_freq_factors.data());
+    for (int64_t t = 0; t < T && c.uses_rope(il); ++t) {
       kernels::rope(q.data() + t * c.n_heads * dk, c.n_heads, static_cast<int32_t>(t), rope);
       kernels::rope(k.data() + t * c.n_kv_heads * dk, c.n_kv_heads, static_cast<int32_t>(t), rope);
+    }
+    if (c.attention_temperature_scale != 0.0f) {
+      for (int64_t t = 0; t < T; ++t) {
+        const double steps = std::floor(static_cast<double>(t) / c.attention_temperature_length);
+        const auto temperature = static_cast<float>(std::log(steps + 1.0) * c.attention_temperature_scale + 1.0);
+        for (int64_t i = 0; i < c.n_heads * dk; ++i) q[static_cast<size_t>(t * c.n_heads * dk + i)] *= temperature;
+      }
     }
     if (kv_dtype == DType::F16) {
       for (float& e : q) e = round_f16(e);
@@ -103,13 +109,16 @@ std::vector<float> reference_forward(const Model& model, std::span<const TokenId
       }
     }
     std::vector<float> o = product(l.wo, attn, T, pool);
+    bias(o, l.bo);
     if (c.has_post_norms) norm_rows(o, l.post_attn_norm, E, c.rms_eps);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    for (size_t i = 0; i < x.size(); ++i) x[i] += c.residual_scale == 1.0f ? o[i] : o[i] * c.residual_scale;
 
     h = x;
     norm_rows(h, l.ffn_norm, E, c.rms_eps);
     std::vector<float> gate = product(l.w_gate, h, T, pool);
     std::vector<float> up = product(l.w_up, h, T, pool);
+    bias(gate, l.b_gate);
+    bias(up, l.b_up);
     std::vector<float> act(gate.size());
     if (c.activation == FfnActivation::kGeluTanh) {
       kernels::geglu(gate.data(), up.data(), act.data(), static_cast<int64_t>(act.size()));
@@ -117,11 +126,15 @@ std::vector<float> reference_forward(const Model& model, std::span<const TokenId
       kernels::swiglu(gate.data(), up.data(), act.data(), static_cast<int64_t>(act.size()));
     }
     std::vector<float> down = product(l.w_down, act, T, pool);
+    bias(down, l.b_down);
     if (c.has_post_norms) norm_rows(down, l.post_ffn_norm, E, c.rms_eps);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+    for (size_t i = 0; i < x.size(); ++i) x[i] += c.residual_scale == 1.0f ? down[i] : down[i] * c.residual_scale;
   }
   norm_rows(x, w.output_norm, E, c.rms_eps);
   std::vector<float> logits = product(w.output, x, T, pool);
+  if (c.logit_scale != 1.0f) {
+    for (float& logit : logits) logit *= 1.0f / c.logit_scale;
+  }
   if (c.final_logit_softcap > 0.0f) kernels::softcap(logits.data(), static_cast<int64_t>(logits.size()), c.final_logit_softcap);
   return logits;
 }

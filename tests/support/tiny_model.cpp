@@ -83,10 +83,27 @@ void add_tiny_vocabulary(gguf::Writer& w, int32_t n_vocab) {
 
 }  // namespace
 
+std::string tiny_arch_name(const TinyModelSpec& s) {
+  switch (s.arch) {
+    case Arch::kLlama: return s.qkv_bias ? "qwen2" : "llama";
+    case Arch::kQwen2: return "qwen2";
+    case Arch::kQwen3: return "qwen3";
+    case Arch::kPhi3: return "phi3";
+    case Arch::kSmolLM3: return "smollm3";
+    case Arch::kGranite: return "granite";
+    case Arch::kMistral3: return "mistral3";
+    case Arch::kGemma3: return "gemma3";
+  }
+  return "llama";
+}
+
 gguf::Writer make_tiny_model(const TinyModelSpec& s) {
   gguf::Writer w;
   const bool gemma = s.arch == Arch::kGemma3;
-  const std::string arch = gemma ? "gemma3" : (s.qkv_bias ? "qwen2" : "llama");
+  const bool phi3 = s.arch == Arch::kPhi3;
+  const bool granite = s.arch == Arch::kGranite;
+  const bool qkv_bias = s.qkv_bias || s.arch == Arch::kQwen2;
+  const std::string arch = tiny_arch_name(s);
   const std::string p = arch + ".";
   w.set_string("general.architecture", arch);
   w.set_string("general.name", "tiny-" + arch);
@@ -104,6 +121,29 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
     w.set_u32(p + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
     w.set_u32(p + "attention.sliding_window_pattern", static_cast<uint32_t>(s.swa_pattern));
   }
+  // Context extension and the other families' multipliers, at values that change the output
+  // within a tiny model's context (an original context of 64 positions).
+  const int32_t rotated = phi3 ? s.head_dim * 3 / 4 : s.head_dim;  // Phi-4-mini rotates 3/4 of each head
+  if (phi3) {
+    w.set_u32(p + "rope.dimension_count", static_cast<uint32_t>(rotated));
+    w.set_u32(p + "rope.scaling.original_context_length", 64);
+    w.set_f32(p + "rope.scaling.attn_factor", 1.19f);
+  }
+  if (s.arch == Arch::kMistral3) {
+    w.set_string(p + "rope.scaling.type", "yarn");
+    w.set_f32(p + "rope.scaling.factor", 8.0f);
+    w.set_u32(p + "rope.scaling.original_context_length", 64);
+    w.set_f32(p + "rope.scaling.yarn_beta_fast", 32.0f);
+    w.set_f32(p + "rope.scaling.yarn_beta_slow", 1.0f);
+    w.set_f32(p + "rope.scaling.yarn_log_multiplier", 1.0f);
+    w.set_f32(p + "attention.temperature_scale", 0.1f);
+  }
+  if (granite) {
+    w.set_f32(p + "logit_scale", 8.0f);
+    w.set_f32(p + "residual_scale", 0.22f);
+    w.set_f32(p + "embedding_scale", 12.0f);
+    w.set_f32(p + "attention.scale", 0.015625f);
+  }
 
   if (s.with_tokenizer) add_tiny_vocabulary(w, s.n_vocab);
 
@@ -113,6 +153,10 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
   make.matrix("token_embd.weight", DType::Q8_0, s.n_embd, s.n_vocab, 1.0f);
   make.vector("output_norm.weight", s.n_embd, 1.0f, 0.2f);
   if (!gemma) make.matrix("output.weight", s.n_embd % 256 == 0 ? DType::Q6_K : DType::F16, s.n_embd, s.n_vocab, 0.2f);
+  if (phi3) {
+    make.vector("rope_factors_long.weight", rotated / 2, 3.0f, 2.0f);
+    make.vector("rope_factors_short.weight", rotated / 2, 1.0f, 0.05f);
+  }
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
   const float ff_scale = 1.0f / std::sqrt(static_cast<float>(s.n_ff));
   for (int32_t il = 0; il < s.n_layers; ++il) {
@@ -120,12 +164,26 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
     make.vector(b + "attn_norm.weight", s.n_embd, 1.0f, 0.2f);
     // Vary the types across layers so every kernel path runs inside the model.
     const DType qkv_type = il % 3 == 0 ? DType::Q5_0 : (il % 3 == 1 ? DType::Q4_0 : DType::F16);
-    make.matrix(b + "attn_q.weight", qkv_type, s.n_embd, q_dim, in_scale);
-    make.matrix(b + "attn_k.weight", qkv_type, s.n_embd, kv_dim, in_scale);
-    make.matrix(b + "attn_v.weight", DType::Q8_0, s.n_embd, kv_dim, in_scale);
+    if (phi3) {
+      make.matrix(b + "attn_qkv.weight", qkv_type, s.n_embd, q_dim + 2 * kv_dim, in_scale);
+    } else {
+      make.matrix(b + "attn_q.weight", qkv_type, s.n_embd, q_dim, in_scale);
+      make.matrix(b + "attn_k.weight", qkv_type, s.n_embd, kv_dim, in_scale);
+      make.matrix(b + "attn_v.weight", DType::Q8_0, s.n_embd, kv_dim, in_scale);
+    }
     make.matrix(b + "attn_output.weight", il % 2 == 0 ? DType::BF16 : DType::F32, q_dim, s.n_embd,
                 1.0f / std::sqrt(static_cast<float>(q_dim)));
-    if (s.qkv_bias) {
+    if (granite) {
+      make.vector(b + "attn_output.bias", s.n_embd, 0.0f, 0.1f);
+      make.vector(b + "ffn_gate.bias", s.n_ff, 0.0f, 0.1f);
+      make.vector(b + "ffn_up.bias", s.n_ff, 0.0f, 0.1f);
+      make.vector(b + "ffn_down.bias", s.n_embd, 0.0f, 0.1f);
+    }
+    if (s.arch == Arch::kQwen3) {
+      make.vector(b + "attn_q_norm.weight", s.head_dim, 1.0f, 0.2f);
+      make.vector(b + "attn_k_norm.weight", s.head_dim, 1.0f, 0.2f);
+    }
+    if (qkv_bias) {
       make.vector(b + "attn_q.bias", q_dim, 0.0f, 0.1f);
       make.vector(b + "attn_k.bias", kv_dim, 0.0f, 0.1f);
       make.vector(b + "attn_v.bias", kv_dim, 0.0f, 0.1f);
@@ -137,8 +195,12 @@ gguf::Writer make_tiny_model(const TinyModelSpec& s) {
       make.vector(b + "post_ffw_norm.weight", s.n_embd, 1.0f, 0.2f);
     }
     make.vector(b + "ffn_norm.weight", s.n_embd, 1.0f, 0.2f);
-    make.matrix(b + "ffn_gate.weight", DType::Q5_0, s.n_embd, s.n_ff, in_scale);
-    make.matrix(b + "ffn_up.weight", DType::Q8_0, s.n_embd, s.n_ff, in_scale);
+    if (phi3) {
+      make.matrix(b + "ffn_up.weight", DType::Q8_0, s.n_embd, 2 * s.n_ff, in_scale);
+    } else {
+      make.matrix(b + "ffn_gate.weight", DType::Q5_0, s.n_embd, s.n_ff, in_scale);
+      make.matrix(b + "ffn_up.weight", DType::Q8_0, s.n_embd, s.n_ff, in_scale);
+    }
     const DType down_type = s.n_ff % 256 == 0 ? (il % 3 == 0 ? DType::Q6_K : (il % 3 == 1 ? DType::Q4_K : DType::Q5_K))
                                               : DType::Q8_0;
     make.matrix(b + "ffn_down.weight", down_type, s.n_ff, s.n_embd, ff_scale);

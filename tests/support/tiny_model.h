@@ -27,7 +27,10 @@ struct TinyModelSpec {
   int32_t context_length = 512;
   int32_t sliding_window = 8;     // gemma3 only
   int32_t swa_pattern = 3;        // gemma3 only: every third layer is global
-  bool qkv_bias = false;          // llama family: as Qwen 2 (architecture "qwen2")
+  bool qkv_bias = false;          // llama family: as Qwen 2 (architecture "qwen2"); also on for kQwen2
+  // The other architectures add their own features (tiny_model.cpp): Qwen 3 QK-norm; Phi-3 fused
+  // QKV and gate/up, partial rotary and LongRoPE factors; SmolLM3 NoPE layers; Granite's
+  // multipliers and biases; Mistral 3 YaRN and query temperature.
   uint64_t seed = 1;
   // Adds a SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, then letter pieces up
   // to n_vocab (which must then be at least 260), so the model can be served end to end.
@@ -35,9 +38,10 @@ struct TinyModelSpec {
 };
 
 // For readable parameterised test names and failure messages.
-inline void PrintTo(const TinyModelSpec& spec, std::ostream* os) {
-  *os << (spec.arch == Arch::kGemma3 ? "gemma3" : (spec.qkv_bias ? "qwen2" : "llama")) << " seed " << spec.seed;
-}
+// general.architecture of the spec's model.
+std::string tiny_arch_name(const TinyModelSpec& spec);
+
+inline void PrintTo(const TinyModelSpec& spec, std::ostream* os) { *os << tiny_arch_name(spec) << " seed " << spec.seed; }
 
 // A GGUF writer filled with the model (metadata and tensors); add more metadata before writing.
 gguf::Writer make_tiny_model(const TinyModelSpec& spec);

@@ -29,6 +29,11 @@ void q8_1_quantize_activations(const float* src, void* dst, int64_t n);
 float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* a);
 float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* a);
 float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* a);
+float vec_dot_q2_K_q8_K(int64_t n, const void* w, const void* a);
+float vec_dot_q3_K_q8_K(int64_t n, const void* w, const void* a);
+float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* a);
+float vec_dot_iq4_xs_q8_K(int64_t n, const void* w, const void* a);
+float vec_dot_mxfp4_q8_0(int64_t n, const void* w, const void* a);
 // Bit-identical to scalar::q8_K_from_float.
 void q8_K_from_float(const float* src, void* dst, int64_t n);
 
@@ -42,5 +47,7 @@ extern const GemmKernel kGemmQ4_0;
 extern const GemmKernel kGemmQ5_0;
 extern const GemmKernel kGemmQ4_1;
 extern const GemmKernel kGemmQ5_1;
+extern const GemmKernel kGemmIQ4_NL;
+extern const GemmKernel kGemmMXFP4;
 
 }  // namespace mnemo::kernels::avx2

@@ -1,25 +1,28 @@
-// The GEMM dispatch table: AVX-512 VNNI kernels where the CPU has them; on AVX2, those of the
-// 32-element formats; none otherwise (matmul then uses vec_dot per element).
+// The GEMM dispatch table: AVX-512 VNNI kernels where the CPU has them, else (and for the formats
+// AVX-512 has none of) the AVX2 ones; none on the scalar ISA (matmul then uses vec_dot per
+// element).
 #include "kernels/cpu/gemm.h"
 
 #include "kernels/cpu/avx2_kernels.h"
 #include "kernels/cpu/avx512_kernels.h"
 
 namespace mnemo::kernels {
+namespace {
 
-const GemmKernel* gemm_kernel(DType type, Isa isa) {
-  if (!isa_supported(isa)) return nullptr;
-  if (isa == Isa::kAvx2) {
-    switch (type) {
-      case DType::Q4_0: return &avx2::kGemmQ4_0;
-      case DType::Q4_1: return &avx2::kGemmQ4_1;
-      case DType::Q5_0: return &avx2::kGemmQ5_0;
-      case DType::Q5_1: return &avx2::kGemmQ5_1;
-      case DType::Q8_0: return &avx2::kGemmQ8_0;
-      default: return nullptr;
-    }
+const GemmKernel* avx2_gemm(DType type) {
+  switch (type) {
+    case DType::Q4_0: return &avx2::kGemmQ4_0;
+    case DType::Q4_1: return &avx2::kGemmQ4_1;
+    case DType::Q5_0: return &avx2::kGemmQ5_0;
+    case DType::Q5_1: return &avx2::kGemmQ5_1;
+    case DType::Q8_0: return &avx2::kGemmQ8_0;
+    case DType::IQ4_NL: return &avx2::kGemmIQ4_NL;
+    case DType::MXFP4: return &avx2::kGemmMXFP4;
+    default: return nullptr;
   }
-  if (isa != Isa::kAvx512) return nullptr;
+}
+
+const GemmKernel* avx512_gemm(DType type) {
   switch (type) {
     case DType::F32: return &avx512::kGemmF32;
     case DType::F16: return &avx512::kGemmF16;
@@ -32,8 +35,20 @@ const GemmKernel* gemm_kernel(DType type, Isa isa) {
     case DType::Q4_K: return &avx512::kGemmQ4_K;
     case DType::Q5_K: return &avx512::kGemmQ5_K;
     case DType::Q6_K: return &avx512::kGemmQ6_K;
-    default: return nullptr;
+    default: return avx2_gemm(type);
   }
+}
+
+}  // namespace
+
+const GemmKernel* gemm_kernel(DType type, Isa isa) {
+  if (!isa_supported(isa)) return nullptr;
+  switch (isa) {
+    case Isa::kAvx2: return avx2_gemm(type);
+    case Isa::kAvx512: return avx512_gemm(type);
+    case Isa::kScalar: return nullptr;
+  }
+  return nullptr;
 }
 
 const GemmKernel* gemm_kernel(DType type) {

@@ -1,5 +1,5 @@
-// AVX2 GEMM kernels of the 32-element block formats (Q8_0, Q4_0, Q5_0 against Q8_0
-// activations; Q4_1, Q5_1 against Q8_1). Per element, vec_dot decodes the weight block again for
+// AVX2 GEMM kernels of the 32-element block formats (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4 against
+// Q8_0 activations; Q4_1, Q5_1 against Q8_1). Per element, vec_dot decodes the weight block again for
 // every activation row and reduces eight lanes at the end; here eight weight rows share the lanes
 // of a vector, so a decoded block serves every activation row of the call and each lane
 // accumulates its own element. (Gemma 3's tied Q8_0 output projection, 262,144 x 640, is two
@@ -7,8 +7,8 @@
 //
 // Layout of a tile: 8 weight rows side by side. Each block of 32 elements of the 8 rows becomes
 // 8 vectors; vector g holds, in lane r, the levels 4g..4g+3 of row r (Q8_0: signed; the others:
-// unsigned, q + offset for the _0 formats); then the 8 rows' scales (and for _1 their mins) as
-// floats. AVX2 has no VNNI: per vector, maddubs (for Q8_0, of |w| and the activations with w's
+// unsigned, q + offset for the _0 formats; the table formats' levels, signed); then the 8 rows'
+// scales (and for _1 their mins) as floats. AVX2 has no VNNI: per vector, maddubs (for Q8_0, of |w| and the activations with w's
 // sign) and madd with ones give each lane its four products.
 //
 // Per element, in block order, the operations of the AVX-512 kernels (gemm_avx512.cpp), so the
@@ -28,6 +28,7 @@
 #include "kernels/cpu/avx2_kernels.h"
 #include "kernels/cpu/block_q8_1.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/nonlinear_levels.h"
 #include "tensor/quant_blocks.h"
 
 namespace mnemo::kernels::avx2 {
@@ -87,35 +88,64 @@ void pack_q8_1(const float* x, int64_t k, int64_t row, int64_t /*n_rows*/, void*
 // Q8_0's tiles take 288 bytes per 8 x 32 elements against the file's 272 and spare the one-row
 // path's reductions; the 4- and 5-bit formats' are 60-100% larger than the file's, and one
 // row's product is bound by the bytes it reads.
-struct Q8_0Format {
+// The scale d of every format but MXFP4 is the half at the start of the block.
+struct HalfScale {
+  template <class Rows>
+  static __m256 scales(const Rows& rows, int64_t b) { return rows.halves(b, 0); }
+};
+struct Q8_0Format : HalfScale {
   using Record = RecordQ8_0;
   using Block = BlockQ8_0;
   static constexpr bool kSigned = true, kHasMin = false, kOneRowReadsTiles = true;
   static __m256i levels(const Block& b) { return simd::load256(b.qs); }
 };
-struct Q4_0Format {
+struct Q4_0Format : HalfScale {
   using Record = RecordQ8_0;
   using Block = BlockQ4_0;
   static constexpr bool kSigned = false, kHasMin = false, kOneRowReadsTiles = false;
   static __m256i levels(const Block& b) { return simd::unpack_nibbles(b.qs); }
 };
-struct Q5_0Format {
+struct Q5_0Format : HalfScale {
   using Record = RecordQ8_0;
   using Block = BlockQ5_0;
   static constexpr bool kSigned = false, kHasMin = false, kOneRowReadsTiles = false;
   static __m256i levels(const Block& b) { return simd::q5_levels(b.qs, b.qh); }
 };
-struct Q4_1Format {
+struct Q4_1Format : HalfScale {
   using Record = RecordQ8_1;
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false, kHasMin = true, kOneRowReadsTiles = false;
   static __m256i levels(const Block& b) { return simd::unpack_nibbles(b.qs); }
 };
-struct Q5_1Format {
+struct Q5_1Format : HalfScale {
   using Record = RecordQ8_1;
   using Block = BlockQ5_1;
   static constexpr bool kSigned = false, kHasMin = true, kOneRowReadsTiles = false;
   static __m256i levels(const Block& b) { return simd::q5_levels(b.qs, b.qh); }
+};
+
+// Each code looks up its level in a table: signed levels, as Q8_0's.
+inline __m256i table_levels(const int8_t* table, const uint8_t* qs) {
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table))),
+                             simd::unpack_nibbles(qs));
+}
+struct IQ4_NLFormat : HalfScale {
+  using Record = RecordQ8_0;
+  using Block = BlockIQ4_NL;
+  static constexpr bool kSigned = true, kHasMin = false, kOneRowReadsTiles = false;
+  static __m256i levels(const Block& b) { return table_levels(kIq4nlLevels, b.qs); }
+};
+struct MXFP4Format {
+  using Record = RecordQ8_0;
+  using Block = BlockMXFP4;
+  static constexpr bool kSigned = true, kHasMin = false, kOneRowReadsTiles = false;
+  static __m256i levels(const Block& b) { return table_levels(kMxfp4Levels, b.qs); }
+  template <class Rows>
+  static __m256 scales(const Rows& rows, int64_t b) {
+    alignas(32) float d[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) d[r] = e8m0_half_to_float(rows.row[r][b].e);
+    return _mm256_load_ps(d);
+  }
 };
 
 template <class Format>
@@ -172,7 +202,7 @@ void repack_tile(const TileRows<typename Format::Block>& rows, int64_t n_blocks,
     transpose_unit(levels, transposed);
     auto* vectors = reinterpret_cast<__m256i*>(out);
     for (int g = 0; g < 8; ++g) _mm256_store_si256(vectors + g, transposed[g]);
-    _mm256_store_ps(reinterpret_cast<float*>(out + 8 * sizeof(__m256i)), rows.halves(b, 0));
+    _mm256_store_ps(reinterpret_cast<float*>(out + 8 * sizeof(__m256i)), Format::scales(rows, b));
     if constexpr (Format::kHasMin) _mm256_store_ps(reinterpret_cast<float*>(out + 9 * sizeof(__m256i)), rows.halves(b, 2));
   }
 }
@@ -308,7 +338,7 @@ void multiply_one_row(const GemmArgs& args) {
       const __m256i sums = _mm256_add_epi32(initial_sum(records[b]), reduce_rows(partial));
       alignas(32) float m_w[kTileRows];
       if constexpr (Format::kHasMin) _mm256_store_ps(m_w, rows.halves(b, 2));
-      acc = accumulate<Format>(acc, sums, rows.halves(b, 0), records[b], m_w);
+      acc = accumulate<Format>(acc, sums, Format::scales(rows, b), records[b], m_w);
     }
     store_outputs(args, 0, o, rows.valid, acc);
   }
@@ -369,5 +399,7 @@ constinit const GemmKernel kGemmQ4_0 = gemm_kernel_of<Q4_0Format>(&kPackQ8_0Offs
 constinit const GemmKernel kGemmQ5_0 = gemm_kernel_of<Q5_0Format>(&kPackQ8_0Offset16);
 constinit const GemmKernel kGemmQ4_1 = gemm_kernel_of<Q4_1Format>(&kPackQ8_1);
 constinit const GemmKernel kGemmQ5_1 = gemm_kernel_of<Q5_1Format>(&kPackQ8_1);
+constinit const GemmKernel kGemmIQ4_NL = gemm_kernel_of<IQ4_NLFormat>(&kPackQ8_0);
+constinit const GemmKernel kGemmMXFP4 = gemm_kernel_of<MXFP4Format>(&kPackQ8_0);
 
 }  // namespace mnemo::kernels::avx2

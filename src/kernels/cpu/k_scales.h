@@ -48,4 +48,24 @@ static inline void pack_k_scales(const uint8_t* scales, const uint8_t* mins, uin
   }
 }
 
+// Q3_K's 12-byte `scales` field: sixteen 6-bit codes (the sub-block scales plus 32). Code s keeps
+// its low 4 bits in byte s % 8 (the low nibble for s < 8, the high one after) and its top 2 bits
+// in bits 2 * (s / 4) of byte 8 + s % 4.
+static inline void unpack_q3_k_scales(const uint8_t* packed, uint8_t* codes) {
+  for (int s = 0; s < 16; ++s) {
+    const int low = (packed[s % 8] >> (4 * (s / 8))) & 0x0f;
+    const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 0x03;
+    codes[s] = static_cast<uint8_t>(low | (high << 4));
+  }
+}
+
+// Inverse of unpack_q3_k_scales; every code must be below 64.
+static inline void pack_q3_k_scales(const uint8_t* codes, uint8_t* packed) {
+  std::memset(packed, 0, 12);
+  for (int s = 0; s < 16; ++s) {
+    packed[s % 8] = static_cast<uint8_t>(packed[s % 8] | ((codes[s] & 0x0f) << (4 * (s / 8))));
+    packed[8 + s % 4] = static_cast<uint8_t>(packed[8 + s % 4] | ((codes[s] >> 4) << (2 * (s / 4))));
+  }
+}
+
 }  // namespace mnemo::kernels

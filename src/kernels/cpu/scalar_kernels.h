@@ -54,6 +54,26 @@ void q6_K_to_float(const void* src, float* dst, int64_t n);
 void q6_K_from_float(const float* src, void* dst, int64_t n);
 float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* a);
 
+void q2_K_to_float(const void* src, float* dst, int64_t n);
+void q2_K_from_float(const float* src, void* dst, int64_t n);
+float vec_dot_q2_K_q8_K(int64_t n, const void* w, const void* a);
+
+void q3_K_to_float(const void* src, float* dst, int64_t n);
+void q3_K_from_float(const float* src, void* dst, int64_t n);
+float vec_dot_q3_K_q8_K(int64_t n, const void* w, const void* a);
+
+void iq4_nl_to_float(const void* src, float* dst, int64_t n);
+void iq4_nl_from_float(const float* src, void* dst, int64_t n);
+float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* a);
+
+void iq4_xs_to_float(const void* src, float* dst, int64_t n);
+void iq4_xs_from_float(const float* src, void* dst, int64_t n);
+float vec_dot_iq4_xs_q8_K(int64_t n, const void* w, const void* a);
+
+void mxfp4_to_float(const void* src, float* dst, int64_t n);
+void mxfp4_from_float(const float* src, void* dst, int64_t n);
+float vec_dot_mxfp4_q8_0(int64_t n, const void* w, const void* a);
+
 void q8_K_to_float(const void* src, float* dst, int64_t n);
 void q8_K_from_float(const float* src, void* dst, int64_t n);
 

@@ -12,7 +12,7 @@
 namespace mnemo::kernels {
 namespace {
 
-constexpr int kTypeCount = 13;
+constexpr int kTypeCount = 18;
 using Table = std::array<TypeKernels, kTypeCount>;
 
 Table scalar_table() {
@@ -31,6 +31,11 @@ Table scalar_table() {
       {D::Q4_K, D::Q8_K, s::q4_K_to_float, s::q4_K_from_float, s::vec_dot_q4_K_q8_K, s::q4_K_from_float},
       {D::Q5_K, D::Q8_K, s::q5_K_to_float, s::q5_K_from_float, s::vec_dot_q5_K_q8_K, s::q5_K_from_float},
       {D::Q6_K, D::Q8_K, s::q6_K_to_float, s::q6_K_from_float, s::vec_dot_q6_K_q8_K, s::q6_K_from_float},
+      {D::Q2_K, D::Q8_K, s::q2_K_to_float, s::q2_K_from_float, s::vec_dot_q2_K_q8_K, s::q2_K_from_float},
+      {D::Q3_K, D::Q8_K, s::q3_K_to_float, s::q3_K_from_float, s::vec_dot_q3_K_q8_K, s::q3_K_from_float},
+      {D::IQ4_NL, D::Q8_0, s::iq4_nl_to_float, s::iq4_nl_from_float, s::vec_dot_iq4_nl_q8_0, s::iq4_nl_from_float},
+      {D::IQ4_XS, D::Q8_K, s::iq4_xs_to_float, s::iq4_xs_from_float, s::vec_dot_iq4_xs_q8_K, s::iq4_xs_from_float},
+      {D::MXFP4, D::Q8_0, s::mxfp4_to_float, s::mxfp4_from_float, s::vec_dot_mxfp4_q8_0, s::mxfp4_from_float},
       {D::Q8_K, D::Q8_K, s::q8_K_to_float, s::q8_K_from_float, nullptr, s::q8_K_from_float},
   }};
 }
@@ -65,6 +70,11 @@ Table avx2_table() {
   entry(table, DType::Q4_K).vec_dot = avx2::vec_dot_q4_K_q8_K;
   entry(table, DType::Q5_K).vec_dot = avx2::vec_dot_q5_K_q8_K;
   entry(table, DType::Q6_K).vec_dot = avx2::vec_dot_q6_K_q8_K;
+  entry(table, DType::Q2_K).vec_dot = avx2::vec_dot_q2_K_q8_K;
+  entry(table, DType::Q3_K).vec_dot = avx2::vec_dot_q3_K_q8_K;
+  entry(table, DType::IQ4_NL).vec_dot = avx2::vec_dot_iq4_nl_q8_0;
+  entry(table, DType::IQ4_XS).vec_dot = avx2::vec_dot_iq4_xs_q8_K;
+  entry(table, DType::MXFP4).vec_dot = avx2::vec_dot_mxfp4_q8_0;
   TypeKernels& q8_k = entry(table, DType::Q8_K);
   q8_k.from_float = avx2::q8_K_from_float;  // bit-identical to the scalar reference
   q8_k.quantize_activations = avx2::q8_K_from_float;

@@ -6,7 +6,8 @@
 // activations are first quantised once per row to the weight type's `vec_dot_type`, then combined
 // with integer (or half) dot products:
 //   Q4_0, Q5_0, Q8_0 -> Q8_0        Q4_1, Q5_1 -> Q8_1 (Q8_0 plus d * sum(qs), as ggml pairs them)
-//   Q4_K, Q5_K, Q6_K -> Q8_K        F16 -> F16, BF16 -> BF16, F32 -> F32
+//   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS -> Q8_K        IQ4_NL, MXFP4 -> Q8_0
+//   F16 -> F16, BF16 -> BF16, F32 -> F32
 // Q8_1 and Q8_K are activation formats only: they have to_float/from_float but no vec_dot.
 //
 // Pointers to quantised data must be aligned like the block struct (2 bytes, 4 for Q8_K), which

@@ -1,5 +1,6 @@
 #include "kernels/nn/ops.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -46,11 +47,17 @@ void rope_angles(int32_t position, const RopeParams& p, RopeAngles& angles) {
   const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dims));
   float* cs = angles.cos_sin;
   float theta = static_cast<float>(position);
+  const float mscale = p.ext_factor != 0.0f ? p.mscale * (1.0f + 0.1f * std::log(1.0f / p.freq_scale)) : p.mscale;
   for (int32_t i = 0; i < half; ++i) {
     const float extrapolated = p.freq_factors != nullptr ? theta / p.freq_factors[i] : theta;
-    const float angle = extrapolated * p.freq_scale;
-    cs[2 * i] = std::cos(angle);
-    cs[2 * i + 1] = std::sin(angle);
+    float angle = extrapolated * p.freq_scale;
+    if (p.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i) - p.corr_low) / std::max(0.001f, p.corr_high - p.corr_low);
+      const float ramp_mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+      angle = angle * (1.0f - ramp_mix) + extrapolated * ramp_mix;
+    }
+    cs[2 * i] = std::cos(angle) * mscale;
+    cs[2 * i + 1] = std::sin(angle) * mscale;
     theta *= theta_scale;
   }
 }

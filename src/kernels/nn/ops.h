@@ -27,6 +27,12 @@ struct RopeParams {
   float base = 10000.0f;
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // optional, rope_dims / 2 divisors of the angle
+  // YaRN (ggml's rope_yarn): with ext_factor != 0, pair i's angle mixes the interpolated
+  // (freq_scale) and the extrapolated angle by a ramp between the correction dimensions, and
+  // cos/sin are scaled by mscale * (1 + 0.1 ln(1 / freq_scale)); otherwise by mscale alone.
+  float ext_factor = 0.0f;
+  float corr_low = 0.0f, corr_high = 0.0f;
+  float mscale = 1.0f;
 };
 
 // Rotates n_heads vectors of head_dim at one position in place.
