@@ -24,7 +24,7 @@ cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_BORINGSSL=OFF -DLLAMA_LLGUIDANCE=OFF \
   -DLLAMA_BUILD_WEBUI=OFF -DLLAMA_USE_PREBUILT_WEBUI=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > "$WORK/cmake.log"
-cmake --build "$WORK/build" --target llama llama-server llama-bench llama-batched-bench llama-tokenize -j"$(nproc)"
+cmake --build "$WORK/build" --target llama llama-server llama-bench llama-batched-bench llama-tokenize llama-quantize -j"$(nproc)"
 # The binding without its own copy of the library: LLAMA_CPP_LIB_PATH points it at ours.
 CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" "$VENV/bin/pip" install -q \
   "$WORK/sd/llama_cpp_python-$VERSION.tar.gz" numpy

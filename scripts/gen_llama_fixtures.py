@@ -23,7 +23,8 @@ import llama_cpp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 MODELS = os.path.join(os.environ.get("MNEMO_CACHE", os.path.expanduser("~/.cache/mnemo")), "models")
-MODEL_FILES = {"gemma3": "gemma-3-270m-q4_k_m.gguf", "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+MODEL_FILES = {"gemma3": "gemma-3-270m-q4_k_m.gguf", "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
+               "qwen2coder": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
 
 TOKENIZER_CORPUS = [
     "Hello world",
@@ -77,6 +78,21 @@ SMOLLM2_GREEDY_PROMPTS = [
     "The list of prime numbers: 2, 3, 5, 7,",
     "In 1969, the Apollo 11 mission",
 ]
+# Qwen2.5-Coder-0.5B-Instruct: plain text, ChatML turns (its template's default system message and
+# another) and code to complete.
+QWEN_CODER_GREEDY_PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village,",
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWrite a Python function that "
+    "reverses a string.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nExplain what a KV cache is in one paragraph.<|im_end|>\n<|im_start|>assistant\n",
+    "def quicksort(arr):\n",
+    "#include <stdio.h>\n\nint main(void) {\n",
+    "// Returns the n-th Fibonacci number.\nfunction fib(n) {\n",
+    "SELECT name, COUNT(*) FROM orders\n",
+]
 GREEDY_TOKENS = 48
 TEACHER_FORCED_TOKENS = 512
 
@@ -104,7 +120,7 @@ def teacher_forced_text():
 def main():
     family = sys.argv[1] if len(sys.argv) > 1 else "gemma3"
     if family not in MODEL_FILES:
-        sys.exit(f"unknown model family {family!r} (gemma3 or smollm2)")
+        sys.exit(f"unknown model family {family!r} ({', '.join(MODEL_FILES)})")
     model = sys.argv[2] if len(sys.argv) > 2 else os.path.join(MODELS, MODEL_FILES[family])
     # The canonical configuration: F32 KV cache and flash attention off. llama.cpp then computes
     # attention in F32 throughout, and its outputs do not depend on how it batches the work
@@ -118,7 +134,8 @@ def main():
 
     if family == "gemma3":
         write_tokenizer_cases(llm, meta)
-    write_greedy(llm, meta, family, GREEDY_PROMPTS if family == "gemma3" else SMOLLM2_GREEDY_PROMPTS)
+    prompts = {"gemma3": GREEDY_PROMPTS, "smollm2": SMOLLM2_GREEDY_PROMPTS, "qwen2coder": QWEN_CODER_GREEDY_PROMPTS}
+    write_greedy(llm, meta, family, prompts[family])
     write_teacher_forced(llm, meta, family)
     print("fixtures written to", FIXTURES)
 

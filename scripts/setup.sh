@@ -46,16 +46,50 @@ fi
 mkdir -p "$CACHE/models"
 .venv/bin/python scripts/fetch_model.py --cache "$CACHE"
 
-VOCAB_DIR=$CACHE/llama-vocab
-if [ ! -f "$VOCAB_DIR/.complete-$LLAMA_CPP_PYTHON_VERSION" ]; then
-  echo "setup: fetching llama.cpp's tokenizer test vocabularies (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist)"
+# The pinned llama.cpp source (the llama-cpp-python sdist): its tokenizer test vocabularies, and
+# what the architecture test models are made with (its gguf-py, its quantisers in libggml-base,
+# its vocabularies and chat templates; scripts/make_test_models.py).
+LLAMA_SRC_ROOT=$CACHE/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION
+LLAMA_SRC=$LLAMA_SRC_ROOT/vendor/llama.cpp
+if [ ! -f "$LLAMA_SRC_ROOT/.complete" ]; then
+  echo "setup: fetching the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist (llama.cpp's source)"
   tmp=$(mktemp -d)
   .venv/bin/pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$tmp"
-  mkdir -p "$VOCAB_DIR"
-  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp" --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*'
-  cp "$tmp"/llama_cpp_python-*/vendor/llama.cpp/models/ggml-vocab-{llama-spm,llama-bpe,qwen2,gpt-2}.gguf* "$VOCAB_DIR/"
+  rm -rf "$LLAMA_SRC_ROOT"
+  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+  mv "$tmp"/llama_cpp_python-"$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_SRC_ROOT"
   rm -rf "$tmp"
+  touch "$LLAMA_SRC_ROOT/.complete"
+fi
+VOCAB_DIR=$CACHE/llama-vocab
+if [ ! -f "$VOCAB_DIR/.complete-$LLAMA_CPP_PYTHON_VERSION" ]; then
+  mkdir -p "$VOCAB_DIR"
+  cp "$LLAMA_SRC"/models/ggml-vocab-{llama-spm,llama-bpe,qwen2,gpt-2}.gguf* "$VOCAB_DIR/"
   touch "$VOCAB_DIR/.complete-$LLAMA_CPP_PYTHON_VERSION"
+fi
+# llama.cpp's quantisers (ggml_quantize_chunk, which llama-quantize calls) as a shared library:
+# only libggml-base is built (a minute), with the release flags llama.cpp's own build gives it.
+GGML_LIB=$CACHE/ggml-base/libggml-base.so
+if [ ! -f "$GGML_LIB" ]; then
+  echo "setup: building llama.cpp's libggml-base (its quantisers, for the test models)"
+  mkdir -p "$CACHE/ggml-base"
+  cmake -S "$LLAMA_SRC" -B "$CACHE/ggml-base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+    -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > "$CACHE/ggml-base/cmake.log"
+  cmake --build "$CACHE/ggml-base/build" --target ggml-base > "$CACHE/ggml-base/build.log"
+  cp -L "$CACHE/ggml-base/build/bin/libggml-base.so" "$GGML_LIB.tmp"
+  mv "$GGML_LIB.tmp" "$GGML_LIB"
+fi
+# The architecture fidelity tests' models (tests/model/family_fidelity_test.cpp), remade when the
+# script that makes them changes.
+TEST_MODELS=$CACHE/test-models
+stamp=$(sha256sum scripts/make_test_models.py | cut -c1-16)
+if [ ! -f "$TEST_MODELS/.made-$stamp" ]; then
+  echo "setup: making the architecture test models"
+  rm -rf "$TEST_MODELS"
+  .venv/bin/python scripts/make_test_models.py --gguf-py "$LLAMA_SRC/gguf-py" --ggml-lib "$GGML_LIB" \
+    --llama-cpp "$LLAMA_SRC" --out "$TEST_MODELS"
+  touch "$TEST_MODELS/.made-$stamp"
 fi
 
 if [ "${MNEMO_SKIP_BUILD:-0}" != 1 ]; then

@@ -98,6 +98,9 @@ jinja::Value message_list(const std::vector<ChatMessage>& messages) {
     }
     if (!message.tool_call_id.empty()) entries.emplace_back("tool_call_id", jinja::Value::from_string(message.tool_call_id));
     if (!message.name.empty()) entries.emplace_back("name", jinja::Value::from_string(message.name));
+    if (!message.reasoning_content.empty()) {
+      entries.emplace_back("reasoning_content", jinja::Value::from_string(message.reasoning_content));
+    }
     items.push_back(jinja::Value::from_distinct_keys(std::move(entries)));
   }
   return jinja::Value::from_list(std::move(items));
@@ -148,9 +151,16 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
   return render(messages, options, jinja::Limits{});
 }
 
+bool chat_template_reserved_variable(std::string_view name) {
+  for (const std::string_view reserved : {"messages", "bos_token", "eos_token", "add_generation_prompt", "tools", "documents"}) {
+    if (name == reserved) return true;
+  }
+  return false;
+}
+
 Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options,
                                          const jinja::Limits& limits) const {
-  const jinja::Dict globals = {
+  jinja::Dict globals = {
       {"messages", message_list(messages)},
       {"bos_token", jinja::Value::from_string(options.bos_token)},
       {"eos_token", jinja::Value::from_string(options.eos_token)},
@@ -158,6 +168,12 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
       {"tools", options.tools.is_null() ? jinja::Value::none() : from_json(options.tools)},
       {"documents", jinja::Value::none()},
   };
+  if (options.variables.is_object()) {
+    for (const auto& [name, value] : options.variables.items()) {
+      if (chat_template_reserved_variable(name)) return make_error("chat template variable '{}' is set by the server", name);
+      globals.emplace_back(name, from_json(value));
+    }
+  }
   auto text = jinja::render_template(*body_, globals, limits);
   if (!text.ok()) return text.error().with_context("chat template");
   return text;
@@ -179,7 +195,7 @@ Result<std::string> parse_and_render_for_fuzzing(std::string_view source) {
   limits.max_output_bytes = size_t{1} << 20;
   limits.max_value_bytes = size_t{1} << 20;
   limits.max_duration = std::chrono::milliseconds(2'000);
-  return chat_template.render(conversation, ChatTemplateOptions{"<bos>", "<eos>", true, nullptr}, limits);
+  return chat_template.render(conversation, ChatTemplateOptions{"<bos>", "<eos>", true, nullptr, nullptr}, limits);
 }
 
 }  // namespace mnemo

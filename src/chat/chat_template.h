@@ -43,6 +43,7 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;     // assistant
   std::string tool_call_id;             // tool: the call answered
   std::string name;                     // tool: the function's name, where known
+  std::string reasoning_content;        // assistant: its reasoning, where the client sent it back
 };
 
 struct ChatTemplateOptions {
@@ -50,7 +51,13 @@ struct ChatTemplateOptions {
   std::string eos_token;
   bool add_generation_prompt = true;
   nlohmann::ordered_json tools;  // the Jinja `tools` variable (null: none), keys in the order written
+  // More variables (a request's chat_template_kwargs, e.g. Qwen 3's enable_thinking): an object,
+  // or null. They cannot replace the ones above (chat_template_reserved_variable).
+  nlohmann::ordered_json variables;
 };
+
+// Whether `name` is a variable the renderer sets itself (messages, tools, ...).
+bool chat_template_reserved_variable(std::string_view name);
 
 class ChatTemplate {
  public:

@@ -57,6 +57,7 @@ struct ServeArgs {
   int64_t disk_cache_bytes = int64_t{2} << 30;
   std::string cache_policy = "mnemo";
   std::string speculation = "on";
+  std::string reasoning_format = "auto";
   std::string profile_path;  // empty: the model's profile if `mnemo profile` wrote one
   std::string cluster_url;   // etcd; empty: a single instance
   std::string cluster_name = "default";
@@ -437,6 +438,7 @@ int run_serve(ServeArgs args) {
   }
 
   server::ServerConfig config = args.server;
+  config.split_reasoning = args.reasoning_format == "auto";
   std::error_code ec;
   std::filesystem::create_directories(args.state_dir, ec);
   if (ec) return fail(make_error(ErrorCode::kIoError, "cannot create state folder {}: {}", args.state_dir, ec.message()));
@@ -566,6 +568,12 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "the same either way; a request may opt out with \"speculation\": false")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--reasoning-format", args->reasoning_format,
+                  "auto: a chat reply's reasoning (between the <think> tags of templates that show them, Qwen 3, "
+                  "DeepSeek R1, SmolLM3) is returned apart, as reasoning_content and Responses reasoning items; none: "
+                  "the reply as the model wrote it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none"}));
   cmd->add_option("--max-cache-ttl", args->server.max_cache_ttl_seconds,
                   "Longest keep-alive a request's cache_control {\"type\": \"ephemeral\", \"ttl\": ...} may ask for, "
                   "in seconds (0: refuse keep-alives)")

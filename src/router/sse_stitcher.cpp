@@ -134,7 +134,9 @@ std::string SseStitcher::chunk_event(json payload) {
 std::string SseStitcher::responses_event(const std::string& type, json payload) {
   responses_ = true;
   if (is_opening(type)) {
-    if (!openings_sent_.insert(type).second) return "";  // a resumed upstream's: the client had it
+    // Each item's (and part's) opening once: a resumed upstream's repeats are the client's already.
+    const std::string key = type + "/" + payload.value("output_index", json(0)).dump() + "/" + payload.value("content_index", json(0)).dump();
+    if (!openings_sent_.insert(key).second) return "";
     // What the resumed instance answers as (an upstream that failed before sending them leaves
     // the next one's to be the client's).
     if (type == "response.created" && payload.contains("response") && payload["response"].is_object()) {
@@ -144,7 +146,8 @@ std::string SseStitcher::responses_event(const std::string& type, json payload) 
         created_at_ = response["created_at"].get<int64_t>();
       }
     } else if (type == "response.output_item.added" && payload.contains("item") && payload["item"].is_object() &&
-               payload["item"].contains("id") && payload["item"]["id"].is_string()) {
+               payload["item"].value("type", json("message")) == "message" && payload["item"].contains("id") &&
+               payload["item"]["id"].is_string()) {
       message_id_ = payload["item"]["id"].get<std::string>();
     }
   } else if (type == "response.output_text.delta") {

@@ -20,6 +20,16 @@ std::string random_id(const char* prefix) {
 
 std::string sse(const json& payload) { return "data: " + sse_json(payload) + "\n\n"; }
 
+// A whole reply's reasoning and content.
+ReasoningSplitter::Pieces split_reply(const ReasoningTags& tags, bool open, const std::string& text) {
+  ReasoningSplitter splitter(tags, open);
+  ReasoningSplitter::Pieces pieces = splitter.feed(text);
+  const ReasoningSplitter::Pieces tail = splitter.finish();
+  pieces.reasoning += tail.reasoning;
+  pieces.content += tail.content;
+  return pieces;
+}
+
 json token_bytes(const std::string& piece) {
   json bytes = json::array();
   for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
@@ -47,6 +57,18 @@ Completion::Completion(Endpoint endpoint, std::string model_id, ParsedRequest re
   if (reads_tool_calls() && !request_.generation.resume_tokens.empty()) {
     texts_[0] = streamed_text(tokenizer_, request_.generation.stop, request_.generation.resume_tokens);
   }
+  if (splits_reasoning()) {
+    splitters_.assign(texts_.size(), ReasoningSplitter(*request_.reasoning, request_.reasoning_open));
+    contents_.assign(texts_.size(), "");
+    reasoning_tokens_.assign(texts_.size(), ReasoningTokenCounter(*request_.reasoning, request_.reasoning_open));
+    // A resumed stream's client has the reasoning the failed instance streamed: the splitter
+    // takes that text in to be where it was, and only a held-back content is kept.
+    if (!request_.generation.resume_tokens.empty()) {
+      const std::string before = reads_tool_calls() ? texts_[0]
+                                                    : streamed_text(tokenizer_, request_.generation.stop, request_.generation.resume_tokens);
+      contents_[0] = splitters_[0].feed(before).content;
+    }
+  }
 }
 
 json cached_tokens_details(const RequestUsage& usage) {
@@ -63,10 +85,16 @@ json cached_tokens_details(const RequestUsage& usage) {
 }
 
 json Completion::usage_json() const {
-  return {{"prompt_tokens", usage_.prompt_tokens},
-          {"completion_tokens", usage_.completion_tokens},
-          {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens},
-          {"prompt_tokens_details", cached_tokens_details(usage_)}};
+  json usage = {{"prompt_tokens", usage_.prompt_tokens},
+                {"completion_tokens", usage_.completion_tokens},
+                {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens},
+                {"prompt_tokens_details", cached_tokens_details(usage_)}};
+  if (splits_reasoning()) {
+    int32_t reasoning = 0;
+    for (const ReasoningTokenCounter& counter : reasoning_tokens_) reasoning += counter.count();
+    usage["completion_tokens_details"] = {{"reasoning_tokens", reasoning}};
+  }
+  return usage;
 }
 
 json Completion::logprobs_json(const TokenDelta& delta) const {
@@ -96,6 +124,7 @@ json Completion::chunk(json choices) const {
 bool Completion::gather(const StreamEvent& event) {
   if (auto* delta = std::get_if<TokenDelta>(&event)) {
     texts_.at(static_cast<size_t>(delta->choice)) += delta->text;
+    if (splits_reasoning() && delta->token >= 0) reasoning_tokens_.at(static_cast<size_t>(delta->choice)).feed(delta->text);
     if (delta->logprobs) logprobs_.at(static_cast<size_t>(delta->choice)).push_back(logprobs_json(*delta));
   } else if (auto* finished = std::get_if<ChoiceFinished>(&event)) {
     reasons_.at(static_cast<size_t>(finished->choice)) = finish_reason_name(finished->reason);
@@ -131,8 +160,10 @@ json Completion::whole_response() const {
       }
     }
     choice["logprobs"] = lp;
+    ReasoningSplitter::Pieces split{"", texts_[idx]};
+    if (splits_reasoning()) split = split_reply(*request_.reasoning, request_.reasoning_open, texts_[idx]);
     if (reads_tool_calls()) {
-      const ParsedReply reply = parse_reply(request_.tool_format, request_.tool_envelope, texts_[idx]);
+      const ParsedReply reply = parse_reply(request_.tool_format, request_.tool_envelope, split.content);
       choice["message"] = {{"role", "assistant"}, {"content", reply.content}, {"refusal", nullptr}};
       if (!reply.calls.empty()) {
         if (reply.content.empty()) choice["message"]["content"] = nullptr;
@@ -140,10 +171,11 @@ json Completion::whole_response() const {
         if (reasons_[idx] == "stop") choice["finish_reason"] = "tool_calls";
       }
     } else if (endpoint_ == Endpoint::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", texts_[idx]}, {"refusal", nullptr}};
+      choice["message"] = {{"role", "assistant"}, {"content", split.content}, {"refusal", nullptr}};
     } else {
       choice["text"] = echo_ + texts_[idx];
     }
+    if (!split.reasoning.empty()) choice["message"]["reasoning_content"] = split.reasoning;
     choices.push_back(std::move(choice));
   }
   json response = {{"id", id_},
@@ -171,9 +203,22 @@ std::string Completion::open_stream() {
   return sse(chunk(std::move(choices)));
 }
 
+std::string Completion::delta_chunk(int32_t choice, const ReasoningSplitter::Pieces& pieces, const json& logprobs) const {
+  json delta = json::object();
+  if (!pieces.reasoning.empty()) delta["reasoning_content"] = pieces.reasoning;
+  if (!pieces.content.empty() || delta.empty()) delta["content"] = pieces.content;
+  return sse(chunk(json::array({{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", nullptr}}})));
+}
+
 std::string Completion::release_choice(int32_t index) {
-  const ParsedReply reply = parse_reply(request_.tool_format, request_.tool_envelope, texts_.at(static_cast<size_t>(index)));
   std::string out;
+  std::string content = texts_.at(static_cast<size_t>(index));
+  if (splits_reasoning()) {
+    const ReasoningSplitter::Pieces tail = splitters_.at(static_cast<size_t>(index)).finish();
+    if (!tail.reasoning.empty()) out += delta_chunk(index, {tail.reasoning, ""}, nullptr);
+    content = contents_[static_cast<size_t>(index)] + tail.content;
+  }
+  const ParsedReply reply = parse_reply(request_.tool_format, request_.tool_envelope, content);
   const auto delta_chunk = [&](json delta) {
     out += sse(chunk(json::array({{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
   };
@@ -189,8 +234,17 @@ std::string Completion::release_choice(int32_t index) {
 }
 
 bool Completion::stream(const StreamEvent& event, std::string& out) {
+  if (auto* delta = std::get_if<TokenDelta>(&event); delta != nullptr && splits_reasoning() && delta->token >= 0) {
+    reasoning_tokens_.at(static_cast<size_t>(delta->choice)).feed(delta->text);
+  }
   if (auto* delta = std::get_if<TokenDelta>(&event); delta != nullptr && reads_tool_calls()) {
     texts_.at(static_cast<size_t>(delta->choice)) += delta->text;
+    if (splits_reasoning()) {
+      // The reasoning streams as it comes; the content is held back to be read for calls.
+      const ReasoningSplitter::Pieces pieces = splitters_.at(static_cast<size_t>(delta->choice)).feed(delta->text);
+      contents_[static_cast<size_t>(delta->choice)] += pieces.content;
+      if (!pieces.reasoning.empty()) out += delta_chunk(delta->choice, {pieces.reasoning, ""}, nullptr);
+    }
     if (!request_.report_tokens || delta->token < 0) return false;
     // A router following the tokens still gets each one (with no text: the reply is held back).
     json choice = {{"index", delta->choice}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", nullptr},
@@ -213,7 +267,13 @@ bool Completion::stream(const StreamEvent& event, std::string& out) {
       }
     }
     json choice = {{"index", delta->choice}, {"logprobs", lp}, {"finish_reason", nullptr}};
-    if (endpoint_ == Endpoint::kChat) {
+    if (splits_reasoning()) {
+      const ReasoningSplitter::Pieces pieces = splitters_.at(static_cast<size_t>(delta->choice)).feed(delta->text);
+      if (pieces.reasoning.empty() && pieces.content.empty() && !delta->logprobs && !request_.report_tokens) return false;
+      choice["delta"] = json::object();
+      if (!pieces.reasoning.empty()) choice["delta"]["reasoning_content"] = pieces.reasoning;
+      if (!pieces.content.empty() || pieces.reasoning.empty()) choice["delta"]["content"] = pieces.content;
+    } else if (endpoint_ == Endpoint::kChat) {
       choice["delta"] = {{"content", delta->text}};
     } else {
       choice["text"] = delta->text;
@@ -227,7 +287,12 @@ bool Completion::stream(const StreamEvent& event, std::string& out) {
   }
   if (auto* finished = std::get_if<ChoiceFinished>(&event)) {
     reasons_.at(static_cast<size_t>(finished->choice)) = finish_reason_name(finished->reason);
-    if (reads_tool_calls()) out += release_choice(finished->choice);
+    if (reads_tool_calls()) {
+      out += release_choice(finished->choice);
+    } else if (splits_reasoning()) {
+      const ReasoningSplitter::Pieces tail = splitters_.at(static_cast<size_t>(finished->choice)).finish();
+      if (!tail.reasoning.empty() || !tail.content.empty()) out += delta_chunk(finished->choice, tail, nullptr);
+    }
     json choice = {{"index", finished->choice}, {"logprobs", nullptr}, {"finish_reason", reasons_[static_cast<size_t>(finished->choice)]}};
     if (endpoint_ == Endpoint::kChat) {
       choice["delta"] = json::object();

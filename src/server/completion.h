@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/reasoning.h"
 #include "engine/engine.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
@@ -48,6 +49,9 @@ class Completion final : public ReplyShaper {
   // The chunks that give a held-back choice's reply: its content, then each call (id and name,
   // then arguments), as OpenAI streams them.
   std::string release_choice(int32_t choice);
+  bool splits_reasoning() const { return endpoint_ == Endpoint::kChat && request_.reasoning.has_value(); }
+  // A streamed delta chunk of one choice: its reasoning and content (each only when not empty).
+  std::string delta_chunk(int32_t choice, const ReasoningSplitter::Pieces& pieces, const nlohmann::json& logprobs) const;
 
   Endpoint endpoint_;
   std::string model_id_;
@@ -62,6 +66,11 @@ class Completion final : public ReplyShaper {
   std::vector<nlohmann::json> logprobs_;
   std::string error_;
   std::string echo_;  // completions with echo: the prompt's text, before each choice's
+  // When the reply's reasoning is split off (request_.reasoning): per choice, the splitter of its
+  // streamed text, and (tools, streamed) the content held back until the choice ends.
+  std::vector<ReasoningSplitter> splitters_;
+  std::vector<std::string> contents_;
+  std::vector<ReasoningTokenCounter> reasoning_tokens_;  // per choice
 };
 
 }  // namespace mnemo::server

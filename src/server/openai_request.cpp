@@ -137,7 +137,37 @@ bool read_tool_fields(FieldReader& r, const json& m, const std::string& where, C
     r.fail(where + ".tool_call_id is required on tool messages", where + ".tool_call_id");
     return false;
   }
+  // An earlier reply's reasoning, as vLLM and llama-server return it: templates that show past
+  // reasoning (or drop it) read it from here.
+  const auto reasoning = m.find("reasoning_content");
+  if (reasoning != m.end() && !reasoning->is_null()) {
+    if (!reasoning->is_string() || message.role != "assistant") {
+      r.fail(where + ".reasoning_content must be a string, on an assistant message", where + ".reasoning_content");
+      return false;
+    }
+    message.reasoning_content = reasoning->get<std::string>();
+  }
   return true;
+}
+
+// chat_template_kwargs (vLLM's and llama-server's): more variables for the chat template, such as
+// Qwen 3's enable_thinking. Bounded like the rest of the body; the renderer's own variables
+// cannot be replaced.
+void read_template_variables(FieldReader& r, nlohmann::ordered_json& out) {
+  constexpr size_t kMaxVariables = 32;
+  const json* v = r.find("chat_template_kwargs");
+  if (v == nullptr) return;
+  if (!v->is_object()) return r.fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+  if (v->size() > kMaxVariables) {
+    return r.fail(fmt::format("'chat_template_kwargs' may hold at most {} variables", kMaxVariables), "chat_template_kwargs");
+  }
+  out = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : v->items()) {
+    if (chat_template_reserved_variable(name)) {
+      return r.fail(fmt::format("'chat_template_kwargs' cannot set '{}': the server sets it", name), "chat_template_kwargs");
+    }
+    out[name] = value;
+  }
 }
 
 void read_messages(FieldReader& r, std::vector<ChatMessage>& out) {
@@ -417,6 +447,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const json& parsed, bool cha
   }
   if (chat) {
     read_messages(r, out.messages);
+    read_template_variables(r, out.template_variables);
   } else {
     read_prompt(r, out);
   }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "engine/request.h"
 #include "server/api_error.h"
@@ -32,6 +33,11 @@ struct ParsedRequest {
   bool top_p_given = false;
   bool min_p_given = false;
   std::vector<ChatMessage> messages;     // chat
+  nlohmann::ordered_json template_variables;  // chat: chat_template_kwargs (null: none)
+  // Chat: the tags the reply's reasoning comes between (null: none is split off), and whether the
+  // prompt already opened them. Set by the server from the model's template and the prompt.
+  std::optional<ReasoningTags> reasoning;
+  bool reasoning_open = false;
   ToolUse tool_use;                      // chat: tools, tool_choice, parallel_tool_calls
   // Set by prepare_tool_calls (server/prompt.h) from the model's template:
   ToolFormat tool_format = ToolFormat::kGeneric;

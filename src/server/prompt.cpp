@@ -18,13 +18,14 @@ std::string token_text_or_empty(const Tokenizer& tokenizer, TokenId id) {
 
 Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                          const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                         const ToolUse& tool_use) {
+                                         const ToolUse& tool_use, const nlohmann::ordered_json& variables) {
   ChatTemplateOptions options;
   options.bos_token = token_text_or_empty(tokenizer, tokenizer.bos());
   options.eos_token = token_text_or_empty(tokenizer, tokenizer.eos());
   options.add_generation_prompt = add_generation_prompt;
   const ToolFormat format = tool_format_of(chat_template.source());
   options.tools = tools_for_template(format, tool_use);
+  options.variables = variables;
   auto text = chat_template.render(messages_for_template(format, messages, tool_use), options);
   if (!text.ok()) return text.error();
   // The template writes the BOS text itself.
@@ -34,7 +35,8 @@ Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatT
 std::variant<std::vector<TokenId>, ApiError> prompt_tokens(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                                            const ParsedRequest& request, bool chat) {
   if (chat) {
-    auto tokens = render_chat(tokenizer, chat_template, request.messages, /*add_generation_prompt=*/true, request.tool_use);
+    auto tokens = render_chat(tokenizer, chat_template, request.messages, /*add_generation_prompt=*/true, request.tool_use,
+                              request.template_variables);
     if (!tokens.ok()) return bad_request(tokens.error().message(), "messages");
     return std::move(*tokens);
   }
@@ -62,6 +64,20 @@ std::optional<ApiError> prepare_tool_calls(const ChatTemplate& chat_template, Pa
   g.format = OutputFormat::kJsonSchema;
   g.schema = std::move(*schema);
   return std::nullopt;
+}
+
+void prepare_reasoning(const Tokenizer& tokenizer, const ChatTemplate& chat_template, bool split,
+                       const std::vector<TokenId>& prompt, ParsedRequest& request) {
+  request.reasoning = split ? reasoning_tags_of(chat_template.source()) : std::nullopt;
+  if (!request.reasoning) return;
+  // The generation prompt's last tokens, special ones as their text, tell whether it opened the
+  // tags (a template that starts the thinking itself).
+  constexpr size_t kTailTokens = 16;
+  std::string tail;
+  for (size_t i = prompt.size() > kTailTokens ? prompt.size() - kTailTokens : 0; i < prompt.size(); ++i) {
+    tail += tokenizer.token_to_piece(prompt[i], true);
+  }
+  request.reasoning_open = prompt_opens_reasoning(tail, *request.reasoning);
 }
 
 uint64_t prompt_fingerprint(const Tokenizer& tokenizer, const ChatTemplate& chat_template) {

@@ -18,9 +18,15 @@ namespace mnemo::server {
 
 // Messages through the chat template, then the tokenizer; with tools, the messages and tools as
 // the template's tool format has them (chat/tool_calls.h).
+// `variables`: more template variables (chat_template_kwargs), an object or null.
 Result<std::vector<TokenId>> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                          const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                         const ToolUse& tool_use = {});
+                                         const ToolUse& tool_use = {}, const nlohmann::ordered_json& variables = nullptr);
+// Whether a chat reply's reasoning is split off (chat/reasoning.h): when `split` (the server's
+// --reasoning-format) and the template shows reasoning tags, request.reasoning is set, and
+// request.reasoning_open when the prompt's end opened them.
+void prepare_reasoning(const Tokenizer& tokenizer, const ChatTemplate& chat_template, bool split,
+                       const std::vector<TokenId>& prompt, ParsedRequest& request);
 // A chat request's tool calling as the model's template has it: request.tool_format, and, when
 // the reply must be the JSON envelope, its schema as the request's output constraint. A 400 when
 // the tools cannot be enforced or response_format asks for another constraint.

@@ -215,6 +215,9 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
   if (body.contains("tools") && body["tools"].is_array()) identity.tools = body["tools"];
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) identity.tool_choice = body["tool_choice"];
   identity.parallel_tool_calls = request.tool_use.parallel;
+  identity.reasoning = request.reasoning;
+  identity.reasoning_open = request.reasoning_open;
+  identity.reasoning_id = new_id("rs");
   // Stores the finished turn: the client is told it is done only once it is stored (an error
   // it gets instead says why it is not).
   auto store_turn = [this, id = identity.id, store = t.store, tenant = caller.tenant, previous_id = t.previous_id,
@@ -228,7 +231,9 @@ void Server::handle_create_response(const http::Request& req, http::Response& re
   // A reply read for tool calls is held back whole: what the failed instance generated is its
   // start, though its client saw none of it.
   const std::vector<TokenId>& resume_tokens = request.generation.resume_tokens;
-  std::string resumed_text = identity.reads_tool_calls && !resume_tokens.empty()
+  // So does one whose reasoning is split off: the shaper needs the text as the model wrote it.
+  const bool raw_resumed = identity.reads_tool_calls || identity.reasoning.has_value();
+  std::string resumed_text = raw_resumed && !resume_tokens.empty()
                                  ? streamed_text(*served(request.model).tokenizer, request.generation.stop, resume_tokens)
                                  : resumed.text;
   auto shaper = std::make_shared<ResponsesShaper>(std::move(identity), std::move(resumed_text), request.report_tokens,

@@ -103,12 +103,28 @@ bool append_items(const json& items, std::vector<ChatMessage>& out, std::string&
     error = "items must be a list";
     return false;
   }
+  // A reasoning item (an earlier reply's, sent back or stored) goes with the assistant message
+  // that follows it, as its reasoning_content.
+  std::string reasoning;
   for (const json& item : items.get_ref<const json::array_t&>()) {
     if (!item.is_object()) {
       error = "input items must be objects";
       return false;
     }
     const std::string type = item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "message";
+    if (type == "reasoning") {
+      const json content = item.value("content", json::array());
+      if (!content.is_array()) {
+        error = "reasoning items' content must be a list";
+        return false;
+      }
+      for (const json& part : content) {
+        if (part.is_object() && part.value("type", "") == "reasoning_text" && part.contains("text") && part["text"].is_string()) {
+          reasoning += part["text"].get<std::string>();
+        }
+      }
+      continue;
+    }
     if (type == "function_call") {
       if (!append_function_call(item, out, error)) return false;
       continue;
@@ -118,7 +134,7 @@ bool append_items(const json& items, std::vector<ChatMessage>& out, std::string&
       continue;
     }
     if (type != "message") {
-      error = "input item type '" + type + "' is not supported (message, function_call, function_call_output)";
+      error = "input item type '" + type + "' is not supported (message, reasoning, function_call, function_call_output)";
       return false;
     }
     ChatMessage message;
@@ -132,6 +148,8 @@ bool append_items(const json& items, std::vector<ChatMessage>& out, std::string&
       return false;
     }
     if (!read_message_text(item, message, error)) return false;
+    if (message.role == "assistant") message.reasoning_content = std::move(reasoning);
+    reasoning.clear();
     out.push_back(std::move(message));
   }
   return true;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "engine/request.h"
 #include "server/api_error.h"
@@ -39,6 +40,11 @@ struct ResponseIdentity {
   nlohmann::json tools = nlohmann::json::array();  // as the request gave them
   nlohmann::json tool_choice = "auto";
   bool parallel_tool_calls = true;
+  // The reply's reasoning, split off (chat/reasoning.h), is a `reasoning` item before the
+  // message: its tags (null: none), whether the prompt opened them, and the item's id.
+  std::optional<ReasoningTags> reasoning;
+  bool reasoning_open = false;
+  std::string reasoning_id;
 };
 
 class ResponsesShaper final : public ReplyShaper {
@@ -67,11 +73,24 @@ class ResponsesShaper final : public ReplyShaper {
   nlohmann::json output_items() const;
   // A held-back reply's items as the stream would have given them.
   std::string release_items();
+  // Streamed with reasoning: the reasoning item opened (at output index 0) and its deltas, then,
+  // once the answer starts, the reasoning item closed and the message opened after it.
+  std::string stream_pieces(const ReasoningSplitter::Pieces& pieces, int32_t token);
+  std::string open_message();
+  std::string close_reasoning();
+  // The message's place among the output items: after the reasoning item, if there is one.
+  int message_index() const { return reasoning_text_.empty() ? 0 : 1; }
 
   ResponseIdentity identity_;
   bool report_tokens_;
   StoreTurn store_turn_;
-  std::string text_;
+  std::string text_;  // the reply as the model wrote it (reasoning included)
+  std::optional<ReasoningSplitter> splitter_;  // streamed, when the reasoning is split off
+  std::string reasoning_text_;                 // streamed so far
+  std::string message_text_;                   // streamed so far (the answer)
+  bool reasoning_open_item_ = false;
+  bool message_opened_ = false;
+  std::optional<ReasoningTokenCounter> reasoning_tokens_;  // streamed or gathered
   bool length_stop_ = false;
   int64_t sequence_ = 0;
   Whole whole_;

@@ -238,6 +238,7 @@ std::variant<PreparedRun, ApiError> Server::prepare(const Caller& caller, Parsed
   auto prompt_or_error = prompt_of(request, endpoint);
   if (auto* error = std::get_if<ApiError>(&prompt_or_error)) return *error;
   std::vector<TokenId> prompt = std::move(std::get<std::vector<TokenId>>(prompt_or_error));
+  if (endpoint == Endpoint::kChat) prepare_reasoning(*model.tokenizer, model.chat_template, config_.split_reasoning, prompt, request);
   const int32_t context = engine.model().config().context_length;
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
   const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";

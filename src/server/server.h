@@ -55,6 +55,10 @@ struct ServerConfig {
   // are refused. Pins are soft, yet a client that pins everything for long turns the cache into
   // its own LRU: the bound is the operator's.
   double max_cache_ttl_seconds = 3600;
+  // Chat replies of models whose template shows reasoning tags (<think>) return the reasoning
+  // apart, as reasoning_content (`--reasoning-format auto`, llama-server's default); false: the
+  // reply's text as the model wrote it (`none`).
+  bool split_reasoning = true;
 };
 
 // A request handed to the engine: its stream, and the slot it holds among the requests in flight

@@ -19,7 +19,8 @@ constexpr std::string_view kSamplingFields[] = {
     "mnemo_resume_tokens", "mnemo_persist_running"};
 constexpr std::string_view kChatFields[] = {"messages", "max_tokens", "max_completion_tokens", "n", "logprobs",
                                             "top_logprobs", "logit_bias", "response_format",
-                                            "tools", "tool_choice", "parallel_tool_calls", "grammar"};
+                                            "tools", "tool_choice", "parallel_tool_calls", "grammar",
+                                            "chat_template_kwargs"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "max_tokens", "n", "logprobs", "logit_bias", "echo", "grammar"};
 constexpr std::string_view kResponsesFields[] = {"input", "instructions", "previous_response_id", "max_output_tokens",
                                                  "mnemo_resume_response", "tools", "tool_choice",

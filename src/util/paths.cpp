@@ -19,4 +19,8 @@ std::string reference_model_path() { return cache_dir() + "/models/" + kReferenc
 
 std::string llama_vocab_dir() { return cache_dir() + "/llama-vocab"; }
 
+std::string qwen_coder_model_path() { return cache_dir() + "/models/" + kQwenCoderModelFile; }
+
+std::string test_models_dir() { return cache_dir() + "/test-models"; }
+
 }  // namespace mnemo

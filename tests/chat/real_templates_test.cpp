@@ -58,9 +58,9 @@ std::string render_error(const ChatTemplate& chat_template, const std::vector<Ch
   return text.ok() ? "" : text.error().message();
 }
 
-const ChatTemplateOptions kGemmaTokens{"<bos>", "<eos>", true, nullptr};
-const ChatTemplateOptions kLlamaTokens{"<|begin_of_text|>", "<|eot_id|>", true, nullptr};
-const ChatTemplateOptions kMistralTokens{"<s>", "</s>", true, nullptr};
+const ChatTemplateOptions kGemmaTokens{"<bos>", "<eos>", true, nullptr, nullptr};
+const ChatTemplateOptions kLlamaTokens{"<|begin_of_text|>", "<|eot_id|>", true, nullptr, nullptr};
+const ChatTemplateOptions kMistralTokens{"<s>", "</s>", true, nullptr, nullptr};
 
 TEST(RealTemplates, Gemma3BuiltinFoldsTheSystemMessageIntoTheFirstTurn) {
   EXPECT_EQ(render_ok(builtin("gemma"), kConversation, kGemmaTokens),

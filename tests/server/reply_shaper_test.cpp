@@ -242,6 +242,117 @@ TEST_F(ReplyShaperTest, AWholeResponseCutByItsLimitIsIncompleteAndGoesOnFromARes
   EXPECT_EQ(r["output"][0]["content"][0]["text"], "Once upon a time");
 }
 
+// ---- Reasoning split off the reply (chat/reasoning.h)
+
+ParsedRequest reasoning_request(bool stream) {
+  ParsedRequest r;
+  r.generation.n = 1;
+  r.stream = stream;
+  r.include_usage = true;
+  r.reasoning = ReasoningTags{};
+  return r;
+}
+
+TEST_F(ReplyShaperTest, AChatReplysReasoningIsReasoningContentWholeAndStreamed) {
+  const std::vector<std::string> pieces = {"<th", "ink>\nThe user", " greets.\n</think>", "\n\nHel", "lo!"};
+  Completion whole(Endpoint::kChat, "m", reasoning_request(false), *tokenizer_);
+  int32_t token = 1;
+  for (const std::string& p : pieces) EXPECT_FALSE(whole.gather(TokenDelta{0, p, token++, std::nullopt}));
+  EXPECT_TRUE(whole.gather(RequestDone{usage(), ""}));
+  const json message = json::parse(whole.whole().body)["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "The user greets.");
+  EXPECT_EQ(message["content"], "Hello!");
+  // The tokens through the closing tag are reasoning tokens.
+  EXPECT_EQ(json::parse(whole.whole().body)["usage"]["completion_tokens_details"]["reasoning_tokens"], 3);
+
+  Completion streamed(Endpoint::kChat, "m", reasoning_request(true), *tokenizer_);
+  std::string out = streamed.open_stream();
+  token = 1;
+  for (const std::string& p : pieces) EXPECT_FALSE(streamed.stream(TokenDelta{0, p, token++, std::nullopt}, out));
+  EXPECT_FALSE(streamed.stream(ChoiceFinished{0, FinishReason::kStop}, out));
+  EXPECT_TRUE(streamed.stream(RequestDone{usage(), ""}, out));
+  std::string reasoning, content;
+  for (const auto& [name, data] : sse_events(out)) {
+    if (data == "[DONE]") continue;
+    const json chunk = json::parse(data);
+    if (chunk["choices"].empty()) continue;
+    const json& delta = chunk["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, "The user greets.");
+  EXPECT_EQ(content, "Hello!");
+}
+
+TEST_F(ReplyShaperTest, AChatReplyWithoutTagsIsAllContentAndAPromptThatOpenedThemStartsInside) {
+  Completion plain(Endpoint::kChat, "m", reasoning_request(false), *tokenizer_);
+  EXPECT_FALSE(plain.gather(TokenDelta{0, "Just <think> text", 1, std::nullopt}));
+  EXPECT_TRUE(plain.gather(RequestDone{usage(), ""}));
+  const json message = json::parse(plain.whole().body)["choices"][0]["message"];
+  EXPECT_EQ(message["content"], "Just <think> text");
+  EXPECT_FALSE(message.contains("reasoning_content"));
+  EXPECT_EQ(json::parse(plain.whole().body)["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+
+  ParsedRequest opened = reasoning_request(false);
+  opened.reasoning_open = true;
+  Completion inside(Endpoint::kChat, "m", opened, *tokenizer_);
+  EXPECT_FALSE(inside.gather(TokenDelta{0, "Hmm.</think>Yes.", 1, std::nullopt}));
+  EXPECT_TRUE(inside.gather(RequestDone{usage(), ""}));
+  const json answer = json::parse(inside.whole().body)["choices"][0]["message"];
+  EXPECT_EQ(answer["reasoning_content"], "Hmm.");
+  EXPECT_EQ(answer["content"], "Yes.");
+}
+
+TEST_F(ReplyShaperTest, AResponsesReplysReasoningIsAReasoningItemBeforeTheMessage) {
+  ResponseIdentity id = identity();
+  id.reasoning = ReasoningTags{};
+  id.reasoning_id = "rs_1";
+  const std::vector<std::string> pieces = {"<think>", "Two and two.", "</think>\n", "Four."};
+  std::vector<json> stored;
+  ResponsesShaper streamed(id, "", false, [&](const json& r) -> std::optional<ApiError> {
+    stored.push_back(r);
+    return std::nullopt;
+  });
+  std::string out = streamed.open_stream();
+  int32_t token = 1;
+  for (const std::string& p : pieces) EXPECT_FALSE(streamed.stream(TokenDelta{0, p, token++, std::nullopt}, out));
+  EXPECT_FALSE(streamed.stream(ChoiceFinished{0, FinishReason::kStop}, out));
+  EXPECT_TRUE(streamed.stream(RequestDone{usage(), ""}, out));
+  std::vector<std::string> types;
+  std::string reasoning, text;
+  for (const auto& [name, data] : sse_events(out)) {
+    types.push_back(name);
+    const json event = json::parse(data);
+    if (name == "response.reasoning_text.delta") reasoning += event["delta"].get<std::string>();
+    if (name == "response.output_text.delta") {
+      EXPECT_EQ(event["output_index"], 1);
+      text += event["delta"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{
+                       "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+                       "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done",
+                       "response.output_item.done", "response.output_item.added", "response.content_part.added",
+                       "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+                       "response.output_item.done", "response.completed"}));
+  EXPECT_EQ(reasoning, "Two and two.");
+  EXPECT_EQ(text, "Four.");
+  ASSERT_EQ(stored.size(), 1u);
+  const json& output = stored[0]["output"];
+  ASSERT_EQ(output.size(), 2u);
+  EXPECT_EQ(output[0]["type"], "reasoning");
+  EXPECT_EQ(output[0]["id"], "rs_1");
+  EXPECT_EQ(output[0]["content"][0], (json{{"type", "reasoning_text"}, {"text", "Two and two."}}));
+  EXPECT_EQ(output[1]["type"], "message");
+  EXPECT_EQ(output[1]["content"][0]["text"], "Four.");
+  EXPECT_EQ(stored[0]["usage"]["output_tokens_details"]["reasoning_tokens"], 3);
+
+  ResponsesShaper whole(id, "", false, [](const json&) { return std::optional<ApiError>(); });
+  for (const std::string& p : pieces) EXPECT_FALSE(whole.gather(TokenDelta{0, p, token++, std::nullopt}));
+  EXPECT_TRUE(whole.gather(RequestDone{usage(), ""}));
+  EXPECT_EQ(json::parse(whole.whole().body)["output"], output);
+}
+
 TEST_F(ReplyShaperTest, ThePumpDrivesAShaperFromARealStreamAsEventsArrive) {
   auto stream = std::make_shared<RequestStream>();
   std::vector<std::string> observed;

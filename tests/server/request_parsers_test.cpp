@@ -77,9 +77,25 @@ TEST(ParseResponsesRequest, ReadsItemsJoiningTextPartsAndCallsIntoTheirTurn) {
   EXPECT_EQ(again[3].tool_call_id, "call_1");
   // Items it cannot read are refused, not skipped.
   EXPECT_EQ(refused(parse_responses_request({{"input", {{{"type", "function_call"}, {"name", "f"}}}}}, "m")).param, "input");
-  EXPECT_EQ(refused(parse_responses_request({{"input", {{{"type", "reasoning"}, {"summary", json::array()}}}}}, "m")).param, "input");
+  EXPECT_EQ(refused(parse_responses_request({{"input", {{{"type", "computer_call"}, {"action", json::object()}}}}}, "m")).param, "input");
+  EXPECT_EQ(refused(parse_responses_request({{"input", {{{"type", "reasoning"}, {"content", "x"}}}}}, "m")).param, "input");
   EXPECT_TRUE(r.store);  // stored unless told otherwise
   EXPECT_FALSE(r.stream);
+}
+
+TEST(ParseResponsesRequest, ReasoningItemsGoWithTheAssistantMessageAfterThem) {
+  const json input = {{{"role", "user"}, {"content", "2+2?"}},
+                      {{"type", "reasoning"}, {"id", "rs_1"}, {"summary", json::array()},
+                       {"content", {{{"type", "reasoning_text"}, {"text", "Add "}}, {{"type", "reasoning_text"}, {"text", "them."}}}}},
+                      {{"role", "assistant"}, {"content", "4"}},
+                      {{"role", "user"}, {"content", "And 3+3?"}}};
+  auto parsed = parse_responses_request({{"input", input}}, "m");
+  ASSERT_TRUE(std::holds_alternative<ResponsesRequest>(parsed));
+  const ResponsesRequest& r = std::get<ResponsesRequest>(parsed);
+  ASSERT_EQ(r.turn.size(), 3u);
+  EXPECT_EQ(r.turn[1].role, "assistant");
+  EXPECT_EQ(r.turn[1].reasoning_content, "Add them.");
+  EXPECT_EQ(r.turn[2].reasoning_content, "");
 }
 
 TEST(ParseResponsesRequest, RefusesWrongTypesNamingTheField) {
