@@ -67,6 +67,14 @@ if [ ! -f "$VOCAB_DIR/.complete-$LLAMA_CPP_PYTHON_VERSION" ]; then
   cp "$LLAMA_SRC"/models/ggml-vocab-{llama-spm,llama-bpe,qwen2,gpt-2}.gguf* "$VOCAB_DIR/"
   touch "$VOCAB_DIR/.complete-$LLAMA_CPP_PYTHON_VERSION"
 fi
+# Mistral's tekken and GPT-4o's o200k as vocab GGUFs (from mistral-common's and quicktok's files on
+# PyPI), remade when the script that makes them changes.
+stamp=$(sha256sum scripts/make_vocabs.py | cut -c1-16)
+if [ ! -f "$VOCAB_DIR/.vocabs-$stamp" ]; then
+  echo "setup: making the tekken and gpt-4o vocabularies"
+  .venv/bin/python scripts/make_vocabs.py --gguf-py "$LLAMA_SRC/gguf-py" --out "$VOCAB_DIR"
+  touch "$VOCAB_DIR/.vocabs-$stamp"
+fi
 # llama.cpp's quantisers (ggml_quantize_chunk, which llama-quantize calls) as a shared library:
 # only libggml-base is built (a minute), with the release flags llama.cpp's own build gives it.
 GGML_LIB=$CACHE/ggml-base/libggml-base.so

@@ -60,6 +60,9 @@ constexpr std::array kPreTokenizers = {
     PreTokenizerSpec{"mellum2", PreTokenizerKind::kStarCoder, true},
     PreTokenizerSpec{"command-r", PreTokenizerKind::kStarCoder, false},
     PreTokenizerSpec{"smollm", PreTokenizerKind::kStarCoder, false},
+    PreTokenizerSpec{"tekken", PreTokenizerKind::kTekken, false, true, true},
+    PreTokenizerSpec{"gpt-4o", PreTokenizerKind::kGpt4o, false},
+    PreTokenizerSpec{"minimax-m2", PreTokenizerKind::kGpt4o, false},
 };
 
 const PreTokenizerSpec* find_pre_tokenizer(std::string_view name) {

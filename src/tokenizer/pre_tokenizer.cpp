@@ -181,6 +181,26 @@ Status PreTokenizer::add_regex_step(const std::string& pattern) {
   return ok_status();
 }
 
+namespace {
+
+// llama.cpp runs tekken's and o200k's patterns through std::regex on a "collapsed" text (every
+// non-ASCII codepoint replaced by a byte naming its category, non-ASCII whitespace by \v), and
+// writes their case classes as a lookahead for a letter followed by [^a-z] or [^A-Z]. On the
+// collapsed text every non-ASCII letter passes both, so "uppercase" means any letter but a-z and
+// "lowercase" any letter but A-Z; \s is any White_Space character (std::regex's [ \t-\r] plus
+// the collapsed \v). These are those patterns in ICU's syntax.
+constexpr const char* kUpperish = R"([\p{L}&&[^a-z]])";
+constexpr const char* kLowerish = R"([\p{L}&&[^A-Z]])";
+
+std::string case_split_pattern(const std::string& contraction, const char* digits) {
+  const std::string u = kUpperish, l = kLowerish;
+  return "[^\\r\\n\\p{L}\\p{N}]?" + u + "*" + l + "+" + contraction + "|[^\\r\\n\\p{L}\\p{N}]?" + u + "+" + l + "*" +
+         contraction + "|" + digits +
+         R"(| ?[^\p{White_Space}\p{L}\p{N}]+[\r\n/]*|\p{White_Space}*[\r\n]+|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
+}
+
+}  // namespace
+
 Result<PreTokenizer> PreTokenizer::create(PreTokenizerKind kind) {
   PreTokenizer pre_tokenizer;
   auto add_scanner = [&](Scanner scanner) {
@@ -207,6 +227,13 @@ Result<PreTokenizer> PreTokenizer::create(PreTokenizerKind kind) {
     case PreTokenizerKind::kStarCoder:
       MNEMO_RETURN_IF_ERROR(pre_tokenizer.add_regex_step(R"(\p{N})"));
       add_scanner(Scanner::kGpt2);
+      break;
+    case PreTokenizerKind::kTekken:
+      MNEMO_RETURN_IF_ERROR(pre_tokenizer.add_regex_step(case_split_pattern("", R"(\p{N})")));
+      break;
+    case PreTokenizerKind::kGpt4o:
+      MNEMO_RETURN_IF_ERROR(pre_tokenizer.add_regex_step(
+          case_split_pattern("(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?", R"(\p{N}{1,3})")));
       break;
   }
   return pre_tokenizer;

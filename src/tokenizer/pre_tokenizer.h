@@ -4,7 +4,8 @@
 //
 // The three common rule sets (GPT-2, Llama 3, Qwen 2) are hand-written scanners over Unicode
 // character properties from ICU, reproducing llama.cpp's scanners, which stand in for the
-// original regexes (llama.cpp's comments quote them); other steps are ICU regexes.
+// original regexes (llama.cpp's comments quote them); other steps are ICU regexes, written to
+// match what llama.cpp's std::regex makes of its patterns (pre_tokenizer.cpp says how).
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,10 @@ enum class PreTokenizerKind {
   kLlama3,     // (?i:'s|'t|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   kQwen2,      // Llama 3's rules with single digits
   kStarCoder,  // single digits, then GPT-2's rules
+  // Mistral's tekken: words split at case changes (an uppercase run, then a lowercase one),
+  // single digits, punctuation runs taking a trailing newline or '/'.
+  kTekken,
+  kGpt4o,  // GPT-4o's o200k (Phi-4): tekken's words with English contractions, digit triples
 };
 
 class PreTokenizer {

@@ -1,6 +1,9 @@
 // llama.cpp's tokenizer test vectors (tests/test-tokenizer-0: add_special = false,
 // parse_special = false) for the vocab-only GGUFs of Llama 2 (SentencePiece), Llama 3, Qwen 2 and
-// GPT-2 (byte-level BPE). The files live in llama_vocab_dir(); a missing file is a failure.
+// GPT-2 (byte-level BPE), and for Mistral's tekken and GPT-4o's o200k (Phi-4), whose vocab files
+// scripts/make_vocabs.py makes from the tokenizers' own files on PyPI and whose test vectors
+// llama.cpp computed on them (tests/fixtures/vocabs, scripts/gen_vocab_fixtures.py: llama.cpp's
+// corpus and more scripts). The vocab files live in llama_vocab_dir(); a missing file is a failure.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -23,9 +26,10 @@ struct VocabCase {
 };
 
 // Inputs are separated by "\n__ggml_vocab_test__\n"; each output line holds one input's ids.
-std::vector<VocabCase> read_cases(const std::string& vocab_path) {
-  const std::string inputs = tokenizer_test::read_file_or_fail(vocab_path + ".inp");
-  const std::string outputs = tokenizer_test::read_file_or_fail(vocab_path + ".out");
+// `cases_path` + ".inp" / ".out" hold them.
+std::vector<VocabCase> read_cases(const std::string& cases_path) {
+  const std::string inputs = tokenizer_test::read_file_or_fail(cases_path + ".inp");
+  const std::string outputs = tokenizer_test::read_file_or_fail(cases_path + ".out");
   const std::string separator = "\n__ggml_vocab_test__\n";
   std::vector<VocabCase> cases;
   for (size_t pos = 0; pos < inputs.size();) {
@@ -39,15 +43,22 @@ std::vector<VocabCase> read_cases(const std::string& vocab_path) {
   size_t index = 0;
   while (std::getline(lines, line)) {
     if (index >= cases.size()) {
-      ADD_FAILURE() << vocab_path << ".out has more lines than .inp has inputs";
+      ADD_FAILURE() << cases_path << ".out has more lines than .inp has inputs";
       break;
     }
     std::istringstream ids(line);
     for (TokenId id = 0; ids >> id;) cases[index].tokens.push_back(id);
     ++index;
   }
-  EXPECT_EQ(index, cases.size()) << vocab_path << ": .inp and .out disagree on the number of cases";
+  EXPECT_EQ(index, cases.size()) << cases_path << ": .inp and .out disagree on the number of cases";
   return cases;
+}
+
+// Where a vocabulary's test vectors are: beside llama.cpp's own vocab files, or in the fixtures for
+// the ones scripts/make_vocabs.py makes.
+std::string cases_path_of(const std::string& vocab) {
+  if (vocab == "tekken" || vocab == "gpt-4o") return std::string(MNEMO_SOURCE_DIR) + "/tests/fixtures/vocabs/ggml-vocab-" + vocab + ".gguf";
+  return llama_vocab_dir() + "/ggml-vocab-" + vocab + ".gguf";
 }
 
 // `text` without the spaces that directly precede a '?'.
@@ -87,7 +98,7 @@ TEST_P(LlamaVocabTest, EncodesEveryCaseLikeLlamaCpp) {
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.error().message();
 
-  const std::vector<VocabCase> cases = read_cases(path);
+  const std::vector<VocabCase> cases = read_cases(cases_path_of(GetParam()));
   ASSERT_FALSE(cases.empty());
   const bool spm = (*tokenizer)->model_name() == "llama";
   int encoded = 0;
@@ -115,7 +126,7 @@ TEST_P(LlamaVocabTest, EncodesEveryCaseLikeLlamaCpp) {
               GetParam().c_str(), encoded, cases.size(), decoded, cases.size(), load_seconds * 1000);
 }
 
-INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, LlamaVocabTest, ::testing::Values("llama-spm", "llama-bpe", "qwen2", "gpt-2"),
+INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, LlamaVocabTest, ::testing::Values("llama-spm", "llama-bpe", "qwen2", "gpt-2", "tekken", "gpt-4o"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            std::string name = param_info.param;
                            for (char& c : name) {

@@ -164,8 +164,8 @@ TEST(MalformedTokenizer, BpeMergesAndPreTokenizer) {
   empty_merge.set_string_array("tokenizer.ggml.merges", {""});
   expect_refused(empty_merge, "merge 0 '' is not two tokens separated by a space");
 
-  gguf::Writer unknown_pre = tokenizer_test::bpe_writer({}, {}, "tekken");
-  expect_refused(unknown_pre, "pre-tokenizer 'tekken' (tokenizer.ggml.pre) is not supported");
+  gguf::Writer unknown_pre = tokenizer_test::bpe_writer({}, {}, "chatglm-bpe");
+  expect_refused(unknown_pre, "pre-tokenizer 'chatglm-bpe' (tokenizer.ggml.pre) is not supported");
 }
 
 }  // namespace
