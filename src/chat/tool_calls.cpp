@@ -158,6 +158,26 @@ ParsedReply parse_envelope(std::string_view text) {
 
 // Qwen 2.5 / Hermes: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, any number, with
 // text around them.
+// Small Qwen 2.5 models (Coder among them) often write a Hermes call without its tags: a reply
+// that is nothing but one such object (in a ```json fence or not) is that call, as llama-server
+// reads it. Text that merely contains JSON stays text.
+ParsedReply bare_call_or_text(ParsedReply reply) {
+  std::string_view body = trim(reply.content);
+  if (body.starts_with("```")) {
+    const size_t line = body.find('\n');
+    if (line == std::string_view::npos || !body.ends_with("```")) return reply;
+    body = trim(body.substr(line + 1, body.size() - line - 4));
+  }
+  if (body.empty() || body.front() != '{') return reply;
+  const json call = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!call.is_object() || call.size() != 2 || !call.contains("arguments") || !call["arguments"].is_object()) return reply;
+  if (auto parsed = call_from(call, "arguments")) {
+    reply.content.clear();
+    reply.calls.push_back(std::move(*parsed));
+  }
+  return reply;
+}
+
 ParsedReply parse_hermes(std::string_view text) {
   constexpr std::string_view kOpen = "<tool_call>";
   constexpr std::string_view kClose = "</tool_call>";
@@ -184,6 +204,7 @@ ParsedReply parse_hermes(std::string_view text) {
   }
   reply.content += text.substr(at);
   reply.content = std::string(trim(reply.content));
+  if (reply.calls.empty()) return bare_call_or_text(std::move(reply));
   return reply;
 }
 

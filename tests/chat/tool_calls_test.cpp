@@ -118,6 +118,25 @@ TEST(ToolParsing, HermesRecordedOutput) {
   EXPECT_EQ(broken.content, "<tool_call>not json</tool_call>");
 }
 
+TEST(ToolParsing, HermesCallWithoutItsTagsIsACallWhenItIsTheWholeReply) {
+  // Qwen2.5-Coder-0.5B-Instruct's reply to a weather question with a get_weather tool (recorded).
+  const ParsedReply bare = parse_reply(ToolFormat::kHermes, false, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}");
+  ASSERT_EQ(bare.calls.size(), 1u);
+  EXPECT_EQ(bare.calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(bare.calls[0].arguments), json({{"city", "Paris"}}));
+  EXPECT_TRUE(bare.content.empty());
+  const ParsedReply fenced = parse_reply(ToolFormat::kHermes, false, "```json\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n```");
+  ASSERT_EQ(fenced.calls.size(), 1u);
+  EXPECT_EQ(fenced.calls[0].name, "f");
+  // JSON as part of an answer, or an object of another shape, is text.
+  for (const char* text : {"Here: {\"name\": \"f\", \"arguments\": {}}", "{\"name\": \"Ada\", \"age\": 36}",
+                           "{\"name\": \"f\", \"arguments\": \"x\"}", "{\"name\": \"f\", \"arguments\": {}, \"extra\": 1}"}) {
+    const ParsedReply reply = parse_reply(ToolFormat::kHermes, false, text);
+    EXPECT_TRUE(reply.calls.empty()) << text;
+    EXPECT_EQ(reply.content, text);
+  }
+}
+
 TEST(ToolParsing, Llama3RecordedOutput) {
   // Llama 3.1's model card: JSON-based tool calling, "parameters" for the arguments.
   const ParsedReply reply = parse_reply(ToolFormat::kLlama3, false,

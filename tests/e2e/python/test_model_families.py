@@ -29,7 +29,7 @@ def qwen_coder_path() -> str:
     return model_cache() + "/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
-def test_model_path(family: str) -> str:
+def family_model_path(family: str) -> str:
     return f"{model_cache()}/test-models/{family}-q8_0.gguf"
 
 
@@ -115,7 +115,7 @@ def test_coder_responses_conversation(coder):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_info_names_the_architecture(mnemo_bin, family):
-    path = test_model_path(family)
+    path = family_model_path(family)
     assert os.path.exists(path), f"{path} is missing: run scripts/setup.sh"
     out = subprocess.run([mnemo_bin, "info", path], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -124,7 +124,7 @@ def test_info_names_the_architecture(mnemo_bin, family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_serve_answers_chat(start_server, family):
-    server = start_server("--model", test_model_path(family), "--kv-tokens", "4096")
+    server = start_server("--model", family_model_path(family), "--kv-tokens", "4096")
     with openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120) as client:
         model = client.models.list().data[0].id
         messages = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hello, who are you?"}]
