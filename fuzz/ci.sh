@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A bounded fuzzing pass over the request parsers, as scripts/test.sh runs it: builds
 # openai_request_fuzz, responses_request_fuzz, internal_request_fuzz, bounded_json_fuzz,
-# grammar_fuzz, stage_frame_fuzz and disk_tier_fuzz (the disk tier's extents, read back after a
-# crash or a damaged disk) with
+# grammar_fuzz, stage_frame_fuzz, disk_tier_fuzz (the disk tier's extents, read back after a
+# crash or a damaged disk) and model_loader_fuzz (every architecture's config reader and the
+# weight loader) with
 # the "fuzz" preset (clang, ASan + UBSan) and runs each for a fixed time from its seeds
 # (fuzz/corpus/openai, responses, internal, grammar, stage or disk). Fails on any crash, sanitizer
 # report, leak or input slower than 10 s.
@@ -14,7 +15,7 @@ seconds="${1:-${MNEMO_FUZZ_SECONDS:-30}}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build/fuzz"
 targets=(openai_request_fuzz responses_request_fuzz internal_request_fuzz bounded_json_fuzz grammar_fuzz stage_frame_fuzz
-         disk_tier_fuzz)
+         disk_tier_fuzz model_loader_fuzz)
 
 (cd "$root" && cmake --preset fuzz > /dev/null)
 ninja -C "$build" -j"${JOBS:-$(nproc)}" "${targets[@]}"
@@ -31,7 +32,10 @@ for target in "${targets[@]}"; do
   [ "$target" = grammar_fuzz ] && seeds="$root/fuzz/corpus/grammar"
   [ "$target" = stage_frame_fuzz ] && seeds="$root/fuzz/corpus/stage"
   [ "$target" = disk_tier_fuzz ] && seeds="$root/fuzz/corpus/disk"
-  if ! "$build/fuzz/$target" "$corpus" "$seeds" -dict="$root/fuzz/openai.dict" -max_len=4096 \
+  max_len=4096
+  dict="$root/fuzz/openai.dict"
+  if [ "$target" = model_loader_fuzz ]; then seeds="$root/fuzz/corpus/model"; max_len=65536; dict="$root/fuzz/gguf.dict"; fi
+  if ! "$build/fuzz/$target" "$corpus" "$seeds" -dict="$dict" -max_len="$max_len" \
       -timeout=10 -max_total_time="$seconds" -artifact_prefix="$build/artifacts/$target-" -print_final_stats=1 \
       > "$log" 2>&1; then
     tail -n 60 "$log"

@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cluster_membership.h"
 #include "cli/commands.h"
 #include "cli/edge_flags.h"
 #include "cli/serve_pipeline.h"
@@ -75,74 +76,6 @@ std::string reachable_host(const std::string& server_host) {
   return server_host == "0.0.0.0" || server_host.empty() ? "127.0.0.1" : server_host;
 }
 
-// This process's name in the cluster: host, port and a random part (a restart is a new instance).
-std::string instance_id(int port) {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  std::random_device random;
-  return fmt::format("{}-{}-{:08x}", host, port, random());
-}
-
-// Joins the cluster: the instance's key lives as long as its lease, which a background thread
-// keeps alive with the current load.
-class ClusterMembership {
- public:
-  static Result<std::unique_ptr<ClusterMembership>> join(const ServeArgs& args, const Engine& engine, int port,
-                                                         const std::string& transfer_endpoint,
-                                                         const std::string& prompt_fingerprint) {
-    cluster::InstanceInfo info;
-    info.prompt_fingerprint = prompt_fingerprint;
-    MNEMO_ASSIGN_OR_RETURN(info.state_id, state_id_of(args.state_dir));
-    info.transfer_endpoint = transfer_endpoint;
-    info.id = instance_id(port);
-    info.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, port) : args.advertise;
-    info.role = cluster::role_named(args.role).value_or(cluster::Role::kColocated);  // the flag allows only the three
-    info.capacity_tokens = static_cast<int64_t>(engine.config().kv_blocks) * engine.config().block_size;
-    info.cache_capacity_tokens = engine.cache_capacity_tokens();
-    const KvLayout layout = engine.model().kv_layout(engine.config().block_size, engine.config().kv_dtype);
-    info.kv_bytes_per_token = static_cast<int64_t>(layout.block_bytes() / static_cast<size_t>(layout.block_size));
-    // A measured profile is the router's cost model for this instance (defaults add nothing to its flags).
-    if (engine.config().cost.source != "default") {
-      auto profile = cost_model_json(engine.config().cost);
-      if (!profile.ok()) return profile.error().with_context("publishing the cost profile");
-      info.cost_profile = std::move(*profile);
-    }
-    MNEMO_ASSIGN_OR_RETURN(cluster::EtcdEndpoint etcd, args.edge.etcd_endpoint(args.cluster_url));
-    auto registration = cluster::Registration::start(etcd, cluster::instances_prefix(args.cluster_name), info,
-                                                     /*ttl_seconds=*/3, args.server.auth.cluster_secret);
-    if (!registration.ok()) return registration.error().with_context("joining the cluster");
-    auto self = std::unique_ptr<ClusterMembership>(new ClusterMembership(std::move(*registration), engine));
-    std::printf("mnemo: instance %s joined cluster '%s' at %s as %s (KV transport %s)\n", info.id.c_str(),
-                args.cluster_name.c_str(), args.cluster_url.c_str(), args.role.c_str(), info.transfer_endpoint.c_str());
-    return self;
-  }
-  ~ClusterMembership() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    publisher_.join();
-  }
-
- private:
-  ClusterMembership(std::unique_ptr<cluster::Registration> registration, const Engine& engine)
-      : registration_(std::move(registration)), engine_(engine), publisher_([this] { publish_load(); }) {}
-  void publish_load() {
-    std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_; })) {
-      const MetricsSnapshot m = engine_.metrics();
-      registration_->update_load(m.running + m.waiting, 0);
-    }
-  }
-
-  std::unique_ptr<cluster::Registration> registration_;
-  const Engine& engine_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread publisher_;
-};
 
 // The cost model the cache's retention policy uses: the profile given, else the one beside the
 // model, else the defaults (the policy still orders chunks sensibly).
@@ -366,8 +299,18 @@ Result<ClusterPresence> join_cluster(const ServeArgs& args, Engine& engine, serv
   if (!listening.ok()) return listening.error().with_context("KV transport");
   presence.transport = std::move(*listening);
   server.attach_kv_transport(presence.transport.get(), layout_fingerprint(model_path, model, engine.config()));
-  MNEMO_ASSIGN_OR_RETURN(presence.membership, ClusterMembership::join(args, engine, server.port(),
-                                                                      presence.transport->endpoint(), prompt_fingerprint));
+  MembershipSettings settings;
+  MNEMO_ASSIGN_OR_RETURN(settings.etcd, args.edge.etcd_endpoint(args.cluster_url));
+  settings.cluster_url = args.cluster_url;
+  settings.cluster_name = args.cluster_name;
+  settings.role = args.role;
+  settings.address = args.advertise.empty() ? fmt::format("http://{}:{}", args.server.host, server.port()) : args.advertise;
+  settings.state_dir = args.state_dir;
+  settings.transfer_endpoint = presence.transport->endpoint();
+  settings.prompt_fingerprint = prompt_fingerprint;
+  settings.cluster_secret = args.server.auth.cluster_secret;
+  settings.port = server.port();
+  MNEMO_ASSIGN_OR_RETURN(presence.membership, ClusterMembership::join(settings, engine));
   return presence;
 }
 
@@ -489,6 +432,11 @@ void add_request_default_flags(CLI::App* cmd, ServeArgs& args) {
   cmd->add_option("--seed", args.server.seed,
                   "Sampling seed of requests that give none (default: a random one per request, so that asking "
                   "again gives a new answer)");
+  cmd->add_option("--reasoning-format", args.reasoning_format,
+                  "auto: a chat reply's reasoning (between <think> tags: Qwen 3, DeepSeek R1, SmolLM3) comes back apart, "
+                  "as reasoning_content and Responses reasoning items; none: the reply as the model wrote it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none"}));
 }
 
 // How much KV memory each tier has and in which element type.
@@ -543,8 +491,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-running", args->engine.max_running, "Sequences running at once")->capture_default_str()->check(CLI::Range(1, 4096));
-  // The stateless baseline of benchmarks: every request computes its whole prompt.
-  cmd->add_flag_callback("--no-prefix-cache", [args] { args->engine.prefix_caching = false; },
+  cmd->add_flag_callback("--no-prefix-cache", [args] { args->engine.prefix_caching = false; },  // benchmarks' stateless baseline
                          "Do not reuse the KV of earlier requests (stateless baseline)");
   cmd->add_option("--max-in-flight", args->server.max_in_flight, "Requests generating at once; more get 429")
       ->capture_default_str()
@@ -568,12 +515,6 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "the same either way; a request may opt out with \"speculation\": false")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--reasoning-format", args->reasoning_format,
-                  "auto: a chat reply's reasoning (between the <think> tags of templates that show them, Qwen 3, "
-                  "DeepSeek R1, SmolLM3) is returned apart, as reasoning_content and Responses reasoning items; none: "
-                  "the reply as the model wrote it")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "none"}));
   cmd->add_option("--max-cache-ttl", args->server.max_cache_ttl_seconds,
                   "Longest keep-alive a request's cache_control {\"type\": \"ephemeral\", \"ttl\": ...} may ask for, "
                   "in seconds (0: refuse keep-alives)")

@@ -49,5 +49,13 @@ extern const GemmKernel kGemmQ4_1;
 extern const GemmKernel kGemmQ5_1;
 extern const GemmKernel kGemmIQ4_NL;
 extern const GemmKernel kGemmMXFP4;
+// GEMM (gemm_avx2_k.cpp) of the 256-element formats, in 8-row tiles.
+extern const ActivationPacker kPackQ8_K;
+extern const GemmKernel kGemmQ2_K;
+extern const GemmKernel kGemmQ3_K;
+extern const GemmKernel kGemmQ4_K;
+extern const GemmKernel kGemmQ5_K;
+extern const GemmKernel kGemmQ6_K;
+extern const GemmKernel kGemmIQ4_XS;
 
 }  // namespace mnemo::kernels::avx2

@@ -18,6 +18,12 @@ const GemmKernel* avx2_gemm(DType type) {
     case DType::Q8_0: return &avx2::kGemmQ8_0;
     case DType::IQ4_NL: return &avx2::kGemmIQ4_NL;
     case DType::MXFP4: return &avx2::kGemmMXFP4;
+    case DType::Q2_K: return &avx2::kGemmQ2_K;
+    case DType::Q3_K: return &avx2::kGemmQ3_K;
+    case DType::Q4_K: return &avx2::kGemmQ4_K;
+    case DType::Q5_K: return &avx2::kGemmQ5_K;
+    case DType::Q6_K: return &avx2::kGemmQ6_K;
+    case DType::IQ4_XS: return &avx2::kGemmIQ4_XS;
     default: return nullptr;
   }
 }

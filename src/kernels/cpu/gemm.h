@@ -12,7 +12,7 @@
 // accumulator vector per (weight row, activation row) pair and reduce it with a fixed tree.
 //
 // Chosen once at start-up through the dispatch table like the per-type kernels; there are none
-// for the scalar variant and, on AVX2, none for the K formats and the float types (matmul then
+// for the scalar variant and, on AVX2, none for the float types (matmul then
 // calls vec_dot per element, which is invariant by construction).
 #pragma once
 

@@ -1,0 +1,509 @@
+// AVX2 GEMM kernels of the 256-element formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against
+// Q8_K activations, in 8-row tiles: a decoded super-block serves every activation row of the call
+// (vec_dot per element decodes it again for each).
+//
+// Layout of a tile's super-block: 8 units of 32 elements; unit u is 8 vectors, vector g holding in
+// lane r the levels 4g..4g+3 of row r (vectors 0-3: the unit's first 16 elements, 4-7 its
+// second); then the format's scales with one row per lane. Levels are unsigned (Q3_K's and
+// Q6_K's carry +4 and +32, removed through the activations' per-16 sums) except IQ4_XS's table
+// levels, multiplied as |w| times the activations with w's sign (AVX2 has no VNNI).
+//
+// Per super-block and lane everything up to one float conversion is exact integer arithmetic, as
+// in the AVX-512 kernels (gemm_avx512_k.cpp), whose float operations these repeat:
+//   I = sum of each unit's (or each 16's) level products times its scale, less the offset times
+//       sum_s scale_s * A16_s (A16_s: the activations' sum over the 16 elements s);
+//   affine formats (Q2_K, Q4_K, Q5_K): M = sum of the mins times the activations' sums;
+//   acc = fma(float(I), d * d_a, acc)        [acc = fnmadd(float(M), dmin * d_a, acc)]
+// The single-row path reads the file's rows and computes each row's I and M directly; the
+// integer sums are exact, so it gives the batched path's bits (batch invariance).
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/avx2_helpers.h"
+#include "kernels/cpu/avx2_kernels.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/k_scales.h"
+#include "kernels/cpu/nonlinear_levels.h"
+#include "tensor/quant_blocks.h"
+
+namespace mnemo::kernels::avx2 {
+namespace {
+
+constexpr int kTileRows = 8;
+constexpr int kUnits = kQKK / 32;  // 8 units of 32 per super-block
+constexpr int kMaxChunkRows = 4;   // activation rows whose accumulators stay in registers
+int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- Packed Q8_K activations, a record per row and super-block: the levels, the scale, and the
+// sums of every 16 and every 32 levels as int16 pairs (of sub-blocks 2p and 2p + 1).
+struct RecordQ8K {
+  int8_t qs[kQKK];
+  float d;
+  int32_t pairs16[8];
+  int32_t pairs32[4];
+};
+
+int32_t int16_pair(int low, int high) {
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(low)) |
+                              (static_cast<uint32_t>(static_cast<uint16_t>(high)) << 16));
+}
+
+size_t batch_bytes_q8_K(int64_t k, int64_t n_rows) {
+  return (sizeof(RecordQ8K) * static_cast<size_t>(k / kQKK * n_rows) + 63) / 64 * 64;
+}
+
+void pack_q8_K(const float* x, int64_t k, int64_t row, int64_t /*n_rows*/, void* batch) {
+  RecordQ8K* records = static_cast<RecordQ8K*>(batch) + row * (k / kQKK);
+  for (int64_t b = 0; b < k / kQKK; ++b) {
+    BlockQ8_K block;
+    q8_K_from_float(x + b * kQKK, &block, kQKK);
+    RecordQ8K& r = records[b];
+    std::memcpy(r.qs, block.qs, kQKK);
+    r.d = block.d;
+    for (int p = 0; p < 8; ++p) r.pairs16[p] = int16_pair(block.bsums[2 * p], block.bsums[2 * p + 1]);
+    for (int p = 0; p < 4; ++p) {
+      r.pairs32[p] = int16_pair(block.bsums[4 * p] + block.bsums[4 * p + 1], block.bsums[4 * p + 2] + block.bsums[4 * p + 3]);
+    }
+  }
+}
+
+// ---- The formats: one row's unit of 32 levels (element order) and its scales.
+//   scale[i]: the scale of unit i (kHalfScales: of the 16 elements i);
+//   pairs[p]: int16 pairs meeting the activations' per-16 (kPairs16) or per-32 sums: the mins
+//             (kAffine), or the scales again for the offset (kOffset);
+//   d (and dmin) as floats.
+struct RowScales {
+  int32_t scale[16];
+  int32_t pairs[8];
+  float d = 0.0f, dmin = 0.0f;
+};
+
+__m256i nibbles(const uint8_t* packed, bool high) {
+  const __m256i bytes = simd::load256(packed);
+  return _mm256_and_si256(high ? _mm256_srli_epi16(bytes, 4) : bytes, _mm256_set1_epi8(0x0f));
+}
+
+// The two-bit plane of unit u (Q2_K, Q3_K): bits 2j..2j+1 of qs[32 * (u / 4) + l], j = u % 4.
+__m256i two_bits(const uint8_t* qs, int u) {
+  return _mm256_and_si256(_mm256_srli_epi16(simd::load256(qs + 32 * (u / 4)), 2 * (u % 4)), _mm256_set1_epi8(3));
+}
+
+void k_scale_pairs(const uint8_t* packed, uint16_t d, uint16_t dmin, RowScales& s) {
+  uint8_t sc[8], m[8];
+  unpack_k_scales(packed, sc, m);
+  for (int u = 0; u < 8; ++u) s.scale[u] = sc[u];
+  for (int p = 0; p < 4; ++p) s.pairs[p] = int16_pair(m[2 * p], m[2 * p + 1]);
+  s.d = simd::half_to_float(d);
+  s.dmin = simd::half_to_float(dmin);
+}
+
+struct Q4_KFormat {
+  using Block = BlockQ4_K;
+  static constexpr bool kSigned = false, kHalfScales = false, kAffine = true, kPairs16 = false;
+  static constexpr int kOffset = 0;
+  static __m256i levels(const Block& b, int u) { return nibbles(b.qs + 32 * (u / 2), u % 2 != 0); }
+  static void scales(const Block& b, RowScales& s) { k_scale_pairs(b.scales, b.d, b.dmin, s); }
+};
+
+struct Q5_KFormat {
+  using Block = BlockQ5_K;
+  static constexpr bool kSigned = false, kHalfScales = false, kAffine = true, kPairs16 = false;
+  static constexpr int kOffset = 0;
+  // Unit u's fifth bits are bit u of qh[l].
+  static __m256i levels(const Block& b, int u) {
+    const __m256i fifth = _mm256_and_si256(_mm256_srli_epi16(simd::load256(b.qh), u), _mm256_set1_epi8(1));
+    return _mm256_or_si256(nibbles(b.qs + 32 * (u / 2), u % 2 != 0), _mm256_slli_epi16(fifth, 4));
+  }
+  static void scales(const Block& b, RowScales& s) { k_scale_pairs(b.scales, b.d, b.dmin, s); }
+};
+
+struct Q6_KFormat {
+  using Block = BlockQ6_K;
+  static constexpr bool kSigned = false, kHalfScales = true, kAffine = false, kPairs16 = true;
+  static constexpr int kOffset = 32;
+  // Unit u = group g of half h (kernels' unpack_levels_q6): low 4 bits from ql, top 2 from qh.
+  static __m256i levels(const Block& b, int u) {
+    const int half = u / 4, g = u % 4;
+    const __m256i low = nibbles(b.ql + 64 * half + 32 * (g & 1), g >= 2);
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi16(simd::load256(b.qh + 32 * half), 2 * g), _mm256_set1_epi8(3));
+    return _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
+  }
+  static void scales(const Block& b, RowScales& s) {
+    for (int i = 0; i < 16; ++i) s.scale[i] = b.scales[i];
+    for (int p = 0; p < 8; ++p) s.pairs[p] = int16_pair(b.scales[2 * p], b.scales[2 * p + 1]);
+    s.d = simd::half_to_float(b.d);
+  }
+};
+
+struct Q3_KFormat {
+  using Block = BlockQ3_K;
+  static constexpr bool kSigned = false, kHalfScales = true, kAffine = false, kPairs16 = true;
+  static constexpr int kOffset = 4;
+  // q + 4: the two low bits, and 4 where the third bit (bit 4 * (u / 4) + u % 4 of hmask[l]) is set.
+  static __m256i levels(const Block& b, int u) {
+    const __m256i third = _mm256_and_si256(_mm256_srli_epi16(simd::load256(b.hmask), 4 * (u / 4) + u % 4), _mm256_set1_epi8(1));
+    return _mm256_or_si256(two_bits(b.qs, u), _mm256_slli_epi16(third, 2));
+  }
+  static void scales(const Block& b, RowScales& s) {
+    uint8_t codes[16];
+    unpack_q3_k_scales(b.scales, codes);
+    for (int i = 0; i < 16; ++i) s.scale[i] = codes[i] - 32;
+    for (int p = 0; p < 8; ++p) s.pairs[p] = int16_pair(codes[2 * p] - 32, codes[2 * p + 1] - 32);
+    s.d = simd::half_to_float(b.d);
+  }
+};
+
+struct Q2_KFormat {
+  using Block = BlockQ2_K;
+  static constexpr bool kSigned = false, kHalfScales = true, kAffine = true, kPairs16 = true;
+  static constexpr int kOffset = 0;
+  static __m256i levels(const Block& b, int u) { return two_bits(b.qs, u); }
+  static void scales(const Block& b, RowScales& s) {
+    for (int i = 0; i < 16; ++i) s.scale[i] = b.scales[i] & 0x0f;
+    for (int p = 0; p < 8; ++p) s.pairs[p] = int16_pair(b.scales[2 * p] >> 4, b.scales[2 * p + 1] >> 4);
+    s.d = simd::half_to_float(b.d);
+    s.dmin = simd::half_to_float(b.dmin);
+  }
+};
+
+struct IQ4_XSFormat {
+  using Block = BlockIQ4_XS;
+  static constexpr bool kSigned = true, kHalfScales = false, kAffine = false, kPairs16 = false;
+  static constexpr int kOffset = 0;
+  static __m256i levels(const Block& b, int u) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlLevels)));
+    return _mm256_shuffle_epi8(table, simd::unpack_nibbles(b.qs + 16 * u));
+  }
+  static void scales(const Block& b, RowScales& s) {
+    for (int u = 0; u < 8; ++u) {
+      s.scale[u] = (((b.scales_l[u / 2] >> (4 * (u % 2))) & 0x0f) | (((b.scales_h >> (2 * u)) & 3) << 4)) - 32;
+    }
+    s.d = simd::half_to_float(b.d);
+  }
+};
+
+template <class Format>
+constexpr int scale_count() {
+  return Format::kHalfScales ? 16 : 8;
+}
+template <class Format>
+constexpr int pair_count() {
+  return Format::kAffine || Format::kOffset != 0 ? (Format::kPairs16 ? 8 : 4) : 0;
+}
+template <class Format>
+const int32_t* activation_pairs(const RecordQ8K& a) {
+  return Format::kPairs16 ? a.pairs16 : a.pairs32;
+}
+
+// The 8 rows of a tile; rows past the end repeat the last one (their lanes are computed but
+// never stored).
+template <class Block>
+struct TileRows {
+  const Block* row[kTileRows];
+  int valid;
+  TileRows(const uint8_t* weights, size_t row_bytes, int64_t first, int64_t end) {
+    valid = static_cast<int>(min64(end - first, kTileRows));
+    for (int r = 0; r < kTileRows; ++r) {
+      row[r] = reinterpret_cast<const Block*>(weights + static_cast<size_t>(first + (r < valid ? r : valid - 1)) * row_bytes);
+    }
+  }
+};
+
+// A tile's scales for one super-block, one row per lane.
+struct TileScales {
+  __m256i scale[16];
+  __m256i pairs[8];
+  __m256 d, dmin;
+};
+
+template <class Format>
+void tile_scales(const TileRows<typename Format::Block>& rows, int64_t b, TileScales& out) {
+  alignas(32) int32_t scale[16][kTileRows];
+  alignas(32) int32_t pairs[8][kTileRows];
+  alignas(32) float d[kTileRows], dmin[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) {
+    RowScales s;
+    Format::scales(rows.row[r][b], s);
+    for (int i = 0; i < scale_count<Format>(); ++i) scale[i][r] = s.scale[i];
+    for (int p = 0; p < pair_count<Format>(); ++p) pairs[p][r] = s.pairs[p];
+    d[r] = s.d;
+    dmin[r] = s.dmin;
+  }
+  for (int i = 0; i < scale_count<Format>(); ++i) out.scale[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(scale[i]));
+  for (int p = 0; p < pair_count<Format>(); ++p) out.pairs[p] = _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs[p]));
+  out.d = _mm256_load_ps(d);
+  out.dmin = _mm256_load_ps(dmin);
+}
+
+// rows[r] = 32 levels of row r (8 words); out[g], lane r = word g of row r.
+void transpose_unit(const __m256i* rows, __m256i* out) {
+  __m256i t[8];
+  for (int p = 0; p < 8; p += 2) {
+    t[p] = _mm256_unpacklo_epi32(rows[p], rows[p + 1]);
+    t[p + 1] = _mm256_unpackhi_epi32(rows[p], rows[p + 1]);
+  }
+  __m256i u[8];
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    out[g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x20);
+    out[g + 4] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x31);
+  }
+}
+
+constexpr size_t kLevelBytes = kUnits * 8 * sizeof(__m256i);
+constexpr size_t kBlockBytes = kLevelBytes + sizeof(TileScales);
+static_assert(sizeof(TileScales) % 32 == 0);
+
+size_t tile_bytes(int64_t k) { return static_cast<size_t>(k / kQKK) * kBlockBytes; }
+
+template <class Format>
+void repack_tile(const TileRows<typename Format::Block>& rows, int64_t n_blocks, uint8_t* out) {
+  for (int64_t b = 0; b < n_blocks; ++b, out += kBlockBytes) {
+    auto* vectors = reinterpret_cast<__m256i*>(out);
+    for (int u = 0; u < kUnits; ++u) {
+      __m256i levels[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) levels[r] = Format::levels(rows.row[r][b], u);
+      __m256i transposed[8];
+      transpose_unit(levels, transposed);
+      for (int g = 0; g < 8; ++g) _mm256_store_si256(vectors + 8 * u + g, transposed[g]);
+    }
+    TileScales scales;
+    tile_scales<Format>(rows, b, scales);
+    std::memcpy(out + kLevelBytes, &scales, sizeof(scales));
+  }
+}
+
+// acc + the super-block's terms per lane, from its exact integer sums (see the file comment).
+template <class Format>
+__m256 finish_block(__m256i total, __m256i pairs_dot, __m256 d, __m256 dmin, float d_a, __m256 acc) {
+  const __m256 scale_a = _mm256_set1_ps(d_a);
+  if constexpr (Format::kOffset != 0) total = _mm256_sub_epi32(total, _mm256_mullo_epi32(pairs_dot, _mm256_set1_epi32(Format::kOffset)));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, scale_a), acc);
+  if constexpr (Format::kAffine) acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(pairs_dot), _mm256_mul_ps(dmin, scale_a), acc);
+  return acc;
+}
+
+// Four products per lane of a tile's vector w and four activation bytes.
+template <class Format>
+__m256i dot4(__m256i w, const int8_t* a) {
+  int32_t word;
+  std::memcpy(&word, a, sizeof(word));
+  const __m256i broadcast = _mm256_set1_epi32(word);
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (Format::kSigned) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(broadcast, w)), ones);
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, broadcast), ones);
+  }
+}
+
+// A tile's outputs o..o+valid-1 of activation row `row`.
+void store_outputs(const GemmArgs& args, int64_t row, int64_t o, int valid, __m256 v) {
+  float* y = args.y + row * args.y_stride + o;
+  if (valid == kTileRows) {
+    _mm256_storeu_ps(y, v);
+    return;
+  }
+  alignas(32) float lanes[kTileRows];
+  _mm256_store_ps(lanes, v);
+  std::memcpy(y, lanes, static_cast<size_t>(valid) * sizeof(float));
+}
+
+template <class Format, int kRows>
+void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args, int64_t first_row, int64_t o, int valid) {
+  const RecordQ8K* records = reinterpret_cast<const RecordQ8K*>(args.activations) + first_row * n_blocks;
+  __m256 acc[kRows];
+  for (int j = 0; j < kRows; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b, tile += kBlockBytes) {
+    const auto* vectors = reinterpret_cast<const __m256i*>(tile);
+    const auto* scales = reinterpret_cast<const TileScales*>(tile + kLevelBytes);
+    __m256i total[kRows];
+    for (int j = 0; j < kRows; ++j) total[j] = _mm256_setzero_si256();
+    for (int u = 0; u < kUnits; ++u) {
+      __m256i w[8];
+      for (int g = 0; g < 8; ++g) w[g] = _mm256_load_si256(vectors + 8 * u + g);
+      for (int j = 0; j < kRows; ++j) {
+        const int8_t* q = records[j * n_blocks + b].qs + 32 * u;
+        __m256i first = dot4<Format>(w[0], q);
+        __m256i second = dot4<Format>(w[4], q + 16);
+        for (int g = 1; g < 4; ++g) {
+          first = _mm256_add_epi32(first, dot4<Format>(w[g], q + 4 * g));
+          second = _mm256_add_epi32(second, dot4<Format>(w[g + 4], q + 16 + 4 * g));
+        }
+        if constexpr (Format::kHalfScales) {
+          total[j] = _mm256_add_epi32(total[j], _mm256_add_epi32(_mm256_mullo_epi32(first, scales->scale[2 * u]),
+                                                                 _mm256_mullo_epi32(second, scales->scale[2 * u + 1])));
+        } else {
+          total[j] = _mm256_add_epi32(total[j], _mm256_mullo_epi32(_mm256_add_epi32(first, second), scales->scale[u]));
+        }
+      }
+    }
+    for (int j = 0; j < kRows; ++j) {
+      const RecordQ8K& a = records[j * n_blocks + b];
+      __m256i pairs_dot = _mm256_setzero_si256();
+      for (int p = 0; p < pair_count<Format>(); ++p) {
+        pairs_dot = _mm256_add_epi32(pairs_dot, _mm256_madd_epi16(scales->pairs[p], _mm256_set1_epi32(activation_pairs<Format>(a)[p])));
+      }
+      acc[j] = finish_block<Format>(total[j], pairs_dot, scales->d, scales->dmin, a.d, acc[j]);
+    }
+  }
+  for (int j = 0; j < kRows; ++j) store_outputs(args, first_row + j, o, valid, acc[j]);
+}
+
+template <class Format>
+void multiply_tile(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args, int64_t o, int valid) {
+  int64_t j = 0;
+  for (; j + kMaxChunkRows <= args.n_rows; j += kMaxChunkRows) multiply_chunk<Format, kMaxChunkRows>(tile, n_blocks, args, j, o, valid);
+  switch (args.n_rows - j) {
+    case 1: multiply_chunk<Format, 1>(tile, n_blocks, args, j, o, valid); break;
+    case 2: multiply_chunk<Format, 2>(tile, n_blocks, args, j, o, valid); break;
+    case 3: multiply_chunk<Format, 3>(tile, n_blocks, args, j, o, valid); break;
+    default: break;
+  }
+}
+
+// One row's exact sums over super-block b: I (with the offset removed) and the pairs' dot.
+template <class Format>
+void row_sums(const typename Format::Block& block, const RecordQ8K& a, int32_t& total, int32_t& pairs_dot, float& d, float& dmin) {
+  RowScales s;
+  Format::scales(block, s);
+  __m256i sums = _mm256_setzero_si256();
+  for (int u = 0; u < kUnits; ++u) {
+    const __m256i levels = Format::levels(block, u);
+    const __m256i q = simd::load256(a.qs + 32 * u);
+    __m256i products;
+    if constexpr (Format::kSigned) {
+      products = _mm256_maddubs_epi16(_mm256_sign_epi8(levels, levels), _mm256_sign_epi8(q, levels));
+    } else {
+      products = _mm256_maddubs_epi16(levels, q);
+    }
+    // The unit's first 16 elements are the low 128 bits of the products.
+    const int lo = Format::kHalfScales ? s.scale[2 * u] : s.scale[u];
+    const int hi = Format::kHalfScales ? s.scale[2 * u + 1] : s.scale[u];
+    const __m256i scales16 = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
+    sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scales16));
+  }
+  total = simd::hsum(sums);
+  pairs_dot = 0;
+  const int32_t* pairs_a = activation_pairs<Format>(a);
+  for (int p = 0; p < pair_count<Format>(); ++p) {
+    const auto w_low = static_cast<int16_t>(s.pairs[p] & 0xffff), w_high = static_cast<int16_t>(static_cast<uint32_t>(s.pairs[p]) >> 16);
+    const auto a_low = static_cast<int16_t>(pairs_a[p] & 0xffff), a_high = static_cast<int16_t>(static_cast<uint32_t>(pairs_a[p]) >> 16);
+    pairs_dot += w_low * a_low + w_high * a_high;
+  }
+  d = s.d;
+  dmin = s.dmin;
+}
+
+// The weights stream from memory once, 8 rows in lockstep, which the hardware prefetcher follows
+// poorly: while a tile's rows are multiplied, the next tile's are requested a slice per block.
+class NextRowsPrefetch {
+ public:
+  NextRowsPrefetch(const GemmArgs& args, int64_t next_row, int64_t steps) {
+    const int64_t stream_end = args.stream_row_end > args.row_end ? args.stream_row_end : args.row_end;
+    const int64_t rows = min64(kTileRows, stream_end - next_row);
+    if (rows <= 0) return;
+    next_ = reinterpret_cast<const char*>(args.weights) + static_cast<size_t>(next_row) * args.weight_row_bytes;
+    end_ = next_ + static_cast<size_t>(rows) * args.weight_row_bytes;
+    const auto lines = static_cast<size_t>(end_ - next_ + 63) / 64;
+    per_step_ = (lines + static_cast<size_t>(steps) - 1) / static_cast<size_t>(steps);
+  }
+  void step() {
+    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += 64) _mm_prefetch(next_, _MM_HINT_T0);
+  }
+
+ private:
+  const char* next_ = nullptr;
+  const char* end_ = nullptr;
+  size_t per_step_ = 0;
+};
+
+template <class Format>
+void multiply_one_row(const GemmArgs& args) {
+  using Block = typename Format::Block;
+  const int64_t n_blocks = args.k / kQKK;
+  const auto* records = reinterpret_cast<const RecordQ8K*>(args.activations);
+  for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
+    const TileRows<Block> rows(args.weights, args.weight_row_bytes, o, args.row_end);
+    NextRowsPrefetch prefetch(args, o + kTileRows, n_blocks);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      prefetch.step();
+      alignas(32) int32_t total[kTileRows], pairs_dot[kTileRows];
+      alignas(32) float d[kTileRows], dmin[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) row_sums<Format>(rows.row[r][b], records[b], total[r], pairs_dot[r], d[r], dmin[r]);
+      // The offset comes off in finish_block, as in the batched path.
+      acc = finish_block<Format>(_mm256_load_si256(reinterpret_cast<const __m256i*>(total)),
+                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs_dot)), _mm256_load_ps(d),
+                                 _mm256_load_ps(dmin), records[b].d, acc);
+    }
+    store_outputs(args, 0, o, rows.valid, acc);
+  }
+}
+
+// A thread's repacked tile, reused across calls.
+uint8_t* thread_tile(size_t bytes) {
+  struct alignas(32) Line {
+    uint8_t bytes[32];
+  };
+  thread_local std::vector<Line> buffer;
+  if (buffer.size() * sizeof(Line) < bytes) buffer.resize((bytes + sizeof(Line) - 1) / sizeof(Line));
+  return buffer.data()->bytes;
+}
+
+template <class Format>
+void multiply(const GemmArgs& args) {
+  const int64_t n_blocks = args.k / kQKK;
+  const size_t bytes = tile_bytes(args.k);
+  // The tiles are about twice the file's rows: a single row reads the file (it is bound by the
+  // bytes it reads).
+  const bool prepacked = args.tiles != nullptr && args.row_begin % kTileRows == 0 && args.n_rows > 1;
+  if (!prepacked && args.n_rows == 1) {
+    multiply_one_row<Format>(args);
+    return;
+  }
+  for (int64_t o = args.row_begin; o < args.row_end; o += kTileRows) {
+    const int valid = static_cast<int>(min64(kTileRows, args.row_end - o));
+    const uint8_t* tile = nullptr;
+    if (prepacked) {
+      tile = args.tiles + static_cast<size_t>(o / kTileRows) * bytes;
+    } else {
+      uint8_t* repacked = thread_tile(bytes);
+      repack_tile<Format>(TileRows<typename Format::Block>(args.weights, args.weight_row_bytes, o, args.row_end), n_blocks, repacked);
+      tile = repacked;
+    }
+    multiply_tile<Format>(tile, n_blocks, args, o, valid);
+  }
+}
+
+template <class Format>
+void pack_tile(const uint8_t* weights, size_t row_bytes, int64_t k, int64_t first_row, int64_t n_rows, uint8_t* out) {
+  repack_tile<Format>(TileRows<typename Format::Block>(weights, row_bytes, first_row, n_rows), k / kQKK, out);
+}
+
+template <class Format>
+constexpr GemmKernel gemm_kernel_of(const ActivationPacker* packer) {
+  return {packer, kTileRows, multiply<Format>, tile_bytes, pack_tile<Format>, false, false};
+}
+
+}  // namespace
+
+const ActivationPacker kPackQ8_K{batch_bytes_q8_K, pack_q8_K};
+
+constinit const GemmKernel kGemmQ2_K = gemm_kernel_of<Q2_KFormat>(&kPackQ8_K);
+constinit const GemmKernel kGemmQ3_K = gemm_kernel_of<Q3_KFormat>(&kPackQ8_K);
+constinit const GemmKernel kGemmQ4_K = gemm_kernel_of<Q4_KFormat>(&kPackQ8_K);
+constinit const GemmKernel kGemmQ5_K = gemm_kernel_of<Q5_KFormat>(&kPackQ8_K);
+constinit const GemmKernel kGemmQ6_K = gemm_kernel_of<Q6_KFormat>(&kPackQ8_K);
+constinit const GemmKernel kGemmIQ4_XS = gemm_kernel_of<IQ4_XSFormat>(&kPackQ8_K);
+
+}  // namespace mnemo::kernels::avx2
