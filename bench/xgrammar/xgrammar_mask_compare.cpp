@@ -119,7 +119,9 @@ Ours compile_ours(const Case& c) {
 }
 
 // XGrammar's schema options closest to our schema language: any whitespace, at most 16 bytes in
-// a run (JsonMatcher::kMaxWhitespace), no properties beyond the schema's (strict mode).
+// a run (ours: at most two line breaks then 20 spaces or tabs, grammar::WhitespaceRun, which
+// XGrammar cannot express: whitespace tokens are where the masks may differ), no properties
+// beyond the schema's (strict mode).
 // Properties in the schema's order, XGrammar's default: its any_order (--any-order) lets a
 // property come again, where ours take the properties in any order, each once.
 bool any_order = false;

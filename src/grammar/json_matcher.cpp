@@ -23,9 +23,11 @@ bool JsonMatcher::start_value(uint8_t byte) {
       return true;
     case '-':
       state_ = State::kMinus;
+      digits_ = 0;
       return true;
     case '0':
       state_ = State::kZero;
+      digits_ = 1;
       return true;
     case 't':
     case 'f':
@@ -37,6 +39,7 @@ bool JsonMatcher::start_value(uint8_t byte) {
     default:
       if (byte >= '1' && byte <= '9') {
         state_ = State::kInteger;
+        digits_ = 1;
         return true;
       }
       return false;
@@ -60,32 +63,34 @@ bool JsonMatcher::after_value(uint8_t byte) {
 // A number's next byte; a byte that cannot extend it ends it (if it may end there) and is then
 // read as what follows the value.
 bool JsonMatcher::number(uint8_t byte) {
-  const auto go = [this](State next) {
+  // Into the next state, with the digits its part has so far.
+  const auto go = [this](State next, uint8_t digits) {
     state_ = next;
+    digits_ = digits;
     return true;
   };
   switch (state_) {
     case State::kMinus:
-      return byte == '0' ? go(State::kZero) : (byte >= '1' && byte <= '9') ? go(State::kInteger) : false;
+      return byte == '0' ? go(State::kZero, 1) : (byte >= '1' && byte <= '9') ? go(State::kInteger, 1) : false;
     case State::kZero:
     case State::kInteger:
-      if (is_ascii_digit(byte) && state_ == State::kInteger) return true;
-      if (byte == '.') return go(State::kDot);
-      if (byte == 'e' || byte == 'E') return go(State::kExponentMark);
+      if (is_ascii_digit(byte) && state_ == State::kInteger) return digit();
+      if (byte == '.') return go(State::kDot, 0);
+      if (byte == 'e' || byte == 'E') return go(State::kExponentMark, 0);
       break;
     case State::kDot:
-      return is_ascii_digit(byte) ? go(State::kFraction) : false;
+      return is_ascii_digit(byte) ? go(State::kFraction, 1) : false;
     case State::kFraction:
-      if (is_ascii_digit(byte)) return true;
-      if (byte == 'e' || byte == 'E') return go(State::kExponentMark);
+      if (is_ascii_digit(byte)) return digit();
+      if (byte == 'e' || byte == 'E') return go(State::kExponentMark, 0);
       break;
     case State::kExponentMark:
-      if (byte == '+' || byte == '-') return go(State::kExponentSign);
-      return is_ascii_digit(byte) ? go(State::kExponent) : false;
+      if (byte == '+' || byte == '-') return go(State::kExponentSign, 0);
+      return is_ascii_digit(byte) ? go(State::kExponent, 1) : false;
     case State::kExponentSign:
-      return is_ascii_digit(byte) ? go(State::kExponent) : false;
+      return is_ascii_digit(byte) ? go(State::kExponent, 1) : false;
     case State::kExponent:
-      if (is_ascii_digit(byte)) return true;
+      if (is_ascii_digit(byte)) return digit();
       break;
     default:
       return false;
@@ -97,7 +102,7 @@ bool JsonMatcher::number(uint8_t byte) {
     *this = before;  // a number at the root would end only with the text: not allowed here
     return false;
   }
-  whitespace_run_ = 0;
+  whitespace_run_.end();
   if (whitespace(byte) || after_value(byte)) return true;
   *this = before;
   return false;
@@ -171,7 +176,7 @@ bool JsonMatcher::feed(uint8_t byte) {
     *this = before;
     return false;
   }
-  if (!is_json_whitespace(byte)) whitespace_run_ = 0;
+  if (!is_json_whitespace(byte)) whitespace_run_.end();
   return true;
 }
 

@@ -1,8 +1,11 @@
 // A character-level acceptor of JSON text (RFC 8259), one byte at a time, for constrained
 // decoding: feed() says whether a byte can continue a valid document, and complete() whether the
 // bytes so far are one. Trivially copyable (a fixed stack), so a token mask can try every token
-// from a copy. Strings must be valid UTF-8, as JSON text is. Bounded: nesting at most kMaxDepth, at most kMaxWhitespace whitespace bytes in a
-// row (a model that loops on newlines must still end), a root that may be required to be an object.
+// from a copy. Strings must be valid UTF-8, as JSON text is. Bounded as llama.cpp's schema
+// grammars bound JSON, so that a model that loops on blank lines, spaces or digits must still
+// end: nesting at most kMaxDepth; whitespace between tokens at most two line breaks then at most
+// twenty spaces or tabs (WhitespaceRun); each part of a number (integer, fraction, exponent) at
+// most kMaxDigits digits; a root that may be required to be an object.
 #pragma once
 
 #include <array>
@@ -14,12 +17,44 @@ namespace mnemo::grammar {
 inline bool is_json_whitespace(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
 inline bool is_ascii_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 
-// A bounded run of whitespace: counts `byte` into `run` if it is whitespace and the run has room.
-inline bool bounded_whitespace(uint8_t byte, uint8_t& run, int max_run) {
-  if (!is_json_whitespace(byte) || run >= max_run) return false;
-  ++run;
-  return true;
-}
+// A run of whitespace between two JSON tokens, in the shape of llama.cpp's `space` rule
+// (json-schema-to-grammar: "" | " " | "\n"{1,2} [ \t]{0,20}): at most two line breaks, each
+// "\n" or "\r\n", and after them at most kMaxIndent spaces or tabs; without a line break, one
+// space. Pretty-printed and one-line JSON fit it; a model that writes blank line after blank line,
+// or spaces and tabs on and on, does not.
+struct WhitespaceRun {
+  static constexpr uint8_t kMaxLineBreaks = 2;
+  static constexpr uint8_t kMaxIndent = 20;
+
+  // Counts `byte` into the run if it is whitespace the run has room for.
+  bool take(uint8_t byte) {
+    switch (byte) {
+      case '\r':
+        if (indent > 0 || after_return || line_breaks >= kMaxLineBreaks) return false;
+        after_return = true;
+        return true;
+      case '\n':
+        if (indent > 0 || (!after_return && line_breaks >= kMaxLineBreaks)) return false;
+        after_return = false;
+        ++line_breaks;
+        return true;
+      case ' ':
+      case '\t':
+        // Without a line break before it, a single space; after one, the indentation.
+        if (after_return || indent >= (line_breaks > 0 ? kMaxIndent : (byte == ' ' ? 1 : 0))) return false;
+        ++indent;
+        return true;
+      default:
+        return false;
+    }
+  }
+  // A token other than whitespace ends the run.
+  void end() { *this = WhitespaceRun{}; }
+
+  uint8_t line_breaks = 0;
+  uint8_t indent = 0;
+  bool after_return = false;
+};
 
 // Feeds `bytes` one at a time to any matcher (JsonMatcher, SchemaMatcher, SchemaMatcherSet,
 // RegexMatcher): false at the first it refuses, the bytes before it taken.
@@ -34,7 +69,9 @@ bool feed_each(Matcher& matcher, std::string_view bytes) {
 class JsonMatcher {
  public:
   static constexpr int kMaxDepth = 32;
-  static constexpr int kMaxWhitespace = 16;
+  // llama.cpp's bound (integral-part ::= [0] | [1-9] [0-9]{0,15}, decimal-part ::= [0-9]{1,16});
+  // a schema's integer bounds are at most 10^15 in size, so they fit it too.
+  static constexpr uint8_t kMaxDigits = 16;
 
   explicit JsonMatcher(bool object_root = true) : object_root_(object_root) {}
 
@@ -90,7 +127,13 @@ class JsonMatcher {
     state_ = depth_ == 0 ? State::kDone : State::kAfterValue;
     return true;
   }
-  bool whitespace(uint8_t byte) { return bounded_whitespace(byte, whitespace_run_, kMaxWhitespace); }
+  bool whitespace(uint8_t byte) { return whitespace_run_.take(byte); }
+  // One more digit of the number's current part, if the part has room.
+  bool digit() {
+    if (digits_ >= kMaxDigits) return false;
+    ++digits_;
+    return true;
+  }
 
   std::array<uint8_t, kMaxDepth> stack_{};  // '{' or '['
   uint8_t depth_ = 0;
@@ -104,7 +147,8 @@ class JsonMatcher {
   uint8_t utf8_lo_ = 0x80;
   uint8_t utf8_hi_ = 0xBF;
   bool string_byte(uint8_t byte);
-  uint8_t whitespace_run_ = 0;
+  WhitespaceRun whitespace_run_;
+  uint8_t digits_ = 0;  // of the number's current part
   uint8_t literal_at_ = 0;
   const char* literal_ = nullptr;
 };

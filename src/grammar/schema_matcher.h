@@ -1,8 +1,9 @@
 // A byte-level acceptor of the JSON documents a compiled schema (grammar/json_schema.h) allows:
 // an object's properties in any order, each at most once, the required ones all present, each
 // value of its node's kind, enums one of
-// their values, arrays within their item counts. Whitespace between tokens as JSON allows it
-// (runs bounded). Like JsonMatcher, trivially copyable: a token mask tries tokens on copies.
+// their values, arrays within their item counts. Whitespace between tokens as JSON allows it,
+// in runs bounded as JsonMatcher bounds them (WhitespaceRun), and numbers' digits as it bounds
+// them. Like JsonMatcher, trivially copyable: a token mask tries tokens on copies.
 #pragma once
 
 #include <array>
@@ -25,7 +26,7 @@ class SchemaMatcher {
   // As feed, for a copy the caller drops when it fails: no copy is kept to undo with.
   bool advance(uint8_t byte) {
     if (!step(byte)) return false;
-    if (!is_json_whitespace(byte)) whitespace_run_ = 0;
+    if (!is_json_whitespace(byte)) whitespace_run_.end();
     return true;
   }
   bool complete() const { return done_; }
@@ -58,7 +59,7 @@ class SchemaMatcher {
   bool step_leaf(uint8_t byte);
   bool begin_value(int32_t node, uint8_t byte);
   bool value_done();
-  bool whitespace(uint8_t byte) { return bounded_whitespace(byte, whitespace_run_, JsonMatcher::kMaxWhitespace); }
+  bool whitespace(uint8_t byte) { return whitespace_run_.take(byte); }
   bool begin_key();
   bool key_byte(uint8_t byte);
   // A string value's length and pattern, checked on each byte of its content.
@@ -75,7 +76,7 @@ class SchemaMatcher {
   int32_t depth_ = 0;
   int32_t root_node_ = 0;
   bool done_ = false;
-  uint8_t whitespace_run_ = 0;
+  WhitespaceRun whitespace_run_;
   Leaf leaf_ = Leaf::kNone;
   JsonMatcher leaf_matcher_{/*object_root=*/false};  // a string, boolean, null or number value
   int32_t leaf_node_ = 0;

@@ -62,14 +62,36 @@ TEST(JsonMatcher, ARefusedByteLeavesTheStateAsItWas) {
 }
 
 TEST(JsonMatcher, BoundsWhitespaceRunsAndNesting) {
-  std::string spaces(JsonMatcher::kMaxWhitespace, ' ');
-  EXPECT_TRUE(completes("{" + spaces + "}"));
-  EXPECT_EQ(accepted_prefix("{" + spaces + " }"), 1u + JsonMatcher::kMaxWhitespace);
+  const std::string indent(WhitespaceRun::kMaxIndent, ' ');
+  EXPECT_TRUE(completes("{\n" + indent + "}"));
+  EXPECT_EQ(accepted_prefix("{\n" + indent + " }"), 2u + WhitespaceRun::kMaxIndent);
+  // Without a line break, one space (no tab).
+  EXPECT_TRUE(completes("{ \"a\": 1, \"b\": [1, 2] }"));
+  EXPECT_EQ(accepted_prefix("{  }"), 2u);
+  EXPECT_EQ(accepted_prefix("{\t}"), 1u);
+  // Two line breaks (LF or CRLF), then the indentation; not a third, not a break after a space.
+  EXPECT_TRUE(completes("{\n\n" + indent + "\"a\":\r\n\r\n\t1}"));
+  EXPECT_EQ(accepted_prefix("{\n\n\n}"), 3u);
+  EXPECT_EQ(accepted_prefix("{\r\n\r\n\r\n}"), 5u);
+  EXPECT_EQ(accepted_prefix("{ \n}"), 2u);
+  EXPECT_EQ(accepted_prefix("{\r }"), 2u);  // a carriage return only before a line feed
+  // The run starts again after every token.
+  EXPECT_TRUE(completes("{\n\n  \"a\"\n\n  :\n\n  1\n\n}"));
   std::string deep = "{\"a\":";
   for (int i = 1; i < JsonMatcher::kMaxDepth; ++i) deep += "[";
   EXPECT_EQ(accepted_prefix(deep + "["), deep.size());  // one level too many
   std::string closing(JsonMatcher::kMaxDepth - 1, ']');
   EXPECT_TRUE(completes(deep + closing + "}"));
+}
+
+TEST(JsonMatcher, BoundsTheDigitsOfEachPartOfANumber) {
+  const std::string digits(JsonMatcher::kMaxDigits, '7');
+  EXPECT_TRUE(completes("{\"n\": -" + digits + "." + digits + "e+" + digits + "}"));
+  EXPECT_EQ(accepted_prefix("{\"n\": " + digits + "7}"), 6u + JsonMatcher::kMaxDigits);
+  EXPECT_EQ(accepted_prefix("{\"n\": 0." + digits + "7}"), 8u + JsonMatcher::kMaxDigits);
+  EXPECT_EQ(accepted_prefix("{\"n\": 1E" + digits + "7}"), 8u + JsonMatcher::kMaxDigits);
+  // Each part counts its own digits; the next number starts from none.
+  EXPECT_TRUE(completes("[" + digits + ", " + digits + "]", /*object_root=*/false));
 }
 
 TEST(JsonMatcher, WithoutAnObjectRootAnyContainerOrLiteralIsADocument) {
