@@ -8,6 +8,9 @@
 // Q6_K's carry +4 and +32, removed through the activations' per-16 sums) except IQ4_XS's table
 // levels, multiplied as |w| times the activations with w's sign (AVX2 has no VNNI).
 //
+// A unit's group products (vpmaddubsw: int16 pairs) are summed as int16 while no sum can overflow
+// (int16_groups: 2 x the largest level x 127 each), then multiplied by the unit's (or the 16's)
+// scale in one vpmaddwd against the scale as an int16 pair.
 // Per super-block and lane everything up to one float conversion is exact integer arithmetic, as
 // in the AVX-512 kernels (gemm_avx512_k.cpp), whose float operations these repeat:
 //   I = sum of each unit's (or each 16's) level products times its scale, less the offset times
@@ -101,30 +104,58 @@ void k_scale_pairs(const uint8_t* packed, uint16_t d, uint16_t dmin, RowScales& 
   s.dmin = simd::half_to_float(dmin);
 }
 
+// A row's super-block scales for the single-row path, as vectors: `scales` as int16 (per-32
+// formats [s0..s7 | s0..s7], per-16 formats [s0..s7 | s8..s15]) and `pairs` as the int16 pairs
+// that meet the activations' per-16 or per-32 sums (per-32: the low 128 bits, the rest zero).
+struct RowVectors {
+  __m256i scales, pairs;
+  float d = 0.0f, dmin = 0.0f;
+};
+
+// Q4_K's and Q5_K's twelve scale bytes (k_scales.h) as words: scales 0-3 and mins 0-3 are the
+// low six bits of bytes 0-3 and 4-7; scales and mins 4-7 take their low four bits from bytes
+// 8-11 (low and high nibble) and their top two from the top bits of bytes 0-3 and 4-7.
+void k_scale_vectors(const uint8_t* packed, uint16_t d, uint16_t dmin, RowVectors& v) {
+  uint32_t w[3];
+  std::memcpy(w, packed, sizeof(w));
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint64_t sc = (w[0] & low6) | static_cast<uint64_t>((w[2] & low4) | (((w[0] >> 6) & low2) << 4)) << 32;
+  const uint64_t m = (w[1] & low6) | static_cast<uint64_t>(((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4)) << 32;
+  v.scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+  v.pairs = _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(m))), 0);
+  v.d = simd::half_to_float(d);
+  v.dmin = simd::half_to_float(dmin);
+}
+
 struct Q4_KFormat {
   using Block = BlockQ4_K;
   static constexpr bool kSigned = false, kHalfScales = false, kAffine = true, kPairs16 = false;
   static constexpr int kOffset = 0;
+  static constexpr int kMaxLevel = 15;  // of the levels as multiplied
   static __m256i levels(const Block& b, int u) { return nibbles(b.qs + 32 * (u / 2), u % 2 != 0); }
   static void scales(const Block& b, RowScales& s) { k_scale_pairs(b.scales, b.d, b.dmin, s); }
+  static void vectors(const Block& b, RowVectors& v) { k_scale_vectors(b.scales, b.d, b.dmin, v); }
 };
 
 struct Q5_KFormat {
   using Block = BlockQ5_K;
   static constexpr bool kSigned = false, kHalfScales = false, kAffine = true, kPairs16 = false;
   static constexpr int kOffset = 0;
+  static constexpr int kMaxLevel = 31;  // of the levels as multiplied
   // Unit u's fifth bits are bit u of qh[l].
   static __m256i levels(const Block& b, int u) {
     const __m256i fifth = _mm256_and_si256(_mm256_srli_epi16(simd::load256(b.qh), u), _mm256_set1_epi8(1));
     return _mm256_or_si256(nibbles(b.qs + 32 * (u / 2), u % 2 != 0), _mm256_slli_epi16(fifth, 4));
   }
   static void scales(const Block& b, RowScales& s) { k_scale_pairs(b.scales, b.d, b.dmin, s); }
+  static void vectors(const Block& b, RowVectors& v) { k_scale_vectors(b.scales, b.d, b.dmin, v); }
 };
 
 struct Q6_KFormat {
   using Block = BlockQ6_K;
   static constexpr bool kSigned = false, kHalfScales = true, kAffine = false, kPairs16 = true;
   static constexpr int kOffset = 32;
+  static constexpr int kMaxLevel = 63;  // of the levels as multiplied
   // Unit u = group g of half h (kernels' unpack_levels_q6): low 4 bits from ql, top 2 from qh.
   static __m256i levels(const Block& b, int u) {
     const int half = u / 4, g = u % 4;
@@ -137,12 +168,19 @@ struct Q6_KFormat {
     for (int p = 0; p < 8; ++p) s.pairs[p] = int16_pair(b.scales[2 * p], b.scales[2 * p + 1]);
     s.d = simd::half_to_float(b.d);
   }
+  // The sixteen int8 scales are both the scales and the pairs.
+  static void vectors(const Block& b, RowVectors& v) {
+    v.scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    v.pairs = v.scales;
+    v.d = simd::half_to_float(b.d);
+  }
 };
 
 struct Q3_KFormat {
   using Block = BlockQ3_K;
   static constexpr bool kSigned = false, kHalfScales = true, kAffine = false, kPairs16 = true;
   static constexpr int kOffset = 4;
+  static constexpr int kMaxLevel = 7;  // of the levels as multiplied
   // q + 4: the two low bits, and 4 where the third bit (bit 4 * (u / 4) + u % 4 of hmask[l]) is set.
   static __m256i levels(const Block& b, int u) {
     const __m256i third = _mm256_and_si256(_mm256_srli_epi16(simd::load256(b.hmask), 4 * (u / 4) + u % 4), _mm256_set1_epi8(1));
@@ -161,6 +199,7 @@ struct Q2_KFormat {
   using Block = BlockQ2_K;
   static constexpr bool kSigned = false, kHalfScales = true, kAffine = true, kPairs16 = true;
   static constexpr int kOffset = 0;
+  static constexpr int kMaxLevel = 3;  // of the levels as multiplied
   static __m256i levels(const Block& b, int u) { return two_bits(b.qs, u); }
   static void scales(const Block& b, RowScales& s) {
     for (int i = 0; i < 16; ++i) s.scale[i] = b.scales[i] & 0x0f;
@@ -168,12 +207,22 @@ struct Q2_KFormat {
     s.d = simd::half_to_float(b.d);
     s.dmin = simd::half_to_float(b.dmin);
   }
+  // Scales in the low nibbles, mins in the high.
+  static void vectors(const Block& b, RowVectors& v) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    v.scales = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, low4));
+    v.pairs = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
+    v.d = simd::half_to_float(b.d);
+    v.dmin = simd::half_to_float(b.dmin);
+  }
 };
 
 struct IQ4_XSFormat {
   using Block = BlockIQ4_XS;
   static constexpr bool kSigned = true, kHalfScales = false, kAffine = false, kPairs16 = false;
   static constexpr int kOffset = 0;
+  static constexpr int kMaxLevel = 127;  // of the levels as multiplied (|w|)
   static __m256i levels(const Block& b, int u) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlLevels)));
     return _mm256_shuffle_epi8(table, simd::unpack_nibbles(b.qs + 16 * u));
@@ -215,7 +264,7 @@ struct TileRows {
 
 // A tile's scales for one super-block, one row per lane.
 struct TileScales {
-  __m256i scale[16];
+  __m256i scale[16];  // each as an int16 pair (vpmaddwd's other operand)
   __m256i pairs[8];
   __m256 d, dmin;
 };
@@ -228,7 +277,7 @@ void tile_scales(const TileRows<typename Format::Block>& rows, int64_t b, TileSc
   for (int r = 0; r < kTileRows; ++r) {
     RowScales s;
     Format::scales(rows.row[r][b], s);
-    for (int i = 0; i < scale_count<Format>(); ++i) scale[i][r] = s.scale[i];
+    for (int i = 0; i < scale_count<Format>(); ++i) scale[i][r] = int16_pair(s.scale[i], s.scale[i]);
     for (int p = 0; p < pair_count<Format>(); ++p) pairs[p][r] = s.pairs[p];
     d[r] = s.d;
     dmin[r] = s.dmin;
@@ -292,18 +341,41 @@ __m256 finish_block(__m256i total, __m256i pairs_dot, __m256 d, __m256 dmin, flo
   return acc;
 }
 
-// Four products per lane of a tile's vector w and four activation bytes.
+// How many group products may be summed as int16: each lane of one is at most
+// 2 x kMaxLevel x 127 in size (Q8_K activations are within +-127).
 template <class Format>
-__m256i dot4(__m256i w, const int8_t* a) {
+constexpr int int16_groups() {
+  constexpr int fit = 32767 / (2 * Format::kMaxLevel * 127);
+  return fit < 1 ? 1 : fit > 8 ? 8 : fit;
+}
+static_assert(int16_groups<Q4_KFormat>() == 8 && int16_groups<Q5_KFormat>() == 4 && int16_groups<Q6_KFormat>() == 2 &&
+              int16_groups<IQ4_XSFormat>() == 1);
+
+// The products per lane of a tile's vector w and four activation bytes, as int16 pairs.
+template <class Format>
+__m256i group_products(__m256i w, const int8_t* a) {
   int32_t word;
   std::memcpy(&word, a, sizeof(word));
   const __m256i broadcast = _mm256_set1_epi32(word);
-  const __m256i ones = _mm256_set1_epi16(1);
   if constexpr (Format::kSigned) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(broadcast, w)), ones);
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(broadcast, w));
   } else {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, broadcast), ones);
+    return _mm256_maddubs_epi16(w, broadcast);
   }
+}
+
+// Per lane: the scale times the sum of groups [kFirst, kFirst + kCount) of a unit (group g: w[g]
+// against the activations q[4g..4g+3]), exact.
+template <class Format, int kFirst, int kCount>
+__m256i scaled_groups(const __m256i* w, const int8_t* q, __m256i scale16) {
+  constexpr int kRun = int16_groups<Format>();
+  __m256i total = _mm256_setzero_si256();
+  for (int g = kFirst; g < kFirst + kCount; g += kRun) {
+    __m256i sum = group_products<Format>(w[g], q + 4 * g);
+    for (int i = 1; i < kRun && g + i < kFirst + kCount; ++i) sum = _mm256_add_epi16(sum, group_products<Format>(w[g + i], q + 4 * (g + i)));
+    total = _mm256_add_epi32(total, _mm256_madd_epi16(sum, scale16));
+  }
+  return total;
 }
 
 // A tile's outputs o..o+valid-1 of activation row `row`.
@@ -333,17 +405,11 @@ void multiply_chunk(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args,
       for (int g = 0; g < 8; ++g) w[g] = _mm256_load_si256(vectors + 8 * u + g);
       for (int j = 0; j < kRows; ++j) {
         const int8_t* q = records[j * n_blocks + b].qs + 32 * u;
-        __m256i first = dot4<Format>(w[0], q);
-        __m256i second = dot4<Format>(w[4], q + 16);
-        for (int g = 1; g < 4; ++g) {
-          first = _mm256_add_epi32(first, dot4<Format>(w[g], q + 4 * g));
-          second = _mm256_add_epi32(second, dot4<Format>(w[g + 4], q + 16 + 4 * g));
-        }
         if constexpr (Format::kHalfScales) {
-          total[j] = _mm256_add_epi32(total[j], _mm256_add_epi32(_mm256_mullo_epi32(first, scales->scale[2 * u]),
-                                                                 _mm256_mullo_epi32(second, scales->scale[2 * u + 1])));
+          total[j] = _mm256_add_epi32(total[j], _mm256_add_epi32(scaled_groups<Format, 0, 4>(w, q, scales->scale[2 * u]),
+                                                                 scaled_groups<Format, 4, 4>(w, q, scales->scale[2 * u + 1])));
         } else {
-          total[j] = _mm256_add_epi32(total[j], _mm256_mullo_epi32(_mm256_add_epi32(first, second), scales->scale[u]));
+          total[j] = _mm256_add_epi32(total[j], scaled_groups<Format, 0, 8>(w, q, scales->scale[u]));
         }
       }
     }
@@ -371,12 +437,69 @@ void multiply_tile(const uint8_t* tile, int64_t n_blocks, const GemmArgs& args, 
   }
 }
 
-// One row's exact sums over super-block b: I (with the offset removed) and the pairs' dot.
+// The row vectors from RowScales, for the formats whose scales have no shorter way (Q3_K's
+// packing, IQ4_XS's split bits).
 template <class Format>
-void row_sums(const typename Format::Block& block, const RecordQ8K& a, int32_t& total, int32_t& pairs_dot, float& d, float& dmin) {
-  RowScales s;
-  Format::scales(block, s);
-  __m256i sums = _mm256_setzero_si256();
+__m256i row_scale_vector(const RowScales& s);
+
+template <class Format>
+void row_vectors(const typename Format::Block& block, RowVectors& v) {
+  if constexpr (requires { Format::vectors(block, v); }) {
+    Format::vectors(block, v);
+  } else {
+    RowScales s;
+    Format::scales(block, s);
+    v.scales = row_scale_vector<Format>(s);
+    v.pairs = _mm256_setzero_si256();
+    if constexpr (pair_count<Format>() == 8) {
+      v.pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.pairs));
+    } else if constexpr (pair_count<Format>() == 4) {
+      v.pairs = _mm256_inserti128_si256(v.pairs, _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.pairs)), 0);
+    }
+    v.d = s.d;
+    v.dmin = s.dmin;
+  }
+}
+
+// The scales of a row's super-block as int16 vectors: per-32 formats [s0..s7 | s0..s7], per-16
+// formats [s0..s7 | s8..s15].
+template <class Format>
+__m256i row_scale_vector(const RowScales& s) {
+  const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.scale));
+  if constexpr (Format::kHalfScales) {
+    const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.scale + 8));
+    return _mm256_permute4x64_epi64(_mm256_packs_epi32(low, high), 0xD8);
+  } else {
+    return _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(low), _mm256_extracti128_si256(low, 1)));
+  }
+}
+
+// Unit u's scale in every int16 lane (per-16 formats: scale 2u in the low 128 bits, 2u + 1 in
+// the high), from row_scale_vector's vector.
+template <class Format>
+__m256i unit_scale(__m256i scales, int u) {
+  if constexpr (Format::kHalfScales) {
+    const int k = u % 4;
+    const __m256i half = u < 4 ? _mm256_permute2x128_si256(scales, scales, 0x00) : _mm256_permute2x128_si256(scales, scales, 0x11);
+    const __m256i pick = _mm256_setr_epi8(4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1,
+                                          4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3, 4 * k + 2,
+                                          4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2,
+                                          4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3);
+    return _mm256_shuffle_epi8(half, pick);
+  } else {
+    return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * u)));
+  }
+}
+
+// One row's super-block b as two int32 vectors whose lanes sum to its exact sums: I (with the
+// offset already removed: sum of the levels' products times their scales, less the offset
+// times the pairs' dot) and, for the affine formats, the mins' dot M.
+template <class Format>
+void row_sum_vectors(const typename Format::Block& block, const RecordQ8K& a, __m256i& total, __m256i& pairs_dot, float& d,
+                     float& dmin) {
+  RowVectors v;
+  row_vectors<Format>(block, v);
+  total = _mm256_setzero_si256();
   for (int u = 0; u < kUnits; ++u) {
     const __m256i levels = Format::levels(block, u);
     const __m256i q = simd::load256(a.qs + 32 * u);
@@ -386,22 +509,30 @@ void row_sums(const typename Format::Block& block, const RecordQ8K& a, int32_t& 
     } else {
       products = _mm256_maddubs_epi16(levels, q);
     }
-    // The unit's first 16 elements are the low 128 bits of the products.
-    const int lo = Format::kHalfScales ? s.scale[2 * u] : s.scale[u];
-    const int hi = Format::kHalfScales ? s.scale[2 * u + 1] : s.scale[u];
-    const __m256i scales16 = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
-    sums = _mm256_add_epi32(sums, _mm256_madd_epi16(products, scales16));
+    total = _mm256_add_epi32(total, _mm256_madd_epi16(products, unit_scale<Format>(v.scales, u)));
   }
-  total = simd::hsum(sums);
-  pairs_dot = 0;
-  const int32_t* pairs_a = activation_pairs<Format>(a);
-  for (int p = 0; p < pair_count<Format>(); ++p) {
-    const auto w_low = static_cast<int16_t>(s.pairs[p] & 0xffff), w_high = static_cast<int16_t>(static_cast<uint32_t>(s.pairs[p]) >> 16);
-    const auto a_low = static_cast<int16_t>(pairs_a[p] & 0xffff), a_high = static_cast<int16_t>(static_cast<uint32_t>(pairs_a[p]) >> 16);
-    pairs_dot += w_low * a_low + w_high * a_high;
+  pairs_dot = _mm256_setzero_si256();
+  if constexpr (pair_count<Format>() == 8) {
+    pairs_dot = _mm256_madd_epi16(v.pairs, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(activation_pairs<Format>(a))));
+  } else if constexpr (pair_count<Format>() == 4) {
+    const __m128i dot = _mm_madd_epi16(_mm256_castsi256_si128(v.pairs),
+                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(activation_pairs<Format>(a))));
+    pairs_dot = _mm256_inserti128_si256(_mm256_setzero_si256(), dot, 0);
   }
-  d = s.d;
-  dmin = s.dmin;
+  if constexpr (Format::kOffset != 0) {
+    static_assert(!Format::kAffine);
+    total = _mm256_sub_epi32(total, _mm256_mullo_epi32(pairs_dot, _mm256_set1_epi32(Format::kOffset)));
+    pairs_dot = _mm256_setzero_si256();
+  }
+  d = v.d;
+  dmin = v.dmin;
+}
+
+// Lane r: the sum of the eight lanes of v[r] (exact).
+__m256i lane_sums(const __m256i* v) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
 }
 
 // The weights stream from memory once, 8 rows in lockstep, which the hardware prefetcher follows
@@ -438,13 +569,13 @@ void multiply_one_row(const GemmArgs& args) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
       prefetch.step();
-      alignas(32) int32_t total[kTileRows], pairs_dot[kTileRows];
+      __m256i total[kTileRows], pairs_dot[kTileRows];
       alignas(32) float d[kTileRows], dmin[kTileRows];
-      for (int r = 0; r < kTileRows; ++r) row_sums<Format>(rows.row[r][b], records[b], total[r], pairs_dot[r], d[r], dmin[r]);
-      // The offset comes off in finish_block, as in the batched path.
-      acc = finish_block<Format>(_mm256_load_si256(reinterpret_cast<const __m256i*>(total)),
-                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs_dot)), _mm256_load_ps(d),
-                                 _mm256_load_ps(dmin), records[b].d, acc);
+      for (int r = 0; r < kTileRows; ++r) row_sum_vectors<Format>(rows.row[r][b], records[b], total[r], pairs_dot[r], d[r], dmin[r]);
+      // The offset is already off the totals (the pairs' dots are zero there): finish_block
+      // then does the batched path's float operations on the same integers.
+      const __m256i pairs = Format::kAffine ? lane_sums(pairs_dot) : _mm256_setzero_si256();
+      acc = finish_block<Format>(lane_sums(total), pairs, _mm256_load_ps(d), _mm256_load_ps(dmin), records[b].d, acc);
     }
     store_outputs(args, 0, o, rows.valid, acc);
   }
