@@ -18,6 +18,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import make_test_models  # noqa: E402 (its vocabulary writer)
+
 SHAPES = {
     # Qwen3-1.7B (config.json of Qwen/Qwen3-1.7B): 28 layers, 2,048 wide, 16 query heads and 8 KV
     # heads of 128, FFN 6,144, QK-norm, tied embedding, vocabulary 151,936.
@@ -62,17 +65,13 @@ def main():
     for key, value in spec["meta"].items():
         (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(p + key, value)
     writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
-    writer.add_tokenizer_model(field("tokenizer.ggml.model"))
-    writer.add_tokenizer_pre(field("tokenizer.ggml.pre"))
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(list(field("tokenizer.ggml.merges")))
-    for key in reader.fields:
-        if key.startswith("tokenizer.ggml.") and key.endswith("_token_id"):
-            writer.add_uint32(key, int(field(key)))
-        elif key.startswith("tokenizer.ggml.add_"):
-            writer.add_bool(key, bool(field(key)))
-    writer.add_chat_template(template)
+    vocab = {
+        "model": field("tokenizer.ggml.model"), "pre": field("tokenizer.ggml.pre"), "tokens": tokens, "types": types,
+        "scores": None, "merges": list(field("tokenizer.ggml.merges")),
+        "ids": {k: int(field(k)) for k in reader.fields if k.startswith("tokenizer.ggml.") and k.endswith("_token_id")},
+        "flags": {k: bool(field(k)) for k in reader.fields if k.startswith("tokenizer.ggml.add_")},
+    }
+    make_test_models.add_vocabulary(writer, vocab, template)
 
     rng = np.random.default_rng(41)
     e, h, kv, d, ff = spec["embd"], spec["heads"], spec["kv_heads"], spec["head"], spec["ff"]
